@@ -1,0 +1,133 @@
+"""Environment probe: what this kernel and machine offer, and what fabriclab chose.
+
+Run once per experiment (root needed for the qdisc probe); the result goes
+into every results folder as ``environment.json``.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+#: qdisc kinds probed, with the minimal tc arguments each needs.
+QDISC_PROBES = {
+    "htb": ["htb"],
+    "tbf": ["tbf", "rate", "10mbit", "burst", "10kb", "latency", "50ms"],
+    "pfifo": ["pfifo"],
+    "bfifo": ["bfifo"],
+    "prio": ["prio"],
+    "red": ["red", "limit", "400000", "min", "30000", "max", "90000", "avpkt", "1000",
+            "burst", "55", "bandwidth", "10mbit", "probability", "0.1", "ecn"],
+    "netem": ["netem", "delay", "1ms"],
+    "fq_codel": ["fq_codel"],
+    "clsact": ["clsact"],
+}
+PROBE_IF = "flprobe0"
+PROBE_PEER = "flprobe1"
+
+
+def _out(argv: list[str]) -> tuple[int, str]:
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=15)
+        return p.returncode, (p.stdout + p.stderr).strip()
+    except (FileNotFoundError, subprocess.TimeoutExpired) as e:
+        return 127, str(e)
+
+
+def kernel_module_loaded(name: str) -> bool:
+    """True if module ``name`` is loaded or built in (``/sys/module/<name>`` exists)."""
+    return Path("/sys/module", name).exists()
+
+
+def ovs_kernel_datapath_available() -> bool:
+    """True if the openvswitch kernel module is loaded or can be loaded."""
+    if kernel_module_loaded("openvswitch"):
+        return True
+    rc, _ = _out(["modprobe", "-q", "openvswitch"])
+    return rc == 0 and kernel_module_loaded("openvswitch")
+
+
+def probe_qdiscs() -> dict[str, bool]:
+    """Which qdisc kinds the kernel accepts, tried on a throwaway veth pair.
+
+    The veth pair ``flprobe0``/``flprobe1`` is fabriclab's own; a stale one is
+    removed first and the pair is always deleted afterwards.
+    """
+    _out(["ip", "link", "del", PROBE_IF])
+    rc, msg = _out(["ip", "link", "add", PROBE_IF, "type", "veth", "peer", "name", PROBE_PEER])
+    if rc != 0:
+        return {k: False for k in QDISC_PROBES}
+    try:
+        found = {}
+        for kind, args in QDISC_PROBES.items():
+            if kind == "clsact":
+                rc, _ = _out(["tc", "qdisc", "add", "dev", PROBE_IF, "clsact"])
+                _out(["tc", "qdisc", "del", "dev", PROBE_IF, "clsact"])
+            else:
+                rc, _ = _out(["tc", "qdisc", "add", "dev", PROBE_IF, "root", "handle", "1:"] + args)
+                _out(["tc", "qdisc", "del", "dev", PROBE_IF, "root"])
+            found[kind] = rc == 0
+        return found
+    finally:
+        _out(["ip", "link", "del", PROBE_IF])
+
+
+def tcp_congestion_controls() -> dict[str, object]:
+    """Available and default TCP congestion controls of the root namespace."""
+    def rd(p):
+        try:
+            return Path(p).read_text().strip()
+        except OSError:
+            return ""
+    return {"available": rd("/proc/sys/net/ipv4/tcp_available_congestion_control").split(),
+            "default": rd("/proc/sys/net/ipv4/tcp_congestion_control")}
+
+
+def ensure_congestion_control(name: str) -> bool:
+    """True if ``name`` is available, loading ``tcp_<name>`` if needed (never a fallback)."""
+    if name in tcp_congestion_controls()["available"]:
+        return True
+    _out(["modprobe", "-q", f"tcp_{name}"])
+    return name in tcp_congestion_controls()["available"]
+
+
+def _version(argv: list[str]) -> str:
+    rc, out = _out(argv)
+    return out.splitlines()[0] if rc == 0 and out else "not found"
+
+
+def probe() -> dict:
+    """Probe the machine and choose the datapath.
+
+    Returns a JSON-serialisable dict: kernel, ovs_version, datapath
+    (``kernel`` if the openvswitch module is usable, else ``user``),
+    offloads_off (always true: cases T1/L5), qdiscs {kind: bool},
+    tcp_congestion_control {available, default}, python, versions of
+    os-ken, mininet, pyroute2, scapy.
+    """
+    kernel_dp = ovs_kernel_datapath_available()
+    versions = {}
+    for mod in ("os_ken", "mininet.net", "pyroute2", "scapy", "matplotlib"):
+        try:
+            m = __import__(mod, fromlist=["x"])
+            if mod == "mininet.net":
+                versions["mininet"] = getattr(m, "VERSION", "?")
+            else:
+                versions[mod] = getattr(m, "__version__", "?")
+        except Exception as e:  # a missing optional piece is recorded, not fatal here
+            versions[mod.split(".")[0]] = f"unavailable: {type(e).__name__}"
+    return {
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "ovs_version": _version(["ovs-vsctl", "--version"]),
+        "ovs_kernel_module": kernel_dp,
+        "datapath": "kernel" if kernel_dp else "user",
+        "offloads_off": True,
+        "qdiscs": probe_qdiscs(),
+        "tcp_congestion_control": tcp_congestion_controls(),
+        "python": sys.version.split()[0],
+        "versions": versions,
+        "cpus": os.cpu_count(),
+    }

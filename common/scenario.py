@@ -1,0 +1,204 @@
+"""Scenario files: YAML plus a strict schema.
+
+Every key is declared in :data:`SCHEMA` with its type, range and default.
+Unknown keys, wrong types and out-of-range values raise
+:class:`common.errors.ScenarioError` naming the dotted key, before anything
+is started. :func:`load_scenario` returns the *resolved* scenario (defaults
+filled in), which every run stores in its results folder.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from common.errors import ScenarioError
+
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class F:
+    """One scalar field of the schema.
+
+    Attributes:
+        types: accepted Python types (bool is never accepted as a number).
+        default: value used when the key is absent; ``_REQUIRED`` if mandatory,
+            None if the key is optional and has no value.
+        lo, hi: inclusive numeric range, if any.
+        choices: accepted values, if restricted.
+        pattern: regular expression a string must match in full.
+    """
+
+    types: tuple
+    default: Any = None
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple | None = None
+    pattern: str | None = None
+
+    def check(self, key: str, value: Any) -> Any:
+        """Return ``value`` if valid for this field, else raise ScenarioError naming ``key``."""
+        if value is None and self.default is None:
+            return None
+        if isinstance(value, bool) and bool not in self.types:
+            raise ScenarioError(key, f"expected {self._tname()}, got a boolean")
+        if not isinstance(value, self.types):
+            raise ScenarioError(key, f"expected {self._tname()}, got {type(value).__name__} {value!r}")
+        if self.choices is not None and value not in self.choices:
+            raise ScenarioError(key, f"must be one of {', '.join(map(str, self.choices))}; got {value!r}")
+        if self.lo is not None and value < self.lo:
+            raise ScenarioError(key, f"must be >= {self.lo}, got {value!r}")
+        if self.hi is not None and value > self.hi:
+            raise ScenarioError(key, f"must be <= {self.hi}, got {value!r}")
+        if self.pattern is not None and not re.fullmatch(self.pattern, value):
+            raise ScenarioError(key, f"must match {self.pattern}, got {value!r}")
+        return value
+
+    def _tname(self) -> str:
+        return " or ".join(t.__name__ for t in self.types)
+
+
+@dataclass(frozen=True)
+class ListOf:
+    """A list whose items are all checked by ``item``; ``default`` as for :class:`F`."""
+
+    item: F
+    default: Any = None
+    min_len: int = 0
+
+
+NUM = (int, float)
+NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+HOST = r"h[0-9]{1,5}"
+
+#: The whole scenario schema. Nested dicts are sections.
+SCHEMA: dict = {
+    "name": F((str,), _REQUIRED, pattern=NAME),
+    "description": F((str,), ""),
+    "seed": F((int,), 1, lo=0, hi=2**31 - 1),
+    "topology": {
+        "kind": F((str,), "spineleaf", choices=("spineleaf",)),
+        "spines": F((int,), 2, lo=1, hi=64),
+        "leaves": F((int,), 4, lo=1, hi=250),
+        "hosts_per_leaf": F((int,), 6, lo=1, hi=250),
+        "host_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
+        "uplink_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
+        "uplinks_per_spine": F((int,), 1, lo=1, hi=8),
+    },
+    "queues": {
+        # exactly one of buffer_bytes / buffer_packets (checked below)
+        "buffer_bytes": F((int,), None, lo=1514, hi=64 * 2**20),
+        "buffer_packets": F((int,), None, lo=1, hi=100000),
+        "burst_bytes": F((int,), 3028, lo=1514, hi=2**20),
+    },
+    "hosts": {
+        "tcp_congestion_control": F((str,), "cubic", pattern=r"[a-z0-9_]{1,16}"),
+        "tcp_ecn": F((int,), 0, choices=(0, 1, 2)),
+    },
+    "traffic": {
+        "pattern": F((str,), "incast", choices=("incast",)),
+        "receiver": F((str,), "h1", pattern=HOST),
+        "senders": F((int,), 8, lo=1, hi=1000),
+        "sender_hosts": ListOf(F((str,), pattern=HOST), None, min_len=1),
+        "response_bytes": F((int,), 500_000, lo=1, hi=10**10),
+        "port": F((int,), 5001, lo=1024, hi=65535),
+        "start_delay_s": F(NUM, 1.0, lo=0.2, hi=60),
+        "timeout_s": F(NUM, 120, lo=1, hi=3600),
+    },
+    "measurement": {
+        "sample_hz": F(NUM, 200, lo=1, hi=2000),
+        "pre_s": F(NUM, 0.3, lo=0, hi=10),
+        "post_s": F(NUM, 0.5, lo=0, hi=10),
+    },
+}
+
+
+def _resolve(schema: dict, data: Any, prefix: str) -> dict:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ScenarioError(prefix or "<top>", f"expected a mapping, got {type(data).__name__}")
+    for key in data:
+        if key not in schema:
+            where = f"{prefix}.{key}" if prefix else str(key)
+            known = ", ".join(sorted(schema))
+            raise ScenarioError(where, f"unknown key (known keys here: {known})")
+    out = {}
+    for key, spec in schema.items():
+        path = f"{prefix}.{key}" if prefix else key
+        if isinstance(spec, dict):
+            out[key] = _resolve(spec, data.get(key), path)
+            continue
+        if key not in data:
+            if spec.default is _REQUIRED:
+                raise ScenarioError(path, "is required")
+            out[key] = copy.deepcopy(spec.default)
+            continue
+        value = data[key]
+        if isinstance(spec, ListOf):
+            if value is None:
+                out[key] = None
+                continue
+            if not isinstance(value, list) or len(value) < spec.min_len:
+                raise ScenarioError(path, f"expected a list of at least {spec.min_len} item(s)")
+            out[key] = [spec.item.check(f"{path}[{i}]", v) for i, v in enumerate(value)]
+        else:
+            out[key] = spec.check(path, value)
+    return out
+
+
+def validate(data: Any) -> dict:
+    """Validate a scenario mapping and return it resolved (defaults filled in).
+
+    Raises:
+        ScenarioError: unknown key, wrong type, out-of-range value or an
+            inconsistent combination; the message names the dotted key.
+    """
+    sc = _resolve(SCHEMA, data, "")
+    q = sc["queues"]
+    if (q["buffer_bytes"] is None) == (q["buffer_packets"] is None):
+        if q["buffer_bytes"] is None:
+            q["buffer_packets"] = 100
+        else:
+            raise ScenarioError("queues.buffer_bytes", "give either buffer_bytes or buffer_packets, not both")
+    topo = sc["topology"]
+    n_hosts = topo["leaves"] * topo["hosts_per_leaf"]
+    t = sc["traffic"]
+    hosts = {f"h{i}" for i in range(1, n_hosts + 1)}
+    if t["receiver"] not in hosts:
+        raise ScenarioError("traffic.receiver", f"no host {t['receiver']!r} in a fabric of {n_hosts} hosts (h1..h{n_hosts})")
+    if t["sender_hosts"] is not None:
+        for i, h in enumerate(t["sender_hosts"]):
+            if h not in hosts:
+                raise ScenarioError(f"traffic.sender_hosts[{i}]", f"no host {h!r} in a fabric of {n_hosts} hosts")
+            if h == t["receiver"]:
+                raise ScenarioError(f"traffic.sender_hosts[{i}]", "a sender cannot be the receiver")
+        if len(set(t["sender_hosts"])) != len(t["sender_hosts"]):
+            raise ScenarioError("traffic.sender_hosts", "lists a host twice")
+        t["senders"] = len(t["sender_hosts"])
+    elif t["senders"] > n_hosts - 1:
+        raise ScenarioError("traffic.senders", f"{t['senders']} senders need more than the fabric's {n_hosts - 1} other hosts")
+    return sc
+
+
+def load_scenario(path: str | Path) -> dict:
+    """Read a YAML scenario file and return it validated and resolved.
+
+    Raises:
+        ScenarioError: the file is missing, is not YAML, or fails :func:`validate`.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ScenarioError("<file>", f"cannot read {p}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ScenarioError("<file>", f"{p} is not valid YAML: {e}") from None
+    return validate(data)

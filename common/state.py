@@ -1,0 +1,190 @@
+"""The run-state record: what a fabriclab run created, so that teardown (and
+the next run, after a SIGKILL) removes exactly that and nothing else.
+
+The record lives in ``$FABRICLAB_STATE_DIR`` (default ``/run/fabriclab``):
+``state.json`` lists OVS bridges, root-namespace interfaces and processes
+(pid plus kernel start time, so a reused pid is never killed). A ``lock``
+file held with flock marks a live run. Nothing here kills by process name.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from common.errors import SetupError
+
+
+def state_dir() -> Path:
+    """Directory of the run-state record (created on demand)."""
+    d = Path(os.environ.get("FABRICLAB_STATE_DIR", "/run/fabriclab"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def proc_start_time(pid: int) -> int | None:
+    """Kernel start time (clock ticks since boot) of ``pid``, or None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _alive(rec: dict) -> bool:
+    return proc_start_time(rec["pid"]) == rec["start_time"]
+
+
+def kill_recorded(procs: list[dict], grace_s: float = 2.0) -> list[int]:
+    """SIGTERM, then SIGKILL after ``grace_s``, each recorded process still alive.
+
+    A process counts as the recorded one only if its pid *and* start time
+    match. Returns the pids signalled.
+    """
+    hit = []
+    for rec in procs:
+        if _alive(rec):
+            try:
+                os.kill(rec["pid"], signal.SIGTERM)
+                hit.append(rec["pid"])
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace_s
+    while any(_alive(r) for r in procs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for rec in procs:
+        if _alive(rec):
+            try:
+                os.kill(rec["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for rec in procs:  # reap our own children so they do not linger as zombies
+        try:
+            os.waitpid(rec["pid"], os.WNOHANG)
+        except ChildProcessError:
+            pass
+    return hit
+
+
+def cleanup_record(rec: dict) -> dict:
+    """Remove everything a state record lists; returns what was removed.
+
+    Order: processes, then OVS bridges, then leftover root-namespace
+    interfaces. Errors are collected into ``errors`` rather than stopping
+    the cleanup half way.
+    """
+    from controller import dataplane  # lazy: keeps `common` free of pyroute2 at import
+    report = {"processes": [], "bridges": [], "interfaces": [], "errors": []}
+    report["processes"] = kill_recorded(rec.get("processes", []))
+    bridges = [b for b in rec.get("bridges", []) if b in set(dataplane.ovs_bridges())]
+    try:
+        dataplane.ovs_del_bridges(bridges)
+        report["bridges"] = bridges
+    except SetupError as e:
+        report["errors"].append(str(e))
+    try:
+        report["interfaces"] = dataplane.delete_root_links(rec.get("interfaces", []))
+    except SetupError as e:
+        report["errors"].append(str(e))
+    return report
+
+
+class RunState:
+    """Context manager owning one run's record (one run at a time per machine).
+
+    On enter: take the lock (SetupError if another live run holds it), and
+    clean a stale record left by a killed run. :meth:`claim` records names
+    before they are created; :meth:`add_process` records each started
+    process. On exit: remove everything recorded, delete the record,
+    release the lock.
+    """
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        self.dir = state_dir()
+        self.path = self.dir / "state.json"
+        self.rec = {"run_id": run_id, "runner_pid": os.getpid(), "bridges": [], "interfaces": [],
+                    "processes": []}
+        self._lock = None
+        self.stale_report = None
+        self.final_report = None
+
+    def __enter__(self):
+        self._lock = open(self.dir / "lock", "w")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise SetupError("another fabriclab run is active on this machine (lock held: "
+                             f"{self.dir / 'lock'}); wait for it or stop it with Ctrl-C") from None
+        if self.path.exists():
+            try:
+                old = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                old = {}
+            self.stale_report = cleanup_record(old)
+        self._write()
+        return self
+
+    def _write(self):
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.rec, indent=1))
+        os.replace(tmp, self.path)
+
+    def claim(self, bridges: list[str], interfaces: list[str]) -> None:
+        """Record names about to be created; SetupError if any exists already (not ours)."""
+        from controller import dataplane
+        clash = sorted(set(bridges) & set(dataplane.ovs_bridges()))
+        clash += sorted(set(interfaces) & dataplane.root_links())
+        if clash:
+            raise SetupError("these names exist already and no fabriclab record claims them: "
+                             f"{', '.join(clash[:10])}{' ...' if len(clash) > 10 else ''}; "
+                             "remove them or rename the fabric")
+        self.rec["bridges"] += list(bridges)
+        self.rec["interfaces"] += list(interfaces)
+        self._write()
+
+    def add_process(self, pid: int, what: str) -> None:
+        """Record a started process by pid and kernel start time."""
+        st = proc_start_time(pid)
+        if st is not None:
+            self.rec["processes"].append({"pid": pid, "start_time": st, "what": what})
+            self._write()
+
+    def __exit__(self, *exc):
+        try:
+            self.final_report = cleanup_record(self.rec)
+            self.path.unlink(missing_ok=True)
+        finally:
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+        return False
+
+
+def clean_stale() -> dict | None:
+    """``make clean``: remove what a recorded run left behind; None if nothing recorded.
+
+    Raises SetupError if a live run holds the lock (stop it with Ctrl-C instead).
+    """
+    d = state_dir()
+    path = d / "state.json"
+    with open(d / "lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SetupError("a fabriclab run is active; stop it with Ctrl-C (it cleans up after itself)") from None
+        try:
+            if not path.exists():
+                return None
+            try:
+                rec = json.loads(path.read_text())
+            except ValueError:
+                rec = {}
+            report = cleanup_record(rec)
+            path.unlink(missing_ok=True)
+            return report
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

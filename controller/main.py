@@ -1,0 +1,34 @@
+"""Start the fabriclab controller as its own process.
+
+``python -m controller.main --fabric-map MAP --ready-file FILE [--host 127.0.0.1] [--port 6653]``
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+
+def main(argv=None) -> int:
+    """Parse arguments, configure the framework and run the app until killed (exit 0 on SIGTERM)."""
+    ap = argparse.ArgumentParser(description="fabriclab controller (os-ken / Ryu API)")
+    ap.add_argument("--fabric-map", required=True)
+    ap.add_argument("--ready-file", required=True)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=6653)
+    ap.add_argument("--routing", choices=("ecmp", "single"), default="ecmp")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    import signal
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    from controller import app
+    from controller.ofp import PROJECT, app_manager, cfg
+    cfg.CONF(args=[f"--ofp-listen-host={args.host}", f"--ofp-tcp-listen-port={args.port}"], project=PROJECT)
+    app.FabricController.config = {"fabric_map": args.fabric_map, "ready_file": args.ready_file,
+                                   "routing": args.routing}
+    app_manager.AppManager.run_apps(["controller.app"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Routing policy (pure): per-destination next hops computed from the fabric map.
+
+L3-style forwarding per destination host: at each switch the next hops to
+a host are all neighbours one hop closer to the host's switch (shortest
+paths, computed with networkx on the switch graph). With several equal-cost
+next hops the controller installs an OpenFlow 1.3 select group (ECMP).
+No learning, no flooding: loops cannot form because every hop strictly
+decreases the distance to the destination.
+"""
+from __future__ import annotations
+
+import networkx as nx
+
+MODES = ("ecmp", "single")
+
+
+def switch_graph(fabric_map: dict) -> nx.MultiGraph:
+    """Switch-only multigraph of the fabric map; edge attribute ``ports`` = {switch: port}."""
+    g = nx.MultiGraph()
+    names = {s["name"] for s in fabric_map["switches"]}
+    g.add_nodes_from(names)
+    for link in fabric_map["links"]:
+        if link["a"] in names and link["b"] in names:
+            g.add_edge(link["a"], link["b"], ports={link["a"]: link["a_port"], link["b"]: link["b_port"]})
+    return g
+
+
+def compute_routes(fabric_map: dict, mode: str = "ecmp") -> dict[str, dict[str, list[int]]]:
+    """Next-hop ports for every (switch, destination host IP).
+
+    Args:
+        fabric_map: as produced by :meth:`topologies.spineleaf.Fabric.to_map`.
+        mode: ``ecmp`` (all equal-cost ports) or ``single`` (one of them,
+            chosen deterministically per destination).
+
+    Returns:
+        ``{switch_name: {host_ip: [port, ...]}}``, ports sorted ascending.
+
+    Raises:
+        ValueError: unknown mode, or a host unreachable from some switch.
+    """
+    if mode not in MODES:
+        raise ValueError(f"routing mode must be one of {MODES}, got {mode!r}")
+    g = switch_graph(fabric_map)
+    routes: dict[str, dict[str, list[int]]] = {s: {} for s in g.nodes}
+    dist_cache: dict[str, dict[str, int]] = {}
+    for h_index, host in enumerate(fabric_map["hosts"]):
+        edge = host["switch"]
+        if edge not in dist_cache:
+            dist_cache[edge] = nx.single_source_shortest_path_length(g, edge)
+        dist = dist_cache[edge]
+        for sw in g.nodes:
+            if sw == edge:
+                routes[sw][host["ip"]] = [host["switch_port"]]
+                continue
+            if sw not in dist:
+                raise ValueError(f"host {host['name']} unreachable from switch {sw}")
+            ports = sorted(data["ports"][sw] for _, nbr, data in g.edges(sw, data=True)
+                           if dist.get(nbr, 1 << 30) == dist[sw] - 1)
+            if mode == "single":
+                ports = [ports[h_index % len(ports)]]
+            routes[sw][host["ip"]] = ports
+    return routes
+
+
+def follow(fabric_map: dict, routes: dict, src_switch: str, dst_ip: str, choose=min) -> list[str]:
+    """Walk the routes from ``src_switch`` to ``dst_ip``, taking ``choose(ports)`` at each hop.
+
+    Returns the switch names visited, ending at the destination's edge switch.
+    Raises ValueError on a loop or a dead end (used by the loop-freedom tests).
+    """
+    peer = {}
+    for link in fabric_map["links"]:
+        peer[(link["a"], link["a_port"])] = link["b"]
+        peer[(link["b"], link["b_port"])] = link["a"]
+    host_names = {h["name"] for h in fabric_map["hosts"]}
+    path = [src_switch]
+    sw = src_switch
+    for _ in range(len(fabric_map["switches"]) + 1):
+        ports = routes[sw].get(dst_ip)
+        if not ports:
+            raise ValueError(f"dead end at {sw} for {dst_ip}")
+        nxt = peer[(sw, choose(ports))]
+        if nxt in host_names:
+            return path
+        if nxt in path:
+            raise ValueError(f"loop {path + [nxt]} for {dst_ip}")
+        path.append(nxt)
+        sw = nxt
+    raise ValueError(f"no termination from {src_switch} to {dst_ip}")

@@ -1,0 +1,2 @@
+"""Scenarios, the runner (scenario -> fabric -> controller -> traffic ->
+collectors -> results), analysis and plotting."""

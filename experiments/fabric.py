@@ -1,0 +1,204 @@
+"""A live emulated fabric: Mininet + OVS + the fabriclab controller, as a
+context manager whose exit tears everything down (case C2).
+
+Used by the experiment runner and by the integration tests alike.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+from common.errors import SetupError
+from common.state import RunState
+from controller import dataplane
+from topologies.spineleaf import Fabric
+
+REPO = Path(__file__).resolve().parent.parent
+OF_PORT = 6653
+
+
+def port_listening(port: int) -> bool:
+    """True if some socket listens on TCP ``port`` (IPv4 or IPv6) in this namespace."""
+    hexport = f":{port:04X}"
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if f[1].endswith(hexport) and f[3] == "0A":
+                return True
+    return False
+
+
+class LiveFabric:
+    """Start controller and Mininet for ``fabric``; stop both on exit.
+
+    Args:
+        fabric: the pure description (topologies.spineleaf.Fabric).
+        workdir: folder for the fabric map, controller log and agent files.
+        state: the RunState that records what is created.
+        datapath: ``user`` or ``kernel`` (from the environment probe).
+        port_queue: queue installed on every switch egress port, or None.
+        host_queue: queue installed on every host NIC, or None.
+        connect_timeout_s: how long switches get to connect and be configured.
+
+    Attributes after enter: ``net`` (Mininet), ``fabric_map`` (dict),
+    ``timings_s`` (set-up phases).
+
+    Raises:
+        SetupError: port 6653 is taken, the controller dies, switches do not
+            connect in time (case C3), or a tc/ethtool step fails.
+    """
+
+    def __init__(self, fabric: Fabric, workdir: Path, state: RunState, datapath: str = "user",
+                 port_queue=None, host_queue=None, connect_timeout_s: float = 30.0):
+        self.fabric = fabric
+        self.workdir = Path(workdir)
+        self.state = state
+        self.datapath = datapath
+        self.port_queue = port_queue
+        self.host_queue = host_queue
+        self.connect_timeout_s = connect_timeout_s
+        self.net = None
+        self.controller = None
+        self.fabric_map = fabric.to_map()
+        self.timings_s = {}
+
+    # -- lifecycle -------------------------------------------------------
+    def __enter__(self):
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    def _start(self):
+        t0 = time.monotonic()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        map_path = self.workdir / "fabric_map.json"
+        map_path.write_text(json.dumps(self.fabric_map, indent=1))
+        self.state.claim([s.name for s in self.fabric.switches], self.fabric.interface_names())
+        self._start_controller(map_path)
+        self.timings_s["controller_s"] = time.monotonic() - t0
+        t1 = time.monotonic()
+        self._start_mininet()
+        self.timings_s["mininet_s"] = time.monotonic() - t1
+        t2 = time.monotonic()
+        self._wait_configured()
+        self.timings_s["switch_connect_s"] = time.monotonic() - t2
+        t3 = time.monotonic()
+        self._configure_ports()
+        self.timings_s["ports_s"] = time.monotonic() - t3
+
+    def _start_controller(self, map_path: Path):
+        if port_listening(OF_PORT):
+            raise SetupError(f"TCP port {OF_PORT} is already in use by another program "
+                             "(another OpenFlow controller?); stop it and retry")
+        self.ready_file = self.workdir / "controller.ready"
+        self.ready_file.unlink(missing_ok=True)
+        log = open(self.workdir / "controller.log", "w")
+        self.controller = subprocess.Popen(
+            [sys.executable, "-m", "controller.main", "--fabric-map", str(map_path),
+             "--ready-file", str(self.ready_file), "--host", "127.0.0.1", "--port", str(OF_PORT)],
+            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self.state.add_process(self.controller.pid, "controller")
+        deadline = time.monotonic() + 20
+        while not port_listening(OF_PORT):
+            if self.controller.poll() is not None:
+                raise SetupError(f"controller exited with {self.controller.returncode}: "
+                                 f"{self._tail(self.workdir / 'controller.log')}")
+            if time.monotonic() > deadline:
+                raise SetupError("controller did not listen on 127.0.0.1:6653 within 20 s")
+            time.sleep(0.05)
+
+    @staticmethod
+    def _tail(path: Path, n: int = 8) -> str:
+        try:
+            return " | ".join(path.read_text().splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def _start_mininet(self):
+        from mininet.link import Link
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+        from mininet.node import OVSSwitch, RemoteController
+
+        from topologies.mininet_topo import FabricTopo
+        setLogLevel("error")
+        switch = partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13", failMode="secure")
+        self.net = Mininet(topo=FabricTopo(self.fabric), switch=switch, link=Link, controller=None,
+                           autoSetMacs=False, autoStaticArp=False, build=False, waitConnected=False)
+        self.net.addController(RemoteController("c0", ip="127.0.0.1", port=OF_PORT))
+        self.net.build()
+        for h in self.net.hosts:
+            self.state.add_process(h.pid, f"host {h.name}")
+        self.net.start()
+
+    def _wait_configured(self):
+        deadline = time.monotonic() + self.connect_timeout_s
+        while not self.ready_file.exists():
+            if self.controller.poll() is not None:
+                raise SetupError(f"controller died: {self._tail(self.workdir / 'controller.log')}")
+            if time.monotonic() > deadline:
+                missing = self._unconnected()
+                raise SetupError(f"switches not connected/configured after {self.connect_timeout_s:.0f} s: "
+                                 f"{', '.join(missing) or '(all connected, configuration incomplete)'}")
+            time.sleep(0.05)
+
+    def _unconnected(self) -> list[str]:
+        out = []
+        for sw in self.net.switches:
+            st = sw.cmd("ovs-vsctl --timeout=2 get controller", sw.name, "is_connected").strip()
+            if "true" not in st:
+                out.append(sw.name)
+        return out
+
+    def _configure_ports(self):
+        for sw in self.net.switches:
+            for intf in sw.intfList():
+                if intf.name == "lo":
+                    continue
+                dataplane.offloads_off(intf.name)
+                if self.port_queue is not None:
+                    dataplane.install_port_queue(intf.name, self.port_queue)
+        for h in self.net.hosts:
+            for intf in h.intfList():
+                dataplane.offloads_off(intf.name, h.pid)
+                if self.host_queue is not None:
+                    dataplane.install_port_queue(intf.name, self.host_queue, h.pid)
+
+    def host(self, name: str):
+        """The Mininet host called ``name``."""
+        return self.net.get(name)
+
+    def stop(self):
+        """Stop Mininet and the controller; safe to call more than once."""
+        if self.net is not None:
+            net, self.net = self.net, None
+            try:
+                net.stop()
+            except Exception as e:  # the recorded cleanup below still runs
+                print(f"fabriclab: mininet stop failed ({e}); removing recorded state", file=sys.stderr)
+        if self.controller is not None:
+            c, self.controller = self.controller, None
+            if c.poll() is None:
+                c.terminate()
+                try:
+                    c.wait(5)
+                except subprocess.TimeoutExpired:
+                    c.kill()
+                    c.wait()

@@ -1,0 +1,291 @@
+"""Spine-Leaf fabric description (pure: no root, no Mininet needed).
+
+A :class:`SpineLeaf` gives one :class:`Fabric`: the node and link list from
+which both the Mininet ``Topo`` (:mod:`topologies.mininet_topo`) and the
+controller's fabric map (:meth:`Fabric.to_map`) are derived, so the two can
+never disagree. Names, datapath ids, MACs and IPs derive from position.
+
+Oversubscription of a leaf (DESIGN.md):
+    (hosts_per_leaf x host_rate) / (uplinks x uplink_rate)
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from common.errors import ScenarioError
+
+#: Linux IFNAMSIZ is 16 including the terminating NUL (case C1).
+MAX_IFNAME_LEN = 15
+
+#: Layer codes used in position-derived datapath ids (high 16 bits).
+LAYER_CODE = {"spine": 1, "leaf": 2, "core": 3, "aggregation": 4, "edge": 5}
+
+
+@dataclass(frozen=True)
+class Node:
+    """One switch or host.
+
+    Attributes:
+        name: Mininet node name (also the prefix of its interface names).
+        layer: ``spine``, ``leaf`` (switches) or ``host``.
+        dpid: OpenFlow datapath id (switches), None for hosts.
+        mac: host MAC ``02:..`` (locally administered), None for switches.
+        ip: host IPv4 address without prefix length, None for switches.
+        leaf: for hosts, the name of the switch they attach to.
+    """
+
+    name: str
+    layer: str
+    dpid: int | None = None
+    mac: str | None = None
+    ip: str | None = None
+    leaf: str | None = None
+
+    @property
+    def is_host(self) -> bool:
+        """True for hosts, False for switches."""
+        return self.layer == "host"
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """A full-duplex link between ``a``:``a_port`` and ``b``:``b_port``.
+
+    ``rate_mbps`` applies in both directions. Port numbers are the OpenFlow
+    port numbers on switches and the ``ethN`` index on hosts.
+    """
+
+    a: str
+    a_port: int
+    b: str
+    b_port: int
+    rate_mbps: float
+
+    @property
+    def a_intf(self) -> str:
+        """Interface name on side a (Mininet convention ``<node>-eth<port>``)."""
+        return f"{self.a}-eth{self.a_port}"
+
+    @property
+    def b_intf(self) -> str:
+        """Interface name on side b."""
+        return f"{self.b}-eth{self.b_port}"
+
+
+@dataclass
+class Fabric:
+    """A built fabric: nodes and links, plus what the builder knows of it.
+
+    Attributes:
+        kind: builder name (``spineleaf``).
+        params: the builder's parameters (JSON-serialisable).
+        nodes: every switch and host, switches first.
+        links: every link; host links have the host on side ``b``.
+    """
+
+    kind: str
+    params: dict
+    nodes: list[Node] = field(default_factory=list)
+    links: list[LinkSpec] = field(default_factory=list)
+
+    def node(self, name: str) -> Node:
+        """The node called ``name``; raises KeyError if there is none."""
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    @property
+    def hosts(self) -> list[Node]:
+        """Hosts in position order."""
+        return [n for n in self.nodes if n.is_host]
+
+    @property
+    def switches(self) -> list[Node]:
+        """Switches in position order."""
+        return [n for n in self.nodes if not n.is_host]
+
+    def interface_names(self) -> list[str]:
+        """Every interface name the fabric creates (both link ends)."""
+        out = []
+        for link in self.links:
+            out += [link.a_intf, link.b_intf]
+        return out
+
+    def switch_interfaces(self) -> list[str]:
+        """Interface names that belong to switches (their egress ports)."""
+        switches = {n.name for n in self.switches}
+        out = []
+        for link in self.links:
+            if link.a in switches:
+                out.append(link.a_intf)
+            if link.b in switches:
+                out.append(link.b_intf)
+        return out
+
+    def check_names(self) -> None:
+        """Raise ScenarioError if any interface name exceeds 15 characters (case C1)."""
+        for name in self.interface_names():
+            if len(name) > MAX_IFNAME_LEN:
+                raise ScenarioError("topology", f"interface name {name!r} is {len(name)} characters; Linux allows {MAX_IFNAME_LEN}")
+
+    def port_toward(self, switch: str, peer: str) -> list[int]:
+        """OpenFlow ports of ``switch`` whose link ends at ``peer`` (several if parallel)."""
+        ports = []
+        for link in self.links:
+            if link.a == switch and link.b == peer:
+                ports.append(link.a_port)
+            elif link.b == switch and link.a == peer:
+                ports.append(link.b_port)
+        return ports
+
+    def host_attachment(self, host: str) -> LinkSpec:
+        """The link that attaches ``host`` (host on side b); KeyError if none."""
+        for link in self.links:
+            if link.b == host:
+                return link
+        raise KeyError(host)
+
+    def to_map(self) -> dict:
+        """The fabric map the controller loads (JSON-serialisable dict).
+
+        Shape::
+
+            {"version": 1, "kind": str, "params": {...},
+             "switches": [{"name", "dpid", "layer",
+                           "ports": [{"port", "intf", "peer", "peer_port", "rate_mbps"}]}],
+             "hosts": [{"name", "mac", "ip", "switch", "switch_port", "intf", "rate_mbps"}],
+             "links": [{"a", "a_port", "a_intf", "b", "b_port", "b_intf", "rate_mbps"}]}
+        """
+        switches = []
+        for sw in self.switches:
+            ports = []
+            for link in self.links:
+                for me, my_port, peer, peer_port, intf in (
+                    (link.a, link.a_port, link.b, link.b_port, link.a_intf),
+                    (link.b, link.b_port, link.a, link.a_port, link.b_intf),
+                ):
+                    if me == sw.name:
+                        ports.append({"port": my_port, "intf": intf, "peer": peer,
+                                      "peer_port": peer_port, "rate_mbps": link.rate_mbps})
+            ports.sort(key=lambda p: p["port"])
+            switches.append({"name": sw.name, "dpid": sw.dpid, "layer": sw.layer, "ports": ports})
+        hosts = []
+        for h in self.hosts:
+            att = self.host_attachment(h.name)
+            hosts.append({"name": h.name, "mac": h.mac, "ip": h.ip, "switch": att.a,
+                          "switch_port": att.a_port, "intf": att.b_intf, "rate_mbps": att.rate_mbps})
+        links = [{"a": l.a, "a_port": l.a_port, "a_intf": l.a_intf, "b": l.b,
+                  "b_port": l.b_port, "b_intf": l.b_intf, "rate_mbps": l.rate_mbps}
+                 for l in self.links]
+        return {"version": 1, "kind": self.kind, "params": dict(self.params),
+                "switches": switches, "hosts": hosts, "links": links}
+
+
+def dpid_for(layer: str, index: int) -> int:
+    """Position-derived datapath id: layer code in bits 16-31, 1-based index below."""
+    return (LAYER_CODE[layer] << 16) | index
+
+
+def host_mac(leaf_index: int, host_index: int) -> str:
+    """Locally administered MAC ``02:00:00:00:LL:HH`` for host ``host_index`` on leaf ``leaf_index``."""
+    return f"02:00:00:00:{leaf_index:02x}:{host_index:02x}"
+
+
+def host_ip(leaf_index: int, host_index: int) -> str:
+    """IPv4 address ``10.<leaf>.0.<host>`` (all hosts share 10.0.0.0/8)."""
+    return str(ipaddress.IPv4Address(f"10.{leaf_index}.0.{host_index}"))
+
+
+@dataclass(frozen=True)
+class SpineLeaf:
+    """Two-tier Clos: every leaf connects to every spine.
+
+    Args:
+        spines: number of spine switches, 1..64.
+        leaves: number of leaf switches, 1..250.
+        hosts_per_leaf: hosts on each leaf, 1..250.
+        host_rate_mbps: host-leaf link rate in Mbit/s (> 0).
+        uplink_rate_mbps: leaf-spine link rate in Mbit/s (> 0).
+        uplinks_per_spine: parallel links between each leaf and spine, 1..8.
+
+    Raises:
+        ScenarioError: a parameter out of range (names the parameter).
+
+    The default is the textbook 3:1 example: 2 spines, 4 leaves, 6 hosts per
+    leaf, all links 10 Mbit/s.
+    """
+
+    spines: int = 2
+    leaves: int = 4
+    hosts_per_leaf: int = 6
+    host_rate_mbps: float = 10.0
+    uplink_rate_mbps: float = 10.0
+    uplinks_per_spine: int = 1
+
+    def __post_init__(self):
+        for key, lo, hi in (("spines", 1, 64), ("leaves", 1, 250), ("hosts_per_leaf", 1, 250),
+                            ("uplinks_per_spine", 1, 8)):
+            v = getattr(self, key)
+            if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+                raise ScenarioError(f"topology.{key}", f"must be an integer in [{lo}, {hi}], got {v!r}")
+        for key in ("host_rate_mbps", "uplink_rate_mbps"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ScenarioError(f"topology.{key}", f"must be a number > 0, got {v!r}")
+
+    @property
+    def oversubscription(self) -> Fraction:
+        """Leaf oversubscription ratio (downlink capacity / uplink capacity), e.g. 3 for 3:1."""
+        down = Fraction(self.hosts_per_leaf) * Fraction(str(self.host_rate_mbps))
+        up = Fraction(self.spines * self.uplinks_per_spine) * Fraction(str(self.uplink_rate_mbps))
+        return down / up
+
+    @staticmethod
+    def spine_name(i: int) -> str:
+        """Name of spine ``i`` (1-based)."""
+        return f"spine{i}"
+
+    @staticmethod
+    def leaf_name(i: int) -> str:
+        """Name of leaf ``i`` (1-based)."""
+        return f"leaf{i}"
+
+    def host_name(self, leaf: int, idx: int) -> str:
+        """Name of host ``idx`` (1-based) on leaf ``leaf``: global numbering h1..hN."""
+        return f"h{(leaf - 1) * self.hosts_per_leaf + idx}"
+
+    def build(self) -> Fabric:
+        """Build the node and link list.
+
+        Leaf ports 1..hosts_per_leaf face hosts; the uplinks follow, spine by
+        spine. Spine port numbers run leaf by leaf. Raises ScenarioError if a
+        generated interface name would exceed 15 characters (case C1).
+        """
+        params = {"spines": self.spines, "leaves": self.leaves, "hosts_per_leaf": self.hosts_per_leaf,
+                  "host_rate_mbps": self.host_rate_mbps, "uplink_rate_mbps": self.uplink_rate_mbps,
+                  "uplinks_per_spine": self.uplinks_per_spine,
+                  "oversubscription": float(self.oversubscription)}
+        fab = Fabric(kind="spineleaf", params=params)
+        for s in range(1, self.spines + 1):
+            fab.nodes.append(Node(self.spine_name(s), "spine", dpid=dpid_for("spine", s)))
+        for l in range(1, self.leaves + 1):
+            fab.nodes.append(Node(self.leaf_name(l), "leaf", dpid=dpid_for("leaf", l)))
+        for l in range(1, self.leaves + 1):
+            for h in range(1, self.hosts_per_leaf + 1):
+                fab.nodes.append(Node(self.host_name(l, h), "host", mac=host_mac(l, h),
+                                      ip=host_ip(l, h), leaf=self.leaf_name(l)))
+        for l in range(1, self.leaves + 1):
+            for h in range(1, self.hosts_per_leaf + 1):
+                fab.links.append(LinkSpec(self.leaf_name(l), h, self.host_name(l, h), 0, self.host_rate_mbps))
+        for l in range(1, self.leaves + 1):
+            for s in range(1, self.spines + 1):
+                for u in range(self.uplinks_per_spine):
+                    leaf_port = self.hosts_per_leaf + (s - 1) * self.uplinks_per_spine + u + 1
+                    spine_port = (l - 1) * self.uplinks_per_spine + u + 1
+                    fab.links.append(LinkSpec(self.leaf_name(l), leaf_port, self.spine_name(s),
+                                              spine_port, self.uplink_rate_mbps))
+        fab.check_names()
+        return fab

@@ -1,0 +1,1 @@
+"""Traffic agents (one process per Mininet host) and pure traffic patterns."""
