@@ -45,8 +45,8 @@ class LiveFabric:
         workdir: folder for the fabric map, controller log and agent files.
         state: the RunState that records what is created.
         datapath: ``user`` or ``kernel`` (from the environment probe).
-        port_queue: queue installed on every switch egress port, or None.
-        host_queue: queue installed on every host NIC, or None.
+        switch_queue: ``rate_mbps -> PortQueue`` for every switch egress port, or None.
+        host_queue: ``rate_mbps -> PortQueue`` for every host NIC, or None.
         connect_timeout_s: how long switches get to connect and be configured.
 
     Attributes after enter: ``net`` (Mininet), ``fabric_map`` (dict),
@@ -58,12 +58,12 @@ class LiveFabric:
     """
 
     def __init__(self, fabric: Fabric, workdir: Path, state: RunState, datapath: str = "user",
-                 port_queue=None, host_queue=None, connect_timeout_s: float = 30.0):
+                 switch_queue=None, host_queue=None, connect_timeout_s: float = 30.0):
         self.fabric = fabric
         self.workdir = Path(workdir)
         self.state = state
         self.datapath = datapath
-        self.port_queue = port_queue
+        self.switch_queue = switch_queue
         self.host_queue = host_queue
         self.connect_timeout_s = connect_timeout_s
         self.net = None
@@ -168,18 +168,18 @@ class LiveFabric:
         return out
 
     def _configure_ports(self):
-        for sw in self.net.switches:
-            for intf in sw.intfList():
-                if intf.name == "lo":
-                    continue
-                dataplane.offloads_off(intf.name)
-                if self.port_queue is not None:
-                    dataplane.install_port_queue(intf.name, self.port_queue)
-        for h in self.net.hosts:
-            for intf in h.intfList():
-                dataplane.offloads_off(intf.name, h.pid)
-                if self.host_queue is not None:
-                    dataplane.install_port_queue(intf.name, self.host_queue, h.pid)
+        """Offloads off everywhere (cases T1, L5); queues at each link's rate."""
+        for link in self.fabric.links:
+            for node, intf in ((link.a, link.a_intf), (link.b, link.b_intf)):
+                if self.fabric.node(node).is_host:
+                    pid = self.net.get(node).pid
+                    dataplane.offloads_off(intf, pid)
+                    if self.host_queue is not None:
+                        dataplane.install_port_queue(intf, self.host_queue(link.rate_mbps), pid)
+                else:
+                    dataplane.offloads_off(intf)
+                    if self.switch_queue is not None:
+                        dataplane.install_port_queue(intf, self.switch_queue(link.rate_mbps))
 
     def host(self, name: str):
         """The Mininet host called ``name``."""

@@ -1,0 +1,84 @@
+"""fabriclab command line.
+
+    python -m experiments run [SCENARIO.yaml] [--results DIR]
+    python -m experiments check SCENARIO.yaml     # validate only
+    python -m experiments clean                   # remove what a killed run left
+    python -m experiments plot RESULTS_DIR        # redraw plots from result files
+
+Exit codes: 0 success, 1 run failed, 2 bad input (scenario key, missing
+capability, not root), 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from common.errors import CapabilityError, ScenarioError, SetupError
+
+DEFAULT_SCENARIO = Path(__file__).resolve().parent / "scenarios" / "incast.yaml"
+
+
+def main(argv=None) -> int:
+    """Dispatch the sub-commands; see the module docstring for exit codes."""
+    ap = argparse.ArgumentParser(prog="fabriclab")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run a scenario")
+    r.add_argument("scenario", nargs="?", default=str(DEFAULT_SCENARIO))
+    r.add_argument("--results", default="results")
+    r.add_argument("--quiet", action="store_true")
+    c = sub.add_parser("check", help="validate a scenario file")
+    c.add_argument("scenario")
+    sub.add_parser("clean", help="remove state left by a killed run")
+    p = sub.add_parser("plot", help="redraw the plots of a results folder")
+    p.add_argument("results_dir")
+    args = ap.parse_args(argv)
+
+    from common.scenario import load_scenario
+    if args.cmd in ("run", "check"):
+        try:
+            sc = load_scenario(args.scenario)
+        except ScenarioError as e:
+            print(f"fabriclab: {e}", file=sys.stderr)
+            return 2
+        if args.cmd == "check":
+            print(f"fabriclab: {args.scenario} is valid")
+            return 0
+    if args.cmd == "plot":
+        from experiments import plot
+        for path in plot.plot_all(Path(args.results_dir)):
+            print(path)
+        return 0
+    if os.geteuid() != 0:
+        print("fabriclab: this needs root (Mininet, Open vSwitch, tc): run it with sudo", file=sys.stderr)
+        return 2
+    if args.cmd == "clean":
+        from common.state import clean_stale
+        try:
+            report = clean_stale()
+        except SetupError as e:
+            print(f"fabriclab: {e}", file=sys.stderr)
+            return 1
+        print("fabriclab: nothing recorded to clean" if report is None else f"fabriclab: removed {report}")
+        return 0
+    from experiments import runner
+    try:
+        runner.run(sc, Path(args.results), quiet=args.quiet)
+    except ScenarioError as e:
+        print(f"fabriclab: {e}", file=sys.stderr)
+        return 2
+    except CapabilityError as e:
+        print(f"fabriclab: {e}", file=sys.stderr)
+        return 2
+    except SetupError as e:
+        print(f"fabriclab: set-up failed: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("fabriclab: interrupted; fabric torn down", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Plots of a results folder. Reads only the result files (never live state).
+
+``python -m experiments plot RESULTS_DIR`` redraws them.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from experiments.analysis import load_queue_samples  # noqa: E402
+
+BIN_S = 0.05
+
+
+def _rate_mbps(t_s: np.ndarray, total_bytes: np.ndarray, bin_s: float = BIN_S):
+    """Rate in Mbit/s on a regular grid of ``bin_s`` from a cumulative byte counter."""
+    if len(t_s) < 2:
+        return np.array([]), np.array([])
+    grid = np.arange(t_s[0], t_s[-1] + bin_s, bin_s)
+    cum = np.interp(grid, t_s, total_bytes)
+    return grid[1:], np.diff(cum) * 8 / bin_s / 1e6
+
+
+def plot_queue_depth(out: Path, summary: dict, samples: dict) -> Path:
+    """queue_depth.png: backlog of the bottleneck port (and the next busiest) with the buffer size."""
+    bn = summary["bottleneck"]
+    in_packets = bn["buffer_packets"] is not None
+    col, unit = ("backlog_packets", "packets") if in_packets else ("backlog_bytes", "bytes")
+    limit = bn["buffer_packets"] if in_packets else bn["buffer_bytes"]
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    peaks = sorted(samples, key=lambda i: samples[i][col].max(), reverse=True)
+    for intf in peaks[1:4]:
+        if samples[intf][col].max() > 0:
+            ax.plot(samples[intf]["t_s"], samples[intf][col], lw=0.8, alpha=0.6, label=f"{intf}")
+    s = samples[bn["intf"]]
+    ax.plot(s["t_s"], s[col], color="C3", lw=1.6, label=f"{bn['intf']} -> {bn['peer']} (bottleneck)")
+    ax.axhline(limit, color="k", ls="--", lw=1, label=f"buffer = {limit} {unit}")
+    ax.axvline(0, color="grey", ls=":", lw=1, label="incast start")
+    ax.set_xlabel("time since incast start (s)")
+    ax.set_ylabel(f"queue backlog ({unit})")
+    ax.set_title(f"{summary['scenario']}: switch egress queue depth ({summary['datapath']} datapath)")
+    ax.set_ylim(0, limit * 1.1)
+    ax.legend(loc="upper right", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = out / "queue_depth.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_throughput(out: Path, summary: dict, samples: dict) -> Path:
+    """throughput.png: per-flow goodput and the bottleneck port's transmit rate vs time."""
+    flows: dict[str, list] = {}
+    with open(out / "flow_samples.csv") as f:
+        for row in csv.DictReader(f):
+            flows.setdefault(row["src"], []).append((float(row["t_s"]), float(row["bytes_received_total"])))
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for src, pts in flows.items():
+        a = np.asarray([(0.0, 0.0)] + pts)
+        t, r = _rate_mbps(a[:, 0], a[:, 1])
+        ax.plot(t, r, lw=0.9, alpha=0.8, label=f"flow from {src}")
+    bn = summary["bottleneck"]
+    s = samples[bn["intf"]]
+    t, r = _rate_mbps(s["t_s"], s["tx_bytes_total"])
+    ax.plot(t, r, color="k", lw=1.8, label=f"bottleneck {bn['intf']} tx")
+    ax.axhline(bn["rate_mbps"], color="k", ls="--", lw=1, label=f"link rate {bn['rate_mbps']:g} Mbit/s")
+    ax.set_xlabel("time since incast start (s)")
+    ax.set_ylabel("throughput (Mbit/s)")
+    ax.set_title(f"{summary['scenario']}: per-flow throughput ({BIN_S * 1000:.0f} ms bins)")
+    ax.set_ylim(0, bn["rate_mbps"] * 1.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), fontsize=7, ncol=5, frameon=False)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = out / "throughput.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_all(out: Path) -> list[Path]:
+    """Draw every plot of a results folder; returns the PNG paths."""
+    out = Path(out)
+    summary = json.loads((out / "summary.json").read_text())
+    samples = load_queue_samples(out / "queues.csv", 0.0)
+    return [plot_queue_depth(out, summary, samples), plot_throughput(out, summary, samples)]
