@@ -1,0 +1,42 @@
+# fabriclab: see README.md. Every target that touches the network needs root (sudo).
+SHELL := /bin/bash
+PY := .venv/bin/python
+SCENARIO ?= experiments/scenarios/incast.yaml
+RESULTS ?= results
+PYTEST_ARGS ?=
+
+.PHONY: help setup experiment test unit clean bench check-root distclean
+
+help:
+	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast), results in $(RESULTS)/"
+	@echo "sudo make test                            install what is missing, run the whole test suite"
+	@echo "sudo make setup                           install apt + pip dependencies, start Open vSwitch (idempotent)"
+	@echo "make unit                                 unit tests only (no root; needs a prior setup)"
+	@echo "sudo make bench                           time the default experiment and the queue sampler"
+	@echo "sudo make clean                           remove fabriclab's emulation state left by a killed run"
+	@echo "sudo make distclean                       clean, and remove .venv"
+
+check-root:
+	@if [ "$$(id -u)" != 0 ]; then echo "fabriclab: this target needs root: run it with sudo (e.g. sudo make $(MAKECMDGOALS))" >&2; exit 2; fi
+
+setup: check-root
+	@bash scripts/setup.sh
+
+experiment: check-root setup
+	$(PY) -m experiments run $(SCENARIO) --results $(RESULTS)
+
+test: check-root setup
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+unit:
+	@test -x $(PY) || { echo "fabriclab: no .venv yet: run sudo make setup first" >&2; exit 2; }
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+bench: check-root setup
+	$(PY) bench/bench_experiment.py
+
+clean: check-root
+	@if [ -x $(PY) ]; then $(PY) -m experiments clean; else echo "fabriclab: nothing to clean (no .venv)"; fi
+
+distclean: clean
+	rm -rf .venv
