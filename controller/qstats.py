@@ -79,39 +79,49 @@ class QdiscStatsReader:
         return self._collect()
 
     def _collect(self):
-        out = {}
-        watched = self.ifindexes
-        buf = self.buf
-        mv = memoryview(buf)
+        out: dict = {}
         while True:
-            n = self.sock.recv_into(buf)
-            off = 0
-            while off + 16 <= n:
-                msg_len, msg_type, _flags, seq, _pid = _NLH.unpack_from(mv, off)
-                if msg_len < 16:
-                    raise OSError("malformed netlink message")
-                if msg_type == NLMSG_DONE:
-                    return out
-                if msg_type == NLMSG_ERROR:
-                    (err,) = struct.unpack_from("=i", mv, off + 16)
-                    if err:
-                        raise OSError(-err, os.strerror(-err))
-                elif msg_type == RTM_NEWQDISC and seq == self.seq:
-                    _fam, ifindex, _handle, parent, _info = _TCM.unpack_from(mv, off + 16)
-                    if parent == TC_H_ROOT and ifindex in watched:
-                        a = off + 16 + _TCM.size
-                        end = off + msg_len
-                        while a + 4 <= end:
-                            alen, atype = _RTA.unpack_from(mv, a)
-                            if alen < 4:
-                                break
-                            if atype == TCA_STATS:
-                                (tx_bytes, tx_pkts, drops, _ovl, _bps, _pps, qlen,
-                                 backlog) = _TC_STATS.unpack_from(mv, a + 4)
-                                out[watched[ifindex]] = (backlog, qlen, drops, tx_bytes, tx_pkts)
-                                break
-                            a += (alen + 3) & ~3
-                off += (msg_len + 3) & ~3
+            n = self.sock.recv_into(self.buf)
+            if parse_qdisc_dump(memoryview(self.buf)[:n], self.seq, self.ifindexes, out):
+                return out
+
+
+def parse_qdisc_dump(mv, seq: int, watched: dict[int, str], out: dict) -> bool:
+    """Parse one netlink datagram of an RTM_GETQDISC dump.
+
+    Adds ``{ifname: (backlog_bytes, backlog_packets, drops_total,
+    tx_bytes_total, tx_packets_total)}`` for root qdiscs of ``watched``
+    interfaces to ``out``. Returns True when the dump's NLMSG_DONE was seen.
+    Raises OSError on an NLMSG_ERROR or a malformed message.
+    """
+    off, n = 0, len(mv)
+    while off + 16 <= n:
+        msg_len, msg_type, _flags, mseq, _pid = _NLH.unpack_from(mv, off)
+        if msg_len < 16:
+            raise OSError("malformed netlink message")
+        if msg_type == NLMSG_DONE:
+            return True
+        if msg_type == NLMSG_ERROR:
+            (err,) = struct.unpack_from("=i", mv, off + 16)
+            if err:
+                raise OSError(-err, os.strerror(-err))
+        elif msg_type == RTM_NEWQDISC and mseq == seq:
+            _fam, ifindex, _handle, parent, _info = _TCM.unpack_from(mv, off + 16)
+            if parent == TC_H_ROOT and ifindex in watched:
+                a = off + 16 + _TCM.size
+                end = off + msg_len
+                while a + 4 <= end:
+                    alen, atype = _RTA.unpack_from(mv, a)
+                    if alen < 4:
+                        break
+                    if atype == TCA_STATS:
+                        (tx_bytes, tx_pkts, drops, _ovl, _bps, _pps, qlen,
+                         backlog) = _TC_STATS.unpack_from(mv, a + 4)
+                        out[watched[ifindex]] = (backlog, qlen, drops, tx_bytes, tx_pkts)
+                        break
+                    a += (alen + 3) & ~3
+        off += (msg_len + 3) & ~3
+    return False
 
 
 def ifindexes_for(names: list[str]) -> dict[int, str]:

@@ -1,0 +1,7 @@
+"""Shared pytest set-up: the repository root is importable."""
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))

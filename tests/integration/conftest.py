@@ -1,0 +1,82 @@
+"""Integration fixtures: real Mininet fabrics on real OVS (root only)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark everything here `integration` and skip it without root."""
+    for item in items:
+        if "tests/integration" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+            if os.geteuid() != 0:
+                item.add_marker(pytest.mark.skip(reason="integration tests need root (sudo make test)"))
+
+
+def root_eth_links() -> list[str]:
+    """Interfaces named *-eth* in the root namespace (Mininet's naming)."""
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    return [l.split(":")[1].strip().split("@")[0] for l in out.splitlines() if "-eth" in l.split(":")[1]]
+
+
+def ovs_bridges() -> list[str]:
+    """All OVS bridges."""
+    return subprocess.run(["ovs-vsctl", "--timeout=5", "list-br"], capture_output=True, text=True).stdout.split()
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes whose argv contains ``text`` (this test's own files)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmd:
+            found.append(f"{pid}: {cmd[:200]}")
+    return found
+
+
+def assert_clean(marker: str):
+    """No bridge, no -eth link, no process of the run identified by ``marker`` remains (case C2)."""
+    assert ovs_bridges() == [], ovs_bridges()
+    assert root_eth_links() == [], root_eth_links()
+    assert processes_mentioning(marker) == []
+
+
+def small_scenario(tmp_path: Path, name="small", **over) -> Path:
+    """A 2x2 Spine-Leaf incast scenario (2 hosts per leaf, 2 senders) written to ``tmp_path``."""
+    sc = {"name": name,
+          "topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2},
+          "queues": {"buffer_packets": 50},
+          "traffic": {"receiver": "h1", "senders": 2, "response_bytes": 200000, "timeout_s": 60},
+          "measurement": {"sample_hz": 200}}
+    for k, v in over.items():
+        sc.setdefault(k, {}).update(v) if isinstance(v, dict) else sc.__setitem__(k, v)
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(sc))
+    return p
+
+
+def run_cli(*args, env=None, timeout=300, **kw):
+    """Run ``python -m experiments ARGS`` from the repository root."""
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([PY, "-m", "experiments", *args], cwd=ROOT, env=e, capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _start_clean():
+    """Every integration module starts with no fabric left behind by an earlier one."""
+    assert ovs_bridges() == [], f"stale bridges before the test: {ovs_bridges()}"
+    yield

@@ -1,0 +1,38 @@
+"""Pure parts of the data-plane helpers and of the run-state record."""
+import subprocess
+import sys
+import time
+
+import pytest
+
+from common.state import kill_recorded, proc_start_time
+from controller.dataplane import PortQueue
+
+
+def test_port_queue_kind_and_limit():
+    assert (PortQueue(10, buffer_bytes=30000).fifo_kind, PortQueue(10, buffer_bytes=30000).fifo_limit) == ("bfifo", 30000)
+    assert (PortQueue(10, buffer_packets=100).fifo_kind, PortQueue(10, buffer_packets=100).fifo_limit) == ("pfifo", 100)
+    with pytest.raises(ValueError):
+        PortQueue(10)
+    with pytest.raises(ValueError):
+        PortQueue(10, buffer_bytes=1, buffer_packets=1)
+    with pytest.raises(ValueError):
+        PortQueue(0, buffer_packets=1)
+
+
+def test_kill_recorded_checks_start_time():
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        st = proc_start_time(p.pid)
+        assert st is not None
+        # a record with the right pid but another start time is a reused pid: left alone
+        assert kill_recorded([{"pid": p.pid, "start_time": st + 1}], grace_s=0.1) == []
+        assert p.poll() is None
+        assert kill_recorded([{"pid": p.pid, "start_time": st}], grace_s=2) == [p.pid]
+        t = time.monotonic()
+        while p.poll() is None and time.monotonic() - t < 5:
+            time.sleep(0.05)
+        assert p.poll() is not None
+    finally:
+        if p.poll() is None:
+            p.kill()

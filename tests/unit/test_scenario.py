@@ -1,0 +1,69 @@
+"""Strict scenario schema: unknown keys and bad values name the key."""
+from pathlib import Path
+
+import pytest
+import yaml
+
+from common.errors import ScenarioError
+from common.scenario import load_scenario, validate
+
+DEFAULT = Path(__file__).resolve().parents[2] / "experiments" / "scenarios" / "incast.yaml"
+
+
+def base():
+    return yaml.safe_load(DEFAULT.read_text())
+
+
+def test_default_scenario_resolves():
+    sc = load_scenario(DEFAULT)
+    assert sc["name"] == "incast"
+    assert sc["topology"]["spines"] == 2 and sc["topology"]["leaves"] == 4
+    assert sc["queues"]["buffer_packets"] == 100 and sc["queues"]["buffer_bytes"] is None
+    assert sc["traffic"]["senders"] == 8
+    assert sc["measurement"]["sample_hz"] >= 200
+
+
+def test_defaults_fill_in():
+    sc = validate({"name": "x"})
+    assert sc["topology"]["hosts_per_leaf"] == 6 and sc["queues"]["buffer_packets"] == 100
+
+
+@pytest.mark.parametrize("mutate,key", [
+    (lambda d: d.update(colour="red"), "colour"),
+    (lambda d: d["traffic"].update(sendrs=3), "traffic.sendrs"),
+    (lambda d: d["topology"].update(spines="two"), "topology.spines"),
+    (lambda d: d["topology"].update(spines=0), "topology.spines"),
+    (lambda d: d["topology"].update(host_rate_mbps=5000), "topology.host_rate_mbps"),
+    (lambda d: d["topology"].update(kind="torus"), "topology.kind"),
+    (lambda d: d["queues"].update(buffer_bytes=150000), "queues.buffer_bytes"),  # both buffer keys given
+    (lambda d: d["traffic"].update(receiver="h99"), "traffic.receiver"),
+    (lambda d: d["traffic"].update(senders=24), "traffic.senders"),
+    (lambda d: d["traffic"].update(sender_hosts=["h2", "h1"]), "traffic.sender_hosts[1]"),
+    (lambda d: d["traffic"].update(response_bytes=True), "traffic.response_bytes"),
+    (lambda d: d["hosts"].update(tcp_ecn=5), "hosts.tcp_ecn"),
+    (lambda d: d.update(name="bad name!"), "name"),
+    (lambda d: d.pop("name"), "name"),
+    (lambda d: d.update(topology=[1, 2]), "topology"),
+])
+def test_bad_input_names_the_key(mutate, key):
+    d = base()
+    mutate(d)
+    with pytest.raises(ScenarioError) as e:
+        validate(d)
+    assert e.value.key == key
+    assert f"'{key}'" in str(e.value)
+
+
+def test_sender_hosts_sets_count():
+    d = base()
+    d["traffic"]["sender_hosts"] = ["h7", "h13"]
+    assert validate(d)["traffic"]["senders"] == 2
+
+
+def test_unreadable_and_non_yaml_files(tmp_path):
+    with pytest.raises(ScenarioError, match="cannot read"):
+        load_scenario(tmp_path / "missing.yaml")
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: [unclosed")
+    with pytest.raises(ScenarioError, match="not valid YAML"):
+        load_scenario(p)
