@@ -1,0 +1,152 @@
+"""The runner end to end: results, teardown on every exit path (C2), bad input."""
+import csv
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import PY, ROOT, assert_clean, ovs_bridges, root_eth_links, run_cli, small_scenario
+
+
+def only_run_dir(results: Path) -> Path:
+    dirs = [d for d in results.iterdir() if d.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def test_default_experiment_end_to_end(tmp_path):
+    """Acceptance: the default scenario gives CSVs, summary and plots; every byte arrives; the
+    bottleneck is the receiver's port, within its buffer, and its queue rises at the incast."""
+    results = tmp_path / "results"
+    p = run_cli("run", "--results", str(results), timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = only_run_dir(results)
+    for name in ("scenario.yaml", "environment.json", "fabric_map.json", "queues.csv", "ports.csv", "flows.csv",
+                 "flow_samples.csv", "summary.json", "queue_depth.png", "throughput.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert str(out) in p.stdout
+    s = json.loads((out / "summary.json").read_text())
+    env = json.loads((out / "environment.json").read_text())
+    assert env["datapath"] in ("user", "kernel") and "qdiscs" in env and env["scale"]["measured_rtt_s"] > 0
+    f = s["flows"]
+    assert f["count"] == 8 and f["all_complete"]
+    for flow in f["per_flow"]:
+        assert flow["bytes_sent"] == flow["bytes_received"] == 500000
+        assert flow["fct_s"] is not None and flow["fct_s"] > 0
+    # 8 x 500 kB through one 10 Mbit/s port cannot finish faster than 3.2 s
+    assert f["fct_max_s"] >= 8 * 500000 * 8 / 10e6 * 0.97
+    assert f["congestion_control_on_live_flows"] == ["cubic"]
+    bn = s["bottleneck"]
+    assert bn["intf"] == "leaf1-eth1" and bn["peer"] == "h1" and bn["toward_receiver"]
+    assert bn["within_buffer"] and bn["peak_backlog_packets"] <= 100
+    # the queue is empty before the incast and builds after it starts
+    before, after = [], []
+    with open(out / "queues.csv") as fh:
+        for row in csv.DictReader(fh):
+            if row["intf"] == "leaf1-eth1":
+                (before if float(row["t_s"]) < 0 else after).append(int(row["backlog_packets"]))
+    assert before and max(before) <= 2
+    assert max(after) >= 20
+    # sender-side host queues are not measured here, but no other switch port comes close (case L4)
+    ports = list(csv.DictReader(open(out / "ports.csv")))
+    others = [int(r["peak_backlog_packets"]) for r in ports if r["intf"] != "leaf1-eth1"]
+    assert max(others) < int(bn["peak_backlog_packets"])
+    assert s["sampler"]["achieved_hz"] >= 190 and s["sampler"]["interfaces"] == 40
+    assert_clean(str(out))
+
+
+def test_injected_exception_leaves_nothing(tmp_path):
+    """Case C2: an exception mid-traffic tears down bridges, links, controller, agents, sampler."""
+    results = tmp_path / "results"
+    p = run_cli("run", str(small_scenario(tmp_path)), "--results", str(results),
+                env={"FABRICLAB_INJECT_FAULT": "after_traffic_start"})
+    assert p.returncode == 1
+    assert "injected fault" in p.stderr
+    assert_clean(str(results))
+
+
+def _start_run(tmp_path, scenario):
+    results = tmp_path / "results"
+    proc = subprocess.Popen([PY, "-m", "experiments", "run", str(scenario), "--results", str(results)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if "incast:" in line or not line:
+            break
+    assert any("incast:" in l for l in lines), "".join(lines)
+    return proc, results
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_mid_run_tears_down(tmp_path, sig):
+    """SIGTERM and Ctrl-C (SIGINT) during traffic: the runner exits and leaves nothing."""
+    scenario = small_scenario(tmp_path, traffic={"response_bytes": 5_000_000})
+    proc, results = _start_run(tmp_path, scenario)
+    proc.send_signal(sig)
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert_clean(str(results))
+
+
+def test_next_run_after_sigkill_starts_clean(tmp_path):
+    """Case C2: SIGKILL leaves state behind; the next run removes it and succeeds."""
+    scenario = small_scenario(tmp_path, traffic={"response_bytes": 5_000_000})
+    proc, results = _start_run(tmp_path, scenario)
+    proc.kill()
+    proc.wait()
+    assert ovs_bridges(), "SIGKILL should have left the bridges (nothing ran teardown)"
+    p = run_cli("run", str(small_scenario(tmp_path, name="after")), "--results", str(tmp_path / "r2"))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "removed state of an earlier run" in p.stdout
+    assert_clean(str(results))
+    assert_clean(str(tmp_path / "r2"))
+
+
+def test_make_clean_removes_killed_run(tmp_path):
+    """`make clean` (experiments clean) removes exactly what the killed run recorded."""
+    proc, results = _start_run(tmp_path, small_scenario(tmp_path, traffic={"response_bytes": 5_000_000}))
+    proc.kill()
+    proc.wait()
+    p = run_cli("clean")
+    assert p.returncode == 0, p.stderr
+    assert "removed" in p.stdout
+    assert_clean(str(results))
+    p = run_cli("clean")
+    assert "nothing recorded" in p.stdout
+
+
+def test_bad_scenario_key_exits_2_and_starts_nothing(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\ntraffic:\n  sendrs: 3\n")
+    results = tmp_path / "results"
+    p = run_cli("run", str(bad), "--results", str(results))
+    assert p.returncode == 2
+    assert "traffic.sendrs" in p.stderr
+    assert not results.exists()
+    assert not Path("/run/fabriclab/state.json").exists()
+    assert ovs_bridges() == [] and root_eth_links() == []
+
+
+def test_missing_congestion_control_exits_2(tmp_path):
+    """Case H1: asking for an algorithm the kernel lacks names it; no silent fallback."""
+    p = run_cli("run", str(small_scenario(tmp_path, hosts={"tcp_congestion_control": "nosuchcc"})),
+                "--results", str(tmp_path / "r"))
+    assert p.returncode == 2
+    assert "nosuchcc" in p.stderr
+    assert ovs_bridges() == []
+
+
+def test_without_root_make_says_sudo(tmp_path):
+    """`make experiment` and `make test` without root stop at once with exit 2 and say sudo."""
+    for target in ("experiment", "test"):
+        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "make", "-s", "-C",
+                            str(ROOT), target], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2, (target, p.stdout, p.stderr)
+        assert "sudo" in p.stderr
