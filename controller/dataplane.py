@@ -7,6 +7,7 @@ Commands are argv lists built from validated values.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass
 
@@ -201,3 +202,129 @@ def delete_root_links(names: list[str]) -> list[str]:
                     if e.code != 19:  # ENODEV: its veth peer went first
                         raise SetupError(f"ip link del {name}: {e}") from None
     return deleted
+
+
+# -- Open vSwitch userspace datapath: its shared transmit socket ---------------
+#
+# With datapath_type=netdev, ovs-vswitchd transmits on every Linux port through
+# ONE non-blocking AF_PACKET socket (lib/netdev-linux.c, af_packet_sock()),
+# created with the default send buffer (net.core.wmem_default, 212992 bytes).
+# A packet sitting in any port's qdisc is charged to that socket, so the whole
+# fabric can hold only ~93 full-size frames (truesize ~2304 B each) in all its
+# queues together; past that, sendmmsg fails with ENOBUFS and OVS drops the
+# packet before it reaches a qdisc (no qdisc drop counter moves). fabriclab
+# raises that socket's send buffer for the run, through pidfd_getfd(2) and
+# SO_SNDBUFFORCE, and restores it afterwards. The kernel datapath does not
+# have this socket.
+
+SO_SNDBUFFORCE = 32
+SYS_PIDFD_GETFD = 438  # x86_64 and aarch64 (asm-generic) syscall number
+#: Upper bound of an skb's truesize for one full-size frame, in bytes.
+FRAME_TRUESIZE_BYTES = 4096
+
+
+def ovs_vswitchd_pid() -> int:
+    """Pid of ovs-vswitchd from its pidfile; SetupError if it is not running."""
+    for path in ("/var/run/openvswitch/ovs-vswitchd.pid", "/run/openvswitch/ovs-vswitchd.pid"):
+        try:
+            pid = int(open(path).read().strip())
+            os.kill(pid, 0)
+            return pid
+        except (OSError, ValueError):
+            continue
+    raise SetupError("ovs-vswitchd is not running (run 'sudo make setup')")
+
+
+def _ovs_tx_socket_fd(pid: int) -> int | None:
+    """fd number, in ``pid``, of its unbound protocol-0 AF_PACKET socket (the transmit socket)."""
+    inodes = set()
+    with open(f"/proc/{pid}/net/packet") as f:
+        next(f)
+        for line in f:
+            cols = line.split()
+            # sk RefCnt Type Proto Iface R Rmem User Inode
+            if len(cols) >= 9 and cols[3] == "0000" and cols[4] == "0":
+                inodes.add(cols[8])
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            return int(fd)
+    return None
+
+
+class OvsTxBuffer:
+    """Context manager: give ovs-vswitchd's shared transmit socket at least ``min_bytes`` of send buffer.
+
+    Args:
+        min_bytes: the send buffer needed: every switch port's FIFO full at
+            once, in skb truesize (ports x buffer_packets x FRAME_TRUESIZE_BYTES).
+
+    Attributes after enter: ``before_bytes``, ``after_bytes`` (as the kernel
+    reports them, i.e. doubled by SO_SNDBUFFORCE), ``applied`` (bool) and
+    ``reason`` (why not, if not applied). The socket exists once OVS has
+    forwarded a packet: enter after the first ping.
+    """
+
+    def __init__(self, min_bytes: int):
+        self.min_bytes = int(min_bytes)
+        self.before_bytes = None
+        self.after_bytes = None
+        self.applied = False
+        self.reason = ""
+
+    def _with_socket(self, fn):
+        import ctypes
+        import socket
+        pid = ovs_vswitchd_pid()
+        fd = _ovs_tx_socket_fd(pid)
+        if fd is None:
+            raise OSError("ovs-vswitchd has no transmit socket yet")
+        pidfd = os.pidfd_open(pid)
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            local = libc.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
+            if local < 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"pidfd_getfd: {os.strerror(err)}")
+        finally:
+            os.close(pidfd)
+        s = socket.socket(fileno=local)
+        try:
+            return fn(s)
+        finally:
+            s.close()   # closes our duplicate only; ovs-vswitchd keeps its socket
+
+    def __enter__(self):
+        import socket
+        try:
+            self.before_bytes = self._with_socket(lambda s: s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
+            if self.before_bytes >= self.min_bytes:
+                self.after_bytes = self.before_bytes
+                self.reason = "already large enough"
+                return self
+
+            def grow(s):
+                s.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, self.min_bytes)
+                return s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+            self.after_bytes = self._with_socket(grow)
+            self.applied = self.after_bytes >= self.min_bytes
+        except (OSError, SetupError) as e:
+            self.reason = str(e)
+        return self
+
+    def __exit__(self, *exc):
+        import socket
+        if self.applied and self.before_bytes:
+            try:
+                self._with_socket(lambda s: s.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, self.before_bytes // 2))
+            except (OSError, SetupError):
+                pass
+        return False
+
+    def record(self) -> dict:
+        """What was found and done, for environment.json."""
+        return {"min_bytes": self.min_bytes, "before_bytes": self.before_bytes, "after_bytes": self.after_bytes,
+                "applied": self.applied, "note": self.reason}

@@ -8,7 +8,7 @@ removing what the record of that run lists (case C2).
 """
 from __future__ import annotations
 
-import csv
+import contextlib
 import json
 import os
 import re
@@ -283,26 +283,19 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
             env["host_config"] = host_cfg
             (out / "environment.json").write_text(json.dumps(env, indent=2))
 
-            t_traffic = time.monotonic()
-            sampler = start_sampler(lf, state, out, sc["measurement"]["sample_hz"])
-            agents = _Agents(lf, state, agent_dir)
-            try:
-                deadline = time.time() + t["timeout_s"] + t["start_delay_s"] + 30
-                agents.start(t["receiver"], {"role": "receiver", "port": t["port"], "expect_flows": len(senders),
-                                             "deadline_unix_s": deadline, "out": str(agent_dir / f"{t['receiver']}.json")})
-                for i, s in enumerate(senders):
-                    agents.start(s, {"role": "sender", "dst_ip": fabric.node(t["receiver"]).ip, "port": t["port"],
-                                     "bytes": t["response_bytes"], "flow_id": i, "deadline_unix_s": deadline,
-                                     "out": str(agent_dir / f"{s}.json")})
-                start_at = time.time() + max(sc["measurement"]["pre_s"], 0.05)
-                agents.release(start_at)
-                _say(quiet, f"incast: {len(senders)} senders x {t['response_bytes']} B -> {t['receiver']}")
-                _maybe_fault("after_traffic_start")
-                codes = agents.wait(min(deadline, start_at + t["timeout_s"]))
-                time.sleep(sc["measurement"]["post_s"])
-            finally:
-                agents.kill()
-                stop_sampler(sampler)
+            txbuf = contextlib.nullcontext()
+            if env["datapath"] == "user":
+                txbuf = dataplane.OvsTxBuffer(userspace_tx_budget_bytes(sc, fabric))
+            with txbuf:
+                if env["datapath"] == "user":
+                    env["ovs_userspace_tx_buffer"] = txbuf.record()
+                    if not txbuf.applied and txbuf.reason != "already large enough":
+                        print(f"fabriclab: WARNING: could not enlarge Open vSwitch's transmit buffer "
+                              f"({txbuf.reason}); queues across the whole fabric are capped near "
+                              f"{(txbuf.before_bytes or 212992) // 2304} packets and excess packets are dropped "
+                              "inside OVS, not in the qdiscs", file=sys.stderr)
+                (out / "environment.json").write_text(json.dumps(env, indent=2))
+                codes, t_traffic = _traffic(lf, state, sc, out, agent_dir, senders, fabric, quiet)
             timings["traffic_s"] = time.monotonic() - t_traffic
             t_down = time.monotonic()
         timings["teardown_s"] = time.monotonic() - t_down
@@ -316,6 +309,39 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
     if not quiet:
         print(analysis.format_summary(summary, out))
     return out
+
+
+def userspace_tx_budget_bytes(sc: dict, fabric) -> int:
+    """Send buffer OVS's shared transmit socket needs so every switch FIFO can fill at once (see dataplane)."""
+    q = sc["queues"]
+    per_port_frames = q["buffer_packets"] if q["buffer_packets"] is not None else -(-q["buffer_bytes"] // 1514)
+    return len(fabric.switch_interfaces()) * (per_port_frames + 2) * dataplane.FRAME_TRUESIZE_BYTES
+
+
+def _traffic(lf, state, sc, out, agent_dir, senders, fabric, quiet):
+    """Start the sampler and agents, release the synchronized start, wait; returns (exit codes, t0)."""
+    t = sc["traffic"]
+    t_traffic = time.monotonic()
+    sampler = start_sampler(lf, state, out, sc["measurement"]["sample_hz"])
+    agents = _Agents(lf, state, agent_dir)
+    try:
+        deadline = time.time() + t["timeout_s"] + t["start_delay_s"] + 30
+        agents.start(t["receiver"], {"role": "receiver", "port": t["port"], "expect_flows": len(senders),
+                                     "deadline_unix_s": deadline, "out": str(agent_dir / f"{t['receiver']}.json")})
+        for i, s in enumerate(senders):
+            agents.start(s, {"role": "sender", "dst_ip": fabric.node(t["receiver"]).ip, "port": t["port"],
+                             "bytes": t["response_bytes"], "flow_id": i, "deadline_unix_s": deadline,
+                             "out": str(agent_dir / f"{s}.json")})
+        start_at = time.time() + max(sc["measurement"]["pre_s"], 0.05)
+        agents.release(start_at)
+        _say(quiet, f"incast: {len(senders)} senders x {t['response_bytes']} B -> {t['receiver']}")
+        _maybe_fault("after_traffic_start")
+        codes = agents.wait(min(deadline, start_at + t["timeout_s"]))
+        time.sleep(sc["measurement"]["post_s"])
+    finally:
+        agents.kill()
+        stop_sampler(sampler)
+    return codes, t_traffic
 
 
 def _git_rev() -> str:

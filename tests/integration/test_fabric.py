@@ -8,7 +8,7 @@ import time
 import pytest
 
 from common.state import RunState
-from controller.dataplane import PortQueue, offload_state
+from controller.dataplane import OvsTxBuffer, PortQueue, offload_state
 from controller.qstats import QdiscStatsReader, ifindexes_for
 from experiments.fabric import LiveFabric
 from topologies.spineleaf import SpineLeaf
@@ -82,3 +82,16 @@ def test_sampler_reads_every_switch_port(default_fabric):
     finally:
         r.close()
     assert set(got) == set(names)
+
+
+def test_ovs_transmit_buffer_is_enlarged_and_restored(default_fabric):
+    """Userspace datapath: OVS's shared AF_PACKET transmit socket can be given room for every
+    switch FIFO, and gets its own size back afterwards."""
+    if default_fabric.datapath != "user":
+        pytest.skip("only the userspace datapath transmits through one AF_PACKET socket")
+    assert default_fabric.net.ping(default_fabric.net.hosts[:2], timeout=2) == 0.0
+    with OvsTxBuffer(8 * 2**20) as b:
+        assert b.applied, b.reason
+        assert b.after_bytes >= 8 * 2**20
+    with OvsTxBuffer(1) as again:
+        assert again.before_bytes == b.before_bytes     # restored
