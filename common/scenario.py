@@ -107,12 +107,11 @@ SCHEMA: dict = {
         "sender_hosts": ListOf(F((str,), pattern=HOST), None, min_len=1),
         "response_bytes": F((int,), 500_000, lo=1, hi=10**10),
         "port": F((int,), 5001, lo=1024, hi=65535),
-        "start_delay_s": F(NUM, 1.0, lo=0.2, hi=60),
+        "start_delay_s": F(NUM, 0.5, lo=0.05, hi=60),
         "timeout_s": F(NUM, 120, lo=1, hi=3600),
     },
     "measurement": {
         "sample_hz": F(NUM, 200, lo=1, hi=2000),
-        "pre_s": F(NUM, 0.3, lo=0, hi=10),
         "post_s": F(NUM, 0.5, lo=0, hi=10),
     },
 }

@@ -34,7 +34,7 @@ def plot_queue_depth(out: Path, summary: dict, samples: dict) -> Path:
     in_packets = bn["buffer_packets"] is not None
     col, unit = ("backlog_packets", "packets") if in_packets else ("backlog_bytes", "bytes")
     limit = bn["buffer_packets"] if in_packets else bn["buffer_bytes"]
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig, ax = plt.subplots(figsize=(8, 4.8))
     peaks = sorted(samples, key=lambda i: samples[i][col].max(), reverse=True)
     for intf in peaks[1:4]:
         if samples[intf][col].max() > 0:
@@ -42,12 +42,16 @@ def plot_queue_depth(out: Path, summary: dict, samples: dict) -> Path:
     s = samples[bn["intf"]]
     ax.plot(s["t_s"], s[col], color="C3", lw=1.6, label=f"{bn['intf']} -> {bn['peer']} (bottleneck)")
     ax.axhline(limit, color="k", ls="--", lw=1, label=f"buffer = {limit} {unit}")
+    dropped = np.flatnonzero(np.diff(s["drops_total"]) > 0) + 1
+    if len(dropped):
+        ax.plot(s["t_s"][dropped], np.full(len(dropped), limit * 1.04), "x", color="C3", ms=4,
+                label=f"drops at {bn['intf']} ({int(s['drops_total'][-1] - s['drops_total'][0])} packets)")
     ax.axvline(0, color="grey", ls=":", lw=1, label="incast start")
     ax.set_xlabel("time since incast start (s)")
     ax.set_ylabel(f"queue backlog ({unit})")
     ax.set_title(f"{summary['scenario']}: switch egress queue depth ({summary['datapath']} datapath)")
     ax.set_ylim(0, limit * 1.1)
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), fontsize=7, ncol=3, frameon=False)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     path = out / "queue_depth.png"
@@ -62,7 +66,7 @@ def plot_throughput(out: Path, summary: dict, samples: dict) -> Path:
     with open(out / "flow_samples.csv") as f:
         for row in csv.DictReader(f):
             flows.setdefault(row["src"], []).append((float(row["t_s"]), float(row["bytes_received_total"])))
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig, ax = plt.subplots(figsize=(8, 4.8))
     for src, pts in flows.items():
         a = np.asarray([(0.0, 0.0)] + pts)
         t, r = _rate_mbps(a[:, 0], a[:, 1])

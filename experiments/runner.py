@@ -332,7 +332,7 @@ def _traffic(lf, state, sc, out, agent_dir, senders, fabric, quiet):
             agents.start(s, {"role": "sender", "dst_ip": fabric.node(t["receiver"]).ip, "port": t["port"],
                              "bytes": t["response_bytes"], "flow_id": i, "deadline_unix_s": deadline,
                              "out": str(agent_dir / f"{s}.json")})
-        start_at = time.time() + max(sc["measurement"]["pre_s"], 0.05)
+        start_at = time.time() + t["start_delay_s"]
         agents.release(start_at)
         _say(quiet, f"incast: {len(senders)} senders x {t['response_bytes']} B -> {t['receiver']}")
         _maybe_fault("after_traffic_start")
