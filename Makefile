@@ -5,7 +5,7 @@ SCENARIO ?= experiments/scenarios/incast.yaml
 RESULTS ?= results
 PYTEST_ARGS ?=
 
-.PHONY: help setup experiment test unit clean bench check-root distclean
+.PHONY: help setup experiment test unit clean bench check-root distclean vm-image vm-test vm-experiment
 
 help:
 	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast), results in $(RESULTS)/"
@@ -13,6 +13,9 @@ help:
 	@echo "sudo make setup                           install apt + pip dependencies, start Open vSwitch (idempotent)"
 	@echo "make unit                                 unit tests only (no root; needs a prior setup)"
 	@echo "sudo make bench                           time the default experiment and the queue sampler"
+	@echo "sudo make vm-image                        build (or reuse) the stock-kernel VM image (cached in /var/cache/fabriclab/vm)"
+	@echo "sudo make vm-test                         run the test suite inside the stock-kernel VM"
+	@echo "sudo make vm-experiment [SCENARIO=...]    run an experiment inside the VM; results come back to $(RESULTS)/"
 	@echo "sudo make clean                           remove fabriclab's emulation state left by a killed run"
 	@echo "sudo make distclean                       clean, and remove .venv"
 
@@ -40,3 +43,12 @@ clean: check-root
 
 distclean: clean
 	rm -rf .venv
+
+vm-image: check-root
+	@bash vm/build-image.sh >/dev/null
+
+vm-test: check-root vm-image
+	/usr/bin/python3 vm/run.py test --results $(RESULTS) $(if $(PYTEST_ARGS),-- $(PYTEST_ARGS),)
+
+vm-experiment: check-root vm-image
+	/usr/bin/python3 vm/run.py experiment --scenario $(SCENARIO) --results $(RESULTS)

@@ -74,14 +74,24 @@ def probe_qdiscs() -> dict[str, bool]:
         _out(["ip", "link", "del", PROBE_IF])
 
 
+def loadable_congestion_controls() -> list[str]:
+    """Congestion controls shipped as modules for the running kernel (``tcp_<name>.ko*``), not yet loaded."""
+    base = Path("/lib/modules", platform.release(), "kernel", "net", "ipv4")
+    try:
+        return sorted({p.name.split(".")[0][4:] for p in base.glob("tcp_*.ko*")})
+    except OSError:
+        return []
+
+
 def tcp_congestion_controls() -> dict[str, object]:
-    """Available and default TCP congestion controls of the root namespace."""
+    """Available (loaded or built in), loadable (module files) and default TCP congestion controls."""
     def rd(p):
         try:
             return Path(p).read_text().strip()
         except OSError:
             return ""
     return {"available": rd("/proc/sys/net/ipv4/tcp_available_congestion_control").split(),
+            "loadable": loadable_congestion_controls(),
             "default": rd("/proc/sys/net/ipv4/tcp_congestion_control")}
 
 

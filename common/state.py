@@ -69,16 +69,37 @@ def kill_recorded(procs: list[dict], grace_s: float = 2.0) -> list[int]:
     return hit
 
 
+def _restore_sysctl(item: list) -> None:
+    from controller import dataplane
+    key, value = item
+    dataplane.run(["sysctl", "-q", "-w", f"{key}={value}"])
+
+
+def _restore_ovs_tx_sndbuf(before_bytes: int) -> None:
+    from controller import dataplane
+    dataplane.set_ovs_tx_sndbuf(before_bytes)
+
+
+#: How each kind of recorded machine-wide change is undone (see RunState.remember).
+RESTORERS = {"sysctl": _restore_sysctl, "ovs_tx_sndbuf_bytes": _restore_ovs_tx_sndbuf}
+
+
 def cleanup_record(rec: dict) -> dict:
     """Remove everything a state record lists; returns what was removed.
 
-    Order: processes, then OVS bridges, then leftover root-namespace
-    interfaces. Errors are collected into ``errors`` rather than stopping
+    Order: processes, machine-wide settings changed for the run (put back),
+    OVS bridges, leftover root-namespace interfaces. Errors are collected into ``errors`` rather than stopping
     the cleanup half way.
     """
     from controller import dataplane  # lazy: keeps `common` free of pyroute2 at import
-    report = {"processes": [], "bridges": [], "interfaces": [], "errors": []}
+    report = {"processes": [], "bridges": [], "interfaces": [], "restored": [], "errors": []}
     report["processes"] = kill_recorded(rec.get("processes", []))
+    for key, value in rec.get("restore", {}).items():
+        try:
+            RESTORERS[key](value)
+            report["restored"].append(key)
+        except (SetupError, OSError) as e:
+            report["errors"].append(f"restoring {key}: {e}")
     bridges = [b for b in rec.get("bridges", []) if b in set(dataplane.ovs_bridges())]
     try:
         dataplane.ovs_del_bridges(bridges)
@@ -107,7 +128,7 @@ class RunState:
         self.dir = state_dir()
         self.path = self.dir / "state.json"
         self.rec = {"run_id": run_id, "runner_pid": os.getpid(), "bridges": [], "interfaces": [],
-                    "processes": []}
+                    "processes": [], "restore": {}}
         self._lock = None
         self.stale_report = None
         self.final_report = None
@@ -153,6 +174,18 @@ class RunState:
         if st is not None:
             self.rec["processes"].append({"pid": pid, "start_time": st, "what": what})
             self._write()
+
+    def remember(self, key: str, value) -> None:
+        """Record how to undo a machine-wide change (a key of :data:`RESTORERS`) before making it."""
+        if key not in RESTORERS:
+            raise KeyError(key)
+        self.rec["restore"][key] = value
+        self._write()
+
+    def forget(self, key: str) -> None:
+        """The change recorded under ``key`` was undone by its owner."""
+        self.rec["restore"].pop(key, None)
+        self._write()
 
     def __exit__(self, *exc):
         try:

@@ -255,12 +255,53 @@ def _ovs_tx_socket_fd(pid: int) -> int | None:
     return None
 
 
+def _on_ovs_tx_socket(fn):
+    """Call ``fn(sock)`` on a duplicate (pidfd_getfd) of ovs-vswitchd's transmit socket."""
+    import ctypes
+    import socket
+    pid = ovs_vswitchd_pid()
+    fd = _ovs_tx_socket_fd(pid)
+    if fd is None:
+        raise OSError("ovs-vswitchd has no transmit socket yet")
+    pidfd = os.pidfd_open(pid)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        local = libc.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
+        if local < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"pidfd_getfd: {os.strerror(err)}")
+    finally:
+        os.close(pidfd)
+    s = socket.socket(fileno=local)
+    try:
+        return fn(s)
+    finally:
+        s.close()   # closes our duplicate only; ovs-vswitchd keeps its socket
+
+
+def set_ovs_tx_sndbuf(size_bytes: int) -> int:
+    """Set ovs-vswitchd's transmit socket send buffer to ``size_bytes`` as reported by SO_SNDBUF.
+
+    (SO_SNDBUFFORCE doubles what it is given, so half is passed.) Returns
+    the size read back. Raises OSError/SetupError if OVS or its socket is
+    not there.
+    """
+    import socket
+
+    def apply(s):
+        s.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, max(1, size_bytes // 2))
+        return s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+    return _on_ovs_tx_socket(apply)
+
+
 class OvsTxBuffer:
     """Context manager: give ovs-vswitchd's shared transmit socket at least ``min_bytes`` of send buffer.
 
     Args:
         min_bytes: the send buffer needed: every switch port's FIFO full at
             once, in skb truesize (ports x buffer_packets x FRAME_TRUESIZE_BYTES).
+        state: a common.state.RunState; the original size is recorded there
+            before the change, so a killed run's cleanup puts it back.
 
     Attributes after enter: ``before_bytes``, ``after_bytes`` (as the kernel
     reports them, i.e. doubled by SO_SNDBUFFORCE), ``applied`` (bool) and
@@ -268,60 +309,38 @@ class OvsTxBuffer:
     forwarded a packet: enter after the first ping.
     """
 
-    def __init__(self, min_bytes: int):
+    def __init__(self, min_bytes: int, state=None):
         self.min_bytes = int(min_bytes)
+        self.state = state
         self.before_bytes = None
         self.after_bytes = None
         self.applied = False
         self.reason = ""
 
-    def _with_socket(self, fn):
-        import ctypes
-        import socket
-        pid = ovs_vswitchd_pid()
-        fd = _ovs_tx_socket_fd(pid)
-        if fd is None:
-            raise OSError("ovs-vswitchd has no transmit socket yet")
-        pidfd = os.pidfd_open(pid)
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            local = libc.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
-            if local < 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"pidfd_getfd: {os.strerror(err)}")
-        finally:
-            os.close(pidfd)
-        s = socket.socket(fileno=local)
-        try:
-            return fn(s)
-        finally:
-            s.close()   # closes our duplicate only; ovs-vswitchd keeps its socket
-
     def __enter__(self):
         import socket
         try:
-            self.before_bytes = self._with_socket(lambda s: s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
+            self.before_bytes = _on_ovs_tx_socket(lambda s: s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
             if self.before_bytes >= self.min_bytes:
                 self.after_bytes = self.before_bytes
                 self.reason = "already large enough"
                 return self
-
-            def grow(s):
-                s.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, self.min_bytes)
-                return s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
-            self.after_bytes = self._with_socket(grow)
+            if self.state is not None:
+                self.state.remember("ovs_tx_sndbuf_bytes", self.before_bytes)
+            self.after_bytes = set_ovs_tx_sndbuf(2 * self.min_bytes)
             self.applied = self.after_bytes >= self.min_bytes
         except (OSError, SetupError) as e:
             self.reason = str(e)
         return self
 
     def __exit__(self, *exc):
-        import socket
         if self.applied and self.before_bytes:
             try:
-                self._with_socket(lambda s: s.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, self.before_bytes // 2))
+                set_ovs_tx_sndbuf(self.before_bytes)
+                if self.state is not None:
+                    self.state.forget("ovs_tx_sndbuf_bytes")
             except (OSError, SetupError):
-                pass
+                pass   # left in the record: the recorded cleanup retries
         return False
 
     def record(self) -> dict:

@@ -19,8 +19,16 @@ def main(argv=None) -> int:
     ap.add_argument("--routing", choices=("ecmp", "single"), default="ecmp")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    import os
     import signal
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+    def _stop(*_):
+        # os-ken's own shutdown path raises on SystemExit (HubThread has no kill());
+        # the controller holds no state worth flushing beyond its log.
+        logging.getLogger("fabriclab.controller").info("stopping on SIGTERM")
+        logging.shutdown()
+        os._exit(0)
+    signal.signal(signal.SIGTERM, _stop)
     from controller import app
     from controller.ofp import PROJECT, app_manager, cfg
     cfg.CONF(args=[f"--ofp-listen-host={args.host}", f"--ofp-tcp-listen-port={args.port}"], project=PROJECT)

@@ -109,10 +109,15 @@ def port_summaries(samples: dict, fabric_map: dict, sc: dict, window_s: tuple[fl
 
 
 def bottleneck(ports: list[dict]) -> dict | None:
-    """The port with the deepest queue (ties broken by drops): where congestion happened."""
+    """The port whose queue held the most over the flows' lifetime (mean backlog; ties: drops).
+
+    The sustained queue, not the peak: in an incast across spines the spine
+    ports toward the receiver's leaf see slow-start bursts that can touch
+    their buffer too, but only the receiver's port stays full for the run.
+    """
     if not ports:
         return None
-    return max(ports, key=lambda p: (p["peak_backlog_bytes"], p["drops"]))
+    return max(ports, key=lambda p: (p["mean_backlog_bytes"], p["drops"], p["peak_backlog_bytes"]))
 
 
 def _write_csv(path: Path, columns, rows) -> None:
@@ -155,6 +160,7 @@ def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timi
     _write_csv(out / "ports.csv", list(ports[0].keys()) if ports else ["intf"], ports)
     bn = bottleneck(ports)
     receiver = sc["traffic"]["receiver"]
+    receiver_leaf = next(h["switch"] for h in fabric_map["hosts"] if h["name"] == receiver)
     sampler = json.loads((out / "sampler.json").read_text())
     env = json.loads((out / "environment.json").read_text())
     ccs = sorted({f["congestion_control"] for f in flows if f["congestion_control"]})
@@ -176,12 +182,15 @@ def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timi
             "errors": [f["error"] for f in flows if f["error"]],
         },
         "bottleneck": None if bn is None else {
-            **{k: bn[k] for k in ("switch", "intf", "peer", "peak_backlog_bytes", "peak_backlog_packets", "drops",
+            **{k: bn[k] for k in ("switch", "intf", "peer", "mean_backlog_bytes", "peak_backlog_bytes",
+                                  "peak_backlog_packets", "drops",
                                   "buffer_bytes", "buffer_packets", "mean_tx_mbps", "rate_mbps")},
             "toward_receiver": bn["peer"] == receiver,
             "within_buffer": (bn["peak_backlog_bytes"] <= bn["buffer_bytes"]) if bn["buffer_bytes"] is not None
             else (bn["peak_backlog_packets"] <= bn["buffer_packets"]),
         },
+        # bytes each spine carried down to the receiver's leaf: shows how ECMP split the incast
+        "ecmp_split_tx_bytes": {p["intf"]: p["tx_bytes"] for p in ports if p["peer"] == receiver_leaf},
         "total_drops": sum(p["drops"] for p in ports),
         "sampler": sampler,
         "timings_s": timings,
@@ -204,6 +213,8 @@ def format_summary(summary: dict, out: Path) -> str:
         else "completion time: none",
         f"bottleneck: {bn.get('intf')} (toward {bn.get('peer')}), peak backlog {bn.get('peak_backlog_packets')} packets "
         f"/ {bn.get('peak_backlog_bytes')} B (buffer {buf}), drops {bn.get('drops')}",
+        "ECMP split toward the receiver's leaf: " + ", ".join(
+            f"{k} {v / 1e6:.2f} MB" for k, v in summary.get("ecmp_split_tx_bytes", {}).items()),
         f"sampler: {summary['sampler']['achieved_hz']:.0f} Hz on {summary['sampler']['interfaces']} ports, "
         f"{100 * summary['sampler']['cpu_fraction_of_one_core']:.1f}% of one core",
         f"time: set-up {summary['timings_s'].get('setup_s', 0):.1f} s, traffic {summary['timings_s'].get('traffic_s', 0):.1f} s, "

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -20,6 +21,8 @@ from topologies.spineleaf import Fabric
 
 REPO = Path(__file__).resolve().parent.parent
 OF_PORT = 6653
+#: Longest wait for Mininet's own teardown before the recorded cleanup takes over.
+STOP_TIMEOUT_S = 60.0
 
 
 def port_listening(port: int) -> bool:
@@ -185,14 +188,33 @@ class LiveFabric:
         """The Mininet host called ``name``."""
         return self.net.get(name)
 
+    def dead_host_shells(self) -> list[str]:
+        """Hosts whose Mininet shell (the process holding the namespace) has exited."""
+        if self.net is None:
+            return []
+        return [h.name for h in self.net.hosts if getattr(h, "shell", None) is not None and h.shell.poll() is not None]
+
     def stop(self):
-        """Stop Mininet and the controller; safe to call more than once."""
+        """Stop Mininet and the controller; safe to call more than once, never hangs.
+
+        Mininet's own stop talks to every host shell and blocks forever if one
+        has died; then (or if it takes over :data:`STOP_TIMEOUT_S`) it is
+        skipped and the RunState's recorded cleanup removes what is left.
+        """
         if self.net is not None:
+            dead = self.dead_host_shells()
             net, self.net = self.net, None
-            try:
-                net.stop()
-            except Exception as e:  # the recorded cleanup below still runs
-                print(f"fabriclab: mininet stop failed ({e}); removing recorded state", file=sys.stderr)
+            if dead:
+                print(f"fabriclab: host shells exited unexpectedly ({', '.join(dead[:6])}"
+                      f"{' ...' if len(dead) > 6 else ''}); removing the fabric from the run record instead",
+                      file=sys.stderr)
+            else:
+                t = threading.Thread(target=self._mininet_stop, args=(net,), daemon=True)
+                t.start()
+                t.join(STOP_TIMEOUT_S)
+                if t.is_alive():
+                    print(f"fabriclab: Mininet's stop did not finish in {STOP_TIMEOUT_S:.0f} s; "
+                          "removing the fabric from the run record instead", file=sys.stderr)
         if self.controller is not None:
             c, self.controller = self.controller, None
             if c.poll() is None:
@@ -202,3 +224,11 @@ class LiveFabric:
                 except subprocess.TimeoutExpired:
                     c.kill()
                     c.wait()
+
+    @staticmethod
+    def _mininet_stop(net):
+        try:
+            net.stop()
+        except Exception as e:  # the recorded cleanup still runs
+            print(f"fabriclab: Mininet's stop failed ({e}); removing the fabric from the run record instead",
+                  file=sys.stderr)

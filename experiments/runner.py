@@ -154,20 +154,23 @@ class AllowCongestionControl:
     for the run and restores the previous list afterwards.
     """
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, state: RunState):
         self.name = name
+        self.state = state
         self.before = None
 
     def __enter__(self):
         allowed = dataplane.get_sysctl(ALLOWED_CC).split()
         if self.name not in allowed:
             self.before = " ".join(allowed)
+            self.state.remember("sysctl", [ALLOWED_CC, self.before])
             dataplane.run(["sysctl", "-q", "-w", f"{ALLOWED_CC}={' '.join(allowed + [self.name])}"])
         return self
 
     def __exit__(self, *exc):
         if self.before is not None:
             dataplane.run(["sysctl", "-q", "-w", f"{ALLOWED_CC}={self.before}"])
+            self.state.forget("sysctl")
         return False
 
 
@@ -264,7 +267,7 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
 
     agent_dir = out / "agents"
     agent_dir.mkdir()
-    with RunState(out.name) as state, AllowCongestionControl(cc):
+    with RunState(out.name) as state, AllowCongestionControl(cc, state):
         if state.stale_report and any(state.stale_report[k] for k in ("processes", "bridges", "interfaces")):
             _say(quiet, f"removed state of an earlier run: {state.stale_report}")
         _maybe_fault("before_fabric")
@@ -285,7 +288,7 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
 
             txbuf = contextlib.nullcontext()
             if env["datapath"] == "user":
-                txbuf = dataplane.OvsTxBuffer(userspace_tx_budget_bytes(sc, fabric))
+                txbuf = dataplane.OvsTxBuffer(userspace_tx_budget_bytes(sc, fabric), state)
             with txbuf:
                 if env["datapath"] == "user":
                     env["ovs_userspace_tx_buffer"] = txbuf.record()

@@ -27,3 +27,29 @@ def test_idle_fabric_is_quiet(tmp_path):
             moved = {i: after[i][4] - before[i][4] for i in names}
             assert sum(moved.values()) < 50, moved
     assert_clean(str(tmp_path))
+
+
+def test_dead_host_shell_does_not_hang_teardown(tmp_path):
+    """A host whose shell died mid-run (Mininet's stop would block on it forever): teardown
+    finishes anyway and leaves nothing behind."""
+    import os
+    import signal
+
+    import pytest
+
+    def hung(*_):
+        raise TimeoutError("teardown hung")
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(150)
+    try:
+        fab = SpineLeaf(spines=1, leaves=2, hosts_per_leaf=2).build()
+        with pytest.raises(RuntimeError, match="boom"):
+            with RunState("test-dead-shell") as st:
+                with LiveFabric(fab, tmp_path, st, switch_queue=lambda r: PortQueue(r, buffer_packets=50)) as lf:
+                    os.kill(lf.host("h2").pid, signal.SIGKILL)
+                    lf.host("h2").shell.wait()
+                    raise RuntimeError("boom")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert_clean(str(tmp_path))

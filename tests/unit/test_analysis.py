@@ -33,9 +33,9 @@ def test_missing_result_is_an_error_row(tmp_path):
     assert rows[0]["complete"] is False and "exit -9" in rows[0]["error"]
 
 
-def test_bottleneck_is_deepest_queue():
-    ports = [{"intf": "a", "peak_backlog_bytes": 10, "drops": 5},
-             {"intf": "b", "peak_backlog_bytes": 900, "drops": 0},
-             {"intf": "c", "peak_backlog_bytes": 900, "drops": 2}]
+def test_bottleneck_is_the_sustained_queue():
+    ports = [{"intf": "burst", "mean_backlog_bytes": 5000, "peak_backlog_bytes": 150000, "drops": 9},
+             {"intf": "b", "mean_backlog_bytes": 120000, "peak_backlog_bytes": 150000, "drops": 0},
+             {"intf": "c", "mean_backlog_bytes": 120000, "peak_backlog_bytes": 150000, "drops": 2}]
     assert bottleneck(ports)["intf"] == "c"
     assert bottleneck([]) is None

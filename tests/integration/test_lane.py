@@ -1,0 +1,62 @@
+"""What each lane's kernel offers, and the kernel paths only the stock kernel has."""
+import json
+import os
+
+import pytest
+
+from common import probe
+
+from .conftest import run_cli, small_scenario, assert_clean
+
+LANE = os.environ.get("FABRICLAB_LANE", "host")
+
+
+def test_probe_chooses_datapath_from_module():
+    p = probe.probe()
+    assert p["datapath"] == ("kernel" if p["ovs_kernel_module"] else "user")
+    assert p["qdiscs"]["htb"] and p["qdiscs"]["pfifo"] and p["qdiscs"]["bfifo"]  # needed by every lane
+    assert p["offloads_off"] is True
+
+
+@pytest.mark.skipif(LANE != "vm", reason="only the VM lane runs a stock Debian kernel")
+def test_vm_lane_has_the_stock_kernel_paths():
+    """The stock kernel lane must choose the kernel datapath and find RED (with ECN), netem,
+    fq_codel and dctcp: if the probe stops finding them, the users' paths go untested."""
+    p = probe.probe()
+    assert p["datapath"] == "kernel"
+    for q in ("red", "netem", "fq_codel", "prio", "htb", "clsact"):
+        assert p["qdiscs"][q], q
+    assert probe.ensure_congestion_control("dctcp")
+
+
+@pytest.mark.kernel("cc:dctcp")
+def test_dctcp_on_live_flows(tmp_path):
+    """Case H1: the algorithm the scenario asks for is the one live flows use (read on the socket)."""
+    results = tmp_path / "results"
+    p = run_cli("run", str(small_scenario(tmp_path, hosts={"tcp_congestion_control": "dctcp", "tcp_ecn": 1})),
+                "--results", str(results), timeout=900)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    out = next(results.iterdir())
+    s = json.loads((out / "summary.json").read_text())
+    assert s["flows"]["all_complete"]
+    assert s["flows"]["congestion_control_on_live_flows"] == ["dctcp"]
+    env = json.loads((out / "environment.json").read_text())
+    assert {v["tcp_congestion_control"] for v in env["host_config"].values()} == {"dctcp"}
+    assert {v["tcp_ecn"] for v in env["host_config"].values()} == {1}
+    assert_clean(str(results))
+
+
+@pytest.mark.kernel("ovs_kernel_datapath")
+def test_experiment_on_kernel_datapath(tmp_path):
+    """The users' default path: the OVS kernel datapath carries the incast, the queue builds on
+    the receiver's port and every byte arrives."""
+    results = tmp_path / "results"
+    p = run_cli("run", str(small_scenario(tmp_path)), "--results", str(results), timeout=900)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    out = next(results.iterdir())
+    env = json.loads((out / "environment.json").read_text())
+    s = json.loads((out / "summary.json").read_text())
+    assert env["datapath"] == "kernel" and "ovs_userspace_tx_buffer" not in env
+    assert s["flows"]["all_complete"]
+    assert s["bottleneck"]["peer"] == "h1" and s["bottleneck"]["within_buffer"]
+    assert_clean(str(results))
