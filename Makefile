@@ -47,8 +47,9 @@ distclean: clean
 vm-image: check-root
 	@bash vm/build-image.sh >/dev/null
 
-vm-test: check-root vm-image
-	/usr/bin/python3 vm/run.py test --results $(RESULTS) $(if $(PYTEST_ARGS),-- $(PYTEST_ARGS),)
+vm-test: check-root setup vm-image
+	FABRICLAB_VM_IMAGE_TESTS=1 $(PY) -m pytest tests/vm -v
+	$(PY) vm/run.py test --results $(RESULTS) -- $(PYTEST_ARGS)
 
 vm-experiment: check-root vm-image
 	/usr/bin/python3 vm/run.py experiment --scenario $(SCENARIO) --results $(RESULTS)

@@ -18,6 +18,20 @@ from pathlib import Path
 from common.errors import SetupError
 
 
+def _forked_child_defaults() -> None:
+    # pyroute2 forks this very process to open sockets in other network
+    # namespaces (pyroute2.process.ChildProcess) and stops the copy with
+    # SIGTERM. A copy must never unwind the runner's stack: its `finally`
+    # blocks would tear down the live fabric (kill every host shell, delete
+    # the bridges) from inside the child. Default dispositions make the copy
+    # simply die.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+os.register_at_fork(after_in_child=_forked_child_defaults)
+
+
 def state_dir() -> Path:
     """Directory of the run-state record (created on demand)."""
     d = Path(os.environ.get("FABRICLAB_STATE_DIR", "/run/fabriclab"))
@@ -130,6 +144,7 @@ class RunState:
         self.rec = {"run_id": run_id, "runner_pid": os.getpid(), "bridges": [], "interfaces": [],
                     "processes": [], "restore": {}}
         self._lock = None
+        self.owner_pid = os.getpid()
         self.stale_report = None
         self.final_report = None
 
@@ -188,6 +203,8 @@ class RunState:
         self._write()
 
     def __exit__(self, *exc):
+        if os.getpid() != self.owner_pid:   # a forked copy of the runner: not ours to clean
+            return False
         try:
             self.final_report = cleanup_record(self.rec)
             self.path.unlink(missing_ok=True)

@@ -47,7 +47,7 @@ class LiveFabric:
         fabric: the pure description (topologies.spineleaf.Fabric).
         workdir: folder for the fabric map, controller log and agent files.
         state: the RunState that records what is created.
-        datapath: ``user`` or ``kernel`` (from the environment probe).
+        datapath: ``kernel`` or ``user`` (choose with the environment probe: common.probe).
         switch_queue: ``rate_mbps -> PortQueue`` for every switch egress port, or None.
         host_queue: ``rate_mbps -> PortQueue`` for every host NIC, or None.
         connect_timeout_s: how long switches get to connect and be configured.
@@ -60,8 +60,8 @@ class LiveFabric:
             connect in time (case C3), or a tc/ethtool step fails.
     """
 
-    def __init__(self, fabric: Fabric, workdir: Path, state: RunState, datapath: str = "user",
-                 switch_queue=None, host_queue=None, connect_timeout_s: float = 30.0):
+    def __init__(self, fabric: Fabric, workdir: Path, state: RunState, datapath: str = "kernel",
+                 switch_queue=None, host_queue=None, connect_timeout_s: float = 90.0):
         self.fabric = fabric
         self.workdir = Path(workdir)
         self.state = state
@@ -73,6 +73,7 @@ class LiveFabric:
         self.controller = None
         self.fabric_map = fabric.to_map()
         self.timings_s = {}
+        self.owner_pid = os.getpid()
 
     # -- lifecycle -------------------------------------------------------
     def __enter__(self):
@@ -189,10 +190,17 @@ class LiveFabric:
         return self.net.get(name)
 
     def dead_host_shells(self) -> list[str]:
-        """Hosts whose Mininet shell (the process holding the namespace) has exited."""
+        """Hosts whose Mininet shell (the process holding the namespace) has exited, as
+        ``name (exit N)`` or ``name (signal S)``."""
         if self.net is None:
             return []
-        return [h.name for h in self.net.hosts if getattr(h, "shell", None) is not None and h.shell.poll() is not None]
+        out = []
+        for h in self.net.hosts:
+            shell = getattr(h, "shell", None)
+            if shell is not None and shell.poll() is not None:
+                rc = shell.returncode
+                out.append(f"{h.name} ({'signal ' + str(-rc) if rc < 0 else 'exit ' + str(rc)})")
+        return out
 
     def stop(self):
         """Stop Mininet and the controller; safe to call more than once, never hangs.
@@ -200,7 +208,10 @@ class LiveFabric:
         Mininet's own stop talks to every host shell and blocks forever if one
         has died; then (or if it takes over :data:`STOP_TIMEOUT_S`) it is
         skipped and the RunState's recorded cleanup removes what is left.
+        A forked copy of the owning process does nothing.
         """
+        if os.getpid() != self.owner_pid:
+            return
         if self.net is not None:
             dead = self.dead_host_shells()
             net, self.net = self.net, None

@@ -47,7 +47,7 @@ def _maybe_fault(phase: str) -> None:
 
 
 def _sigterm(*_):
-    raise SystemExit(143)
+    raise SystemExit(143)   # unwinds through every `finally`: the fabric is torn down
 
 
 def build_fabric(sc: dict):

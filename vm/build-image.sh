@@ -29,7 +29,7 @@ if [ -f "$out/rootfs.img" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.img" ]
   exit 0
 fi
 
-host_pkgs=(debootstrap qemu-system-x86 e2fsprogs)
+host_pkgs=(debootstrap qemu-system-x86 e2fsprogs python3-pip python3-dev gcc)
 missing=()
 for p in "${host_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -59,10 +59,21 @@ trap cleanup EXIT
 echo "fabriclab: debootstrap $SUITE from $mirror (about a minute)" >&2
 debootstrap --variant=minbase --include="$GUEST_PKGS" "$SUITE" "$root" "$mirror" >&2
 
+# The chroot gets its own /dev (a tmpfs with the few nodes apt needs and a
+# private devpts instance), never the host's: nothing run inside can touch
+# the host's terminals or devices.
 mount -t proc proc "$root/proc"
 mount -t sysfs sys "$root/sys"
-mount --bind /dev "$root/dev"
-mount --bind /dev/pts "$root/dev/pts"
+mount -t tmpfs -o mode=0755 devtmp "$root/dev"
+mknod -m 0666 "$root/dev/null" c 1 3
+mknod -m 0666 "$root/dev/zero" c 1 5
+mknod -m 0666 "$root/dev/full" c 1 7
+mknod -m 0666 "$root/dev/random" c 1 8
+mknod -m 0666 "$root/dev/urandom" c 1 9
+mknod -m 0666 "$root/dev/tty" c 5 0
+mkdir -p "$root/dev/pts"
+mount -t devpts -o newinstance,ptmxmode=0666 devpts "$root/dev/pts"
+ln -s pts/ptmx "$root/dev/ptmx"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 # services must not start inside the chroot
 printf '#!/bin/sh\nexit 101\n' > "$root/usr/sbin/policy-rc.d"
@@ -109,5 +120,9 @@ echo "fabriclab: writing the ${IMG_SIZE} ext4 image" >&2
 mkfs.ext4 -q -L fabriclab-root -d "$root" -F "$work/out/rootfs.img" "$IMG_SIZE"
 rm -rf "$out"
 mv "$work/out" "$out"
+# images of older recipes are of no further use
+for old in "$CACHE"/*/; do
+  case "$old" in "$out/"|"$CACHE"/build.*) ;; *) [ -f "$old/rootfs.img" ] && rm -rf "$old" ;; esac
+done
 echo "fabriclab: VM image ready ($out)" >&2
 echo "$out"

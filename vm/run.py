@@ -1,7 +1,8 @@
 """Run fabriclab inside the stock-kernel VM (the VM lane).
 
-    python vm/run.py test [PYTEST_ARGS...]           # sudo make vm-test
+    python vm/run.py test [-- PYTEST_ARGS...]        # sudo make vm-test
     python vm/run.py experiment [--scenario FILE]    # sudo make vm-experiment
+    python vm/run.py shell -- COMMAND...             # any command in the checkout, in the guest
 
 Boots the cached image of vm/build-image.sh under qemu with the current
 checkout on a second disk (the cloud kernel has no 9p), runs the job, and
@@ -74,7 +75,8 @@ def make_job_disk(work: Path, script: str, size: str = "2G") -> Path:
     run.write_text(script)
     run.chmod(0o755)
     img = work / "job.img"
-    subprocess.run(["mkfs.ext4", "-q", "-L", "fabriclab-job", "-d", str(stage), "-F", str(img), size], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-L", "fabriclab-job", "-d", str(stage), "-F", str(img), size], check=True,
+                   stdout=subprocess.DEVNULL)
     return img
 
 
@@ -166,7 +168,9 @@ def job_script(kind: str, args) -> str:
             f"{GUEST_PY} -c {shlex.quote(PROBE_SNIPPET)}"]
     if kind == "test":
         cmd = [GUEST_PY, "-m", "pytest", "tests", "-v", "-ra", "--junitxml=/job/out/junit.xml",
-               "-p", "no:cacheprovider"] + list(args.pytest_args)
+               "-p", "no:cacheprovider"] + list(args.rest)
+    elif kind == "shell":
+        cmd = list(args.rest) or ["true"]
     else:
         scen = f"/job/src/{args.scenario}" if args.scenario else "experiments/scenarios/incast.yaml"
         cmd = [GUEST_PY, "-m", "experiments", "run", scen, "--results", "/job/out/results"]
@@ -176,20 +180,23 @@ def job_script(kind: str, args) -> str:
 def main(argv=None) -> int:
     """CLI entry point; see the module docstring."""
     ap = argparse.ArgumentParser(description="run fabriclab inside the stock-kernel VM")
-    ap.add_argument("kind", choices=("test", "experiment"))
+    ap.add_argument("kind", choices=("test", "experiment", "shell"))
     ap.add_argument("--scenario", default=None, help="scenario path relative to the checkout (experiment)")
     ap.add_argument("--results", default=str(ROOT / "results"))
     ap.add_argument("--timeout-s", type=float, default=None, help="whole VM run (default: 40 min test, 15 min experiment)")
     ap.add_argument("--quiet", action="store_true", help="do not echo the guest console")
-    ap.add_argument("pytest_args", nargs="*")
-    args = ap.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    rest = argv[argv.index("--") + 1:] if "--" in argv else []
+    head = argv[:argv.index("--")] if "--" in argv else argv
+    args = ap.parse_args(head)
+    args.rest = rest      # after --: pytest arguments (test) or the command (shell)
     if os.geteuid() != 0:
         print("fabriclab: the VM lane needs root (qemu, images): run it with sudo", file=sys.stderr)
         return 2
     if args.scenario and not (ROOT / args.scenario).is_file():
         print(f"fabriclab: scenario {args.scenario} not found in the checkout", file=sys.stderr)
         return 2
-    timeout_s = args.timeout_s or (2400 if args.kind == "test" else 900)
+    timeout_s = args.timeout_s or {"test": 2400, "experiment": 900, "shell": 600}[args.kind]
     image = build_image()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     report_dir = Path(args.results) / f"{stamp}-vm-{args.kind}"
@@ -236,7 +243,8 @@ def main(argv=None) -> int:
     if p:
         summary = {"kernel": p["kernel"], "datapath": p["datapath"],
                    "qdiscs": sorted(k for k, v in p["qdiscs"].items() if v),
-                   "tcp_congestion_control": p["tcp_congestion_control"]["available"]}
+                   "tcp_congestion_control": sorted(set(p["tcp_congestion_control"]["available"]
+                                                        + p["tcp_congestion_control"].get("loadable", [])))}
     print(f"fabriclab: VM lane {args.kind}: status {status} in {wall:.0f} s ({accel}); inside: "
           + json.dumps(summary))
     print(f"fabriclab: VM lane report: {report_dir}")

@@ -53,6 +53,12 @@ def assert_clean(marker: str):
     assert processes_mentioning(marker) == []
 
 
+def chosen_datapath() -> str:
+    """The OVS datapath the environment probe would choose on this kernel."""
+    from common.probe import ovs_kernel_datapath_available
+    return "kernel" if ovs_kernel_datapath_available() else "user"
+
+
 def small_scenario(tmp_path: Path, name="small", **over) -> Path:
     """A 2x2 Spine-Leaf incast scenario (2 hosts per leaf, 2 senders) written to ``tmp_path``."""
     sc = {"name": name,

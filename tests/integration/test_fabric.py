@@ -13,7 +13,7 @@ from controller.qstats import QdiscStatsReader, ifindexes_for
 from experiments.fabric import LiveFabric
 from topologies.spineleaf import SpineLeaf
 
-from .conftest import assert_clean
+from .conftest import assert_clean, chosen_datapath
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def default_fabric(tmp_path_factory):
     work = tmp_path_factory.mktemp("fabric")
     fab = SpineLeaf().build()
     with RunState("test-fabric") as st:
-        with LiveFabric(fab, work, st, datapath="user",
+        with LiveFabric(fab, work, st, datapath=chosen_datapath(),
                         switch_queue=lambda r: PortQueue(r, buffer_packets=100),
                         host_queue=lambda r: PortQueue(r, buffer_packets=1000)) as lf:
             yield lf

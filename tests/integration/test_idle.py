@@ -7,7 +7,7 @@ from controller.qstats import QdiscStatsReader, ifindexes_for
 from experiments.fabric import LiveFabric
 from topologies.spineleaf import SpineLeaf
 
-from .conftest import assert_clean
+from .conftest import assert_clean, chosen_datapath
 
 
 def test_idle_fabric_is_quiet(tmp_path):
@@ -15,7 +15,7 @@ def test_idle_fabric_is_quiet(tmp_path):
     ports carry almost nothing (no broadcast storm, no flooding loop)."""
     fab = SpineLeaf(spines=2, leaves=2, hosts_per_leaf=2).build()
     with RunState("test-idle") as st:
-        with LiveFabric(fab, tmp_path, st, switch_queue=lambda r: PortQueue(r, buffer_packets=100)) as lf:
+        with LiveFabric(fab, tmp_path, st, datapath=chosen_datapath(), switch_queue=lambda r: PortQueue(r, buffer_packets=100)) as lf:
             assert lf.net.pingAll(timeout=2) == 0.0
             time.sleep(1)
             names = fab.switch_interfaces()
@@ -45,7 +45,7 @@ def test_dead_host_shell_does_not_hang_teardown(tmp_path):
         fab = SpineLeaf(spines=1, leaves=2, hosts_per_leaf=2).build()
         with pytest.raises(RuntimeError, match="boom"):
             with RunState("test-dead-shell") as st:
-                with LiveFabric(fab, tmp_path, st, switch_queue=lambda r: PortQueue(r, buffer_packets=50)) as lf:
+                with LiveFabric(fab, tmp_path, st, datapath=chosen_datapath(), switch_queue=lambda r: PortQueue(r, buffer_packets=50)) as lf:
                     os.kill(lf.host("h2").pid, signal.SIGKILL)
                     lf.host("h2").shell.wait()
                     raise RuntimeError("boom")

@@ -36,3 +36,26 @@ def test_kill_recorded_checks_start_time():
     finally:
         if p.poll() is None:
             p.kill()
+
+
+def test_forked_copy_of_the_runner_dies_on_sigterm_without_unwinding():
+    """pyroute2 forks the runner to reach other namespaces and SIGTERMs the copy: the copy must
+    not run the runner's SIGTERM handler (which unwinds into fabric teardown)."""
+    import os
+    import signal
+
+    import common.state  # noqa: F401  (registers the at-fork reset)
+
+    def runner_handler(*_):
+        raise SystemExit(143)
+    old = signal.signal(signal.SIGTERM, runner_handler)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            ok = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL and signal.getsignal(signal.SIGINT) == signal.SIG_DFL
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert signal.getsignal(signal.SIGTERM) is runner_handler   # the parent keeps its handler
+    finally:
+        signal.signal(signal.SIGTERM, old)
