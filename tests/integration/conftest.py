@@ -60,9 +60,13 @@ def chosen_datapath() -> str:
 
 
 def small_scenario(tmp_path: Path, name="small", **over) -> Path:
-    """A 2x2 Spine-Leaf incast scenario (2 hosts per leaf, 2 senders) written to ``tmp_path``."""
+    """A 2x2 Spine-Leaf incast scenario (2 hosts per leaf, 2 senders) written to ``tmp_path``.
+
+    Uplinks run at 40 Mbit/s so that, whichever spine ECMP picks for each
+    flow, the only narrow point is the receiver's 10 Mbit/s port.
+    """
     sc = {"name": name,
-          "topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2},
+          "topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2, "uplink_rate_mbps": 40},
           "queues": {"buffer_packets": 50},
           "traffic": {"receiver": "h1", "senders": 2, "response_bytes": 200000, "timeout_s": 60},
           "measurement": {"sample_hz": 200}}
