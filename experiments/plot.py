@@ -28,6 +28,16 @@ def _rate_mbps(t_s: np.ndarray, total_bytes: np.ndarray, bin_s: float = BIN_S):
     return grid[1:], np.diff(cum) * 8 / bin_s / 1e6
 
 
+def _save(fig, ax, path: Path, legend_cols: int) -> Path:
+    """Legend under the axes, light grid, write ``path`` (PNG, 110 dpi), close the figure."""
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), fontsize=7, ncol=legend_cols, frameon=False)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_queue_depth(out: Path, summary: dict, samples: dict) -> Path:
     """queue_depth.png: backlog of the bottleneck port (and the next busiest) with the buffer size."""
     bn = summary["bottleneck"]
@@ -51,13 +61,7 @@ def plot_queue_depth(out: Path, summary: dict, samples: dict) -> Path:
     ax.set_ylabel(f"queue backlog ({unit})")
     ax.set_title(f"{summary['scenario']}: switch egress queue depth ({summary['datapath']} datapath)")
     ax.set_ylim(0, limit * 1.1)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), fontsize=7, ncol=3, frameon=False)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = out / "queue_depth.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, out / "queue_depth.png", legend_cols=3)
 
 
 def plot_throughput(out: Path, summary: dict, samples: dict) -> Path:
@@ -80,13 +84,7 @@ def plot_throughput(out: Path, summary: dict, samples: dict) -> Path:
     ax.set_ylabel("throughput (Mbit/s)")
     ax.set_title(f"{summary['scenario']}: per-flow throughput ({BIN_S * 1000:.0f} ms bins)")
     ax.set_ylim(0, bn["rate_mbps"] * 1.3)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), fontsize=7, ncol=5, frameon=False)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = out / "throughput.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, out / "throughput.png", legend_cols=5)
 
 
 def plot_all(out: Path) -> list[Path]:

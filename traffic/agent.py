@@ -24,7 +24,7 @@ import struct
 import sys
 import time
 
-CHUNK = 64 * 1024
+CHUNK_BYTES = 64 * 1024
 
 
 def wait_until(t_unix_s: float) -> None:
@@ -64,7 +64,7 @@ def run_receiver(job: dict, start_at: float) -> dict:
     sel.register(srv, selectors.EVENT_READ, None)
     flows = {}
     done = 0
-    buf = bytearray(CHUNK)
+    buf = bytearray(CHUNK_BYTES)
     while done < job["expect_flows"] and time.time() < job["deadline_unix_s"]:
         for key, _ in sel.select(timeout=0.05):
             if key.data is None:
@@ -106,7 +106,7 @@ def run_sender(job: dict) -> dict:
     """Send one flow of ``job["bytes"]`` at the start time; return its record."""
     print("READY", flush=True)
     start_at = float(sys.stdin.readline())
-    payload = memoryview(bytes(CHUNK))
+    payload = memoryview(bytes(CHUNK_BYTES))
     wait_until(start_at)
     rec = {"role": "sender", "flow_id": job["flow_id"], "dst_ip": job["dst_ip"], "bytes_planned": job["bytes"],
            "start_at_unix_s": start_at, "started_unix_s": time.time(), "bytes_sent": 0}
@@ -116,7 +116,7 @@ def run_sender(job: dict) -> dict:
     rec["congestion_control"] = congestion_control(s)
     left = job["bytes"]
     while left > 0:
-        n = s.send(payload[:min(left, CHUNK)])
+        n = s.send(payload[:min(left, CHUNK_BYTES)])
         left -= n
         rec["bytes_sent"] += n
     rec["sent_unix_s"] = time.time()
