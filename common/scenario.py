@@ -82,13 +82,16 @@ SCHEMA: dict = {
     "description": F((str,), ""),
     "seed": F((int,), 1, lo=0, hi=2**31 - 1),
     "topology": {
-        "kind": F((str,), "spineleaf", choices=("spineleaf",)),
+        "kind": F((str,), "spineleaf", choices=("spineleaf", "fattree")),
         "spines": F((int,), 2, lo=1, hi=64),
         "leaves": F((int,), 4, lo=1, hi=250),
         "hosts_per_leaf": F((int,), 6, lo=1, hi=250),
         "host_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
         "uplink_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
         "uplinks_per_spine": F((int,), 1, lo=1, hi=8),
+        "k": F((int,), 4, lo=4, hi=16),
+        "edge_agg_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
+        "agg_core_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
     },
     "queues": {
         # exactly one of buffer_bytes / buffer_packets (checked below)
@@ -151,6 +154,21 @@ def _resolve(schema: dict, data: Any, prefix: str) -> dict:
     return out
 
 
+#: The topology keys each fabric kind takes (the others are refused for it).
+TOPOLOGY_KEYS = {
+    "spineleaf": ("kind", "spines", "leaves", "hosts_per_leaf", "host_rate_mbps", "uplink_rate_mbps",
+                  "uplinks_per_spine"),
+    "fattree": ("kind", "k", "host_rate_mbps", "edge_agg_rate_mbps", "agg_core_rate_mbps"),
+}
+
+
+def host_count(topology: dict) -> int:
+    """Number of hosts of a resolved topology section."""
+    if topology["kind"] == "fattree":
+        return topology["k"] ** 3 // 4
+    return topology["leaves"] * topology["hosts_per_leaf"]
+
+
 def validate(data: Any) -> dict:
     """Validate a scenario mapping and return it resolved (defaults filled in).
 
@@ -159,14 +177,22 @@ def validate(data: Any) -> dict:
             inconsistent combination; the message names the dotted key.
     """
     sc = _resolve(SCHEMA, data, "")
+    kind = sc["topology"]["kind"]
+    given = data.get("topology") or {} if isinstance(data, dict) else {}
+    for key in given:
+        if key not in TOPOLOGY_KEYS[kind]:
+            raise ScenarioError(f"topology.{key}", f"does not apply to kind {kind!r} "
+                                                   f"(its keys: {', '.join(TOPOLOGY_KEYS[kind][1:])})")
+    sc["topology"] = {k: v for k, v in sc["topology"].items() if k in TOPOLOGY_KEYS[kind]}
+    if kind == "fattree" and sc["topology"]["k"] % 2:
+        raise ScenarioError("topology.k", f"must be even, got {sc['topology']['k']}")
     q = sc["queues"]
     if (q["buffer_bytes"] is None) == (q["buffer_packets"] is None):
         if q["buffer_bytes"] is None:
             q["buffer_packets"] = 100
         else:
             raise ScenarioError("queues.buffer_bytes", "give either buffer_bytes or buffer_packets, not both")
-    topo = sc["topology"]
-    n_hosts = topo["leaves"] * topo["hosts_per_leaf"]
+    n_hosts = host_count(sc["topology"])
     t = sc["traffic"]
     hosts = {f"h{i}" for i in range(1, n_hosts + 1)}
     if t["receiver"] not in hosts:

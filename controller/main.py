@@ -1,6 +1,6 @@
 """Start the fabriclab controller as its own process.
 
-``python -m controller.main --fabric-map MAP --ready-file FILE [--host 127.0.0.1] [--port 6653]``
+``python -m controller.main (--fabric-map MAP | --topo fattree,4) --ready-file FILE [--host 127.0.0.1] [--port 6653]``
 """
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import sys
 def main(argv=None) -> int:
     """Parse arguments, configure the framework and run the app until killed (exit 0 on SIGTERM)."""
     ap = argparse.ArgumentParser(description="fabriclab controller (os-ken / Ryu API)")
-    ap.add_argument("--fabric-map", required=True)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--fabric-map", help="fabric map JSON written by the runner")
+    src.add_argument("--topo", help="build the map from a Mininet-style spec, e.g. fattree,4 (see topologies/mn_custom.py)")
     ap.add_argument("--ready-file", required=True)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=6653)
@@ -29,6 +31,14 @@ def main(argv=None) -> int:
         logging.shutdown()
         os._exit(0)
     signal.signal(signal.SIGTERM, _stop)
+    if args.topo:
+        import json
+        import tempfile
+
+        from topologies.mn_custom import build
+        fd, args.fabric_map = tempfile.mkstemp(prefix="fabriclab-map-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(build(args.topo).to_map(), f)
     from controller import app
     from controller.ofp import PROJECT, app_manager, cfg
     cfg.CONF(args=[f"--ofp-listen-host={args.host}", f"--ofp-tcp-listen-port={args.port}"], project=PROJECT)

@@ -28,6 +28,7 @@ from controller import dataplane
 from controller.dataplane import PortQueue
 from experiments import analysis
 from experiments.fabric import REPO, LiveFabric
+from topologies.fattree import FatTree
 from topologies.spineleaf import SpineLeaf
 from traffic.patterns import incast_senders
 
@@ -51,10 +52,10 @@ def _sigterm(*_):
 
 
 def build_fabric(sc: dict):
-    """The pure fabric description for a resolved scenario."""
+    """The pure fabric description for a resolved scenario (Spine-Leaf or Fat-Tree)."""
     t = dict(sc["topology"])
-    t.pop("kind")
-    return SpineLeaf(**t).build()
+    kind = t.pop("kind")
+    return (FatTree if kind == "fattree" else SpineLeaf)(**t).build()
 
 
 def port_queue(sc: dict, rate_mbps: float) -> PortQueue:

@@ -53,3 +53,14 @@ def test_dead_host_shell_does_not_hang_teardown(tmp_path):
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
     assert_clean(str(tmp_path))
+
+
+def test_fattree_k4_all_pairs_ping(tmp_path):
+    """Case C4 on a k=4 Fat-Tree (4 core, 8 aggregation, 8 edge switches): all-pairs ping, no loss."""
+    from topologies.fattree import FatTree
+    fab = FatTree(k=4).build()
+    with RunState("test-fattree") as st:
+        with LiveFabric(fab, tmp_path, st, datapath=chosen_datapath(),
+                        switch_queue=lambda r: PortQueue(r, buffer_packets=100)) as lf:
+            assert lf.net.pingAll(timeout=2) == 0.0
+    assert_clean(str(tmp_path))

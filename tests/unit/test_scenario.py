@@ -67,3 +67,28 @@ def test_unreadable_and_non_yaml_files(tmp_path):
     p.write_text("name: [unclosed")
     with pytest.raises(ScenarioError, match="not valid YAML"):
         load_scenario(p)
+
+
+def test_fattree_scenario():
+    sc = validate({"name": "ft", "topology": {"kind": "fattree", "k": 6, "agg_core_rate_mbps": 20},
+                   "traffic": {"receiver": "h54", "senders": 53}})
+    assert sc["topology"] == {"kind": "fattree", "k": 6, "host_rate_mbps": 10, "edge_agg_rate_mbps": 10,
+                              "agg_core_rate_mbps": 20}
+
+
+@pytest.mark.parametrize("topology,key", [
+    ({"kind": "fattree", "spines": 2}, "topology.spines"),          # a Spine-Leaf key on a Fat-Tree
+    ({"kind": "spineleaf", "k": 4}, "topology.k"),                  # and the other way round
+    ({"kind": "fattree", "k": 5}, "topology.k"),
+    ({"kind": "fattree", "k": 18}, "topology.k"),
+])
+def test_keys_per_fabric_kind(topology, key):
+    with pytest.raises(ScenarioError) as e:
+        validate({"name": "x", "topology": topology})
+    assert e.value.key == key
+
+
+def test_fattree_receiver_must_exist():
+    with pytest.raises(ScenarioError) as e:
+        validate({"name": "x", "topology": {"kind": "fattree", "k": 4}, "traffic": {"receiver": "h17"}})
+    assert e.value.key == "traffic.receiver"

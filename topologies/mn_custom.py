@@ -1,0 +1,45 @@
+"""fabriclab's fabrics on Mininet's own command line.
+
+    sudo .venv/bin/python -m controller.main --topo fattree,4 --ready-file /tmp/ready &
+    sudo mn --custom topologies/mn_custom.py --topo fattree,4 \\
+        --switch ovs,protocols=OpenFlow13 --controller remote,ip=127.0.0.1,port=6653
+
+``--topo spineleaf,SPINES,LEAVES,HOSTS_PER_LEAF[,HOST_RATE_MBPS,UPLINK_RATE_MBPS]`` and
+``--topo fattree,K[,RATE_MBPS]`` take the same parameters as the builders
+(rates only matter to fabriclab's own queues, which `mn` does not install).
+The controller builds its fabric map from the same builder, so both agree.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from topologies.fattree import FatTree  # noqa: E402
+from topologies.spineleaf import SpineLeaf  # noqa: E402
+
+
+def build(spec: str):
+    """The fabric named by a Mininet-style ``name,arg,...`` string; ValueError if unknown."""
+    name, *args = spec.split(",")
+    nums = [float(a) if "." in a else int(a) for a in args]
+    if name == "fattree":
+        k, *rate = nums
+        r = rate[0] if rate else 10
+        return FatTree(k=k, host_rate_mbps=r, edge_agg_rate_mbps=r, agg_core_rate_mbps=r).build()
+    if name == "spineleaf":
+        keys = ("spines", "leaves", "hosts_per_leaf", "host_rate_mbps", "uplink_rate_mbps")
+        return SpineLeaf(**dict(zip(keys, nums))).build()
+    raise ValueError(f"unknown topology {name!r} (fattree or spineleaf)")
+
+
+def _topo(name):
+    def make(*args):
+        from topologies.mininet_topo import FabricTopo
+        return FabricTopo(build(",".join([name] + [str(a) for a in args])))
+    return make
+
+
+#: What `mn --custom` looks up.
+topos = {"fattree": _topo("fattree"), "spineleaf": _topo("spineleaf")}
