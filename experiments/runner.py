@@ -349,6 +349,8 @@ def _traffic(lf, state, sc, out, agent_dir, senders, fabric, quiet):
 
 
 def _git_rev() -> str:
+    if os.environ.get("FABRICLAB_GIT_REVISION"):   # set by the VM lane, whose copy has no .git
+        return os.environ["FABRICLAB_GIT_REVISION"]
     try:
         return subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=5).stdout.strip() or "unknown"

@@ -19,12 +19,12 @@ import argparse
 import ctypes
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,6 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 GUEST_PY = "/opt/fabriclab/venv/bin/python"
 KVM_CACHE = Path("/run/fabriclab/kvm-probe.json")
 PR_SET_PDEATHSIG = 1
+#: Per-run work folders (job disk); a folder whose runner died is removed by the next run.
+WORK_ROOT = Path("/var/tmp/fabriclab-vm")
+#: Terminal control sequences the firmware writes to the serial console (reset, clear, no-wrap).
+_CONTROL = re.compile(r"\x1b(?:\[[0-9;?]*[A-Za-z]|[A-Za-z])|[\x00-\x08\x0b-\x1f\x7f]")
 
 
 def _die_with_parent():
@@ -112,7 +116,7 @@ def boot(argv: list[str], timeout_s: float, log, echo: bool) -> tuple[int | None
                 buf += chunk
                 *done, buf = buf.split(b"\n")
                 for raw in done:
-                    line = raw.decode(errors="replace").rstrip("\r")
+                    line = _CONTROL.sub("", raw.decode(errors="replace").rstrip("\r"))
                     lines.append(line)
                     log.write(line + "\n")
                     if echo:
@@ -150,6 +154,24 @@ def choose_accel(image: Path, log) -> str:
     return accel
 
 
+def work_dir() -> Path:
+    """A fresh work folder for this run; folders of runners that no longer exist are removed first."""
+    WORK_ROOT.mkdir(parents=True, exist_ok=True)
+    for d in WORK_ROOT.glob("run-*"):
+        try:
+            pid = int(d.name.split("-")[1])
+            os.kill(pid, 0)
+            continue            # its runner is alive
+        except (ValueError, IndexError, ProcessLookupError):
+            shutil.rmtree(d, ignore_errors=True)
+        except PermissionError:
+            continue
+    d = WORK_ROOT / f"run-{os.getpid()}"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir()
+    return d
+
+
 def extract_out(job_img: Path, dest: Path) -> None:
     """Copy /out of the job disk to ``dest`` (debugfs rdump; no mount needed)."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -164,7 +186,9 @@ PROBE_SNIPPET = (
 
 def job_script(kind: str, args) -> str:
     """The guest's /job/run.sh for a test or experiment job."""
-    head = ["#!/bin/sh", "cd /job/src", "export FABRICLAB_LANE=vm PYTHONDONTWRITEBYTECODE=1",
+    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    head = ["#!/bin/sh", "cd /job/src",
+            f"export FABRICLAB_LANE=vm PYTHONDONTWRITEBYTECODE=1 FABRICLAB_GIT_REVISION={shlex.quote(rev or 'unknown')}",
             f"{GUEST_PY} -c {shlex.quote(PROBE_SNIPPET)}"]
     if kind == "test":
         cmd = [GUEST_PY, "-m", "pytest", "tests", "-v", "-ra", "--junitxml=/job/out/junit.xml",
@@ -203,9 +227,16 @@ def main(argv=None) -> int:
     report_dir.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="fabriclab-vm-") as tmp, \
-            open(report_dir / "vm-console.log", "w", buffering=1) as log:
-        work = Path(tmp)
+    work = work_dir()
+    try:
+        return _run_vm(args, image, work, report_dir, timeout_s, t0)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_vm(args, image: Path, work: Path, report_dir: Path, timeout_s: float, t0: float) -> int:
+    """Boot, run the job, bring its output back; returns the exit status for main()."""
+    with open(report_dir / "vm-console.log", "w", buffering=1) as log:
         accel = choose_accel(image, log)
         print(f"fabriclab: VM lane: image {image.name}, kernel {(image / 'kernel-version').read_text().strip()}, "
               f"accel {accel}, timeout {timeout_s:.0f} s", flush=True)
