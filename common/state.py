@@ -86,7 +86,7 @@ def kill_recorded(procs: list[dict], grace_s: float = 2.0) -> list[int]:
 def _restore_sysctl(item: list) -> None:
     from controller import dataplane
     key, value = item
-    dataplane.run(["sysctl", "-q", "-w", f"{key}={value}"])
+    dataplane.set_sysctl(key, value)
 
 
 def _restore_ovs_tx_sndbuf(before_bytes: int) -> None:

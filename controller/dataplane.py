@@ -145,8 +145,11 @@ def offload_state(ifname: str, netns_pid: int | None = None) -> dict[str, bool]:
     return state
 
 
-def set_sysctl(key: str, value: str, netns_pid: int) -> None:
-    """Set a sysctl inside the namespace of ``netns_pid`` (per-namespace keys only; case H1)."""
+def set_sysctl(key: str, value: str, netns_pid: int | None = None) -> None:
+    """Set a sysctl, inside the namespace of ``netns_pid`` if given (per-namespace keys; case H1).
+
+    Raises SetupError with sysctl's message if the kernel refuses.
+    """
     run(["sysctl", "-q", "-w", f"{key}={value}"], netns_pid)
 
 

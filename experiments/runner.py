@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -32,6 +33,8 @@ from topologies.fattree import FatTree
 from topologies.spineleaf import SpineLeaf
 from traffic.patterns import incast_senders
 
+#: A full-size Ethernet frame on the wire of a veth: 1500 MTU + 14 header.
+FRAME_BYTES = 1514
 #: Host NIC queue length in packets (like a default txqueuelen).
 HOST_QUEUE_PACKETS = 1000
 #: Set to a phase name to raise an exception there (used by the teardown tests).
@@ -68,8 +71,8 @@ def port_queue(sc: dict, rate_mbps: float) -> PortQueue:
 class _Agents:
     """Start agents inside hosts with popen, check readiness, release them together."""
 
-    def __init__(self, lf: LiveFabric, state: RunState, workdir: Path):
-        self.lf, self.state, self.workdir = lf, state, workdir
+    def __init__(self, lf: LiveFabric, state: RunState):
+        self.lf, self.state = lf, state
         self.procs = []
 
     def start(self, host: str, job: dict, timeout_s: float = 15.0):
@@ -80,7 +83,6 @@ class _Agents:
         self.procs.append((host, p))
         deadline = time.monotonic() + timeout_s
         line = ""
-        import select
         while time.monotonic() < deadline:
             r, _, _ = select.select([p.stdout], [], [], 0.1)
             if r:
@@ -165,12 +167,12 @@ class AllowCongestionControl:
         if self.name not in allowed:
             self.before = " ".join(allowed)
             self.state.remember("sysctl", [ALLOWED_CC, self.before])
-            dataplane.run(["sysctl", "-q", "-w", f"{ALLOWED_CC}={' '.join(allowed + [self.name])}"])
+            dataplane.set_sysctl(ALLOWED_CC, " ".join(allowed + [self.name]))
         return self
 
     def __exit__(self, *exc):
         if self.before is not None:
-            dataplane.run(["sysctl", "-q", "-w", f"{ALLOWED_CC}={self.before}"])
+            dataplane.set_sysctl(ALLOWED_CC, self.before)
             self.state.forget("sysctl")
         return False
 
@@ -283,10 +285,8 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
             warm_arp(lf, [(s, t["receiver"]) for s in senders])
             env["scale"]["measured_rtt_s"] = measure_rtt_s(lf, senders[0], t["receiver"])
             env["scale"]["bdp_packets_measured_rtt"] = (sc["topology"]["host_rate_mbps"] * 1e6
-                                                        * env["scale"]["measured_rtt_s"] / 8 / 1514)
+                                                        * env["scale"]["measured_rtt_s"] / 8 / FRAME_BYTES)
             env["host_config"] = host_cfg
-            (out / "environment.json").write_text(json.dumps(env, indent=2))
-
             txbuf = contextlib.nullcontext()
             if env["datapath"] == "user":
                 txbuf = dataplane.OvsTxBuffer(userspace_tx_budget_bytes(sc, fabric), state)
@@ -295,8 +295,8 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
                     env["ovs_userspace_tx_buffer"] = txbuf.record()
                     if not txbuf.applied and txbuf.reason != "already large enough":
                         print(f"fabriclab: WARNING: could not enlarge Open vSwitch's transmit buffer "
-                              f"({txbuf.reason}); queues across the whole fabric are capped near "
-                              f"{(txbuf.before_bytes or 212992) // 2304} packets and excess packets are dropped "
+                              f"({txbuf.reason}); all queues of the fabric together are capped near "
+                              f"{txbuf.before_bytes} bytes of packet memory, and excess packets are dropped "
                               "inside OVS, not in the qdiscs", file=sys.stderr)
                 (out / "environment.json").write_text(json.dumps(env, indent=2))
                 codes, t_traffic = _traffic(lf, state, sc, out, agent_dir, senders, fabric, quiet)
@@ -318,7 +318,7 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
 def userspace_tx_budget_bytes(sc: dict, fabric) -> int:
     """Send buffer OVS's shared transmit socket needs so every switch FIFO can fill at once (see dataplane)."""
     q = sc["queues"]
-    per_port_frames = q["buffer_packets"] if q["buffer_packets"] is not None else -(-q["buffer_bytes"] // 1514)
+    per_port_frames = q["buffer_packets"] if q["buffer_packets"] is not None else -(-q["buffer_bytes"] // FRAME_BYTES)
     return len(fabric.switch_interfaces()) * (per_port_frames + 2) * dataplane.FRAME_TRUESIZE_BYTES
 
 
@@ -327,7 +327,7 @@ def _traffic(lf, state, sc, out, agent_dir, senders, fabric, quiet):
     t = sc["traffic"]
     t_traffic = time.monotonic()
     sampler = start_sampler(lf, state, out, sc["measurement"]["sample_hz"])
-    agents = _Agents(lf, state, agent_dir)
+    agents = _Agents(lf, state)
     try:
         deadline = time.time() + t["timeout_s"] + t["start_delay_s"] + 30
         agents.start(t["receiver"], {"role": "receiver", "port": t["port"], "expect_flows": len(senders),
@@ -361,6 +361,6 @@ def _git_rev() -> str:
 def _scale(sc: dict) -> dict:
     """The dimensionless numbers of the run (DESIGN.md: keep them when scaling)."""
     q = sc["queues"]
-    buf_pkts = q["buffer_packets"] if q["buffer_packets"] is not None else q["buffer_bytes"] / 1514
+    buf_pkts = q["buffer_packets"] if q["buffer_packets"] is not None else q["buffer_bytes"] / FRAME_BYTES
     return {"host_rate_mbps": sc["topology"]["host_rate_mbps"], "buffer_packets": buf_pkts,
             "response_packets": sc["traffic"]["response_bytes"] / 1448}

@@ -50,7 +50,7 @@ def congestion_control(sock: socket.socket) -> str:
     return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0")[0].decode()
 
 
-def run_receiver(job: dict, start_at: float) -> dict:
+def run_receiver(job: dict) -> dict:
     """Receive ``expect_flows`` TCP flows; return per-flow records (see module doc)."""
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -135,7 +135,7 @@ def main(argv=None) -> int:
     job = json.loads(argv[0])
     try:
         if job["role"] == "receiver":
-            res = run_receiver(job, 0.0)
+            res = run_receiver(job)
         elif job["role"] == "sender":
             res = run_sender(job)
         else:
