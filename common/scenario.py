@@ -93,6 +93,9 @@ SCHEMA: dict = {
         "edge_agg_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
         "agg_core_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
     },
+    "routing": {
+        "mode": F((str,), "ecmp", choices=("ecmp", "single")),
+    },
     "queues": {
         # exactly one of buffer_bytes / buffer_packets (checked below)
         "buffer_bytes": F((int,), None, lo=1514, hi=64 * 2**20),

@@ -3,9 +3,22 @@
 On each switch's FEATURES_REPLY it clears the switch, installs
 - priority 0: drop (no table-miss flooding, so no broadcast storms; case C4),
 - priority 100: ARP -> controller, answered here from the fabric map (proxy ARP),
-- priority 200: per destination host IPv4 -> output port, or an OpenFlow 1.3
-  select group over all equal-cost ports (ECMP) from :mod:`controller.routing`,
-then a barrier. When every switch of the map has answered its barrier, the
+- priority 200: per destination host IPv4 -> output port (one next hop), or
+  ECMP over all equal-cost ports from :mod:`controller.routing` (below),
+then a barrier.
+
+ECMP. Each flow's 5-tuple (IP source and destination, protocol, TCP/UDP
+ports; symmetric) is hashed with a basis that differs per switch
+(:func:`controller.routing.hash_basis`; case C5) and the hash picks one of
+the equal-cost ports with the hash-threshold method of RFC 2992. It is done
+with Open vSwitch's ``multipath`` action (a Nicira extension that OpenFlow 1.3
+carries): table 0 writes the port-set id to reg1 and the hash's link index to
+reg0, table 1 maps (reg1, reg0) to the output port. Why not select groups: an
+OpenFlow 1.3 group_mod cannot carry OVS's selection method, fields or hash
+basis (OVS accepts them only in OpenFlow 1.5 or 1.0-with-extensions and
+silently drops them from 1.3), so every switch would hash the same 5-tuple
+with basis 0 and an aggregation switch would repeat its edge switch's choice
+(half the Fat-Tree core idle). Every packet of a flow takes one path. When every switch of the map has answered its barrier, the
 app writes the ready file the runner waits for. OpenFlow 1.3 only (case C3).
 """
 from __future__ import annotations
@@ -16,12 +29,17 @@ import os
 import time
 
 from controller.ofp import (BaseApp, CONFIG_DISPATCHER, MAIN_DISPATCHER, arp, ether_types,
-                            ethernet, ofp_event, ofproto_v1_3, packet, set_ev_cls)
-from controller.routing import compute_routes
+                            ethernet, nicira_ext, ofp_event, ofproto_v1_3, packet, set_ev_cls)
+from controller.routing import compute_routes, ecmp_tables, hash_basis
 
 LOG = logging.getLogger("fabriclab.controller")
 
 PRIO_DROP, PRIO_ARP, PRIO_ROUTE = 0, 100, 200
+#: Table 1 maps (port-set id in reg1, link index in reg0) to an output port.
+ECMP_TABLE = 1
+#: OVS's NX_HASH_FIELDS_SYMMETRIC_L3L4_UDP: IP addresses, protocol, TCP/UDP/SCTP
+#: ports (os-ken names only fields 0 and 1; OVS lib/nx-match.h defines 3).
+HASH_FIELDS_L3L4_UDP = 3
 
 
 class FabricController(BaseApp):
@@ -41,7 +59,7 @@ class FabricController(BaseApp):
         self.routes = compute_routes(self.fabric, self.config.get("routing", "ecmp"))
         self.by_dpid = {s["dpid"]: s for s in self.fabric["switches"]}
         self.mac_of = {h["ip"]: h["mac"] for h in self.fabric["hosts"]}
-        self.group_of = {h["ip"]: i + 1 for i, h in enumerate(self.fabric["hosts"])}
+        self.index_of = {s["dpid"]: i for i, s in enumerate(self.fabric["switches"])}
         self.pending: dict[int, int] = {}   # dpid -> barrier xid
         self.ready: set[int] = set()
         self.arp_replies = 0
@@ -59,32 +77,42 @@ class FabricController(BaseApp):
         ofp, parser = dp.ofproto, dp.ofproto_parser
         dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
                                       out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
-        dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL))
         self._flow(dp, PRIO_DROP, parser.OFPMatch(), [])
         self._flow(dp, PRIO_ARP, parser.OFPMatch(eth_type=ether_types.ETH_TYPE_ARP),
                    [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)])
-        for ip, ports in self.routes[sw["name"]].items():
-            if len(ports) == 1:
-                actions = [parser.OFPActionOutput(ports[0])]
-            else:
-                gid = self.group_of[ip]
-                buckets = [parser.OFPBucket(weight=1, watch_port=ofp.OFPP_ANY, watch_group=ofp.OFPG_ANY,
-                                            actions=[parser.OFPActionOutput(p)]) for p in ports]
-                dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_ADD, type_=ofp.OFPGT_SELECT,
-                                               group_id=gid, buckets=buckets))
-                actions = [parser.OFPActionGroup(gid)]
-            self._flow(dp, PRIO_ROUTE, parser.OFPMatch(eth_type=ether_types.ETH_TYPE_IP, ipv4_dst=ip), actions)
+        routes = self.routes[sw["name"]]
+        set_of, port_sets = ecmp_tables(routes)
+        basis = hash_basis(self.index_of[dp.id])
+        self._flow(dp, PRIO_DROP, parser.OFPMatch(), [], table_id=ECMP_TABLE)
+        for set_id, ports in port_sets.items():
+            for link, port in enumerate(ports):
+                self._flow(dp, PRIO_ROUTE, parser.OFPMatch(reg1=set_id, reg0=link),
+                           [parser.OFPActionOutput(port)], table_id=ECMP_TABLE)
+        for ip, ports in routes.items():
+            match = parser.OFPMatch(eth_type=ether_types.ETH_TYPE_IP, ipv4_dst=ip)
+            if ip not in set_of:
+                self._flow(dp, PRIO_ROUTE, match, [parser.OFPActionOutput(ports[0])])
+                continue
+            actions = [parser.OFPActionSetField(reg1=set_of[ip]),
+                       parser.NXActionMultipath(fields=HASH_FIELDS_L3L4_UDP, basis=basis,
+                                                algorithm=nicira_ext.NX_MP_ALG_HASH_THRESHOLD,
+                                                max_link=len(ports) - 1, arg=0,
+                                                ofs_nbits=nicira_ext.ofs_nbits(0, 15), dst="reg0")]
+            self._flow(dp, PRIO_ROUTE, match, actions, goto_table=ECMP_TABLE)
         req = parser.OFPBarrierRequest(dp)
         dp.set_xid(req)
         self.pending[dp.id] = req.xid
         dp.send_msg(req)
-        LOG.info("configured %s (%016x): %d routes", sw["name"], dp.id, len(self.routes[sw["name"]]))
+        LOG.info("configured %s (%016x): %d routes, %d ECMP port sets, hash basis %d",
+                 sw["name"], dp.id, len(routes), len(port_sets), basis)
 
     @staticmethod
-    def _flow(dp, priority, match, actions):
+    def _flow(dp, priority, match, actions, table_id=0, goto_table=None):
         ofp, parser = dp.ofproto, dp.ofproto_parser
         inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)] if actions else []
-        dp.send_msg(parser.OFPFlowMod(dp, priority=priority, match=match, instructions=inst))
+        if goto_table is not None:
+            inst.append(parser.OFPInstructionGotoTable(goto_table))
+        dp.send_msg(parser.OFPFlowMod(dp, table_id=table_id, priority=priority, match=match, instructions=inst))
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def on_barrier(self, ev):

@@ -131,6 +131,25 @@ def offloads_off(ifname: str, netns_pid: int | None = None) -> None:
     run(argv, netns_pid)
 
 
+def disable_ipv6(ifname: str) -> bool:
+    """Switch IPv6 off on a root-namespace interface (a switch port).
+
+    Without this the root namespace's kernel sends its own IPv6 router
+    solicitations and MLD reports out of every switch-side veth, which shows
+    up as stray packets in the port counters (cases C4, C5). Returns False if
+    the kernel has no IPv6 (nothing to do); raises SetupError if the write fails.
+    """
+    path = f"/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6"
+    if not os.path.exists(path):
+        return False
+    try:
+        with open(path, "w") as f:
+            f.write("1")
+    except OSError as e:
+        raise SetupError(f"cannot disable IPv6 on {ifname}: {e}") from e
+    return True
+
+
 def offload_state(ifname: str, netns_pid: int | None = None) -> dict[str, bool]:
     """Current state of the :data:`OFFLOADS` features as ``{feature: on}``."""
     names = {"rx": "rx-checksumming", "tx": "tx-checksumming", "tso": "tcp-segmentation-offload",

@@ -11,7 +11,7 @@ try:  # pragma: no branch
     from os_ken.controller import ofp_event
     from os_ken.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
     from os_ken.lib.packet import arp, ethernet, ether_types, packet
-    from os_ken.ofproto import ofproto_v1_3
+    from os_ken.ofproto import nicira_ext, ofproto_v1_3
     FRAMEWORK = "os_ken"
     PROJECT = "os_ken"
 except ImportError:  # classic Ryu on an older Python
@@ -21,9 +21,9 @@ except ImportError:  # classic Ryu on an older Python
     from ryu.controller import ofp_event  # type: ignore
     from ryu.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cls  # type: ignore
     from ryu.lib.packet import arp, ethernet, ether_types, packet  # type: ignore
-    from ryu.ofproto import ofproto_v1_3  # type: ignore
+    from ryu.ofproto import nicira_ext, ofproto_v1_3  # type: ignore
     FRAMEWORK = "ryu"
     PROJECT = "ryu"
 
 __all__ = ["cfg", "app_manager", "BaseApp", "ofp_event", "CONFIG_DISPATCHER", "MAIN_DISPATCHER",
-           "set_ev_cls", "arp", "ethernet", "ether_types", "packet", "ofproto_v1_3", "FRAMEWORK", "PROJECT"]
+           "set_ev_cls", "arp", "ethernet", "ether_types", "packet", "nicira_ext", "ofproto_v1_3", "FRAMEWORK", "PROJECT"]

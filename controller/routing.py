@@ -3,7 +3,8 @@
 L3-style forwarding per destination host: at each switch the next hops to
 a host are all neighbours one hop closer to the host's switch (shortest
 paths, computed with networkx on the switch graph). With several equal-cost
-next hops the controller installs an OpenFlow 1.3 select group (ECMP).
+next hops the controller hashes each flow's 5-tuple onto one of them (ECMP;
+see :func:`ecmp_tables` and :mod:`controller.app`).
 No learning, no flooding: loops cannot form because every hop strictly
 decreases the distance to the destination.
 """
@@ -12,6 +13,31 @@ from __future__ import annotations
 import networkx as nx
 
 MODES = ("ecmp", "single")
+
+#: How the controller spreads flows in ``ecmp`` mode (written into every result's
+#: environment.json; the mechanism is explained in controller.app).
+ECMP_METHOD = {"mechanism": "ovs_multipath", "fields": "symmetric_l3l4+udp (IP src/dst, protocol, TCP/UDP ports)",
+               "algorithm": "hash_threshold (RFC 2992)", "hash_basis": "per switch (controller.routing.hash_basis)"}
+
+#: Odd multiplier: ``(i * _BASIS_STRIDE) mod 2**16`` is a bijection, so the
+#: first 65,535 switches all get different ECMP hash bases (case C5).
+_BASIS_STRIDE = 40503
+
+
+def hash_basis(switch_index: int) -> int:
+    """16-bit ECMP hash basis of the switch at ``switch_index`` in the fabric map.
+
+    Different on every switch of a fabric (up to 65,535 switches), so that two
+    switches on one path do not make correlated choices: with one shared basis
+    an aggregation switch re-picks the same bucket index its edge switch picked
+    and half the core layer stays idle ("hash polarization"; case C5).
+
+    Raises:
+        ValueError: ``switch_index`` outside 0..65534.
+    """
+    if not 0 <= switch_index < 0xFFFF:
+        raise ValueError(f"switch index {switch_index} outside 0..65534")
+    return ((switch_index + 1) * _BASIS_STRIDE) & 0xFFFF
 
 
 def switch_graph(fabric_map: dict) -> nx.MultiGraph:
@@ -88,3 +114,26 @@ def follow(fabric_map: dict, routes: dict, src_switch: str, dst_ip: str, choose=
         path.append(nxt)
         sw = nxt
     raise ValueError(f"no termination from {src_switch} to {dst_ip}")
+
+
+def ecmp_tables(switch_routes: dict[str, list[int]]) -> tuple[dict[str, int], dict[int, list[int]]]:
+    """Group one switch's multi-port routes by their set of next-hop ports.
+
+    Args:
+        switch_routes: ``{host_ip: [port, ...]}`` of one switch (from :func:`compute_routes`).
+
+    Returns:
+        ``(set_of, port_sets)``: ``set_of`` maps every destination with two or
+        more next hops to a port-set id (1, 2, ...); ``port_sets`` maps each id
+        to its ascending port list. Destinations with one next hop are left out.
+        Ids are assigned in order of first appearance over sorted destinations,
+        so they are deterministic.
+    """
+    ids: dict[tuple[int, ...], int] = {}
+    set_of: dict[str, int] = {}
+    for ip in sorted(switch_routes):
+        ports = tuple(switch_routes[ip])
+        if len(ports) < 2:
+            continue
+        set_of[ip] = ids.setdefault(ports, len(ids) + 1)
+    return set_of, {i: list(p) for p, i in ids.items()}

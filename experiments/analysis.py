@@ -222,3 +222,27 @@ def format_summary(summary: dict, out: Path) -> str:
         f"results: {out}",
     ]
     return "\n".join(lines)
+
+
+def ecmp_balance(flows_per_path: dict[str, int]) -> dict:
+    """Pearson's chi-square test of flow counts per equal-cost path against an even split.
+
+    Args:
+        flows_per_path: ``{path label: number of flows that took it}``, every
+            equal-cost path listed (zero counts included), at least 2 paths.
+
+    Returns:
+        ``{"flows", "paths", "counts", "chi2", "p_value", "max_over_mean"}``;
+        ``p_value`` > 0.01 means the split is consistent with a fair hash (case C5).
+
+    Raises:
+        ValueError: fewer than two paths or no flows.
+    """
+    from scipy.stats import chisquare
+    counts = [int(flows_per_path[k]) for k in sorted(flows_per_path)]
+    if len(counts) < 2 or sum(counts) == 0:
+        raise ValueError(f"need >= 2 paths and >= 1 flow, got {flows_per_path}")
+    res = chisquare(counts)
+    mean = sum(counts) / len(counts)
+    return {"flows": sum(counts), "paths": len(counts), "counts": dict(sorted(flows_per_path.items())),
+            "chi2": float(res.statistic), "p_value": float(res.pvalue), "max_over_mean": max(counts) / mean}

@@ -51,6 +51,8 @@ class LiveFabric:
         switch_queue: ``rate_mbps -> PortQueue`` for every switch egress port, or None.
         host_queue: ``rate_mbps -> PortQueue`` for every host NIC, or None.
         connect_timeout_s: how long switches get to connect and be configured.
+        routing: ``ecmp`` (hash each 5-tuple over all equal-cost next hops) or
+            ``single`` (one deterministic path per destination); see controller.routing.
 
     Attributes after enter: ``net`` (Mininet), ``fabric_map`` (dict),
     ``timings_s`` (set-up phases).
@@ -61,7 +63,7 @@ class LiveFabric:
     """
 
     def __init__(self, fabric: Fabric, workdir: Path, state: RunState, datapath: str = "kernel",
-                 switch_queue=None, host_queue=None, connect_timeout_s: float = 90.0):
+                 switch_queue=None, host_queue=None, connect_timeout_s: float = 90.0, routing: str = "ecmp"):
         self.fabric = fabric
         self.workdir = Path(workdir)
         self.state = state
@@ -69,6 +71,7 @@ class LiveFabric:
         self.switch_queue = switch_queue
         self.host_queue = host_queue
         self.connect_timeout_s = connect_timeout_s
+        self.routing = routing
         self.net = None
         self.controller = None
         self.fabric_map = fabric.to_map()
@@ -115,7 +118,8 @@ class LiveFabric:
         log = open(self.workdir / "controller.log", "w")
         self.controller = subprocess.Popen(
             [sys.executable, "-m", "controller.main", "--fabric-map", str(map_path),
-             "--ready-file", str(self.ready_file), "--host", "127.0.0.1", "--port", str(OF_PORT)],
+             "--ready-file", str(self.ready_file), "--host", "127.0.0.1", "--port", str(OF_PORT),
+             "--routing", self.routing],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.state.add_process(self.controller.pid, "controller")
@@ -172,7 +176,7 @@ class LiveFabric:
         return out
 
     def _configure_ports(self):
-        """Offloads off everywhere (cases T1, L5); queues at each link's rate."""
+        """Offloads off everywhere (cases T1, L5); no IPv6 chatter from switch ports; queues at each link's rate."""
         for link in self.fabric.links:
             for node, intf in ((link.a, link.a_intf), (link.b, link.b_intf)):
                 if self.fabric.node(node).is_host:
@@ -182,6 +186,7 @@ class LiveFabric:
                         dataplane.install_port_queue(intf, self.host_queue(link.rate_mbps), pid)
                 else:
                     dataplane.offloads_off(intf)
+                    dataplane.disable_ipv6(intf)
                     if self.switch_queue is not None:
                         dataplane.install_port_queue(intf, self.switch_queue(link.rate_mbps))
 

@@ -26,6 +26,7 @@ from common import probe as envprobe
 from common.errors import CapabilityError, SetupError
 from common.state import RunState
 from controller import dataplane
+from controller.routing import ECMP_METHOD
 from controller.dataplane import PortQueue
 from experiments import analysis
 from experiments.fabric import REPO, LiveFabric
@@ -256,6 +257,7 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
     (out / "scenario.yaml").write_text(yaml.safe_dump(sc, sort_keys=False))
     env["git_revision"] = _git_rev()
     env["scale"] = _scale(sc)
+    env["routing"] = {"mode": sc["routing"]["mode"], **(ECMP_METHOD if sc["routing"]["mode"] == "ecmp" else {})}
     (out / "environment.json").write_text(json.dumps(env, indent=2))
     _say(quiet, f"datapath={env['datapath']} kernel={env['kernel']} results -> {out}")
 
@@ -275,7 +277,8 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
             _say(quiet, f"removed state of an earlier run: {state.stale_report}")
         _maybe_fault("before_fabric")
         with LiveFabric(fabric, out, state, datapath=env["datapath"],
-                        switch_queue=lambda rate: port_queue(sc, rate), host_queue=host_queue) as lf:
+                        switch_queue=lambda rate: port_queue(sc, rate), host_queue=host_queue,
+                        routing=sc["routing"]["mode"]) as lf:
             host_cfg = configure_hosts(lf, sc)
             timings.update(lf.timings_s)
             timings["setup_s"] = time.monotonic() - t_begin

@@ -41,3 +41,41 @@ def test_follow_detects_loop():
     r["leaf1"]["10.2.0.1"] = [2]      # up to spine1
     with pytest.raises(ValueError, match="loop"):
         follow(m, r, "leaf1", "10.2.0.1")
+
+
+def test_hash_basis_differs_on_every_switch():
+    """Case C5: no two switches of even the largest fabric share an ECMP hash basis."""
+    from controller.routing import hash_basis
+    from topologies.fattree import FatTree
+    n = len(FatTree(k=16).build().switches)
+    bases = [hash_basis(i) for i in range(n)]
+    assert len(set(bases)) == n and all(0 <= b <= 0xFFFF for b in bases)
+    assert len({hash_basis(i) for i in range(0xFFFF)}) == 0xFFFF
+    with pytest.raises(ValueError):
+        hash_basis(0xFFFF)
+
+
+def test_ecmp_tables_group_destinations_by_port_set():
+    from controller.routing import ecmp_tables
+    from topologies.fattree import FatTree
+    m = FatTree(k=4).build().to_map()
+    r = compute_routes(m)
+    set_of, sets = ecmp_tables(r["p0e1"])
+    assert sets == {1: [3, 4]}                       # every remote host: both aggregation uplinks
+    assert len(set_of) == 14                          # 16 hosts minus the 2 on this edge switch
+    set_of, sets = ecmp_tables(r["c1"])
+    assert sets == {} and set_of == {}               # core: one port down to each pod
+    set_of, sets = ecmp_tables(r["p0a1"])
+    assert list(sets.values()) == [[3, 4]]            # the two core uplinks, for the 12 hosts of other pods
+    assert len(set_of) == 12
+
+
+def test_ecmp_balance_chi_square():
+    from experiments.analysis import ecmp_balance
+    fair = ecmp_balance({"c1": 17, "c2": 15, "c3": 16, "c4": 16})
+    assert fair["p_value"] > 0.9 and fair["flows"] == 64
+    polarized = ecmp_balance({"c1": 32, "c2": 0, "c3": 0, "c4": 32})   # one shared hash basis
+    assert polarized["p_value"] < 1e-6
+    assert ecmp_balance({"a": 64, "b": 0})["p_value"] < 1e-10
+    with pytest.raises(ValueError):
+        ecmp_balance({"a": 3})

@@ -1,0 +1,162 @@
+"""All-pairs reachability of a live fabric, fast: one process, one raw ICMP
+socket per host namespace, every ordered pair probed at once.
+
+Mininet's ``pingAll`` runs one ``ping`` process per ordered pair, one after
+the other (16,256 processes for a 128-host Fat-Tree). This sends the same
+ICMP echo requests (RFC 792) from every host's own network namespace, in
+rounds that are permutations (round r: host i -> host i+r), so no receiver
+port sees an incast of probes; pairs that got no reply are retried until the
+timeout.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+
+CLONE_NEWNET = 0x40000000
+ICMP_ECHO_REQUEST, ICMP_ECHO_REPLY = 8, 0
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+def socket_in_netns(pid: int, family: int, kind: int, proto: int) -> socket.socket:
+    """A socket created inside the network namespace of process ``pid``.
+
+    The calling thread enters the namespace only for the ``socket()`` call and
+    always returns to its own (a socket keeps the namespace it was made in).
+
+    Raises:
+        OSError: no such process, or not permitted (needs root / CAP_SYS_ADMIN).
+    """
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+    try:
+        _setns(target)
+        try:
+            return socket.socket(family, kind, proto)
+        finally:
+            _setns(own)
+    finally:
+        os.close(target)
+        os.close(own)
+
+
+def icmp_checksum(data: bytes) -> int:
+    """The Internet checksum (RFC 1071) of ``data``, as an int 0..0xffff."""
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+def echo_request(ident: int, seq: int, payload: bytes = b"fabriclab") -> bytes:
+    """An ICMP echo request (type 8) with a valid checksum."""
+    hdr = struct.pack("!BBHHH", ICMP_ECHO_REQUEST, 0, 0, ident, seq)
+    csum = icmp_checksum(hdr + payload)
+    return struct.pack("!BBHHH", ICMP_ECHO_REQUEST, 0, csum, ident, seq) + payload
+
+
+@dataclass
+class Reachability:
+    """Result of :func:`all_pairs`.
+
+    Attributes:
+        pairs: ordered pairs probed (N x (N-1)).
+        reached: pairs that got an echo reply.
+        missing: ``[(src, dst), ...]`` never answered before the timeout.
+        elapsed_s: from the first probe to the last needed reply (or the timeout).
+        rounds: probe rounds sent (1 when nothing had to be retried).
+    """
+    pairs: int
+    reached: int
+    missing: list = field(default_factory=list)
+    elapsed_s: float = 0.0
+    rounds: int = 0
+
+    @property
+    def loss(self) -> float:
+        """Fraction of pairs never reached (0.0 = all-pairs reachable)."""
+        return len(self.missing) / self.pairs if self.pairs else 0.0
+
+
+def all_pairs(hosts: list[tuple[str, int, str]], timeout_s: float = 10.0, retry_s: float = 0.5,
+              step_gap_s: float = 0.0005) -> Reachability:
+    """Probe every ordered pair of ``hosts`` with ICMP echo until all answer or ``timeout_s``.
+
+    Args:
+        hosts: ``[(name, pid of a process in the host's namespace, IPv4 address), ...]``.
+        timeout_s: give up on the pairs still unanswered after this long.
+        retry_s: re-send to unanswered pairs after this long without progress.
+        step_gap_s: pause between permutation rounds (spreads the probes).
+
+    Returns:
+        A :class:`Reachability`.
+
+    Raises:
+        OSError: a namespace cannot be entered or a raw socket opened (needs root).
+    """
+    n = len(hosts)
+    index_of_ip = {ip: i for i, (_, _, ip) in enumerate(hosts)}
+    socks = [socket_in_netns(pid, socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP) for _, pid, _ in hosts]
+    ident_base = os.getpid() & 0x7FFF
+    by_fd = {s.fileno(): i for i, s in enumerate(socks)}
+    pending = {(i, j) for i in range(n) for j in range(n) if i != j}
+    total = len(pending)
+    t0 = time.monotonic()
+    rounds = 0
+    try:
+        for s in socks:
+            s.setblocking(False)
+        while pending and time.monotonic() - t0 < timeout_s:
+            rounds += 1
+            for r in range(1, n):
+                for i in range(n):
+                    j = (i + r) % n
+                    if (i, j) in pending:
+                        try:
+                            socks[i].sendto(echo_request(ident_base + i, j), (hosts[j][2], 0))
+                        except (BlockingIOError, OSError):
+                            pass   # full queue or no neighbour yet: the next round retries
+                if step_gap_s:
+                    time.sleep(step_gap_s)
+            last_progress = time.monotonic()
+            while pending and time.monotonic() - last_progress < retry_s and time.monotonic() - t0 < timeout_s:
+                ready, _, _ = select.select(socks, [], [], 0.05)
+                for s in ready:
+                    i = by_fd[s.fileno()]
+                    while True:
+                        try:
+                            pkt, (src_ip, _) = s.recvfrom(2048)
+                        except BlockingIOError:
+                            break
+                        ihl = (pkt[0] & 0x0F) * 4
+                        if len(pkt) < ihl + 8:
+                            continue
+                        typ, _, _, ident, seq = struct.unpack_from("!BBHHH", pkt, ihl)
+                        j = index_of_ip.get(src_ip)
+                        if typ == ICMP_ECHO_REPLY and ident == ident_base + i and seq == j and (i, j) in pending:
+                            pending.discard((i, j))
+                            last_progress = time.monotonic()
+        elapsed = time.monotonic() - t0
+    finally:
+        for s in socks:
+            s.close()
+    missing = sorted((hosts[i][0], hosts[j][0]) for i, j in pending)
+    return Reachability(pairs=total, reached=total - len(missing), missing=missing, elapsed_s=elapsed, rounds=rounds)
+
+
+def live_fabric_hosts(lf) -> list[tuple[str, int, str]]:
+    """``[(name, pid, ip)]`` of a :class:`experiments.fabric.LiveFabric`'s hosts, in fabric order."""
+    return [(h.name, lf.host(h.name).pid, h.ip) for h in lf.fabric.hosts]
