@@ -5,7 +5,7 @@ SCENARIO ?= experiments/scenarios/incast.yaml
 RESULTS ?= results
 PYTEST_ARGS ?=
 
-.PHONY: help setup experiment test unit clean bench check-root distclean vm-image vm-test vm-experiment
+.PHONY: help setup experiment test unit clean bench bench-fabric check-root distclean vm-image vm-test vm-experiment
 
 help:
 	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast), results in $(RESULTS)/"
@@ -13,6 +13,7 @@ help:
 	@echo "sudo make setup                           install apt + pip dependencies, start Open vSwitch (idempotent)"
 	@echo "make unit                                 unit tests only (no root; needs a prior setup)"
 	@echo "sudo make bench                           time the default experiment and the queue sampler"
+	@echo "sudo make bench-fabric                    time from nothing to all-pairs reachable (Fat-Tree k=4,6,8; Spine-Leaf 4x8)"
 	@echo "sudo make vm-image                        build (or reuse) the stock-kernel VM image (cached in /var/cache/fabriclab/vm)"
 	@echo "sudo make vm-test                         run the test suite inside the stock-kernel VM"
 	@echo "sudo make vm-experiment [SCENARIO=...]    run an experiment inside the VM; results come back to $(RESULTS)/"
@@ -37,6 +38,9 @@ unit:
 
 bench: check-root setup
 	$(PY) bench/bench_experiment.py
+
+bench-fabric: check-root setup
+	$(PY) bench/bench_fabric_up.py
 
 clean: check-root
 	@if [ -x $(PY) ]; then $(PY) -m experiments clean; else echo "fabriclab: nothing to clean (no .venv)"; fi
