@@ -113,7 +113,8 @@ class FatTree:
             for e in range(h):
                 for i in range(h):
                     fab.nodes.append(Node(self.host_name(p, e, i), "host", mac=f"02:00:00:{p:02x}:{e:02x}:{i:02x}",
-                                          ip=f"10.{p}.{e}.{i + 2}", leaf=self.edge_name(p, e)))
+                                          ip=f"10.{p}.{e}.{i + 2}", leaf=self.edge_name(p, e),
+                                          group=f"pod{p}"))
         for p in range(self.k):
             for e in range(h):
                 for i in range(h):

@@ -34,6 +34,8 @@ class Node:
         mac: host MAC ``02:..`` (locally administered), None for switches.
         ip: host IPv4 address without prefix length, None for switches.
         leaf: for hosts, the name of the switch they attach to.
+        group: for hosts, the block whose traffic leaves it only through the
+            fabric's upper layers: the leaf (Spine-Leaf) or the pod (Fat-Tree).
     """
 
     name: str
@@ -42,6 +44,7 @@ class Node:
     mac: str | None = None
     ip: str | None = None
     leaf: str | None = None
+    group: str | None = None
 
     @property
     def is_host(self) -> bool:
@@ -101,6 +104,13 @@ class Fabric:
     def hosts(self) -> list[Node]:
         """Hosts in position order."""
         return [n for n in self.nodes if n.is_host]
+
+    def host_groups(self) -> dict[str, list[str]]:
+        """``{group: [host names in position order]}`` (leaf for Spine-Leaf, pod for Fat-Tree)."""
+        out: dict[str, list[str]] = {}
+        for h in self.hosts:
+            out.setdefault(h.group or h.leaf, []).append(h.name)
+        return out
 
     @property
     def switches(self) -> list[Node]:
@@ -276,7 +286,7 @@ class SpineLeaf:
         for l in range(1, self.leaves + 1):
             for h in range(1, self.hosts_per_leaf + 1):
                 fab.nodes.append(Node(self.host_name(l, h), "host", mac=host_mac(l, h),
-                                      ip=host_ip(l, h), leaf=self.leaf_name(l)))
+                                      ip=host_ip(l, h), leaf=self.leaf_name(l), group=self.leaf_name(l)))
         for l in range(1, self.leaves + 1):
             for h in range(1, self.hosts_per_leaf + 1):
                 fab.links.append(LinkSpec(self.leaf_name(l), h, self.host_name(l, h), 0, self.host_rate_mbps))

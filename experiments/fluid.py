@@ -1,0 +1,84 @@
+"""The fluid model the topology comparison is measured against (pure).
+
+Max-min fair rates (Bertsekas and Gallager, Data Networks, 2nd ed., section
+6.5.2: progressive filling) of a set of long-lived flows on a fabric, each
+flow split at every switch equally over its equal-cost next hops, i.e. ideal
+ECMP: the best any per-flow hash can do. Hash collisions, TCP dynamics and
+the emulator's CPU budget are what the measurement adds on top.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from controller.routing import compute_routes
+
+
+def link_fractions(fabric_map: dict, routes: dict, src: str, dst: str) -> dict[tuple[str, str], float]:
+    """Fraction of one ``src`` -> ``dst`` flow on each directed link ``(from node, to node)`` under ideal ECMP.
+
+    Raises:
+        KeyError: unknown host name.
+        ValueError: a route dead-ends (the routes do not reach ``dst``).
+    """
+    hosts = {h["name"]: h for h in fabric_map["hosts"]}
+    peer = {}
+    for link in fabric_map["links"]:
+        peer[(link["a"], link["a_port"])] = link["b"]
+        peer[(link["b"], link["b_port"])] = link["a"]
+    s, d = hosts[src], hosts[dst]
+    frac: dict[tuple[str, str], float] = defaultdict(float)
+    frac[(src, s["switch"])] = 1.0
+    at = {s["switch"]: 1.0}
+    for _ in range(len(fabric_map["switches"]) + 1):
+        nxt: dict[str, float] = defaultdict(float)
+        for sw, f in at.items():
+            ports = routes[sw].get(d["ip"])
+            if not ports:
+                raise ValueError(f"no route at {sw} toward {dst}")
+            for p in ports:
+                node = peer[(sw, p)]
+                frac[(sw, node)] += f / len(ports)
+                if node != dst:
+                    nxt[node] += f / len(ports)
+        if not nxt:
+            return dict(frac)
+        at = nxt
+    raise ValueError(f"routes from {src} to {dst} do not terminate")
+
+
+def max_min_rates(fabric_map: dict, pairs: list[tuple[str, str]]) -> list[float]:
+    """Max-min fair rate (Mbit/s) of one long-lived flow per entry of ``pairs`` (repeat a pair for parallel flows).
+
+    Every link direction has the link's ``rate_mbps`` of capacity. Returns the
+    rates in the order of ``pairs``.
+
+    Raises:
+        KeyError, ValueError: as :func:`link_fractions`.
+    """
+    routes = compute_routes(fabric_map, "ecmp")
+    cap: dict[tuple[str, str], float] = {}
+    for link in fabric_map["links"]:
+        cap[(link["a"], link["b"])] = cap.get((link["a"], link["b"]), 0.0) + link["rate_mbps"]
+        cap[(link["b"], link["a"])] = cap.get((link["b"], link["a"]), 0.0) + link["rate_mbps"]
+    cache: dict[tuple[str, str], dict] = {}
+    fracs = []
+    for pair in pairs:
+        if pair not in cache:
+            cache[pair] = link_fractions(fabric_map, routes, *pair)
+        fracs.append(cache[pair])
+    rate = [0.0] * len(pairs)
+    active = set(range(len(pairs)))
+    left = dict(cap)
+    while active:
+        load: dict[tuple[str, str], float] = defaultdict(float)
+        for i in active:
+            for e, f in fracs[i].items():
+                load[e] += f
+        step = min(left[e] / w for e, w in load.items() if w > 0)
+        for i in active:
+            rate[i] += step
+        for e, w in load.items():
+            left[e] -= step * w
+        full = {e for e, w in load.items() if w > 0 and left[e] <= 1e-9 * cap[e]}
+        active = {i for i in active if not full.intersection(fracs[i])}
+    return rate
