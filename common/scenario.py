@@ -107,11 +107,17 @@ SCHEMA: dict = {
         "tcp_ecn": F((int,), 0, choices=(0, 1, 2)),
     },
     "traffic": {
-        "pattern": F((str,), "incast", choices=("incast",)),
+        # incast: `senders` hosts -> `receiver`, response_bytes each (partition-aggregate);
+        # permutation: every host -> one host of another leaf/pod; all-to-all: every ordered pair.
+        # The last two send flows_per_pair flows of flow_bytes each, or for duration_s each.
+        "pattern": F((str,), "incast", choices=("incast", "permutation", "all-to-all")),
         "receiver": F((str,), "h1", pattern=HOST),
         "senders": F((int,), 8, lo=1, hi=1000),
         "sender_hosts": ListOf(F((str,), pattern=HOST), None, min_len=1),
         "response_bytes": F((int,), 500_000, lo=1, hi=10**10),
+        "flows_per_pair": F((int,), 1, lo=1, hi=64),
+        "flow_bytes": F((int,), 1_000_000, lo=1, hi=10**10),
+        "duration_s": F(NUM, None, lo=0.5, hi=3600),
         "port": F((int,), 5001, lo=1024, hi=65535),
         "start_delay_s": F(NUM, 0.5, lo=0.05, hi=60),
         "timeout_s": F(NUM, 120, lo=1, hi=3600),
@@ -119,6 +125,8 @@ SCHEMA: dict = {
     "measurement": {
         "sample_hz": F(NUM, 200, lo=1, hi=2000),
         "post_s": F(NUM, 0.5, lo=0, hi=10),
+        # throughput is averaged from warmup_s after the start (TCP slow start excluded)
+        "warmup_s": F(NUM, 1.0, lo=0, hi=600),
     },
 }
 
@@ -200,6 +208,9 @@ def validate(data: Any) -> dict:
     hosts = {f"h{i}" for i in range(1, n_hosts + 1)}
     if t["receiver"] not in hosts:
         raise ScenarioError("traffic.receiver", f"no host {t['receiver']!r} in a fabric of {n_hosts} hosts (h1..h{n_hosts})")
+    if t["pattern"] == "incast" and t["duration_s"] is not None:
+        raise ScenarioError("traffic.duration_s", "applies to the permutation and all-to-all patterns, "
+                                                  "not incast (an incast sends response_bytes per sender)")
     if t["sender_hosts"] is not None:
         for i, h in enumerate(t["sender_hosts"]):
             if h not in hosts:

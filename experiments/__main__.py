@@ -4,6 +4,7 @@
     python -m experiments check SCENARIO.yaml     # validate only
     python -m experiments clean                   # remove what a killed run left
     python -m experiments plot RESULTS_DIR        # redraw plots from result files
+    python -m experiments draw SCENARIO.yaml [--out PNG]   # draw the scenario's fabric (no root)
 
 Exit codes: 0 success, 1 run failed, 2 bad input (scenario key, missing
 capability, not root), 130 interrupted.
@@ -33,10 +34,13 @@ def main(argv=None) -> int:
     sub.add_parser("clean", help="remove state left by a killed run")
     p = sub.add_parser("plot", help="redraw the plots of a results folder")
     p.add_argument("results_dir")
+    d = sub.add_parser("draw", help="draw a scenario's fabric as a PNG (layers on rows, rates, oversubscription)")
+    d.add_argument("scenario")
+    d.add_argument("--out", default="topology.png")
     args = ap.parse_args(argv)
 
     from common.scenario import load_scenario
-    if args.cmd in ("run", "check"):
+    if args.cmd in ("run", "check", "draw"):
         try:
             sc = load_scenario(args.scenario)
         except ScenarioError as e:
@@ -44,6 +48,11 @@ def main(argv=None) -> int:
             return 2
         if args.cmd == "check":
             print(f"fabriclab: {args.scenario} is valid")
+            return 0
+        if args.cmd == "draw":
+            from experiments import draw
+            from experiments.runner import build_fabric
+            print(draw.draw(build_fabric(sc).to_map(), Path(args.out), title=sc["name"]))
             return 0
     if args.cmd == "plot":
         from experiments import plot

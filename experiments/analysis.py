@@ -17,38 +17,50 @@ FLOW_COLUMNS = ("flow_id", "src", "dst", "src_ip", "src_port", "bytes_planned", 
                 "congestion_control", "total_retrans", "rtt_us", "complete", "error")
 
 
-def collect_flows(agent_dir: Path, receiver: str, senders: list[str], codes: dict[str, int]) -> list[dict]:
-    """One row per sender (see :data:`FLOW_COLUMNS`), times relative to the common start.
+def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> list[dict]:
+    """One row per planned flow (see :data:`FLOW_COLUMNS`), times relative to the common start.
+
+    Args:
+        agent_dir: where the agents wrote ``<host>.rx.json`` / ``<host>.tx.json``.
+        plan: the flows (traffic.patterns.flow_plan): ``flow_id``, ``src``, ``dst``, ``src_ip``.
+        codes: agent exit codes by ``<host>.rx`` / ``<host>.tx`` (named in error rows).
 
     ``fct_s`` is the receiver's last byte minus the scheduled start (the
-    flow completion time); ``complete`` is true when every planned byte
-    arrived and the connection closed cleanly.
+    flow completion time); ``complete`` is true when every byte sent arrived,
+    the connection closed cleanly and (sized flows) every planned byte was sent.
+    Sender and receiver records are joined on (source IP, source port).
     """
-    def load(host):
+    def load(name):
         try:
-            return json.loads((Path(agent_dir) / f"{host}.json").read_text())
+            return json.loads((Path(agent_dir) / f"{name}.json").read_text())
         except (OSError, ValueError) as e:
-            return {"error": f"no result from {host} ({e.__class__.__name__}; exit {codes.get(host)})"}
-    rx = load(receiver)
-    by_port = {(f["src_ip"], f["src_port"]): f for f in rx.get("flows", [])}
+            return {"error": f"no result from {name} ({e.__class__.__name__}; exit {codes.get(name)})"}
+    rx = {d: load(f"{d}.rx") for d in {f["dst"] for f in plan}}
+    tx = {s: load(f"{s}.tx") for s in {f["src"] for f in plan}}
+    by_addr = {(f["src_ip"], f["src_port"]): f for rec in rx.values() for f in rec.get("flows", [])}
+    tx_by_id = {f["flow_id"]: (s, f) for s, rec in tx.items() for f in rec.get("flows", [])}
     rows = []
-    for s in senders:
-        tx = load(s)
+    for p in plan:
         row = {k: None for k in FLOW_COLUMNS}
-        row.update(flow_id=tx.get("flow_id"), src=s, dst=receiver, error=tx.get("error") or rx.get("error"))
-        if "error" not in tx:
-            f = next((f for (ip, port), f in by_port.items() if port == tx["src_port"]), None)
-            start = tx["start_at_unix_s"]
-            row.update(src_port=tx["src_port"], bytes_planned=tx["bytes_planned"], bytes_sent=tx["bytes_sent"],
-                       start_at_unix_s=start, sender_done_s=tx["closed_unix_s"] - start,
-                       congestion_control=tx["congestion_control"], total_retrans=tx["total_retrans"],
-                       rtt_us=tx["rtt_us"])
+        row.update(flow_id=p["flow_id"], src=p["src"], dst=p["dst"], src_ip=p["src_ip"])
+        _, t = tx_by_id.get(p["flow_id"], (None, None))
+        if t is None:
+            row["error"] = tx[p["src"]].get("error") or f"sender {p['src']} has no record of flow {p['flow_id']}"
+        else:
+            start = t["start_at_unix_s"]
+            row.update(src_port=t.get("src_port"), bytes_planned=t["bytes_planned"], bytes_sent=t["bytes_sent"],
+                       start_at_unix_s=start, congestion_control=t.get("congestion_control"),
+                       total_retrans=t.get("total_retrans"), rtt_us=t.get("rtt_us"),
+                       sender_done_s=(t["closed_unix_s"] - start) if t.get("closed_unix_s") else None,
+                       error=t.get("error") or rx[p["dst"]].get("error"))
+            f = by_addr.get((p["src_ip"], t.get("src_port")))
             if f is not None:
-                row.update(src_ip=f["src_ip"], bytes_received=f["bytes"],
+                row.update(bytes_received=f["bytes"],
                            first_byte_s=(f["first_byte_unix_s"] - start) if f["first_byte_unix_s"] else None,
                            fct_s=(f["last_byte_unix_s"] - start) if f["last_byte_unix_s"] else None,
-                           _samples=[(t - start, b) for t, b in f["samples"]])
-                row["complete"] = bool(f["eof"] and f["bytes"] == tx["bytes_planned"] == tx["bytes_sent"])
+                           _samples=[(ts - start, b) for ts, b in f["samples"]])
+                row["complete"] = bool(f["eof"] and not row["error"] and f["bytes"] == t["bytes_sent"]
+                                       and (t["bytes_planned"] is None or t["bytes_sent"] == t["bytes_planned"]))
         if row["complete"] is None:
             row["complete"] = False
         rows.append(row)
@@ -128,7 +140,68 @@ def _write_csv(path: Path, columns, rows) -> None:
             w.writerow(r)
 
 
-def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timings: dict, host_cfg: dict) -> dict:
+def bytes_at(samples: list, t_s: float) -> float:
+    """Cumulative bytes a flow had delivered at ``t_s`` (linear between receiver samples; 0 before the first)."""
+    if not samples:
+        return 0.0
+    ts = np.asarray([x[0] for x in samples], dtype=float)
+    bs = np.asarray([x[1] for x in samples], dtype=float)
+    return float(np.interp(t_s, ts, bs, left=0.0, right=bs[-1]))
+
+
+def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc: dict) -> dict:
+    """Delivered throughput while every flow is running, and the fluid model's prediction.
+
+    The window runs from ``measurement.warmup_s`` after the start (slow start
+    left out) to the end of the time-limited flows, or to the first sized flow
+    completing (after that the remaining flows speed up and the mix changes).
+    If that leaves under 0.5 s the whole run (start to last byte) is used and
+    ``window`` says so. The model is :func:`experiments.fluid.max_min_rates`
+    (max-min fair rates with ideal ECMP) for the same flows.
+
+    Returns:
+        ``{"window", "window_s", "aggregate_mbps", "sending_hosts", "per_sending_host_mbps",
+        "host_rate_mbps", "fraction_of_hosts_x_host_rate", "model_aggregate_mbps",
+        "measured_over_model", "per_flow_mbps": {min, p10, median, max}, "jain_index_per_flow"}``
+        (rates in Mbit/s of TCP payload delivered).
+    """
+    from experiments.fluid import max_min_rates
+    warm = sc["measurement"]["warmup_s"]
+    duration = sc["traffic"]["duration_s"]
+    ends = [f["fct_s"] for f in flows if f["complete"] and f["fct_s"] is not None]
+    t_a, t_b, kind = warm, duration if duration else (min(ends) if ends else None), "all flows running"
+    if t_b is None or t_b - t_a < 0.5:
+        t_a, t_b, kind = 0.0, max([f["fct_s"] for f in flows if f["fct_s"] is not None] or [0.0]), "whole run"
+    span = max(t_b - t_a, 1e-9)
+    per_flow = [(bytes_at(f.get("_samples") or [], t_b) - bytes_at(f.get("_samples") or [], t_a)) * 8 / span / 1e6
+                for f in flows]
+    agg = float(sum(per_flow))
+    senders = sorted({p["src"] for p in plan})
+    rate_of = {h["name"]: h["rate_mbps"] for h in fabric_map["hosts"]}
+    line = sum(rate_of[s] for s in senders)
+    model = max_min_rates(fabric_map, [(p["src"], p["dst"]) for p in plan])
+    x = np.asarray(per_flow, dtype=float)
+    jain = float(x.sum() ** 2 / (len(x) * (x ** 2).sum())) if len(x) and (x ** 2).sum() > 0 else None
+    return {
+        "window": kind, "window_s": [t_a, t_b], "aggregate_mbps": agg,
+        "sending_hosts": len(senders), "per_sending_host_mbps": agg / len(senders) if senders else 0.0,
+        "host_rate_mbps": statistics_mode([rate_of[s] for s in senders]),
+        "fraction_of_hosts_x_host_rate": agg / line if line else None,
+        "model_aggregate_mbps": float(sum(model)), "model_per_sending_host_mbps": float(sum(model)) / len(senders),
+        "measured_over_model": agg / sum(model) if sum(model) else None,
+        "per_flow_mbps": {"min": float(x.min()), "p10": _percentile(x, 10), "median": _percentile(x, 50),
+                          "max": float(x.max())} if len(x) else None,
+        "jain_index_per_flow": jain,
+    }
+
+
+def statistics_mode(values: list) -> float | None:
+    """Most common value (the host link rate of a fabric whose hosts all run at one rate)."""
+    return max(set(values), key=values.count) if values else None
+
+
+def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timings: dict, host_cfg: dict,
+                  plan: list[dict]) -> dict:
     """Write flows.csv, flow_samples.csv, queues.csv, ports.csv and summary.json into ``out``; return the summary."""
     out = Path(out)
     starts = [f["start_at_unix_s"] for f in flows if f["start_at_unix_s"] is not None]
@@ -159,13 +232,17 @@ def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timi
     ports = port_summaries(samples, fabric_map, sc, (0.0, end))
     _write_csv(out / "ports.csv", list(ports[0].keys()) if ports else ["intf"], ports)
     bn = bottleneck(ports)
-    receiver = sc["traffic"]["receiver"]
-    receiver_leaf = next(h["switch"] for h in fabric_map["hosts"] if h["name"] == receiver)
+    incast = sc["traffic"]["pattern"] == "incast"
+    receiver = sc["traffic"]["receiver"] if incast else None
+    receiver_leaf = next((h["switch"] for h in fabric_map["hosts"] if h["name"] == receiver), None)
     sampler = json.loads((out / "sampler.json").read_text())
     env = json.loads((out / "environment.json").read_text())
     ccs = sorted({f["congestion_control"] for f in flows if f["congestion_control"]})
     summary = {
         "scenario": sc["name"],
+        "pattern": sc["traffic"]["pattern"],
+        "topology": dict(sc["topology"], oversubscription=fabric_map["params"].get("oversubscription")),
+        "routing": env.get("routing"),
         "datapath": env["datapath"],
         "kernel": env["kernel"],
         "scale": env.get("scale"),
@@ -174,8 +251,10 @@ def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timi
             "all_complete": all(f["complete"] for f in flows),
             "bytes_sent": sum(f["bytes_sent"] or 0 for f in flows),
             "bytes_received": sum(f["bytes_received"] or 0 for f in flows),
-            "per_flow": [{k: f[k] for k in ("flow_id", "src", "bytes_sent", "bytes_received", "fct_s", "complete",
-                                            "total_retrans")} for f in flows],
+            "per_flow": [{**{k: f[k] for k in ("flow_id", "src", "dst", "bytes_sent", "bytes_received", "fct_s",
+                                               "complete", "total_retrans")},
+                          "throughput_mbps": (f["bytes_received"] * 8 / f["fct_s"] / 1e6)
+                          if f["bytes_received"] and f["fct_s"] else None} for f in flows],
             "fct_median_s": _percentile(fcts, 50), "fct_p99_s": _percentile(fcts, 99),
             "fct_max_s": max(fcts) if fcts else None,
             "congestion_control_on_live_flows": ccs,
@@ -185,12 +264,13 @@ def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timi
             **{k: bn[k] for k in ("switch", "intf", "peer", "mean_backlog_bytes", "peak_backlog_bytes",
                                   "peak_backlog_packets", "drops",
                                   "buffer_bytes", "buffer_packets", "mean_tx_mbps", "rate_mbps")},
-            "toward_receiver": bn["peer"] == receiver,
+            "toward_receiver": (bn["peer"] == receiver) if incast else None,
             "within_buffer": (bn["peak_backlog_bytes"] <= bn["buffer_bytes"]) if bn["buffer_bytes"] is not None
             else (bn["peak_backlog_packets"] <= bn["buffer_packets"]),
         },
         # bytes each spine carried down to the receiver's leaf: shows how ECMP split the incast
-        "ecmp_split_tx_bytes": {p["intf"]: p["tx_bytes"] for p in ports if p["peer"] == receiver_leaf},
+        "ecmp_split_tx_bytes": {p["intf"]: p["tx_bytes"] for p in ports if p["peer"] == receiver_leaf} if incast else {},
+        "throughput": throughput_summary(flows, fabric_map, plan, sc),
         "total_drops": sum(p["drops"] for p in ports),
         "sampler": sampler,
         "timings_s": timings,
@@ -213,8 +293,9 @@ def format_summary(summary: dict, out: Path) -> str:
         else "completion time: none",
         f"bottleneck: {bn.get('intf')} (toward {bn.get('peer')}), peak backlog {bn.get('peak_backlog_packets')} packets "
         f"/ {bn.get('peak_backlog_bytes')} B (buffer {buf}), drops {bn.get('drops')}",
-        "ECMP split toward the receiver's leaf: " + ", ".join(
-            f"{k} {v / 1e6:.2f} MB" for k, v in summary.get("ecmp_split_tx_bytes", {}).items()),
+        ("ECMP split toward the receiver's leaf: " + ", ".join(
+            f"{k} {v / 1e6:.2f} MB" for k, v in summary["ecmp_split_tx_bytes"].items())) if summary.get("ecmp_split_tx_bytes")
+        else _throughput_line(summary.get("throughput")),
         f"sampler: {summary['sampler']['achieved_hz']:.0f} Hz on {summary['sampler']['interfaces']} ports, "
         f"{100 * summary['sampler']['cpu_fraction_of_one_core']:.1f}% of one core",
         f"time: set-up {summary['timings_s'].get('setup_s', 0):.1f} s, traffic {summary['timings_s'].get('traffic_s', 0):.1f} s, "
@@ -222,6 +303,15 @@ def format_summary(summary: dict, out: Path) -> str:
         f"results: {out}",
     ]
     return "\n".join(lines)
+
+
+def _throughput_line(tp: dict | None) -> str:
+    if not tp:
+        return "throughput: not measured"
+    return (f"throughput ({tp['window']}, {tp['window_s'][0]:.1f}-{tp['window_s'][1]:.1f} s): aggregate "
+            f"{tp['aggregate_mbps']:.1f} Mbit/s = {tp['per_sending_host_mbps']:.2f} per sending host "
+            f"({100 * (tp['fraction_of_hosts_x_host_rate'] or 0):.0f}% of line rate); fluid model "
+            f"{tp['model_aggregate_mbps']:.1f} Mbit/s (measured/model {tp['measured_over_model'] or 0:.2f})")
 
 
 def ecmp_balance(flows_per_path: dict[str, int]) -> dict:

@@ -28,11 +28,11 @@ from common.state import RunState
 from controller import dataplane
 from controller.routing import ECMP_METHOD
 from controller.dataplane import PortQueue
-from experiments import analysis
+from experiments import analysis, reach
 from experiments.fabric import REPO, LiveFabric
 from topologies.fattree import FatTree
 from topologies.spineleaf import SpineLeaf
-from traffic.patterns import incast_senders
+from traffic.patterns import flow_plan
 
 #: A full-size Ethernet frame on the wire of a veth: 1500 MTU + 14 header.
 FRAME_BYTES = 1514
@@ -76,25 +76,30 @@ class _Agents:
         self.lf, self.state = lf, state
         self.procs = []
 
-    def start(self, host: str, job: dict, timeout_s: float = 15.0):
+    def start(self, host: str, role: str, job: dict):
+        """Launch one agent (``role`` rx/tx) in ``host``; :meth:`wait_ready` waits for it."""
         h = self.lf.host(host)
         p = h.popen([sys.executable, "-m", "traffic.agent", json.dumps(job)], cwd=str(REPO),
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.state.add_process(p.pid, f"agent {host}")
-        self.procs.append((host, p))
-        deadline = time.monotonic() + timeout_s
-        line = ""
-        while time.monotonic() < deadline:
-            r, _, _ = select.select([p.stdout], [], [], 0.1)
-            if r:
-                line = p.stdout.readline()
-                break
-            if p.poll() is not None:
-                break
-        if line.strip() != "READY":
-            err = p.stderr.read() if p.poll() is not None else ""
-            raise SetupError(f"agent on {host} not ready within {timeout_s:.0f} s: {err.strip()[-400:]}")
+        self.state.add_process(p.pid, f"agent {host} {role}")
+        self.procs.append((f"{host}.{role}", p))
         return p
+
+    def wait_ready(self, timeout_s: float = 60.0):
+        """Wait until every started agent printed READY; SetupError naming the first that did not."""
+        deadline = time.monotonic() + timeout_s
+        for name, p in self.procs:
+            line = ""
+            while time.monotonic() < deadline:
+                r, _, _ = select.select([p.stdout], [], [], 0.1)
+                if r:
+                    line = p.stdout.readline()
+                    break
+                if p.poll() is not None:
+                    break
+            if line.strip() != "READY":
+                err = p.stderr.read() if p.poll() is not None else ""
+                raise SetupError(f"agent {name} not ready within {timeout_s:.0f} s: {err.strip()[-400:]}")
 
     def release(self, start_at_unix_s: float):
         for _, p in self.procs:
@@ -194,16 +199,17 @@ def configure_hosts(lf: LiveFabric, sc: dict) -> dict:
     return seen
 
 
-def warm_arp(lf: LiveFabric, pairs: list[tuple[str, str]]) -> None:
-    """One ping per (src, dst) pair so ARP is resolved before the synchronized start."""
-    procs = []
-    for src, dst in pairs:
-        ip = lf.fabric.node(dst).ip
-        procs.append((src, dst, lf.host(src).popen(["ping", "-c", "1", "-W", "2", ip],
-                                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
-    bad = [f"{s}->{d}" for s, d, p in procs if p.wait(10) != 0]
-    if bad:
-        raise SetupError(f"no connectivity before traffic: {', '.join(bad)}")
+def warm_up_reachability(lf: LiveFabric) -> float:
+    """Probe every host pair once (ARP resolved before the synchronized start); return seconds taken.
+
+    Raises:
+        SetupError: some pair does not answer within 20 s.
+    """
+    res = reach.all_pairs(reach.live_fabric_hosts(lf), timeout_s=20)
+    if res.missing:
+        raise SetupError(f"no connectivity before traffic: {len(res.missing)} of {res.pairs} host pairs "
+                         f"unreachable, e.g. {', '.join(f'{s}->{d}' for s, d in res.missing[:5])}")
+    return res.elapsed_s
 
 
 def measure_rtt_s(lf: LiveFabric, src: str, dst: str) -> float:
@@ -262,10 +268,7 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
     _say(quiet, f"datapath={env['datapath']} kernel={env['kernel']} results -> {out}")
 
     t = sc["traffic"]
-    hosts_by_leaf = {}
-    for h in fabric.hosts:
-        hosts_by_leaf.setdefault(h.leaf, []).append(h.name)
-    senders = t["sender_hosts"] or incast_senders(hosts_by_leaf, t["receiver"], t["senders"])
+    plan = flow_plan(t, fabric, sc["seed"])
 
     def host_queue(rate_mbps: float) -> PortQueue:
         return PortQueue(rate_mbps=rate_mbps, buffer_packets=HOST_QUEUE_PACKETS, burst_bytes=sc["queues"]["burst_bytes"])
@@ -285,8 +288,8 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
             _say(quiet, f"fabric up in {timings['setup_s']:.1f} s: {len(fabric.switches)} switches, "
                         f"{len(fabric.hosts)} hosts, oversubscription {fabric.params['oversubscription']:g}:1")
             _maybe_fault("after_fabric")
-            warm_arp(lf, [(s, t["receiver"]) for s in senders])
-            env["scale"]["measured_rtt_s"] = measure_rtt_s(lf, senders[0], t["receiver"])
+            timings["reachability_s"] = warm_up_reachability(lf)
+            env["scale"]["measured_rtt_s"] = measure_rtt_s(lf, plan[0]["src"], plan[0]["dst"])
             env["scale"]["bdp_packets_measured_rtt"] = (sc["topology"]["host_rate_mbps"] * 1e6
                                                         * env["scale"]["measured_rtt_s"] / 8 / FRAME_BYTES)
             env["host_config"] = host_cfg
@@ -302,16 +305,17 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
                               f"{txbuf.before_bytes} bytes of packet memory, and excess packets are dropped "
                               "inside OVS, not in the qdiscs", file=sys.stderr)
                 (out / "environment.json").write_text(json.dumps(env, indent=2))
-                codes, t_traffic = _traffic(lf, state, sc, out, agent_dir, senders, fabric, quiet)
+                codes, t_traffic = _traffic(lf, state, sc, out, agent_dir, plan, quiet)
             timings["traffic_s"] = time.monotonic() - t_traffic
             t_down = time.monotonic()
         timings["teardown_s"] = time.monotonic() - t_down
     timings["total_s"] = time.monotonic() - t_begin
 
-    flows = analysis.collect_flows(agent_dir, t["receiver"], senders, codes)
-    analysis.write_results(out, sc, fabric.to_map(), flows, timings, host_cfg)
-    from experiments import plot
+    flows = analysis.collect_flows(agent_dir, plan, codes)
+    analysis.write_results(out, sc, fabric.to_map(), flows, timings, host_cfg, plan)
+    from experiments import draw, plot
     plot.plot_all(out)
+    draw.draw(fabric.to_map(), out / "topology.png", title=sc["name"])
     summary = json.loads((out / "summary.json").read_text())
     if not quiet:
         print(analysis.format_summary(summary, out))
@@ -325,25 +329,38 @@ def userspace_tx_budget_bytes(sc: dict, fabric) -> int:
     return len(fabric.switch_interfaces()) * (per_port_frames + 2) * dataplane.FRAME_TRUESIZE_BYTES
 
 
-def _traffic(lf, state, sc, out, agent_dir, senders, fabric, quiet):
-    """Start the sampler and agents, release the synchronized start, wait; returns (exit codes, t0)."""
+def _traffic(lf, state, sc, out, agent_dir, plan, quiet):
+    """Start the sampler, one receiver agent per destination and one sender agent per source,
+    release the synchronized start, wait; returns (exit codes by ``host.rx``/``host.tx``, t0)."""
     t = sc["traffic"]
     t_traffic = time.monotonic()
     sampler = start_sampler(lf, state, out, sc["measurement"]["sample_hz"])
     agents = _Agents(lf, state)
+    by_dst, by_src = {}, {}
+    for f in plan:
+        by_dst.setdefault(f["dst"], []).append(f)
+        by_src.setdefault(f["src"], []).append(f)
     try:
-        deadline = time.time() + t["timeout_s"] + t["start_delay_s"] + 30
-        agents.start(t["receiver"], {"role": "receiver", "port": t["port"], "expect_flows": len(senders),
-                                     "deadline_unix_s": deadline, "out": str(agent_dir / f"{t['receiver']}.json")})
-        for i, s in enumerate(senders):
-            agents.start(s, {"role": "sender", "dst_ip": fabric.node(t["receiver"]).ip, "port": t["port"],
-                             "bytes": t["response_bytes"], "flow_id": i, "deadline_unix_s": deadline,
-                             "out": str(agent_dir / f"{s}.json")})
+        run_s = t["duration_s"] or t["timeout_s"]
+        deadline = time.time() + run_s + t["start_delay_s"] + 30
+        for dst, flows in by_dst.items():
+            agents.start(dst, "rx", {"role": "receiver", "port": t["port"], "expect_flows": len(flows),
+                                     "deadline_unix_s": deadline, "out": str(agent_dir / f"{dst}.rx.json")})
+        for src, flows in by_src.items():
+            agents.start(src, "tx", {"role": "sender", "deadline_unix_s": deadline,
+                                     "out": str(agent_dir / f"{src}.tx.json"),
+                                     "flows": [{"dst_ip": f["dst_ip"], "port": t["port"], "bytes": f["bytes"],
+                                                "duration_s": f["duration_s"], "flow_id": f["flow_id"]}
+                                               for f in flows]})
+        agents.wait_ready()
         start_at = time.time() + t["start_delay_s"]
         agents.release(start_at)
-        _say(quiet, f"incast: {len(senders)} senders x {t['response_bytes']} B -> {t['receiver']}")
+        what = (f"{len(by_src)} senders x {t['response_bytes']} B -> {t['receiver']}" if t["pattern"] == "incast" else
+                f"{len(plan)} flows ({t['flows_per_pair']} per pair) between {len(set(by_src) | set(by_dst))} hosts, "
+                + (f"{t['duration_s']:g} s each" if t["duration_s"] else f"{t['flow_bytes']} B each"))
+        _say(quiet, f"{t['pattern']}: {what}")
         _maybe_fault("after_traffic_start")
-        codes = agents.wait(min(deadline, start_at + t["timeout_s"]))
+        codes = agents.wait(min(deadline, start_at + (t["duration_s"] + 30 if t["duration_s"] else t["timeout_s"])))
         time.sleep(sc["measurement"]["post_s"])
     finally:
         agents.kill()

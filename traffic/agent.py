@@ -10,14 +10,16 @@ Roles (``job["role"]``):
 - ``receiver``: ``{"port", "expect_flows", "deadline_unix_s", "out",
   "sample_interval_s"}``. Accepts TCP connections, counts bytes per flow
   until EOF; records first/last byte times and cumulative bytes over time.
-- ``sender``: ``{"dst_ip", "port", "bytes", "flow_id", "deadline_unix_s", "out"}``.
-  Connects at the start time, sends ``bytes`` of zeros, half-closes, waits
-  for the receiver to close, records times, congestion control in use and
-  retransmissions (TCP_INFO).
+- ``sender``: ``{"flows": [{"dst_ip", "port", "bytes" | "duration_s", "flow_id"}, ...],
+  "deadline_unix_s", "out"}``. At the start time opens every flow at once;
+  each sends ``bytes`` of zeros (or as much as it can for ``duration_s``), half-closes, waits for the receiver to
+  close; records times, congestion control in use and retransmissions
+  (TCP_INFO) per flow.
 """
 from __future__ import annotations
 
 import json
+import os
 import selectors
 import socket
 import struct
@@ -103,30 +105,71 @@ def run_receiver(job: dict) -> dict:
 
 
 def run_sender(job: dict) -> dict:
-    """Send one flow of ``job["bytes"]`` at the start time; return its record."""
+    """Send every flow of ``job["flows"]`` from the start time, all at once; return their records.
+
+    Each flow is one TCP connection that sends its bytes, half-closes and
+    waits for the receiver's close. The flows of one host are multiplexed in
+    this one process with non-blocking sockets (a permutation or all-to-all
+    needs many flows per host; one process per flow would not fit the CPU).
+    """
+    flows = job["flows"]
     print("READY", flush=True)
     start_at = float(sys.stdin.readline())
     payload = memoryview(bytes(CHUNK_BYTES))
     wait_until(start_at)
-    rec = {"role": "sender", "flow_id": job["flow_id"], "dst_ip": job["dst_ip"], "bytes_planned": job["bytes"],
-           "start_at_unix_s": start_at, "started_unix_s": time.time(), "bytes_sent": 0}
-    s = socket.create_connection((job["dst_ip"], job["port"]), timeout=max(1.0, job["deadline_unix_s"] - time.time()))
-    rec["src_port"] = s.getsockname()[1]
-    rec["connected_unix_s"] = time.time()
-    rec["congestion_control"] = congestion_control(s)
-    left = job["bytes"]
-    while left > 0:
-        n = s.send(payload[:min(left, CHUNK_BYTES)])
-        left -= n
-        rec["bytes_sent"] += n
-    rec["sent_unix_s"] = time.time()
-    s.shutdown(socket.SHUT_WR)
-    while s.recv(4096):
-        pass
-    rec["closed_unix_s"] = time.time()
-    rec.update(tcp_info(s))
-    s.close()
-    return rec
+    sel = selectors.DefaultSelector()
+    recs = []
+    for f in flows:
+        rec = {"flow_id": f["flow_id"], "dst_ip": f["dst_ip"], "bytes_planned": f.get("bytes"),
+               "until_unix_s": start_at + f["duration_s"] if f.get("duration_s") else None,
+               "start_at_unix_s": start_at, "started_unix_s": time.time(), "bytes_sent": 0, "state": "connecting"}
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setblocking(False)
+        s.connect_ex((f["dst_ip"], f["port"]))
+        sel.register(s, selectors.EVENT_WRITE, rec)
+        recs.append(rec)
+    open_flows = len(recs)
+    while open_flows and time.time() < job["deadline_unix_s"]:
+        for key, _ in sel.select(timeout=0.05):
+            s, rec = key.fileobj, key.data
+            try:
+                if rec["state"] == "connecting":
+                    err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                    if err:
+                        raise OSError(err, os.strerror(err))
+                    rec.update(state="sending", src_port=s.getsockname()[1], connected_unix_s=time.time(),
+                               congestion_control=congestion_control(s))
+                if rec["state"] == "sending":
+                    if rec["until_unix_s"] is not None:      # time-limited flow
+                        over = time.time() >= rec["until_unix_s"]
+                        if not over:
+                            rec["bytes_sent"] += s.send(payload)
+                    else:                                    # sized flow
+                        left = rec["bytes_planned"] - rec["bytes_sent"]
+                        if left > 0:
+                            rec["bytes_sent"] += s.send(payload[:min(left, CHUNK_BYTES)])
+                        over = rec["bytes_sent"] >= rec["bytes_planned"]
+                    if over:
+                        rec.update(state="closing", sent_unix_s=time.time())
+                        s.shutdown(socket.SHUT_WR)
+                        sel.modify(s, selectors.EVENT_READ, rec)
+                    continue
+                if rec["state"] == "closing" and not s.recv(4096):
+                    rec.update(state="closed", closed_unix_s=time.time(), **tcp_info(s))
+                    sel.unregister(s)
+                    s.close()
+                    open_flows -= 1
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError as e:
+                rec.update(state="failed", error=f"{type(e).__name__}: {e}")
+                sel.unregister(s)
+                s.close()
+                open_flows -= 1
+    for rec in recs:
+        if rec["state"] not in ("closed", "failed"):
+            rec["error"] = f"deadline passed while {rec['state']}"
+    return {"role": "sender", "flows": recs}
 
 
 def main(argv=None) -> int:

@@ -69,3 +69,40 @@ def permutation_pairs(groups: dict[str, list[str]], seed: int) -> list[tuple[str
 def all_to_all_pairs(hosts: list[str]) -> list[tuple[str, str]]:
     """Every ordered pair of distinct hosts (the all-to-all of MoE expert exchange), src-major order."""
     return [(s, d) for s in hosts for d in hosts if s != d]
+
+
+def flow_plan(traffic: dict, fabric, seed: int) -> list[dict]:
+    """Every flow a resolved scenario's ``traffic`` section asks for, on ``fabric``.
+
+    Returns:
+        ``[{"flow_id", "src", "dst", "src_ip", "dst_ip", "bytes", "duration_s"}, ...]``;
+        ``flow_id`` counts from 0; ``bytes`` is None for time-limited flows.
+        incast: one flow per sender (``response_bytes``); permutation and
+        all-to-all: ``flows_per_pair`` flows per pair (``flow_bytes`` or ``duration_s``).
+
+    Raises:
+        ValueError: the pattern cannot be laid out on this fabric.
+    """
+    pattern = traffic["pattern"]
+    if pattern == "incast":
+        by_leaf: dict[str, list[str]] = {}
+        for h in fabric.hosts:
+            by_leaf.setdefault(h.leaf, []).append(h.name)
+        senders = traffic["sender_hosts"] or incast_senders(by_leaf, traffic["receiver"], traffic["senders"])
+        pairs, per_pair, size, duration = [(s, traffic["receiver"]) for s in senders], 1, traffic["response_bytes"], None
+    else:
+        if pattern == "permutation":
+            pairs = permutation_pairs(fabric.host_groups(), seed)
+        elif pattern == "all-to-all":
+            pairs = all_to_all_pairs([h.name for h in fabric.hosts])
+        else:
+            raise ValueError(f"unknown traffic pattern {pattern!r}")
+        per_pair, duration = traffic["flows_per_pair"], traffic["duration_s"]
+        size = None if duration else traffic["flow_bytes"]
+    ip = {h.name: h.ip for h in fabric.hosts}
+    plan = []
+    for src, dst in pairs:
+        for _ in range(per_pair):
+            plan.append({"flow_id": len(plan), "src": src, "dst": dst, "src_ip": ip[src], "dst_ip": ip[dst],
+                         "bytes": size, "duration_s": duration})
+    return plan

@@ -1,0 +1,122 @@
+"""Topology drawing: a fabric map as a PNG, layers on rows, link rates and
+oversubscription annotated (pure: needs no root and no live fabric).
+
+``python -m experiments draw SCENARIO.yaml [--out topology.png]``; every run
+also writes ``topology.png`` into its results folder.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from fractions import Fraction
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+#: Rows from top to bottom, per fabric kind.
+LAYERS = {"spineleaf": ["spine", "leaf", "host"], "fattree": ["core", "aggregation", "edge", "host"]}
+#: Hosts are drawn with names up to this many (beyond, dots only).
+MAX_LABELLED = 48
+
+
+def oversubscription_per_switch(fabric_map: dict) -> dict[str, Fraction]:
+    """Downlink capacity / uplink capacity of every switch that has both (leaf, edge, aggregation).
+
+    Down = toward the layer below (hosts for a leaf or edge switch); up = toward the
+    layer above. Returns ``{switch: ratio}`` as exact fractions (3 means 3:1).
+    """
+    rows = LAYERS[fabric_map["kind"]]
+    layer_of = {s["name"]: s["layer"] for s in fabric_map["switches"]}
+    layer_of.update({h["name"]: "host" for h in fabric_map["hosts"]})
+    out = {}
+    for s in fabric_map["switches"]:
+        me = rows.index(s["layer"])
+        down = sum(Fraction(p["rate_mbps"]).limit_denominator(1000) for p in s["ports"]
+                   if rows.index(layer_of[p["peer"]]) > me)
+        up = sum(Fraction(p["rate_mbps"]).limit_denominator(1000) for p in s["ports"]
+                 if rows.index(layer_of[p["peer"]]) < me)
+        if up and down:
+            out[s["name"]] = down / up
+    return out
+
+
+def _ratio(r: Fraction) -> str:
+    return f"{float(r):g}:1"
+
+
+def draw(fabric_map: dict, path: Path, title: str | None = None) -> Path:
+    """Draw ``fabric_map`` (see topologies.spineleaf.Fabric.to_map) into ``path``; return it.
+
+    Nodes sit on one row per layer (spines/core on top, hosts at the bottom),
+    each switch labelled with its name and, where it has uplinks, its
+    oversubscription; every group of links between two layers is labelled
+    with its rate (and the number of parallel links per pair if more than one).
+
+    Raises:
+        KeyError: a layer or node the map does not define.
+    """
+    rows = LAYERS[fabric_map["kind"]]
+    nodes = defaultdict(list)
+    for s in fabric_map["switches"]:
+        nodes[s["layer"]].append(s["name"])
+    nodes["host"] = [h["name"] for h in fabric_map["hosts"]]
+    widest = max(len(v) for v in nodes.values())
+    pos = {}
+    for r, layer in enumerate(rows):
+        names = nodes[layer]
+        for i, n in enumerate(names):
+            pos[n] = ((i + 0.5) / len(names) * widest, len(rows) - 1 - r)
+    width = min(max(8.0, widest * 0.28), 40.0)
+    fig, ax = plt.subplots(figsize=(width, 1.6 * len(rows) + 1.2))
+    rate_groups: dict[tuple[str, str], set] = defaultdict(set)
+    pair_count: dict[tuple[str, str], int] = defaultdict(int)
+    layer_of = {n: layer for layer, ns in nodes.items() for n in ns}
+    for link in fabric_map["links"]:
+        a, b = link["a"], link["b"]
+        (xa, ya), (xb, yb) = pos[a], pos[b]
+        lw = 0.4 + 1.6 * min(link["rate_mbps"], 100) / 100
+        ax.plot([xa, xb], [ya, yb], color="#7a8ca3", lw=lw, alpha=0.6, zorder=1)
+        key = tuple(sorted((layer_of[a], layer_of[b]), key=rows.index))
+        rate_groups[key].add(link["rate_mbps"])
+        pair_count[(a, b) if a < b else (b, a)] += 1
+    parallel = defaultdict(set)
+    for (a, b), c in pair_count.items():
+        parallel[tuple(sorted((layer_of[a], layer_of[b]), key=rows.index))].add(c)
+    over = oversubscription_per_switch(fabric_map)
+    for layer in rows:
+        names = nodes[layer]
+        xs = [pos[n][0] for n in names]
+        ys = [pos[n][1] for n in names]
+        host = layer == "host"
+        ax.scatter(xs, ys, s=18 if host else 120, marker="o" if host else "s",
+                   color="#2b6cb0" if host else "#e07b39", zorder=3)
+        if not host or len(names) <= MAX_LABELLED:
+            for n in names:
+                lbl = n if n not in over else f"{n}\n{_ratio(over[n])}"
+                ax.annotate(lbl, pos[n], textcoords="offset points", xytext=(0, -14 if host else 9),
+                            ha="center", va="top" if host else "bottom", fontsize=6 if host else 7, zorder=4)
+    for (upper, lower), rates in rate_groups.items():
+        y = (len(rows) - 1 - rows.index(upper) + len(rows) - 1 - rows.index(lower)) / 2
+        par = parallel[(upper, lower)]
+        extra = f", x{max(par)} parallel" if max(par) > 1 else ""
+        ax.text(widest + 0.2, y, f"{lower}-{upper}: {', '.join(f'{r:g}' for r in sorted(rates))} Mbit/s{extra}",
+                fontsize=8, va="center", ha="left", color="#2d3748")
+    kinds = {"spineleaf": "Spine-Leaf", "fattree": "Fat-Tree"}
+    ratios = sorted(set(over.values()))
+    sub = (f"{len(fabric_map['switches'])} switches, {len(fabric_map['hosts'])} hosts, "
+           f"oversubscription {', '.join(_ratio(r) for r in ratios) or 'n/a'} "
+           f"(downlink / uplink capacity per switch)")
+    ax.set_title((title or kinds.get(fabric_map["kind"], fabric_map["kind"])) + "\n" + sub, fontsize=10)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(list(reversed(rows)))
+    ax.set_xticks([])
+    ax.set_xlim(-0.3, widest * 1.45 + 0.5)
+    ax.set_ylim(-0.7, len(rows) - 0.4)
+    for side in ("top", "right", "bottom"):
+        ax.spines[side].set_visible(False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
