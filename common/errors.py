@@ -15,6 +15,7 @@ class ScenarioError(FabriclabError):
 
     def __init__(self, key: str, message: str):
         self.key = key
+        self.detail = message
         super().__init__(f"scenario key '{key}': {message}")
 
 

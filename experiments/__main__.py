@@ -5,6 +5,7 @@
     python -m experiments clean                   # remove what a killed run left
     python -m experiments plot RESULTS_DIR        # redraw plots from result files
     python -m experiments draw SCENARIO.yaml [--out PNG]   # draw the scenario's fabric (no root)
+    python -m experiments compare [COMPARISON.yaml] [--results DIR]   # same traffic on several fabrics
 
 Exit codes: 0 success, 1 run failed, 2 bad input (scenario key, missing
 capability, not root), 130 interrupted.
@@ -34,6 +35,10 @@ def main(argv=None) -> int:
     sub.add_parser("clean", help="remove state left by a killed run")
     p = sub.add_parser("plot", help="redraw the plots of a results folder")
     p.add_argument("results_dir")
+    cm = sub.add_parser("compare", help="run the same traffic on several fabrics and compare them")
+    cm.add_argument("comparison", nargs="?", default=None)
+    cm.add_argument("--results", default="results")
+    cm.add_argument("--quiet", action="store_true")
     d = sub.add_parser("draw", help="draw a scenario's fabric as a PNG (layers on rows, rates, oversubscription)")
     d.add_argument("scenario")
     d.add_argument("--out", default="topology.png")
@@ -54,6 +59,13 @@ def main(argv=None) -> int:
             from experiments.runner import build_fabric
             print(draw.draw(build_fabric(sc).to_map(), Path(args.out), title=sc["name"]))
             return 0
+    if args.cmd == "compare":
+        from experiments import compare
+        try:
+            cmp = compare.load_comparison(args.comparison or compare.DEFAULT)
+        except ScenarioError as e:
+            print(f"fabriclab: {e}", file=sys.stderr)
+            return 2
     if args.cmd == "plot":
         from experiments import plot
         for path in plot.plot_all(Path(args.results_dir)):
@@ -73,7 +85,11 @@ def main(argv=None) -> int:
         return 0
     from experiments import runner
     try:
-        runner.run(sc, Path(args.results), quiet=args.quiet)
+        if args.cmd == "compare":
+            from experiments import compare
+            compare.run_comparison(cmp, Path(args.results), quiet=args.quiet)
+        else:
+            runner.run(sc, Path(args.results), quiet=args.quiet)
     except ScenarioError as e:
         print(f"fabriclab: {e}", file=sys.stderr)
         return 2

@@ -93,3 +93,84 @@ def plot_all(out: Path) -> list[Path]:
     summary = json.loads((out / "summary.json").read_text())
     samples = load_queue_samples(out / "queues.csv", 0.0)
     return [plot_queue_depth(out, summary, samples), plot_throughput(out, summary, samples)]
+
+
+def plot_comparison(cmp_dir: Path) -> list[Path]:
+    """Side-by-side plots of a comparison folder (experiments.compare): ``compare_throughput.png``
+    (per-host throughput per traffic mix and fabric, fluid model and host rate marked),
+    ``compare_fct.png`` (CDF of flow completion times of the sized-flow runs, one panel per fabric)
+    and ``compare_per_flow.png`` (per-flow throughput distribution per run)."""
+    cmp_dir = Path(cmp_dir)
+    res = json.loads((cmp_dir / "comparison.json").read_text())
+    rows = res["runs"]
+    fabrics = list(dict.fromkeys(r["fabric"] for r in rows))
+    traffics = list(dict.fromkeys(r["traffic"] for r in rows))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    out = []
+    fig, ax = plt.subplots(figsize=(max(7, 2.4 * len(traffics)), 4.2))
+    w = 0.8 / len(fabrics)
+    for j, fab in enumerate(fabrics):
+        xs, ys, ms = [], [], []
+        for i, tr in enumerate(traffics):
+            r = next((r for r in rows if r["fabric"] == fab and r["traffic"] == tr), None)
+            if r is None:
+                continue
+            xs.append(i - 0.4 + w * (j + 0.5))
+            ys.append(r["per_host_mbps"])
+            ms.append(r["model_per_host_mbps"])
+        over = next(r["oversubscription"] for r in rows if r["fabric"] == fab)
+        ax.bar(xs, ys, w * 0.9, color=colors[j % len(colors)], label=f"{fab} ({over:g}:1) measured")
+        ax.scatter(xs, ms, marker="_", s=600, color="black", zorder=3, label="fluid model (ideal ECMP)" if j == 0 else None)
+        for x, y in zip(xs, ys):
+            ax.annotate(f"{y:.2f}", (x, y), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
+    rate = rows[0]["host_rate_mbps"]
+    ax.axhline(rate, color="grey", ls="--", lw=1, label=f"host link {rate:g} Mbit/s")
+    ax.set_xticks(range(len(traffics)))
+    ax.set_xticklabels(traffics, fontsize=8)
+    ax.set_ylabel("throughput per sending host (Mbit/s)")
+    ax.set_title(f"{res['name']}: same traffic, per host", fontsize=10)
+    out.append(_save(fig, ax, cmp_dir / "compare_throughput.png", legend_cols=len(fabrics) + 2))
+
+    sized = [r for r in rows if r["pattern"] != "all-to-all" and r["fct_median_s"] is not None]
+    if sized:
+        fig, axes = plt.subplots(1, len(fabrics), figsize=(4.2 * len(fabrics), 3.8), sharey=True, squeeze=False)
+        for ax, fab in zip(axes[0], fabrics):
+            for k, r in enumerate(x for x in sized if x["fabric"] == fab):
+                fl = _read_csv(cmp_dir / r["run"] / "flows.csv")
+                fct = np.sort([float(f["fct_s"]) for f in fl if f["fct_s"] not in ("", "None")])
+                if len(fct):
+                    ax.step(fct, np.arange(1, len(fct) + 1) / len(fct), where="post", color=colors[k % len(colors)],
+                            label=r["traffic"])
+            ax.set_title(fab, fontsize=9)
+            ax.set_xlabel("flow completion time (s)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, loc="lower right")
+        axes[0][0].set_ylabel("fraction of flows")
+        fig.tight_layout()
+        fig.savefig(cmp_dir / "compare_fct.png", dpi=110)
+        plt.close(fig)
+        out.append(cmp_dir / "compare_fct.png")
+
+    fig, ax = plt.subplots(figsize=(max(7, 1.3 * len(rows)), 4))
+    data, labels = [], []
+    for r in rows:
+        tp = json.loads((cmp_dir / r["run"] / "summary.json").read_text())["flows"]["per_flow"]
+        vals = [f["throughput_mbps"] for f in tp if f["throughput_mbps"] is not None]
+        data.append(vals or [0.0])
+        labels.append(f"{r['fabric']}\n{r['traffic']}")
+    ax.boxplot(data, showfliers=True)
+    ax.set_xticks(range(1, len(labels) + 1))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_ylabel("per-flow throughput, bytes / completion time (Mbit/s)")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(cmp_dir / "compare_per_flow.png", dpi=110)
+    plt.close(fig)
+    out.append(cmp_dir / "compare_per_flow.png")
+    return out
+
+
+def _read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
