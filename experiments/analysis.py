@@ -149,7 +149,8 @@ def bytes_at(samples: list, t_s: float) -> float:
     return float(np.interp(t_s, ts, bs, left=0.0, right=bs[-1]))
 
 
-def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc: dict) -> dict:
+def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc: dict,
+                       samples: dict | None = None) -> dict:
     """Delivered throughput while every flow is running, and the fluid model's prediction.
 
     The window runs from ``measurement.warmup_s`` after the start (slow start
@@ -159,13 +160,25 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     ``window`` says so. The model is :func:`experiments.fluid.max_min_rates`
     (max-min fair rates with ideal ECMP) for the same flows.
 
+    Two measures of the same window: ``aggregate_mbps`` is TCP payload
+    delivered to the receiving applications (goodput; at most 1448/1514 of a
+    link's rate with full-size frames), ``wire_aggregate_mbps`` is every byte
+    the switches sent down the receiving hosts' links (Ethernet frames as the
+    link rate counts them, the ACKs of the hosts' own uploads included), from
+    the queue sampler's transmit counters (``samples``, as load_queue_samples).
+
+    The hash-ECMP model (:func:`experiments.fluid.hash_ecmp_aggregate`) pins
+    each flow to one random equal-cost path; its median is what per-flow
+    hashing can reach, below the ideal-split model.
+
     Returns:
-        ``{"window", "window_s", "aggregate_mbps", "sending_hosts", "per_sending_host_mbps",
-        "host_rate_mbps", "fraction_of_hosts_x_host_rate", "model_aggregate_mbps",
-        "measured_over_model", "per_flow_mbps": {min, p10, median, max}, "jain_index_per_flow"}``
-        (rates in Mbit/s of TCP payload delivered).
+        ``{"window", "window_s", "aggregate_mbps", "wire_aggregate_mbps", "sending_hosts",
+        "per_sending_host_mbps", "host_rate_mbps", "fraction_of_hosts_x_host_rate",
+        "wire_fraction_of_hosts_x_host_rate", "model_aggregate_mbps", "measured_over_model",
+        "hash_ecmp_model_aggregate_mbps": {median, p10, p90}, "per_flow_mbps": {min, p10, median, max},
+        "jain_index_per_flow"}`` (Mbit/s).
     """
-    from experiments.fluid import max_min_rates
+    from experiments.fluid import hash_ecmp_aggregate, max_min_rates
     warm = sc["measurement"]["warmup_s"]
     duration = sc["traffic"]["duration_s"]
     ends = [f["fct_s"] for f in flows if f["complete"] and f["fct_s"] is not None]
@@ -179,14 +192,29 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     senders = sorted({p["src"] for p in plan})
     rate_of = {h["name"]: h["rate_mbps"] for h in fabric_map["hosts"]}
     line = sum(rate_of[s] for s in senders)
-    model = max_min_rates(fabric_map, [(p["src"], p["dst"]) for p in plan])
+    pairs = [(p["src"], p["dst"]) for p in plan]
+    model = max_min_rates(fabric_map, pairs)
+    hashed = hash_ecmp_aggregate(fabric_map, pairs, trials=50, seed=sc["seed"])
+    wire = None
+    if samples:
+        down = {p["intf"] for sw in fabric_map["switches"] for p in sw["ports"] if p["peer"] in {q["dst"] for q in plan}}
+        total = 0.0
+        for intf in down:
+            smp = samples.get(intf)
+            if smp is None or len(smp["t_s"]) < 2:
+                total = None
+                break
+            total += float(np.interp(t_b, smp["t_s"], smp["tx_bytes_total"]) - np.interp(t_a, smp["t_s"], smp["tx_bytes_total"]))
+        wire = total * 8 / span / 1e6 if total is not None else None
     x = np.asarray(per_flow, dtype=float)
     jain = float(x.sum() ** 2 / (len(x) * (x ** 2).sum())) if len(x) and (x ** 2).sum() > 0 else None
     return {
-        "window": kind, "window_s": [t_a, t_b], "aggregate_mbps": agg,
+        "window": kind, "window_s": [t_a, t_b], "aggregate_mbps": agg, "wire_aggregate_mbps": wire,
         "sending_hosts": len(senders), "per_sending_host_mbps": agg / len(senders) if senders else 0.0,
         "host_rate_mbps": statistics_mode([rate_of[s] for s in senders]),
         "fraction_of_hosts_x_host_rate": agg / line if line else None,
+        "wire_fraction_of_hosts_x_host_rate": wire / line if line and wire is not None else None,
+        "hash_ecmp_model_aggregate_mbps": hashed,
         "model_aggregate_mbps": float(sum(model)), "model_per_sending_host_mbps": float(sum(model)) / len(senders),
         "measured_over_model": agg / sum(model) if sum(model) else None,
         "per_flow_mbps": {"min": float(x.min()), "p10": _percentile(x, 10), "median": _percentile(x, 50),
@@ -270,7 +298,7 @@ def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timi
         },
         # bytes each spine carried down to the receiver's leaf: shows how ECMP split the incast
         "ecmp_split_tx_bytes": {p["intf"]: p["tx_bytes"] for p in ports if p["peer"] == receiver_leaf} if incast else {},
-        "throughput": throughput_summary(flows, fabric_map, plan, sc),
+        "throughput": throughput_summary(flows, fabric_map, plan, sc, samples),
         "total_drops": sum(p["drops"] for p in ports),
         "sampler": sampler,
         "timings_s": timings,
@@ -310,8 +338,10 @@ def _throughput_line(tp: dict | None) -> str:
         return "throughput: not measured"
     return (f"throughput ({tp['window']}, {tp['window_s'][0]:.1f}-{tp['window_s'][1]:.1f} s): aggregate "
             f"{tp['aggregate_mbps']:.1f} Mbit/s = {tp['per_sending_host_mbps']:.2f} per sending host "
-            f"({100 * (tp['fraction_of_hosts_x_host_rate'] or 0):.0f}% of line rate); fluid model "
-            f"{tp['model_aggregate_mbps']:.1f} Mbit/s (measured/model {tp['measured_over_model'] or 0:.2f})")
+            f"({100 * (tp['fraction_of_hosts_x_host_rate'] or 0):.0f}% of line rate as payload, "
+            f"{100 * (tp['wire_fraction_of_hosts_x_host_rate'] or 0):.0f}% as frames on the wire); fluid model "
+            f"{tp['model_aggregate_mbps']:.1f} Mbit/s ideal ECMP, {tp['hash_ecmp_model_aggregate_mbps']['median']:.1f} "
+            f"hash ECMP (payload measured/ideal model {tp['measured_over_model'] or 0:.2f})")
 
 
 def ecmp_balance(flows_per_path: dict[str, int]) -> dict:

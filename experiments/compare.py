@@ -106,7 +106,9 @@ def row_of(fabric: str, traffic: str, summary: dict, run_dir: Path) -> dict:
         "window": tp["window"], "window_start_s": tp["window_s"][0], "window_end_s": tp["window_s"][1],
         "aggregate_mbps": tp["aggregate_mbps"], "per_host_mbps": tp["per_sending_host_mbps"],
         "fraction_of_line_rate": tp["fraction_of_hosts_x_host_rate"],
+        "wire_fraction_of_line_rate": tp["wire_fraction_of_hosts_x_host_rate"],
         "model_per_host_mbps": tp["model_per_sending_host_mbps"], "measured_over_model": tp["measured_over_model"],
+        "hash_ecmp_model_per_host_mbps": tp["hash_ecmp_model_aggregate_mbps"]["median"] / tp["sending_hosts"],
         "per_flow_p10_mbps": per_flow.get("p10"), "per_flow_median_mbps": per_flow.get("median"),
         "jain_index_per_flow": tp["jain_index_per_flow"],
         "fct_median_s": f["fct_median_s"], "fct_p99_s": f["fct_p99_s"], "retransmits": sum(
@@ -172,9 +174,11 @@ def run_comparison(cmp: dict, results_root: Path, quiet: bool = False) -> Path:
 def format_row(r: dict) -> str:
     """One line per run for the terminal."""
     fct = f", FCT median {r['fct_median_s']:.2f} s" if r["fct_median_s"] is not None and r["pattern"] != "all-to-all" else ""
+    wire = r["wire_fraction_of_line_rate"]
+    wire = f", {100 * wire:.0f}% on the wire" if wire is not None else ""
     return (f"{r['fabric']:>16} {r['traffic']:<20} per host {r['per_host_mbps']:6.2f} Mbit/s "
-            f"({100 * r['fraction_of_line_rate']:5.1f}% of line rate; model {r['model_per_host_mbps']:.2f}, "
-            f"measured/model {r['measured_over_model']:.2f}){fct}")
+            f"({100 * r['fraction_of_line_rate']:5.1f}% of line rate as payload{wire}; model "
+            f"{r['model_per_host_mbps']:.2f} ideal / {r['hash_ecmp_model_per_host_mbps']:.2f} hash ECMP){fct}")
 
 
 def format_comparison(result: dict, out: Path) -> str:

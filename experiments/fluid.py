@@ -46,8 +46,47 @@ def link_fractions(fabric_map: dict, routes: dict, src: str, dst: str) -> dict[t
     raise ValueError(f"routes from {src} to {dst} do not terminate")
 
 
+def hashed_path(fabric_map: dict, routes: dict, src: str, dst: str, rng) -> dict[tuple[str, str], float]:
+    """One path for a ``src`` -> ``dst`` flow, each switch picking one of its equal-cost next hops
+    uniformly at random (what a per-flow hash with a per-switch basis amounts to), as link fractions of 1.0."""
+    hosts = {h["name"]: h for h in fabric_map["hosts"]}
+    peer = {}
+    for link in fabric_map["links"]:
+        peer[(link["a"], link["a_port"])] = link["b"]
+        peer[(link["b"], link["b_port"])] = link["a"]
+    s, d = hosts[src], hosts[dst]
+    out = {(src, s["switch"]): 1.0}
+    sw = s["switch"]
+    for _ in range(len(fabric_map["switches"]) + 1):
+        node = peer[(sw, rng.choice(routes[sw][d["ip"]]))]
+        out[(sw, node)] = 1.0
+        if node == dst:
+            return out
+        sw = node
+    raise ValueError(f"routes from {src} to {dst} do not terminate")
+
+
+def hash_ecmp_aggregate(fabric_map: dict, pairs: list[tuple[str, str]], trials: int = 50, seed: int = 1) -> dict:
+    """Aggregate max-min fair throughput (Mbit/s) when every flow is pinned to one random
+    equal-cost path (hash ECMP), over ``trials`` random placements.
+
+    The gap to :func:`max_min_rates` (ideal splitting) is what hash collisions
+    cost: the effect Hedera (Al-Fares et al., NSDI 2010) measured for one
+    flow per host pair. Returns ``{"median", "p10", "p90"}`` of the aggregate.
+    """
+    import random
+    import statistics
+    rng = random.Random(seed)
+    routes = compute_routes(fabric_map, "ecmp")
+    aggs = sorted(sum(_progressive_filling(fabric_map, [hashed_path(fabric_map, routes, s, d, rng) for s, d in pairs]))
+                  for _ in range(trials))
+    return {"median": statistics.median(aggs), "p10": aggs[int(0.1 * (len(aggs) - 1))],
+            "p90": aggs[int(0.9 * (len(aggs) - 1))]}
+
+
 def max_min_rates(fabric_map: dict, pairs: list[tuple[str, str]]) -> list[float]:
-    """Max-min fair rate (Mbit/s) of one long-lived flow per entry of ``pairs`` (repeat a pair for parallel flows).
+    """Max-min fair rate (Mbit/s) of one long-lived flow per entry of ``pairs`` (repeat a pair for parallel flows),
+    each flow split ideally over its equal-cost paths.
 
     Every link direction has the link's ``rate_mbps`` of capacity. Returns the
     rates in the order of ``pairs``.
@@ -56,18 +95,23 @@ def max_min_rates(fabric_map: dict, pairs: list[tuple[str, str]]) -> list[float]
         KeyError, ValueError: as :func:`link_fractions`.
     """
     routes = compute_routes(fabric_map, "ecmp")
-    cap: dict[tuple[str, str], float] = {}
-    for link in fabric_map["links"]:
-        cap[(link["a"], link["b"])] = cap.get((link["a"], link["b"]), 0.0) + link["rate_mbps"]
-        cap[(link["b"], link["a"])] = cap.get((link["b"], link["a"]), 0.0) + link["rate_mbps"]
     cache: dict[tuple[str, str], dict] = {}
     fracs = []
     for pair in pairs:
         if pair not in cache:
             cache[pair] = link_fractions(fabric_map, routes, *pair)
         fracs.append(cache[pair])
-    rate = [0.0] * len(pairs)
-    active = set(range(len(pairs)))
+    return _progressive_filling(fabric_map, fracs)
+
+
+def _progressive_filling(fabric_map: dict, fracs: list[dict]) -> list[float]:
+    """Max-min fair rates of flows given each flow's fraction on every directed link."""
+    cap: dict[tuple[str, str], float] = {}
+    for link in fabric_map["links"]:
+        cap[(link["a"], link["b"])] = cap.get((link["a"], link["b"]), 0.0) + link["rate_mbps"]
+        cap[(link["b"], link["a"])] = cap.get((link["b"], link["a"]), 0.0) + link["rate_mbps"]
+    rate = [0.0] * len(fracs)
+    active = set(range(len(fracs)))
     left = dict(cap)
     while active:
         load: dict[tuple[str, str], float] = defaultdict(float)

@@ -110,7 +110,7 @@ def plot_comparison(cmp_dir: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(max(7, 2.4 * len(traffics)), 4.2))
     w = 0.8 / len(fabrics)
     for j, fab in enumerate(fabrics):
-        xs, ys, ms = [], [], []
+        xs, ys, ms, hs = [], [], [], []
         for i, tr in enumerate(traffics):
             r = next((r for r in rows if r["fabric"] == fab and r["traffic"] == tr), None)
             if r is None:
@@ -118,18 +118,21 @@ def plot_comparison(cmp_dir: Path) -> list[Path]:
             xs.append(i - 0.4 + w * (j + 0.5))
             ys.append(r["per_host_mbps"])
             ms.append(r["model_per_host_mbps"])
+            hs.append(r["hash_ecmp_model_per_host_mbps"])
         over = next(r["oversubscription"] for r in rows if r["fabric"] == fab)
         ax.bar(xs, ys, w * 0.9, color=colors[j % len(colors)], label=f"{fab} ({over:g}:1) measured")
-        ax.scatter(xs, ms, marker="_", s=600, color="black", zorder=3, label="fluid model (ideal ECMP)" if j == 0 else None)
+        ax.scatter(xs, ms, marker="_", s=600, color="black", zorder=3, label="fluid model, ideal ECMP" if j == 0 else None)
+        ax.scatter(xs, hs, marker="_", s=600, color="crimson", zorder=3,
+                   label="fluid model, hash ECMP (median)" if j == 0 else None)
         for x, y in zip(xs, ys):
             ax.annotate(f"{y:.2f}", (x, y), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
     rate = rows[0]["host_rate_mbps"]
     ax.axhline(rate, color="grey", ls="--", lw=1, label=f"host link {rate:g} Mbit/s")
     ax.set_xticks(range(len(traffics)))
     ax.set_xticklabels(traffics, fontsize=8)
-    ax.set_ylabel("throughput per sending host (Mbit/s)")
+    ax.set_ylabel("TCP payload per sending host (Mbit/s)")
     ax.set_title(f"{res['name']}: same traffic, per host", fontsize=10)
-    out.append(_save(fig, ax, cmp_dir / "compare_throughput.png", legend_cols=len(fabrics) + 2))
+    out.append(_save(fig, ax, cmp_dir / "compare_throughput.png", legend_cols=len(fabrics) + 3))
 
     sized = [r for r in rows if r["pattern"] != "all-to-all" and r["fct_median_s"] is not None]
     if sized:
