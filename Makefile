@@ -2,13 +2,16 @@
 SHELL := /bin/bash
 PY := .venv/bin/python
 SCENARIO ?= experiments/scenarios/incast.yaml
+COMPARISON ?= experiments/scenarios/compare-topologies.yaml
 RESULTS ?= results
 PYTEST_ARGS ?=
 
-.PHONY: help setup experiment test unit clean bench bench-fabric check-root distclean vm-image vm-test vm-experiment
+.PHONY: help setup experiment compare draw test unit clean bench bench-fabric check-root distclean vm-image vm-test vm-experiment
 
 help:
 	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast), results in $(RESULTS)/"
+	@echo "sudo make compare [COMPARISON=file.yaml]  same traffic on Fat-Tree k=4 and 3:1 Spine-Leaf, side-by-side plots"
+	@echo "make draw [SCENARIO=file.yaml]            draw the scenario's fabric to topology.png (no root)"
 	@echo "sudo make test                            install what is missing, run the whole test suite"
 	@echo "sudo make setup                           install apt + pip dependencies, start Open vSwitch (idempotent)"
 	@echo "make unit                                 unit tests only (no root; needs a prior setup)"
@@ -28,6 +31,13 @@ setup: check-root
 
 experiment: check-root setup
 	$(PY) -m experiments run $(SCENARIO) --results $(RESULTS)
+
+compare: check-root setup
+	$(PY) -m experiments compare $(COMPARISON) --results $(RESULTS)
+
+draw:
+	@test -x $(PY) || { echo "fabriclab: no .venv yet: run sudo make setup first" >&2; exit 2; }
+	$(PY) -m experiments draw $(SCENARIO) --out topology.png
 
 test: check-root setup
 	$(PY) -m pytest tests $(PYTEST_ARGS)

@@ -119,8 +119,10 @@ def row_of(fabric: str, traffic: str, summary: dict, run_dir: Path) -> dict:
 
 def ratios(rows: list[dict]) -> list[dict]:
     """Per traffic mix: every other fabric's per-host throughput over the first fabric's,
-    measured, by the fluid model, and by the oversubscription ratios alone
-    (``min(1, 1/oversubscription)`` per fabric: right for cross-group permutations)."""
+    measured, by the fluid model, and, for permutations (every pair crosses the
+    upper layers), by the oversubscription ratios alone (``min(1, 1/oversubscription)``
+    per fabric); for other patterns that prediction is None (local traffic does
+    not cross the oversubscribed layer: use the fluid model)."""
     out = []
     by_traffic: dict[str, list[dict]] = {}
     for r in rows:
@@ -130,12 +132,13 @@ def ratios(rows: list[dict]) -> list[dict]:
         for r in rs[1:]:
             over = lambda x: min(1.0, 1.0 / x["oversubscription"]) if x["oversubscription"] else 1.0  # noqa: E731
             measured = r["per_host_mbps"] / ref["per_host_mbps"] if ref["per_host_mbps"] else None
+            by_over = over(r) / over(ref) if r.get("pattern", "permutation") == "permutation" else None
             out.append({"traffic": traffic, "fabric": r["fabric"], "versus": ref["fabric"],
                         "per_host_ratio_measured": measured,
                         "per_host_ratio_model": r["model_per_host_mbps"] / ref["model_per_host_mbps"],
-                        "per_host_ratio_oversubscription": over(r) / over(ref),
+                        "per_host_ratio_oversubscription": by_over,
                         "measured_over_oversubscription_prediction":
-                            measured / (over(r) / over(ref)) if measured is not None else None})
+                            measured / by_over if measured is not None and by_over else None})
     return out
 
 
@@ -186,8 +189,9 @@ def format_comparison(result: dict, out: Path) -> str:
     lines = ["", f"== fabriclab comparison: {result['name']} =="]
     lines += [format_row(r) for r in result["runs"]]
     for q in result["ratios"]:
+        by_over = q["per_host_ratio_oversubscription"]
+        by_over = f"{by_over:.3f} by oversubscription, " if by_over is not None else ""
         lines.append(f"{q['traffic']}: {q['fabric']} / {q['versus']} per host = {q['per_host_ratio_measured']:.3f} "
-                     f"measured, {q['per_host_ratio_oversubscription']:.3f} by oversubscription, "
-                     f"{q['per_host_ratio_model']:.3f} by the fluid model")
+                     f"measured, {by_over}{q['per_host_ratio_model']:.3f} by the fluid model")
     lines.append(f"results: {out}")
     return "\n".join(lines)

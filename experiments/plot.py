@@ -132,7 +132,7 @@ def plot_comparison(cmp_dir: Path) -> list[Path]:
     ax.set_xticklabels(traffics, fontsize=8)
     ax.set_ylabel("TCP payload per sending host (Mbit/s)")
     ax.set_title(f"{res['name']}: same traffic, per host", fontsize=10)
-    out.append(_save(fig, ax, cmp_dir / "compare_throughput.png", legend_cols=len(fabrics) + 3))
+    out.append(_save(fig, ax, cmp_dir / "compare_throughput.png", legend_cols=3))
 
     sized = [r for r in rows if r["pattern"] != "all-to-all" and r["fct_median_s"] is not None]
     if sized:
