@@ -15,31 +15,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-#: Rows from top to bottom, per fabric kind.
-LAYERS = {"spineleaf": ["spine", "leaf", "host"], "fattree": ["core", "aggregation", "edge", "host"]}
+from topologies.spineleaf import LAYERS, oversubscription_per_switch  # noqa: E402
+
 #: Hosts are drawn with names up to this many (beyond, dots only).
 MAX_LABELLED = 48
-
-
-def oversubscription_per_switch(fabric_map: dict) -> dict[str, Fraction]:
-    """Downlink capacity / uplink capacity of every switch that has both (leaf, edge, aggregation).
-
-    Down = toward the layer below (hosts for a leaf or edge switch); up = toward the
-    layer above. Returns ``{switch: ratio}`` as exact fractions (3 means 3:1).
-    """
-    rows = LAYERS[fabric_map["kind"]]
-    layer_of = {s["name"]: s["layer"] for s in fabric_map["switches"]}
-    layer_of.update({h["name"]: "host" for h in fabric_map["hosts"]})
-    out = {}
-    for s in fabric_map["switches"]:
-        me = rows.index(s["layer"])
-        down = sum(Fraction(p["rate_mbps"]).limit_denominator(1000) for p in s["ports"]
-                   if rows.index(layer_of[p["peer"]]) > me)
-        up = sum(Fraction(p["rate_mbps"]).limit_denominator(1000) for p in s["ports"]
-                 if rows.index(layer_of[p["peer"]]) < me)
-        if up and down:
-            out[s["name"]] = down / up
-    return out
 
 
 def _ratio(r: Fraction) -> str:
@@ -57,7 +36,7 @@ def draw(fabric_map: dict, path: Path, title: str | None = None) -> Path:
     Raises:
         KeyError: a layer or node the map does not define.
     """
-    rows = LAYERS[fabric_map["kind"]]
+    rows = list(LAYERS[fabric_map["kind"]])
     nodes = defaultdict(list)
     for s in fabric_map["switches"]:
         nodes[s["layer"]].append(s["name"])

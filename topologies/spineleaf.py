@@ -77,12 +77,40 @@ class LinkSpec:
         return f"{self.b}-eth{self.b_port}"
 
 
+#: Layers from top to bottom, per fabric kind.
+LAYERS = {"spineleaf": ("spine", "leaf", "host"), "fattree": ("core", "aggregation", "edge", "host")}
+
+
+def oversubscription_per_switch(fabric_map: dict) -> dict[str, Fraction]:
+    """Downlink capacity / uplink capacity of every switch that has both (leaf, edge, aggregation).
+
+    Down = links toward the layer below (hosts for a leaf or edge switch), up =
+    toward the layer above; parallel links add up. Works on a fabric map
+    (:meth:`Fabric.to_map`), so results folders can be redrawn without the
+    builder. Returns ``{switch: ratio}`` as exact fractions (3 means 3:1).
+
+    Raises:
+        KeyError: a map whose kind is not in :data:`LAYERS`.
+    """
+    rows = LAYERS[fabric_map["kind"]]
+    rank = {s["name"]: rows.index(s["layer"]) for s in fabric_map["switches"]}
+    rank.update({h["name"]: rows.index("host") for h in fabric_map["hosts"]})
+    out = {}
+    for s in fabric_map["switches"]:
+        me = rank[s["name"]]
+        down = sum(Fraction(p["rate_mbps"]).limit_denominator(1000) for p in s["ports"] if rank[p["peer"]] > me)
+        up = sum(Fraction(p["rate_mbps"]).limit_denominator(1000) for p in s["ports"] if rank[p["peer"]] < me)
+        if up and down:
+            out[s["name"]] = down / up
+    return out
+
+
 @dataclass
 class Fabric:
     """A built fabric: nodes and links, plus what the builder knows of it.
 
     Attributes:
-        kind: builder name (``spineleaf``).
+        kind: builder name (``spineleaf`` or ``fattree``; keys :data:`LAYERS`).
         params: the builder's parameters (JSON-serialisable).
         nodes: every switch and host, switches first.
         links: every link; host links have the host on side ``b``.
@@ -140,6 +168,34 @@ class Fabric:
         for name in self.interface_names():
             if len(name) > MAX_IFNAME_LEN:
                 raise ScenarioError("topology", f"interface name {name!r} is {len(name)} characters; Linux allows {MAX_IFNAME_LEN}")
+
+    def layer_rank(self, name: str) -> int:
+        """0 for the top layer (spine / core), growing downward; hosts are the last layer."""
+        return LAYERS[self.kind].index(self.node(name).layer)
+
+    def _neighbours(self, name: str) -> list[str]:
+        out = []
+        for link in self.links:
+            if link.a == name and link.b not in out:
+                out.append(link.b)
+            elif link.b == name and link.a not in out:
+                out.append(link.a)
+        return out
+
+    def up_neighbours(self, name: str) -> list[str]:
+        """Neighbours of ``name`` one layer up (a leaf's spines, an edge switch's aggregation
+        switches, a host's switch), in link order, each once; KeyError for an unknown node."""
+        me = self.layer_rank(name)
+        return [n for n in self._neighbours(name) if self.layer_rank(n) < me]
+
+    def down_neighbours(self, name: str) -> list[str]:
+        """Neighbours of ``name`` one layer down (a spine's leaves, a leaf's hosts), each once."""
+        me = self.layer_rank(name)
+        return [n for n in self._neighbours(name) if self.layer_rank(n) > me]
+
+    def oversubscription_per_switch(self) -> dict[str, Fraction]:
+        """See :func:`oversubscription_per_switch` (e.g. every leaf of the default fabric: 3)."""
+        return oversubscription_per_switch(self.to_map())
 
     def port_toward(self, switch: str, peer: str) -> list[int]:
         """OpenFlow ports of ``switch`` whose link ends at ``peer`` (several if parallel)."""

@@ -1,7 +1,8 @@
 """Topology drawing and per-switch oversubscription (no root)."""
 from fractions import Fraction
 
-from experiments.draw import draw, oversubscription_per_switch
+from experiments.draw import draw
+from topologies.spineleaf import oversubscription_per_switch
 from topologies.fattree import FatTree
 from topologies.spineleaf import SpineLeaf
 

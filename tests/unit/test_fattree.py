@@ -80,3 +80,18 @@ def test_bad_k(k):
     with pytest.raises(ScenarioError) as e:
         FatTree(k=k)
     assert e.value.key == "topology.k"
+
+
+@pytest.mark.parametrize("k", [4, 8, 16])
+def test_layer_degrees_up_and_down(k):
+    """Edge: k/2 hosts down, k/2 aggregation up; aggregation: k/2 edge down, k/2 core up;
+    core: k aggregation switches down (one per pod), nothing up; host: its edge switch."""
+    fab = FatTree(k=k).build()
+    h = k // 2
+    want = {"edge": (h, h), "aggregation": (h, h), "core": (0, k), "host": (1, 0)}
+    for n in fab.nodes:
+        assert (len(fab.up_neighbours(n.name)), len(fab.down_neighbours(n.name))) == want[n.layer], n.name
+    assert fab.up_neighbours("p0e1") == [f"p0a{i}" for i in range(1, h + 1)]
+    assert all(fab.node(c).layer == "core" for c in fab.up_neighbours("p1a1"))
+    assert len({a.split("a")[0] for a in fab.down_neighbours("c1")}) == k      # one aggregation switch per pod
+    assert set(fab.oversubscription_per_switch().values()) == {1}

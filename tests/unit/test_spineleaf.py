@@ -79,3 +79,14 @@ def test_bad_parameters_name_the_key(kw, key):
     with pytest.raises(ScenarioError) as e:
         SpineLeaf(**kw)
     assert e.value.key == key
+
+
+def test_up_down_neighbours_and_oversubscription_per_leaf():
+    fab = SpineLeaf(spines=2, leaves=3, hosts_per_leaf=4, uplinks_per_spine=2).build()
+    assert fab.up_neighbours("leaf2") == ["spine1", "spine2"]           # parallel links listed once
+    assert fab.down_neighbours("leaf2") == ["h5", "h6", "h7", "h8"]
+    assert fab.down_neighbours("spine1") == ["leaf1", "leaf2", "leaf3"] and fab.up_neighbours("spine1") == []
+    assert fab.up_neighbours("h5") == ["leaf2"]
+    over = fab.oversubscription_per_switch()
+    assert set(over) == {"leaf1", "leaf2", "leaf3"} and over["leaf1"] == 1   # 4 x 10 down, 2 x 2 x 10 up
+    assert SpineLeaf().build().oversubscription_per_switch()["leaf4"] == 3
