@@ -56,35 +56,63 @@ def plot_queue_depth(out: Path, summary: dict, samples: dict) -> Path:
     if len(dropped):
         ax.plot(s["t_s"][dropped], np.full(len(dropped), limit * 1.04), "x", color="C3", ms=4,
                 label=f"drops at {bn['intf']} ({int(s['drops_total'][-1] - s['drops_total'][0])} packets)")
-    ax.axvline(0, color="grey", ls=":", lw=1, label="incast start")
-    ax.set_xlabel("time since incast start (s)")
+    ax.axvline(0, color="grey", ls=":", lw=1, label=f"{summary.get('pattern', 'incast')} start")
+    ax.set_xlabel("time since the start (s)")
     ax.set_ylabel(f"queue backlog ({unit})")
     ax.set_title(f"{summary['scenario']}: switch egress queue depth ({summary['datapath']} datapath)")
     ax.set_ylim(0, limit * 1.1)
     return _save(fig, ax, out / "queue_depth.png", legend_cols=3)
 
 
+#: Up to this many flows get a line and a legend entry each; beyond, one line per sending host.
+MAX_FLOW_LINES = 12
+
+
 def plot_throughput(out: Path, summary: dict, samples: dict) -> Path:
-    """throughput.png: per-flow goodput and the bottleneck port's transmit rate vs time."""
+    """throughput.png: goodput vs time, per flow (few flows) or per sending host (many), and the
+    bottleneck port's transmit rate; with many flows also the mean per host and the fluid model."""
     flows: dict[str, list] = {}
+    src_of: dict[str, str] = {}
     with open(out / "flow_samples.csv") as f:
         for row in csv.DictReader(f):
-            flows.setdefault(row["src"], []).append((float(row["t_s"]), float(row["bytes_received_total"])))
+            flows.setdefault(row["flow_id"], []).append((float(row["t_s"]), float(row["bytes_received_total"])))
+            src_of[row["flow_id"]] = row["src"]
     fig, ax = plt.subplots(figsize=(8, 4.8))
-    for src, pts in flows.items():
-        a = np.asarray([(0.0, 0.0)] + pts)
-        t, r = _rate_mbps(a[:, 0], a[:, 1])
-        ax.plot(t, r, lw=0.9, alpha=0.8, label=f"flow from {src}")
     bn = summary["bottleneck"]
+    top = bn["rate_mbps"]
+    if len(flows) <= MAX_FLOW_LINES:
+        for fid, pts in flows.items():
+            a = np.asarray([(0.0, 0.0)] + pts)
+            t, r = _rate_mbps(a[:, 0], a[:, 1])
+            ax.plot(t, r, lw=0.9, alpha=0.8, label=f"flow {fid} from {src_of[fid]}")
+    elif flows:
+        end = max(p[-1][0] for p in flows.values())
+        grid = np.arange(0.0, end + BIN_S, BIN_S)
+        per_host: dict[str, np.ndarray] = {}
+        for fid, pts in flows.items():
+            a = np.asarray([(0.0, 0.0)] + pts)
+            cum = np.interp(grid, a[:, 0], a[:, 1], right=a[-1, 1])
+            per_host[src_of[fid]] = per_host.get(src_of[fid], 0) + cum
+        rates = np.asarray([np.diff(c) * 8 / BIN_S / 1e6 for c in per_host.values()])
+        for i, r in enumerate(rates):
+            ax.plot(grid[1:], r, color="grey", lw=0.4, alpha=0.35,
+                    label=f"each of {len(rates)} sending hosts" if i == 0 else None)
+        ax.plot(grid[1:], rates.mean(axis=0), color="C0", lw=1.6, label="mean per sending host")
+        tp = summary.get("throughput") or {}
+        if tp.get("model_per_sending_host_mbps"):
+            ax.axhline(tp["model_per_sending_host_mbps"], color="C0", ls="--", lw=1,
+                       label=f"fluid model {tp['model_per_sending_host_mbps']:.2f} Mbit/s per host")
+        top = max(top, float(rates.max()) if rates.size else 0.0)
     s = samples[bn["intf"]]
     t, r = _rate_mbps(s["t_s"], s["tx_bytes_total"])
-    ax.plot(t, r, color="k", lw=1.8, label=f"bottleneck {bn['intf']} tx")
-    ax.axhline(bn["rate_mbps"], color="k", ls="--", lw=1, label=f"link rate {bn['rate_mbps']:g} Mbit/s")
-    ax.set_xlabel("time since incast start (s)")
+    ax.plot(t, r, color="k", lw=1.4, label=f"busiest port {bn['intf']} tx")
+    ax.axhline(bn["rate_mbps"], color="k", ls=":", lw=1, label=f"its link rate {bn['rate_mbps']:g} Mbit/s")
+    ax.set_xlabel("time since the start (s)")
     ax.set_ylabel("throughput (Mbit/s)")
-    ax.set_title(f"{summary['scenario']}: per-flow throughput ({BIN_S * 1000:.0f} ms bins)")
-    ax.set_ylim(0, bn["rate_mbps"] * 1.3)
-    return _save(fig, ax, out / "throughput.png", legend_cols=5)
+    what = "per-flow" if len(flows) <= MAX_FLOW_LINES else "per-host"
+    ax.set_title(f"{summary['scenario']}: {what} throughput ({BIN_S * 1000:.0f} ms bins)")
+    ax.set_ylim(0, top * 1.3)
+    return _save(fig, ax, out / "throughput.png", legend_cols=3)
 
 
 def plot_all(out: Path) -> list[Path]:
