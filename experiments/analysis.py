@@ -194,7 +194,7 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     line = sum(rate_of[s] for s in senders)
     pairs = [(p["src"], p["dst"]) for p in plan]
     model = max_min_rates(fabric_map, pairs)
-    hashed = hash_ecmp_aggregate(fabric_map, pairs, trials=50, seed=sc["seed"])
+    hashed = hash_ecmp_aggregate(fabric_map, pairs, seed=sc["seed"])
     wire = None
     if samples:
         down = {p["intf"] for sw in fabric_map["switches"] for p in sw["ports"] if p["peer"] in {q["dst"] for q in plan}}

@@ -46,14 +46,24 @@ def link_fractions(fabric_map: dict, routes: dict, src: str, dst: str) -> dict[t
     raise ValueError(f"routes from {src} to {dst} do not terminate")
 
 
-def hashed_path(fabric_map: dict, routes: dict, src: str, dst: str, rng) -> dict[tuple[str, str], float]:
-    """One path for a ``src`` -> ``dst`` flow, each switch picking one of its equal-cost next hops
-    uniformly at random (what a per-flow hash with a per-switch basis amounts to), as link fractions of 1.0."""
-    hosts = {h["name"]: h for h in fabric_map["hosts"]}
+def _peers(fabric_map: dict) -> dict[tuple[str, int], str]:
     peer = {}
     for link in fabric_map["links"]:
         peer[(link["a"], link["a_port"])] = link["b"]
         peer[(link["b"], link["b_port"])] = link["a"]
+    return peer
+
+
+def hashed_path(fabric_map: dict, routes: dict, src: str, dst: str, rng, peer: dict | None = None
+                ) -> dict[tuple[str, str], float]:
+    """One path for a ``src`` -> ``dst`` flow, each switch picking one of its equal-cost next hops
+    uniformly at random (what a per-flow hash with a per-switch basis amounts to), as link fractions of 1.0.
+
+    Raises:
+        KeyError: unknown host. ValueError: the routes do not reach ``dst``.
+    """
+    hosts = {h["name"]: h for h in fabric_map["hosts"]}
+    peer = peer or _peers(fabric_map)
     s, d = hosts[src], hosts[dst]
     out = {(src, s["switch"]): 1.0}
     sw = s["switch"]
@@ -66,22 +76,28 @@ def hashed_path(fabric_map: dict, routes: dict, src: str, dst: str, rng) -> dict
     raise ValueError(f"routes from {src} to {dst} do not terminate")
 
 
-def hash_ecmp_aggregate(fabric_map: dict, pairs: list[tuple[str, str]], trials: int = 50, seed: int = 1) -> dict:
+def hash_ecmp_aggregate(fabric_map: dict, pairs: list[tuple[str, str]], trials: int | None = None,
+                        seed: int = 1) -> dict:
     """Aggregate max-min fair throughput (Mbit/s) when every flow is pinned to one random
-    equal-cost path (hash ECMP), over ``trials`` random placements.
+    equal-cost path (hash ECMP), over ``trials`` random placements (default: 50, fewer
+    for very many flows so that it stays within seconds: 100,000 / flows, at least 3).
 
     The gap to :func:`max_min_rates` (ideal splitting) is what hash collisions
     cost: the effect Hedera (Al-Fares et al., NSDI 2010) measured for one
-    flow per host pair. Returns ``{"median", "p10", "p90"}`` of the aggregate.
+    flow per host pair. Returns ``{"median", "p10", "p90", "trials"}`` of the aggregate.
     """
     import random
     import statistics
+    if trials is None:
+        trials = max(3, min(50, 100_000 // max(1, len(pairs))))
     rng = random.Random(seed)
     routes = compute_routes(fabric_map, "ecmp")
-    aggs = sorted(sum(_progressive_filling(fabric_map, [hashed_path(fabric_map, routes, s, d, rng) for s, d in pairs]))
+    peer = _peers(fabric_map)
+    aggs = sorted(sum(_progressive_filling(fabric_map, [hashed_path(fabric_map, routes, s, d, rng, peer)
+                                                        for s, d in pairs]))
                   for _ in range(trials))
     return {"median": statistics.median(aggs), "p10": aggs[int(0.1 * (len(aggs) - 1))],
-            "p90": aggs[int(0.9 * (len(aggs) - 1))]}
+            "p90": aggs[int(0.9 * (len(aggs) - 1))], "trials": trials}
 
 
 def max_min_rates(fabric_map: dict, pairs: list[tuple[str, str]]) -> list[float]:

@@ -42,3 +42,18 @@ def test_all_to_all_spineleaf_local_flows_get_more():
     # host NIC is the limit of each host's sending: 10 Mbit/s per host in total
     for h in hosts:
         assert sum(r for (s, _), r in rates.items() if s == h) == pytest.approx(10, rel=1e-6)
+
+
+def test_hash_ecmp_collisions_cost_one_flow_per_pair_most():
+    """Hedera's observation in the model: pinning one flow per pair to a random core path
+    loses a large share of a Fat-Tree's bisection; 8 flows per pair lose little."""
+    from experiments.fluid import hash_ecmp_aggregate
+    ft = FatTree(k=4).build()
+    m = ft.to_map()
+    perm = permutation_pairs(ft.host_groups(), 1)
+    one = hash_ecmp_aggregate(m, perm, trials=100)
+    eight = hash_ecmp_aggregate(m, [p for p in perm for _ in range(8)], trials=100)
+    assert one["trials"] == 100 and one["p10"] <= one["median"] <= one["p90"]
+    assert 0.4 * 160 < one["median"] < 0.7 * 160
+    assert 0.85 * 160 < eight["median"] < 160
+    assert hash_ecmp_aggregate(m, perm * 500)["trials"] == 12        # fewer trials for many flows
