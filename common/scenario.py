@@ -165,6 +165,9 @@ def _resolve(schema: dict, data: Any, prefix: str) -> dict:
     return out
 
 
+#: Most TCP flows one run may open (each is a socket in some host; an all-to-all grows as N^2).
+MAX_FLOWS = 20000
+
 #: The topology keys each fabric kind takes (the others are refused for it).
 TOPOLOGY_KEYS = {
     "spineleaf": ("kind", "spines", "leaves", "hosts_per_leaf", "host_rate_mbps", "uplink_rate_mbps",
@@ -208,6 +211,16 @@ def validate(data: Any) -> dict:
     hosts = {f"h{i}" for i in range(1, n_hosts + 1)}
     if t["receiver"] not in hosts:
         raise ScenarioError("traffic.receiver", f"no host {t['receiver']!r} in a fabric of {n_hosts} hosts (h1..h{n_hosts})")
+    if t["pattern"] != "incast":
+        groups = sc["topology"]["k"] if kind == "fattree" else sc["topology"]["leaves"]
+        if t["pattern"] == "permutation" and groups < 2:
+            raise ScenarioError("traffic.pattern", "a permutation sends every host to another leaf: "
+                                                   "it needs at least 2 leaves")
+        pairs = n_hosts if t["pattern"] == "permutation" else n_hosts * (n_hosts - 1)
+        if pairs * t["flows_per_pair"] > MAX_FLOWS:
+            raise ScenarioError("traffic.flows_per_pair", f"{t['pattern']} on {n_hosts} hosts with "
+                                f"{t['flows_per_pair']} flow(s) per pair is {pairs * t['flows_per_pair']} flows; "
+                                f"at most {MAX_FLOWS} (fewer hosts, or fewer flows per pair)")
     if t["pattern"] == "incast" and t["duration_s"] is not None:
         raise ScenarioError("traffic.duration_s", "applies to the permutation and all-to-all patterns, "
                                                   "not incast (an incast sends response_bytes per sender)")

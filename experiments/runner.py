@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from common import probe as envprobe
-from common.errors import CapabilityError, SetupError
+from common.errors import CapabilityError, ScenarioError, SetupError
 from common.state import RunState
 from controller import dataplane
 from controller.routing import ECMP_METHOD
@@ -247,6 +247,11 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
     t_begin = time.monotonic()
     timings = {}
     fabric = build_fabric(sc)
+    t = sc["traffic"]
+    try:
+        plan = flow_plan(t, fabric, sc["seed"])
+    except ValueError as e:
+        raise ScenarioError("traffic.pattern", str(e)) from None
     env = envprobe.probe()
     cc = sc["hosts"]["tcp_congestion_control"]
     if not envprobe.ensure_congestion_control(cc):
@@ -267,8 +272,6 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
     (out / "environment.json").write_text(json.dumps(env, indent=2))
     _say(quiet, f"datapath={env['datapath']} kernel={env['kernel']} results -> {out}")
 
-    t = sc["traffic"]
-    plan = flow_plan(t, fabric, sc["seed"])
 
     def host_queue(rate_mbps: float) -> PortQueue:
         return PortQueue(rate_mbps=rate_mbps, buffer_packets=HOST_QUEUE_PACKETS, burst_bytes=sc["queues"]["burst_bytes"])

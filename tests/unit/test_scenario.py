@@ -92,3 +92,19 @@ def test_fattree_receiver_must_exist():
     with pytest.raises(ScenarioError) as e:
         validate({"name": "x", "topology": {"kind": "fattree", "k": 4}, "traffic": {"receiver": "h17"}})
     assert e.value.key == "traffic.receiver"
+
+
+def test_traffic_patterns_checked_against_the_fabric():
+    from common.scenario import MAX_FLOWS
+    ok = validate({"name": "p", "traffic": {"pattern": "permutation", "flows_per_pair": 8, "duration_s": 5}})
+    assert ok["traffic"]["flows_per_pair"] == 8
+    with pytest.raises(ScenarioError) as e:
+        validate({"name": "p", "topology": {"leaves": 1}, "traffic": {"pattern": "permutation"}})
+    assert e.value.key == "traffic.pattern"
+    with pytest.raises(ScenarioError) as e:
+        validate({"name": "p", "topology": {"kind": "fattree", "k": 8}, "traffic": {"pattern": "all-to-all",
+                                                                                   "flows_per_pair": 2}})
+    assert e.value.key == "traffic.flows_per_pair" and str(MAX_FLOWS) in str(e.value)
+    with pytest.raises(ScenarioError) as e:
+        validate({"name": "p", "traffic": {"pattern": "incast", "duration_s": 3}})
+    assert e.value.key == "traffic.duration_s"
