@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast), results in $(RESULTS)/"
 	@echo "sudo make compare [COMPARISON=file.yaml]  same traffic on Fat-Tree k=4 and 3:1 Spine-Leaf, side-by-side plots"
-	@echo "make draw [SCENARIO=file.yaml]            draw the scenario's fabric to topology.png (no root)"
+	@echo "make draw [SCENARIO=file.yaml]            draw the scenario's fabric to $(RESULTS)/topology.png (no root)"
 	@echo "sudo make test                            install what is missing, run the whole test suite"
 	@echo "sudo make setup                           install apt + pip dependencies, start Open vSwitch (idempotent)"
 	@echo "make unit                                 unit tests only (no root; needs a prior setup)"
@@ -37,7 +37,8 @@ compare: check-root setup
 
 draw:
 	@test -x $(PY) || { echo "fabriclab: no .venv yet: run sudo make setup first" >&2; exit 2; }
-	$(PY) -m experiments draw $(SCENARIO) --out topology.png
+	@mkdir -p $(RESULTS)
+	$(PY) -m experiments draw $(SCENARIO) --out $(RESULTS)/topology.png
 
 test: check-root setup
 	$(PY) -m pytest tests $(PYTEST_ARGS)

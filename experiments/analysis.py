@@ -28,7 +28,8 @@ def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> l
     ``fct_s`` is the receiver's last byte minus the scheduled start (the
     flow completion time); ``complete`` is true when every byte sent arrived,
     the connection closed cleanly and (sized flows) every planned byte was sent.
-    Sender and receiver records are joined on (source IP, source port).
+    Sender and receiver records are joined on (receiving host, source IP, source port): one
+    host may use the same source port toward two destinations at once.
     """
     def load(name):
         try:
@@ -37,7 +38,8 @@ def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> l
             return {"error": f"no result from {name} ({e.__class__.__name__}; exit {codes.get(name)})"}
     rx = {d: load(f"{d}.rx") for d in {f["dst"] for f in plan}}
     tx = {s: load(f"{s}.tx") for s in {f["src"] for f in plan}}
-    by_addr = {(f["src_ip"], f["src_port"]): f for rec in rx.values() for f in rec.get("flows", [])}
+    # keyed per receiving host: the kernel reuses a source port toward different destinations
+    by_addr = {(dst, f["src_ip"], f["src_port"]): f for dst, rec in rx.items() for f in rec.get("flows", [])}
     tx_by_id = {f["flow_id"]: (s, f) for s, rec in tx.items() for f in rec.get("flows", [])}
     rows = []
     for p in plan:
@@ -53,7 +55,7 @@ def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> l
                        total_retrans=t.get("total_retrans"), rtt_us=t.get("rtt_us"),
                        sender_done_s=(t["closed_unix_s"] - start) if t.get("closed_unix_s") else None,
                        error=t.get("error") or rx[p["dst"]].get("error"))
-            f = by_addr.get((p["src_ip"], t.get("src_port")))
+            f = by_addr.get((p["dst"], p["src_ip"], t.get("src_port")))
             if f is not None:
                 row.update(bytes_received=f["bytes"],
                            first_byte_s=(f["first_byte_unix_s"] - start) if f["first_byte_unix_s"] else None,
@@ -154,8 +156,10 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     """Delivered throughput while every flow is running, and the fluid model's prediction.
 
     The window runs from ``measurement.warmup_s`` after the start (slow start
-    left out) to the end of the time-limited flows, or to the first sized flow
-    completing (after that the remaining flows speed up and the mix changes).
+    left out) to the end of the time-limited flows, or, for sized flows, until
+    the first sending host has delivered all of its flows (after that the
+    traffic mix changes; with several flows per pair, a host whose first flows
+    finish keeps its link busy with the others).
     If that leaves under 0.5 s the whole run (start to last byte) is used and
     ``window`` says so. The model is :func:`experiments.fluid.max_min_rates`
     (max-min fair rates with ideal ECMP) for the same flows.
@@ -167,9 +171,11 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     link rate counts them, the ACKs of the hosts' own uploads included), from
     the queue sampler's transmit counters (``samples``, as load_queue_samples).
 
-    The hash-ECMP model (:func:`experiments.fluid.hash_ecmp_aggregate`) pins
-    each flow to one random equal-cost path; its median is what per-flow
-    hashing can reach, below the ideal-split model.
+    The model follows the run's routing mode: with ``ecmp``, the ideal split
+    over equal-cost paths, and the hash-ECMP model
+    (:func:`experiments.fluid.hash_ecmp_aggregate`) that pins each flow to one
+    random equal-cost path (its median is what per-flow hashing can reach);
+    with ``single``, the one path per destination (no hash model: None).
 
     Returns:
         ``{"window", "window_s", "aggregate_mbps", "wire_aggregate_mbps", "sending_hosts",
@@ -181,8 +187,17 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     from experiments.fluid import hash_ecmp_aggregate, max_min_rates
     warm = sc["measurement"]["warmup_s"]
     duration = sc["traffic"]["duration_s"]
-    ends = [f["fct_s"] for f in flows if f["complete"] and f["fct_s"] is not None]
-    t_a, t_b, kind = warm, duration if duration else (min(ends) if ends else None), "all flows running"
+    kind = "every sending host busy"
+    if duration:
+        t_b = duration
+    else:   # until the first sending host has delivered all of its flows
+        by_src: dict[str, list] = {}
+        for f in flows:
+            by_src.setdefault(f["src"], []).append(f)
+        ends = [max(x["fct_s"] for x in fs) for fs in by_src.values()
+                if all(x["complete"] and x["fct_s"] is not None for x in fs)]
+        t_b = min(ends) if ends else None
+    t_a = warm
     if t_b is None or t_b - t_a < 0.5:
         t_a, t_b, kind = 0.0, max([f["fct_s"] for f in flows if f["fct_s"] is not None] or [0.0]), "whole run"
     span = max(t_b - t_a, 1e-9)
@@ -193,8 +208,10 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     rate_of = {h["name"]: h["rate_mbps"] for h in fabric_map["hosts"]}
     line = sum(rate_of[s] for s in senders)
     pairs = [(p["src"], p["dst"]) for p in plan]
-    model = max_min_rates(fabric_map, pairs)
-    hashed = hash_ecmp_aggregate(fabric_map, pairs, seed=sc["seed"])
+    routing = sc["routing"]["mode"]
+    model = max_min_rates(fabric_map, pairs, routing)
+    # single-path routing has no hashing: its model is the one fixed path per destination
+    hashed = hash_ecmp_aggregate(fabric_map, pairs, seed=sc["seed"]) if routing == "ecmp" else None
     wire = None
     if samples:
         down = {p["intf"] for sw in fabric_map["switches"] for p in sw["ports"] if p["peer"] in {q["dst"] for q in plan}}
@@ -214,7 +231,7 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
         "host_rate_mbps": statistics_mode([rate_of[s] for s in senders]),
         "fraction_of_hosts_x_host_rate": agg / line if line else None,
         "wire_fraction_of_hosts_x_host_rate": wire / line if line and wire is not None else None,
-        "hash_ecmp_model_aggregate_mbps": hashed,
+        "hash_ecmp_model_aggregate_mbps": hashed, "model_routing": routing,
         "model_aggregate_mbps": float(sum(model)), "model_per_sending_host_mbps": float(sum(model)) / len(senders),
         "measured_over_model": agg / sum(model) if sum(model) else None,
         "per_flow_mbps": {"min": float(x.min()), "p10": _percentile(x, 10), "median": _percentile(x, 50),
@@ -340,8 +357,10 @@ def _throughput_line(tp: dict | None) -> str:
             f"{tp['aggregate_mbps']:.1f} Mbit/s = {tp['per_sending_host_mbps']:.2f} per sending host "
             f"({100 * (tp['fraction_of_hosts_x_host_rate'] or 0):.0f}% of line rate as payload, "
             f"{100 * (tp['wire_fraction_of_hosts_x_host_rate'] or 0):.0f}% as frames on the wire); fluid model "
-            f"{tp['model_aggregate_mbps']:.1f} Mbit/s ideal ECMP, {tp['hash_ecmp_model_aggregate_mbps']['median']:.1f} "
-            f"hash ECMP (payload measured/ideal model {tp['measured_over_model'] or 0:.2f})")
+            + (f"{tp['model_aggregate_mbps']:.1f} Mbit/s ideal ECMP, {tp['hash_ecmp_model_aggregate_mbps']['median']:.1f} "
+               f"hash ECMP" if tp.get("hash_ecmp_model_aggregate_mbps") else
+               f"{tp['model_aggregate_mbps']:.1f} Mbit/s on the single paths")
+            + f" (payload measured/model {tp['measured_over_model'] or 0:.2f})")
 
 
 def ecmp_balance(flows_per_path: dict[str, int]) -> dict:

@@ -108,7 +108,8 @@ def row_of(fabric: str, traffic: str, summary: dict, run_dir: Path) -> dict:
         "fraction_of_line_rate": tp["fraction_of_hosts_x_host_rate"],
         "wire_fraction_of_line_rate": tp["wire_fraction_of_hosts_x_host_rate"],
         "model_per_host_mbps": tp["model_per_sending_host_mbps"], "measured_over_model": tp["measured_over_model"],
-        "hash_ecmp_model_per_host_mbps": tp["hash_ecmp_model_aggregate_mbps"]["median"] / tp["sending_hosts"],
+        "hash_ecmp_model_per_host_mbps": (tp["hash_ecmp_model_aggregate_mbps"]["median"] / tp["sending_hosts"]
+                                          if tp.get("hash_ecmp_model_aggregate_mbps") else None),
         "per_flow_p10_mbps": per_flow.get("p10"), "per_flow_median_mbps": per_flow.get("median"),
         "jain_index_per_flow": tp["jain_index_per_flow"],
         "fct_median_s": f["fct_median_s"], "fct_p99_s": f["fct_p99_s"], "retransmits": sum(
@@ -136,6 +137,9 @@ def ratios(rows: list[dict]) -> list[dict]:
             out.append({"traffic": traffic, "fabric": r["fabric"], "versus": ref["fabric"],
                         "per_host_ratio_measured": measured,
                         "per_host_ratio_model": r["model_per_host_mbps"] / ref["model_per_host_mbps"],
+                        "per_host_ratio_hash_ecmp_model": (r["hash_ecmp_model_per_host_mbps"]
+                                                           / ref["hash_ecmp_model_per_host_mbps"])
+                        if r.get("hash_ecmp_model_per_host_mbps") and ref.get("hash_ecmp_model_per_host_mbps") else None,
                         "per_host_ratio_oversubscription": by_over,
                         "measured_over_oversubscription_prediction":
                             measured / by_over if measured is not None and by_over else None})
@@ -161,12 +165,7 @@ def run_comparison(cmp: dict, results_root: Path, quiet: bool = False) -> Path:
         rows.append(row_of(fabric, traffic, summary, run_dir))
         if not quiet:
             print("  " + format_row(rows[-1]), flush=True)
-    result = {"name": cmp["name"], "description": cmp["description"], "runs": rows, "ratios": ratios(rows)}
-    (out / "comparison.json").write_text(json.dumps(result, indent=2))
-    with open(out / "comparison.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+        result = write_tables(out, cmp, rows)   # after every run: an interrupted comparison keeps what it has
     from experiments import plot
     plot.plot_comparison(out)
     if not quiet:
@@ -174,14 +173,29 @@ def run_comparison(cmp: dict, results_root: Path, quiet: bool = False) -> Path:
     return out
 
 
+def write_tables(out: Path, cmp: dict, rows: list[dict]) -> dict:
+    """Write comparison.json and comparison.csv for the runs done so far; return the JSON content
+    (``complete`` is false until every planned run is in)."""
+    result = {"name": cmp["name"], "description": cmp["description"], "complete": len(rows) == len(cmp["runs"]),
+              "runs": rows, "ratios": ratios(rows)}
+    (out / "comparison.json").write_text(json.dumps(result, indent=2))
+    with open(out / "comparison.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return result
+
+
 def format_row(r: dict) -> str:
     """One line per run for the terminal."""
     fct = f", FCT median {r['fct_median_s']:.2f} s" if r["fct_median_s"] is not None and r["pattern"] != "all-to-all" else ""
     wire = r["wire_fraction_of_line_rate"]
     wire = f", {100 * wire:.0f}% on the wire" if wire is not None else ""
+    hashed = r["hash_ecmp_model_per_host_mbps"]
+    model = (f"{r['model_per_host_mbps']:.2f} ideal / {hashed:.2f} hash ECMP" if hashed is not None
+             else f"{r['model_per_host_mbps']:.2f} single path")
     return (f"{r['fabric']:>16} {r['traffic']:<20} per host {r['per_host_mbps']:6.2f} Mbit/s "
-            f"({100 * r['fraction_of_line_rate']:5.1f}% of line rate as payload{wire}; model "
-            f"{r['model_per_host_mbps']:.2f} ideal / {r['hash_ecmp_model_per_host_mbps']:.2f} hash ECMP){fct}")
+            f"({100 * r['fraction_of_line_rate']:5.1f}% of line rate as payload{wire}; model {model}){fct}")
 
 
 def format_comparison(result: dict, out: Path) -> str:
@@ -191,7 +205,9 @@ def format_comparison(result: dict, out: Path) -> str:
     for q in result["ratios"]:
         by_over = q["per_host_ratio_oversubscription"]
         by_over = f"{by_over:.3f} by oversubscription, " if by_over is not None else ""
+        hashed = q.get("per_host_ratio_hash_ecmp_model")
+        hashed = f", {hashed:.3f} by the hash-ECMP model" if hashed is not None else ""
         lines.append(f"{q['traffic']}: {q['fabric']} / {q['versus']} per host = {q['per_host_ratio_measured']:.3f} "
-                     f"measured, {by_over}{q['per_host_ratio_model']:.3f} by the fluid model")
+                     f"measured, {by_over}{q['per_host_ratio_model']:.3f} by the ideal fluid model{hashed}")
     lines.append(f"results: {out}")
     return "\n".join(lines)

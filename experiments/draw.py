@@ -19,6 +19,20 @@ from topologies.spineleaf import LAYERS, oversubscription_per_switch  # noqa: E4
 
 #: Hosts are drawn with names up to this many (beyond, dots only).
 MAX_LABELLED = 48
+#: Switch layers are labelled switch by switch up to this many (beyond, the first and last only).
+MAX_SWITCH_LABELS = 24
+
+
+def end_to_end_oversubscription(fabric_map: dict) -> Fraction | None:
+    """Host capacity / capacity of the links into the top layer (spines, core): 3 for the
+    default 3:1 Spine-Leaf, 4 for a Fat-Tree whose edge and aggregation layers are each 2:1.
+    None for a one-switch-layer fabric."""
+    rows = LAYERS[fabric_map["kind"]]
+    top = {s["name"] for s in fabric_map["switches"] if s["layer"] == rows[0]}
+    hosts = sum(Fraction(h["rate_mbps"]).limit_denominator(1000) for h in fabric_map["hosts"])
+    into_top = sum(Fraction(l["rate_mbps"]).limit_denominator(1000) for l in fabric_map["links"]
+                   if (l["a"] in top) != (l["b"] in top))
+    return hosts / into_top if into_top else None
 
 
 def _ratio(r: Fraction) -> str:
@@ -71,8 +85,14 @@ def draw(fabric_map: dict, path: Path, title: str | None = None) -> Path:
         host = layer == "host"
         ax.scatter(xs, ys, s=18 if host else 120, marker="o" if host else "s",
                    color="#2b6cb0" if host else "#e07b39", zorder=3)
+        limit = MAX_LABELLED if host else MAX_SWITCH_LABELS
+        shown = names if len(names) <= limit else [names[0], names[-1]]
+        if len(shown) < len(names):
+            ax.annotate(f"{len(names)} hosts" if host else f"{len(names)} {layer} switches", (widest / 2, pos[names[0]][1]),
+                        textcoords="offset points", xytext=(0, -14 if host else 9), ha="center",
+                        va="top" if host else "bottom", fontsize=8, zorder=4)
         if not host or len(names) <= MAX_LABELLED:
-            for n in names:
+            for n in shown:
                 lbl = n if n not in over else f"{n}\n{_ratio(over[n])}"
                 ax.annotate(lbl, pos[n], textcoords="offset points", xytext=(0, -14 if host else 9),
                             ha="center", va="top" if host else "bottom", fontsize=6 if host else 7, zorder=4)
@@ -84,9 +104,10 @@ def draw(fabric_map: dict, path: Path, title: str | None = None) -> Path:
                 fontsize=8, va="center", ha="left", color="#2d3748")
     kinds = {"spineleaf": "Spine-Leaf", "fattree": "Fat-Tree"}
     ratios = sorted(set(over.values()))
-    sub = (f"{len(fabric_map['switches'])} switches, {len(fabric_map['hosts'])} hosts, "
-           f"oversubscription {', '.join(_ratio(r) for r in ratios) or 'n/a'} "
-           f"(downlink / uplink capacity per switch)")
+    e2e = end_to_end_oversubscription(fabric_map)
+    sub = (f"{len(fabric_map['switches'])} switches, {len(fabric_map['hosts'])} hosts; oversubscription "
+           f"{', '.join(_ratio(r) for r in ratios) or 'n/a'} per switch (downlink / uplink capacity)"
+           + (f", {_ratio(e2e)} hosts to {rows[0]}" if e2e is not None else ""))
     ax.set_title((title or kinds.get(fabric_map["kind"], fabric_map["kind"])) + "\n" + sub, fontsize=10)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels(list(reversed(rows)))

@@ -154,6 +154,8 @@ class LiveFabric:
         self.net.build()
         for h in self.net.hosts:
             self.state.add_process(h.pid, f"host {h.name}")
+        for c in self.net.controllers:   # Mininet gives even a remote controller a shell of its own
+            self.state.add_process(c.pid, f"mininet controller shell {c.name}")
         self.net.start()
 
     def _wait_configured(self):
@@ -224,6 +226,7 @@ class LiveFabric:
                 print(f"fabriclab: host shells exited unexpectedly ({', '.join(dead[:6])}"
                       f"{' ...' if len(dead) > 6 else ''}); removing the fabric from the run record instead",
                       file=sys.stderr)
+                self._stop_controller_shells(net)
             else:
                 t = threading.Thread(target=self._mininet_stop, args=(net,), daemon=True)
                 t.start()
@@ -242,9 +245,20 @@ class LiveFabric:
                     c.wait()
 
     @staticmethod
+    def _stop_controller_shells(net):
+        """End the shell Mininet opened for each controller object: RemoteController.stop()
+        does nothing, so without this one bash per run would outlive the fabric."""
+        for c in net.controllers:
+            try:
+                c.terminate()
+            except Exception:  # noqa: BLE001 - the recorded cleanup still runs
+                pass
+
+    @staticmethod
     def _mininet_stop(net):
         try:
             net.stop()
         except Exception as e:  # the recorded cleanup still runs
             print(f"fabriclab: Mininet's stop failed ({e}); removing the fabric from the run record instead",
                   file=sys.stderr)
+        LiveFabric._stop_controller_shells(net)

@@ -100,9 +100,10 @@ def hash_ecmp_aggregate(fabric_map: dict, pairs: list[tuple[str, str]], trials: 
             "p90": aggs[int(0.9 * (len(aggs) - 1))], "trials": trials}
 
 
-def max_min_rates(fabric_map: dict, pairs: list[tuple[str, str]]) -> list[float]:
+def max_min_rates(fabric_map: dict, pairs: list[tuple[str, str]], routing: str = "ecmp") -> list[float]:
     """Max-min fair rate (Mbit/s) of one long-lived flow per entry of ``pairs`` (repeat a pair for parallel flows),
-    each flow split ideally over its equal-cost paths.
+    each flow split ideally over its equal-cost paths (``routing="ecmp"``), or on the one path
+    ``routing="single"`` gives it.
 
     Every link direction has the link's ``rate_mbps`` of capacity. Returns the
     rates in the order of ``pairs``.
@@ -110,7 +111,7 @@ def max_min_rates(fabric_map: dict, pairs: list[tuple[str, str]]) -> list[float]
     Raises:
         KeyError, ValueError: as :func:`link_fractions`.
     """
-    routes = compute_routes(fabric_map, "ecmp")
+    routes = compute_routes(fabric_map, routing)
     cache: dict[tuple[str, str], dict] = {}
     fracs = []
     for pair in pairs:

@@ -66,6 +66,8 @@ def plot_queue_depth(out: Path, summary: dict, samples: dict) -> Path:
 
 #: Up to this many flows get a line and a legend entry each; beyond, one line per sending host.
 MAX_FLOW_LINES = 12
+#: Bin of the per-host lines: the receivers read in bursts, 50 ms bins would show rates above the link's.
+HOST_BIN_S = 0.2
 
 
 def plot_throughput(out: Path, summary: dict, samples: dict) -> Path:
@@ -87,13 +89,13 @@ def plot_throughput(out: Path, summary: dict, samples: dict) -> Path:
             ax.plot(t, r, lw=0.9, alpha=0.8, label=f"flow {fid} from {src_of[fid]}")
     elif flows:
         end = max(p[-1][0] for p in flows.values())
-        grid = np.arange(0.0, end + BIN_S, BIN_S)
+        grid = np.arange(0.0, end + HOST_BIN_S, HOST_BIN_S)
         per_host: dict[str, np.ndarray] = {}
         for fid, pts in flows.items():
             a = np.asarray([(0.0, 0.0)] + pts)
             cum = np.interp(grid, a[:, 0], a[:, 1], right=a[-1, 1])
             per_host[src_of[fid]] = per_host.get(src_of[fid], 0) + cum
-        rates = np.asarray([np.diff(c) * 8 / BIN_S / 1e6 for c in per_host.values()])
+        rates = np.asarray([np.diff(c) * 8 / HOST_BIN_S / 1e6 for c in per_host.values()])
         for i, r in enumerate(rates):
             ax.plot(grid[1:], r, color="grey", lw=0.4, alpha=0.35,
                     label=f"each of {len(rates)} sending hosts" if i == 0 else None)
@@ -109,8 +111,8 @@ def plot_throughput(out: Path, summary: dict, samples: dict) -> Path:
     ax.axhline(bn["rate_mbps"], color="k", ls=":", lw=1, label=f"its link rate {bn['rate_mbps']:g} Mbit/s")
     ax.set_xlabel("time since the start (s)")
     ax.set_ylabel("throughput (Mbit/s)")
-    what = "per-flow" if len(flows) <= MAX_FLOW_LINES else "per-host"
-    ax.set_title(f"{summary['scenario']}: {what} throughput ({BIN_S * 1000:.0f} ms bins)")
+    what, bin_s = ("per-flow", BIN_S) if len(flows) <= MAX_FLOW_LINES else ("per-host", HOST_BIN_S)
+    ax.set_title(f"{summary['scenario']}: {what} throughput ({bin_s * 1000:.0f} ms bins)")
     ax.set_ylim(0, top * 1.3)
     return _save(fig, ax, out / "throughput.png", legend_cols=3)
 
@@ -146,7 +148,7 @@ def plot_comparison(cmp_dir: Path) -> list[Path]:
             xs.append(i - 0.4 + w * (j + 0.5))
             ys.append(r["per_host_mbps"])
             ms.append(r["model_per_host_mbps"])
-            hs.append(r["hash_ecmp_model_per_host_mbps"])
+            hs.append(r["hash_ecmp_model_per_host_mbps"] if r["hash_ecmp_model_per_host_mbps"] is not None else np.nan)
         over = next(r["oversubscription"] for r in rows if r["fabric"] == fab)
         ax.bar(xs, ys, w * 0.9, color=colors[j % len(colors)], label=f"{fab} ({over:g}:1) measured")
         ax.scatter(xs, ms, marker="_", s=600, color="black", zorder=3, label="fluid model, ideal ECMP" if j == 0 else None)
@@ -192,7 +194,7 @@ def plot_comparison(cmp_dir: Path) -> list[Path]:
     ax.boxplot(data, showfliers=True)
     ax.set_xticks(range(1, len(labels) + 1))
     ax.set_xticklabels(labels, fontsize=7)
-    ax.set_ylabel("per-flow throughput, bytes / completion time (Mbit/s)")
+    ax.set_ylabel("per-flow throughput (Mbit/s)\nbytes / completion time", fontsize=8)
     ax.set_yscale("log")
     ax.grid(alpha=0.3)
     fig.tight_layout()

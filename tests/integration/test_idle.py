@@ -21,6 +21,7 @@ IDLE_MAX_PACKETS_PER_PORT = IDLE_S * 1
 SHAPES = {
     "spineleaf-2x2": lambda: SpineLeaf(spines=2, leaves=2, hosts_per_leaf=2).build(),
     "spineleaf-4x8": lambda: SpineLeaf(spines=4, leaves=8, hosts_per_leaf=2).build(),
+    "spineleaf-2x3-parallel": lambda: SpineLeaf(spines=2, leaves=3, hosts_per_leaf=2, uplinks_per_spine=2).build(),
     "fattree-k4": lambda: FatTree(k=4).build(),
 }
 

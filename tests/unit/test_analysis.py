@@ -35,6 +35,23 @@ def test_collect_flows_joins_sender_and_receiver(tmp_path):
     assert rows[2]["error"].startswith("ConnectionRefused")
 
 
+def test_same_source_port_toward_two_receivers(tmp_path):
+    """All-to-all: h3 sends to h13 and h15 from the same port 47086; each flow keeps its own bytes."""
+    t0 = 1000.0
+    for rx, nbytes in (("h13", 196928), ("h15", 65536)):
+        write(tmp_path, f"{rx}.rx", {"role": "receiver", "flows": [
+            {"src_ip": "10.1.0.3", "src_port": 47086, "bytes": nbytes, "first_byte_unix_s": t0 + 0.1,
+             "last_byte_unix_s": t0 + 1, "eof": True, "samples": [[t0 + 1, nbytes]]}]})
+    write(tmp_path, "h3.tx", {"role": "sender", "flows": [
+        {"flow_id": fid, "src_port": 47086, "bytes_planned": None, "bytes_sent": nbytes, "start_at_unix_s": t0,
+         "closed_unix_s": t0 + 1.1} for fid, nbytes in ((57, 196928), (59, 65536))]})
+    plan = [{"flow_id": 57, "src": "h3", "dst": "h13", "src_ip": "10.1.0.3"},
+            {"flow_id": 59, "src": "h3", "dst": "h15", "src_ip": "10.1.0.3"}]
+    rows = collect_flows(tmp_path, plan, {})
+    assert [(r["bytes_sent"], r["bytes_received"], r["complete"]) for r in rows] == \
+        [(196928, 196928, True), (65536, 65536, True)]
+
+
 def test_missing_result_is_an_error_row(tmp_path):
     write(tmp_path, "h1.rx", {"role": "receiver", "flows": []})
     rows = collect_flows(tmp_path, plan_of([("h7", "h1", "10.2.0.1")]), {"h7.tx": -9})

@@ -21,3 +21,11 @@ def test_draw_writes_png(tmp_path):
     for name, fab in (("sl", SpineLeaf().build()), ("ft", FatTree(k=8).build())):
         p = draw(fab.to_map(), tmp_path / f"{name}.png")
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
+
+
+def test_end_to_end_oversubscription():
+    from experiments.draw import end_to_end_oversubscription
+    assert end_to_end_oversubscription(SpineLeaf().build().to_map()) == 3
+    tapered = FatTree(k=4, host_rate_mbps=10, edge_agg_rate_mbps=5, agg_core_rate_mbps=2.5).build().to_map()
+    assert end_to_end_oversubscription(tapered) == 4
+    assert end_to_end_oversubscription(FatTree(k=8).build().to_map()) == 1
