@@ -156,10 +156,10 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     """Delivered throughput while every flow is running, and the fluid model's prediction.
 
     The window runs from ``measurement.warmup_s`` after the start (slow start
-    left out) to the end of the time-limited flows, or, for sized flows, until
-    the first sending host has delivered all of its flows (after that the
-    traffic mix changes; with several flows per pair, a host whose first flows
-    finish keeps its link busy with the others).
+    left out) to the end of the time-limited flows, or to the first sized flow
+    completing (after that the mix of active flows, which the model assumes,
+    changes). Sized flows give short, noisy windows: measure throughput with
+    time-limited flows (``traffic.duration_s``) and completion times with sized ones.
     If that leaves under 0.5 s the whole run (start to last byte) is used and
     ``window`` says so. The model is :func:`experiments.fluid.max_min_rates`
     (max-min fair rates with ideal ECMP) for the same flows.
@@ -187,16 +187,9 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     from experiments.fluid import hash_ecmp_aggregate, max_min_rates
     warm = sc["measurement"]["warmup_s"]
     duration = sc["traffic"]["duration_s"]
-    kind = "every sending host busy"
-    if duration:
-        t_b = duration
-    else:   # until the first sending host has delivered all of its flows
-        by_src: dict[str, list] = {}
-        for f in flows:
-            by_src.setdefault(f["src"], []).append(f)
-        ends = [max(x["fct_s"] for x in fs) for fs in by_src.values()
-                if all(x["complete"] and x["fct_s"] is not None for x in fs)]
-        t_b = min(ends) if ends else None
+    kind = "all flows running"
+    ends = [f["fct_s"] for f in flows if f["complete"] and f["fct_s"] is not None]
+    t_b = duration if duration else (min(ends) if ends else None)
     t_a = warm
     if t_b is None or t_b - t_a < 0.5:
         t_a, t_b, kind = 0.0, max([f["fct_s"] for f in flows if f["fct_s"] is not None] or [0.0]), "whole run"
@@ -286,6 +279,7 @@ def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timi
     summary = {
         "scenario": sc["name"],
         "pattern": sc["traffic"]["pattern"],
+        "flows_kind": "time-limited" if sc["traffic"]["duration_s"] else "sized",
         "topology": dict(sc["topology"], oversubscription=fabric_map["params"].get("oversubscription")),
         "routing": env.get("routing"),
         "datapath": env["datapath"],

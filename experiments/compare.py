@@ -101,6 +101,7 @@ def row_of(fabric: str, traffic: str, summary: dict, run_dir: Path) -> dict:
     per_flow = tp.get("per_flow_mbps") or {}
     return {
         "fabric": fabric, "traffic": traffic, "pattern": summary["pattern"], "run": run_dir.name,
+        "flows_kind": summary["flows_kind"],
         "hosts": tp["sending_hosts"], "oversubscription": summary["topology"].get("oversubscription"),
         "host_rate_mbps": tp["host_rate_mbps"], "flows": f["count"], "all_complete": f["all_complete"],
         "window": tp["window"], "window_start_s": tp["window_s"][0], "window_end_s": tp["window_s"][1],
@@ -129,6 +130,8 @@ def ratios(rows: list[dict]) -> list[dict]:
     for r in rows:
         by_traffic.setdefault(r["traffic"], []).append(r)
     for traffic, rs in by_traffic.items():
+        if rs[0].get("flows_kind") == "sized" and any(r.get("flows_kind") == "time-limited" for r in rows):
+            continue    # throughput ratios come from the time-limited runs; sized runs are for completion times
         ref = rs[0]
         for r in rs[1:]:
             over = lambda x: min(1.0, 1.0 / x["oversubscription"]) if x["oversubscription"] else 1.0  # noqa: E731
@@ -187,15 +190,18 @@ def write_tables(out: Path, cmp: dict, rows: list[dict]) -> dict:
 
 
 def format_row(r: dict) -> str:
-    """One line per run for the terminal."""
-    fct = f", FCT median {r['fct_median_s']:.2f} s" if r["fct_median_s"] is not None and r["pattern"] != "all-to-all" else ""
+    """One line per run for the terminal: throughput (time-limited flows) or completion times (sized flows)."""
+    head = f"{r['fabric']:>16} {r['traffic']:<24}"
+    if r["flows_kind"] == "sized":
+        return (f"{head} FCT median {r['fct_median_s']:.2f} s, p99 {r['fct_p99_s']:.2f} s "
+                f"({r['flows']} flows, all complete: {r['all_complete']})")
     wire = r["wire_fraction_of_line_rate"]
     wire = f", {100 * wire:.0f}% on the wire" if wire is not None else ""
     hashed = r["hash_ecmp_model_per_host_mbps"]
     model = (f"{r['model_per_host_mbps']:.2f} ideal / {hashed:.2f} hash ECMP" if hashed is not None
              else f"{r['model_per_host_mbps']:.2f} single path")
-    return (f"{r['fabric']:>16} {r['traffic']:<20} per host {r['per_host_mbps']:6.2f} Mbit/s "
-            f"({100 * r['fraction_of_line_rate']:5.1f}% of line rate as payload{wire}; model {model}){fct}")
+    return (f"{head} per host {r['per_host_mbps']:6.2f} Mbit/s "
+            f"({100 * r['fraction_of_line_rate']:5.1f}% of line rate as payload{wire}; model {model})")
 
 
 def format_comparison(result: dict, out: Path) -> str:

@@ -134,7 +134,8 @@ def plot_comparison(cmp_dir: Path) -> list[Path]:
     res = json.loads((cmp_dir / "comparison.json").read_text())
     rows = res["runs"]
     fabrics = list(dict.fromkeys(r["fabric"] for r in rows))
-    traffics = list(dict.fromkeys(r["traffic"] for r in rows))
+    timed = [r for r in rows if r.get("flows_kind") == "time-limited"] or rows   # throughput from these
+    traffics = list(dict.fromkeys(r["traffic"] for r in timed))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     out = []
     fig, ax = plt.subplots(figsize=(max(7, 2.4 * len(traffics)), 4.2))
@@ -142,7 +143,7 @@ def plot_comparison(cmp_dir: Path) -> list[Path]:
     for j, fab in enumerate(fabrics):
         xs, ys, ms, hs = [], [], [], []
         for i, tr in enumerate(traffics):
-            r = next((r for r in rows if r["fabric"] == fab and r["traffic"] == tr), None)
+            r = next((r for r in timed if r["fabric"] == fab and r["traffic"] == tr), None)
             if r is None:
                 continue
             xs.append(i - 0.4 + w * (j + 0.5))
@@ -164,7 +165,7 @@ def plot_comparison(cmp_dir: Path) -> list[Path]:
     ax.set_title(f"{res['name']}: same traffic, per host", fontsize=10)
     out.append(_save(fig, ax, cmp_dir / "compare_throughput.png", legend_cols=3))
 
-    sized = [r for r in rows if r["pattern"] != "all-to-all" and r["fct_median_s"] is not None]
+    sized = [r for r in rows if r.get("flows_kind") == "sized" and r["fct_median_s"] is not None]
     if sized:
         fig, axes = plt.subplots(1, len(fabrics), figsize=(4.2 * len(fabrics), 3.8), sharey=True, squeeze=False)
         for ax, fab in zip(axes[0], fabrics):
