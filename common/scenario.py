@@ -72,6 +72,9 @@ class ListOf:
     min_len: int = 0
 
 
+#: A full-size Ethernet frame as a veth and the shapers count it: 1500 B MTU + 14 B header.
+FRAME_BYTES = 1514
+
 NUM = (int, float)
 NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
 HOST = r"h[0-9]{1,5}"
@@ -98,9 +101,9 @@ SCHEMA: dict = {
     },
     "queues": {
         # exactly one of buffer_bytes / buffer_packets (checked below)
-        "buffer_bytes": F((int,), None, lo=1514, hi=64 * 2**20),
+        "buffer_bytes": F((int,), None, lo=FRAME_BYTES, hi=64 * 2**20),
         "buffer_packets": F((int,), None, lo=1, hi=100000),
-        "burst_bytes": F((int,), 3028, lo=1514, hi=2**20),
+        "burst_bytes": F((int,), 2 * FRAME_BYTES, lo=FRAME_BYTES, hi=2**20),
     },
     "hosts": {
         "tcp_congestion_control": F((str,), "cubic", pattern=r"[a-z0-9_]{1,16}"),

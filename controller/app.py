@@ -18,7 +18,9 @@ OpenFlow 1.3 group_mod cannot carry OVS's selection method, fields or hash
 basis (OVS accepts them only in OpenFlow 1.5 or 1.0-with-extensions and
 silently drops them from 1.3), so every switch would hash the same 5-tuple
 with basis 0 and an aggregation switch would repeat its edge switch's choice
-(half the Fat-Tree core idle). Every packet of a flow takes one path. When every switch of the map has answered its barrier, the
+(half the Fat-Tree core idle). Every packet of a flow takes one path.
+
+When every switch of the map has answered its barrier, the
 app writes the ready file the runner waits for. OpenFlow 1.3 only (case C3).
 """
 from __future__ import annotations

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.errors import ScenarioError
+from common.scenario import FRAME_BYTES
 
 #: IP ECN field code points (RFC 3168 section 5).
 NOT_ECT, ECT1, ECT0, CE = 0, 1, 2, 3
@@ -70,7 +71,7 @@ def _size(spec: dict, name: str, key: str, frame_bytes: int) -> int:
     return v if b is not None else v * frame_bytes
 
 
-def parse_profile(spec, buffer_bytes: int, key: str, frame_bytes: int = 1514) -> EcnProfile:
+def parse_profile(spec, buffer_bytes: int, key: str, frame_bytes: int = FRAME_BYTES) -> EcnProfile:
     """Check one profile mapping and return it in bytes.
 
     Args:

@@ -89,16 +89,22 @@ def compute_routes(fabric_map: dict, mode: str = "ecmp") -> dict[str, dict[str, 
     return routes
 
 
+def port_peers(fabric_map: dict) -> dict[tuple[str, int], str]:
+    """``{(node, port): node at the other end of that port's link}`` for every link end of a fabric map."""
+    peer = {}
+    for link in fabric_map["links"]:
+        peer[(link["a"], link["a_port"])] = link["b"]
+        peer[(link["b"], link["b_port"])] = link["a"]
+    return peer
+
+
 def follow(fabric_map: dict, routes: dict, src_switch: str, dst_ip: str, choose=min) -> list[str]:
     """Walk the routes from ``src_switch`` to ``dst_ip``, taking ``choose(ports)`` at each hop.
 
     Returns the switch names visited, ending at the destination's edge switch.
     Raises ValueError on a loop or a dead end (used by the loop-freedom tests).
     """
-    peer = {}
-    for link in fabric_map["links"]:
-        peer[(link["a"], link["a_port"])] = link["b"]
-        peer[(link["b"], link["b_port"])] = link["a"]
+    peer = port_peers(fabric_map)
     host_names = {h["name"] for h in fabric_map["hosts"]}
     path = [src_switch]
     sw = src_switch

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -207,7 +208,8 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     hashed = hash_ecmp_aggregate(fabric_map, pairs, seed=sc["seed"]) if routing == "ecmp" else None
     wire = None
     if samples:
-        down = {p["intf"] for sw in fabric_map["switches"] for p in sw["ports"] if p["peer"] in {q["dst"] for q in plan}}
+        receivers = {q["dst"] for q in plan}
+        down = {p["intf"] for sw in fabric_map["switches"] for p in sw["ports"] if p["peer"] in receivers}
         total = 0.0
         for intf in down:
             smp = samples.get(intf)
@@ -221,7 +223,7 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     return {
         "window": kind, "window_s": [t_a, t_b], "aggregate_mbps": agg, "wire_aggregate_mbps": wire,
         "sending_hosts": len(senders), "per_sending_host_mbps": agg / len(senders) if senders else 0.0,
-        "host_rate_mbps": statistics_mode([rate_of[s] for s in senders]),
+        "host_rate_mbps": statistics.mode([rate_of[s] for s in senders]) if senders else None,
         "fraction_of_hosts_x_host_rate": agg / line if line else None,
         "wire_fraction_of_hosts_x_host_rate": wire / line if line and wire is not None else None,
         "hash_ecmp_model_aggregate_mbps": hashed, "model_routing": routing,
@@ -231,11 +233,6 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
                           "max": float(x.max())} if len(x) else None,
         "jain_index_per_flow": jain,
     }
-
-
-def statistics_mode(values: list) -> float | None:
-    """Most common value (the host link rate of a fabric whose hosts all run at one rate)."""
-    return max(set(values), key=values.count) if values else None
 
 
 def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timings: dict, host_cfg: dict,

@@ -119,6 +119,11 @@ def row_of(fabric: str, traffic: str, summary: dict, run_dir: Path) -> dict:
     }
 
 
+def _share_by_oversubscription(row: dict) -> float:
+    """Fraction of its link rate a host gets across an oversubscribed layer: min(1, 1/ratio)."""
+    return min(1.0, 1.0 / row["oversubscription"]) if row["oversubscription"] else 1.0
+
+
 def ratios(rows: list[dict]) -> list[dict]:
     """Per traffic mix: every other fabric's per-host throughput over the first fabric's,
     measured, by the fluid model, and, for permutations (every pair crosses the
@@ -134,9 +139,9 @@ def ratios(rows: list[dict]) -> list[dict]:
             continue    # throughput ratios come from the time-limited runs; sized runs are for completion times
         ref = rs[0]
         for r in rs[1:]:
-            over = lambda x: min(1.0, 1.0 / x["oversubscription"]) if x["oversubscription"] else 1.0  # noqa: E731
             measured = r["per_host_mbps"] / ref["per_host_mbps"] if ref["per_host_mbps"] else None
-            by_over = over(r) / over(ref) if r.get("pattern", "permutation") == "permutation" else None
+            by_over = (_share_by_oversubscription(r) / _share_by_oversubscription(ref)
+                       if r.get("pattern", "permutation") == "permutation" else None)
             out.append({"traffic": traffic, "fabric": r["fabric"], "versus": ref["fabric"],
                         "per_host_ratio_measured": measured,
                         "per_host_ratio_model": r["model_per_host_mbps"] / ref["model_per_host_mbps"],

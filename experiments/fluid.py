@@ -10,21 +10,21 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from controller.routing import compute_routes
+from controller.routing import compute_routes, port_peers
 
 
-def link_fractions(fabric_map: dict, routes: dict, src: str, dst: str) -> dict[tuple[str, str], float]:
+def link_fractions(fabric_map: dict, routes: dict, src: str, dst: str, peer: dict | None = None
+                   ) -> dict[tuple[str, str], float]:
     """Fraction of one ``src`` -> ``dst`` flow on each directed link ``(from node, to node)`` under ideal ECMP.
+
+    ``peer`` is :func:`controller.routing.port_peers` of the map (computed if not given).
 
     Raises:
         KeyError: unknown host name.
         ValueError: a route dead-ends (the routes do not reach ``dst``).
     """
     hosts = {h["name"]: h for h in fabric_map["hosts"]}
-    peer = {}
-    for link in fabric_map["links"]:
-        peer[(link["a"], link["a_port"])] = link["b"]
-        peer[(link["b"], link["b_port"])] = link["a"]
+    peer = peer or port_peers(fabric_map)
     s, d = hosts[src], hosts[dst]
     frac: dict[tuple[str, str], float] = defaultdict(float)
     frac[(src, s["switch"])] = 1.0
@@ -46,14 +46,6 @@ def link_fractions(fabric_map: dict, routes: dict, src: str, dst: str) -> dict[t
     raise ValueError(f"routes from {src} to {dst} do not terminate")
 
 
-def _peers(fabric_map: dict) -> dict[tuple[str, int], str]:
-    peer = {}
-    for link in fabric_map["links"]:
-        peer[(link["a"], link["a_port"])] = link["b"]
-        peer[(link["b"], link["b_port"])] = link["a"]
-    return peer
-
-
 def hashed_path(fabric_map: dict, routes: dict, src: str, dst: str, rng, peer: dict | None = None
                 ) -> dict[tuple[str, str], float]:
     """One path for a ``src`` -> ``dst`` flow, each switch picking one of its equal-cost next hops
@@ -63,7 +55,7 @@ def hashed_path(fabric_map: dict, routes: dict, src: str, dst: str, rng, peer: d
         KeyError: unknown host. ValueError: the routes do not reach ``dst``.
     """
     hosts = {h["name"]: h for h in fabric_map["hosts"]}
-    peer = peer or _peers(fabric_map)
+    peer = peer or port_peers(fabric_map)
     s, d = hosts[src], hosts[dst]
     out = {(src, s["switch"]): 1.0}
     sw = s["switch"]
@@ -92,7 +84,7 @@ def hash_ecmp_aggregate(fabric_map: dict, pairs: list[tuple[str, str]], trials: 
         trials = max(3, min(50, 100_000 // max(1, len(pairs))))
     rng = random.Random(seed)
     routes = compute_routes(fabric_map, "ecmp")
-    peer = _peers(fabric_map)
+    peer = port_peers(fabric_map)
     aggs = sorted(sum(_progressive_filling(fabric_map, [hashed_path(fabric_map, routes, s, d, rng, peer)
                                                         for s, d in pairs]))
                   for _ in range(trials))
@@ -112,11 +104,12 @@ def max_min_rates(fabric_map: dict, pairs: list[tuple[str, str]], routing: str =
         KeyError, ValueError: as :func:`link_fractions`.
     """
     routes = compute_routes(fabric_map, routing)
+    peer = port_peers(fabric_map)
     cache: dict[tuple[str, str], dict] = {}
     fracs = []
     for pair in pairs:
         if pair not in cache:
-            cache[pair] = link_fractions(fabric_map, routes, *pair)
+            cache[pair] = link_fractions(fabric_map, routes, *pair, peer=peer)
         fracs.append(cache[pair])
     return _progressive_filling(fabric_map, fracs)
 

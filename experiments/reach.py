@@ -74,16 +74,19 @@ class Reachability:
 
     Attributes:
         pairs: ordered pairs probed (N x (N-1)).
-        reached: pairs that got an echo reply.
         missing: ``[(src, dst), ...]`` never answered before the timeout.
         elapsed_s: from the first probe to the last needed reply (or the timeout).
         rounds: probe rounds sent (1 when nothing had to be retried).
     """
     pairs: int
-    reached: int
     missing: list = field(default_factory=list)
     elapsed_s: float = 0.0
     rounds: int = 0
+
+    @property
+    def reached(self) -> int:
+        """Pairs that got an echo reply."""
+        return self.pairs - len(self.missing)
 
     @property
     def loss(self) -> float:
@@ -109,16 +112,17 @@ def all_pairs(hosts: list[tuple[str, int, str]], timeout_s: float = 10.0, retry_
     """
     n = len(hosts)
     index_of_ip = {ip: i for i, (_, _, ip) in enumerate(hosts)}
-    socks = [socket_in_netns(pid, socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP) for _, pid, _ in hosts]
     ident_base = os.getpid() & 0x7FFF
-    by_fd = {s.fileno(): i for i, s in enumerate(socks)}
     pending = {(i, j) for i in range(n) for j in range(n) if i != j}
     total = len(pending)
-    t0 = time.monotonic()
+    socks: list[socket.socket] = []
     rounds = 0
     try:
-        for s in socks:
-            s.setblocking(False)
+        for _, pid, _ in hosts:
+            socks.append(socket_in_netns(pid, socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
+            socks[-1].setblocking(False)
+        by_fd = {s.fileno(): i for i, s in enumerate(socks)}
+        t0 = time.monotonic()
         while pending and time.monotonic() - t0 < timeout_s:
             rounds += 1
             for r in range(1, n):
@@ -127,7 +131,7 @@ def all_pairs(hosts: list[tuple[str, int, str]], timeout_s: float = 10.0, retry_
                     if (i, j) in pending:
                         try:
                             socks[i].sendto(echo_request(ident_base + i, j), (hosts[j][2], 0))
-                        except (BlockingIOError, OSError):
+                        except OSError:
                             pass   # full queue or no neighbour yet: the next round retries
                 if step_gap_s:
                     time.sleep(step_gap_s)
@@ -136,25 +140,33 @@ def all_pairs(hosts: list[tuple[str, int, str]], timeout_s: float = 10.0, retry_
                 ready, _, _ = select.select(socks, [], [], 0.05)
                 for s in ready:
                     i = by_fd[s.fileno()]
-                    while True:
-                        try:
-                            pkt, (src_ip, _) = s.recvfrom(2048)
-                        except BlockingIOError:
-                            break
-                        ihl = (pkt[0] & 0x0F) * 4
-                        if len(pkt) < ihl + 8:
-                            continue
-                        typ, _, _, ident, seq = struct.unpack_from("!BBHHH", pkt, ihl)
-                        j = index_of_ip.get(src_ip)
-                        if typ == ICMP_ECHO_REPLY and ident == ident_base + i and seq == j and (i, j) in pending:
-                            pending.discard((i, j))
-                            last_progress = time.monotonic()
+                    answered = {(i, j) for j in _echo_replies(s, ident_base + i, index_of_ip)} & pending
+                    if answered:
+                        pending -= answered
+                        last_progress = time.monotonic()
         elapsed = time.monotonic() - t0
     finally:
         for s in socks:
             s.close()
     missing = sorted((hosts[i][0], hosts[j][0]) for i, j in pending)
-    return Reachability(pairs=total, reached=total - len(missing), missing=missing, elapsed_s=elapsed, rounds=rounds)
+    return Reachability(pairs=total, missing=missing, elapsed_s=elapsed, rounds=rounds)
+
+
+def _echo_replies(sock: socket.socket, ident: int, index_of_ip: dict[str, int]) -> list[int]:
+    """Drain a non-blocking raw ICMP socket; return the host indices whose echo reply to ``ident`` arrived
+    (the sequence number carries the index of the host probed)."""
+    found = []
+    while True:
+        try:
+            pkt, (src_ip, _) = sock.recvfrom(2048)
+        except BlockingIOError:
+            return found
+        ihl = (pkt[0] & 0x0F) * 4
+        if len(pkt) < ihl + 8:
+            continue
+        typ, _, _, got_ident, seq = struct.unpack_from("!BBHHH", pkt, ihl)
+        if typ == ICMP_ECHO_REPLY and got_ident == ident and seq == index_of_ip.get(src_ip):
+            found.append(seq)
 
 
 def live_fabric_hosts(lf) -> list[tuple[str, int, str]]:

@@ -24,6 +24,7 @@ import yaml
 
 from common import probe as envprobe
 from common.errors import CapabilityError, ScenarioError, SetupError
+from common.scenario import FRAME_BYTES
 from common.state import RunState
 from controller import dataplane
 from controller.routing import ECMP_METHOD
@@ -34,8 +35,6 @@ from topologies.fattree import FatTree
 from topologies.spineleaf import SpineLeaf
 from traffic.patterns import flow_plan
 
-#: A full-size Ethernet frame on the wire of a veth: 1500 MTU + 14 header.
-FRAME_BYTES = 1514
 #: Host NIC queue length in packets (like a default txqueuelen).
 HOST_QUEUE_PACKETS = 1000
 #: Set to a phase name to raise an exception there (used by the teardown tests).
@@ -315,10 +314,11 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
     timings["total_s"] = time.monotonic() - t_begin
 
     flows = analysis.collect_flows(agent_dir, plan, codes)
-    analysis.write_results(out, sc, fabric.to_map(), flows, timings, host_cfg, plan)
+    fabric_map = fabric.to_map()
+    analysis.write_results(out, sc, fabric_map, flows, timings, host_cfg, plan)
     from experiments import draw, plot
     plot.plot_all(out)
-    draw.draw(fabric.to_map(), out / "topology.png", title=sc["name"])
+    draw.draw(fabric_map, out / "topology.png", title=sc["name"])
     summary = json.loads((out / "summary.json").read_text())
     if not quiet:
         print(analysis.format_summary(summary, out))

@@ -14,9 +14,10 @@ def test_echo_request_verifies_and_carries_id_seq():
     assert icmp_checksum(pkt) == 0          # a correct checksum makes the whole sum zero
     typ, code, _, ident, seq = struct.unpack_from("!BBHHH", pkt)
     assert (typ, code, ident, seq) == (8, 0, 0x1234, 77)
-    assert icmp_checksum(echo_request(1, 2, b"odd")) is not None and icmp_checksum(echo_request(1, 2, b"odd") + b"\0") == 0
+    assert icmp_checksum(echo_request(1, 2, b"odd") + b"\0") == 0   # odd length: padded as RFC 1071 says
 
 
 def test_loss_fraction():
-    assert Reachability(pairs=12, reached=12).loss == 0.0
-    assert Reachability(pairs=12, reached=9, missing=[("h1", "h2")] * 3).loss == 0.25
+    assert Reachability(pairs=12).loss == 0.0 and Reachability(pairs=12).reached == 12
+    r = Reachability(pairs=12, missing=[("h1", "h2")] * 3)
+    assert r.loss == 0.25 and r.reached == 9
