@@ -20,8 +20,12 @@ silently drops them from 1.3), so every switch would hash the same 5-tuple
 with basis 0 and an aggregation switch would repeat its edge switch's choice
 (half the Fat-Tree core idle). Every packet of a flow takes one path.
 
-When every switch of the map has answered its barrier, the
-app writes the ready file the runner waits for. OpenFlow 1.3 only (case C3).
+When every switch of the map has answered its barrier, the app writes the
+ready file the runner waits for and, if it was given an ECN plan, starts
+answering ECN requests (:mod:`controller.ecnports`): the runner asks it to
+apply the plan once the ports have their queues (adding a port to Open
+vSwitch resets its root qdisc, so that is after the switches connect), and
+to change profiles during the run. OpenFlow 1.3 only (case C3).
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ import os
 import time
 
 from controller.ofp import (BaseApp, CONFIG_DISPATCHER, MAIN_DISPATCHER, arp, ether_types,
-                            ethernet, nicira_ext, ofp_event, ofproto_v1_3, packet, set_ev_cls)
+                            ethernet, hub, nicira_ext, ofp_event, ofproto_v1_3, packet, set_ev_cls)
 from controller.routing import compute_routes, ecmp_tables, hash_basis
 
 LOG = logging.getLogger("fabriclab.controller")
@@ -48,7 +52,8 @@ class FabricController(BaseApp):
     """Routes a fabric described by a fabric map (see Fabric.to_map).
 
     Configure through :attr:`config` before the app manager instantiates it:
-    ``{"fabric_map": path, "ready_file": path, "routing": "ecmp"|"single"}``.
+    ``{"fabric_map": path, "ready_file": path, "routing": "ecmp"|"single",
+    "ecn_plan": path or None, "control_dir": path or None}``.
     """
 
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
@@ -65,6 +70,7 @@ class FabricController(BaseApp):
         self.pending: dict[int, int] = {}   # dpid -> barrier xid
         self.ready: set[int] = set()
         self.arp_replies = 0
+        self.ecn = None
         LOG.info("fabric map: %d switches, %d hosts", len(self.by_dpid), len(self.mac_of))
 
     # -- switch set-up ---------------------------------------------------
@@ -125,7 +131,20 @@ class FabricController(BaseApp):
         del self.pending[dp.id]
         self.ready.add(dp.id)
         if self.ready >= set(self.by_dpid):
+            if self.config.get("ecn_plan") and self.ecn is None:
+                from controller.ecnports import EcnPorts
+                with open(self.config["ecn_plan"]) as f:
+                    self.ecn = EcnPorts(json.load(f), self.config["control_dir"])
+                hub.spawn(self._ecn_loop)
             self._write_ready()
+
+    def _ecn_loop(self):
+        while True:
+            try:
+                self.ecn.poll()
+            except Exception:   # keep answering; the failed request got its ack with the error
+                LOG.exception("ECN request handling failed")
+            hub.sleep(0.02)
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
     def on_error(self, ev):

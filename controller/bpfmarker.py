@@ -34,23 +34,24 @@ FILTER_NAME = "fabriclab_ecn"
 
 KINDS = {"off": 0, "step": 1, "red": 2}
 #: struct fl_ecn_cfg: kind, weight_q16, rate_bytes_per_s, buffer_bytes, full_drain_ns,
-#: k_bytes, kmin_bytes, kmax_bytes, pmax_q32.
-CFG = struct.Struct("=IIQQQQQQQ")
-#: struct fl_ecn_st: spin lock, pad, then eleven u64.
-ST = struct.Struct("=II11Q")
+#: k_bytes, kmin_bytes, kmax_bytes, pmax_q32, burst_nb.
+CFG = struct.Struct("=IIQQQQQQQQ")
+#: struct fl_ecn_st: spin lock, pad, then twelve u64.
+ST = struct.Struct("=II12Q")
 ST_FIELDS = ("backlog_nb", "avg_q16", "t_last_ns", "packets", "ect", "not_ect", "ce_in", "marked",
-             "vq_drops", "max_backlog_bytes")
+             "vq_drops", "max_backlog_bytes", "credit_nb")
 BPF_ANY = 0
 BPF_F_LOCK = 4
 
 
-def encode_cfg(profile: EcnProfile, rate_bps: float, buffer_bytes: int) -> bytes:
+def encode_cfg(profile: EcnProfile, rate_bps: float, buffer_bytes: int, burst_bytes: int) -> bytes:
     """The ``fl_ecn_cfg`` value for one port.
 
     Args:
         profile: the port's profile (``off`` counts packets and never marks).
         rate_bps: the port's shaping rate in bit/s (> 0).
         buffer_bytes: the FIFO's limit in bytes (> 0).
+        burst_bytes: the shaper's (HTB's) burst in bytes (>= 0).
 
     Raises:
         ValueError: non-positive rate or buffer, unknown kind.
@@ -62,7 +63,8 @@ def encode_cfg(profile: EcnProfile, rate_bps: float, buffer_bytes: int) -> bytes
     weight_q16 = int(round(profile.weight * 65536)) if profile.weight else 0
     pmax_q32 = int(round(profile.pmax * 2**32)) if profile.pmax else 0
     return CFG.pack(KINDS[profile.kind], weight_q16, rate_Bps, int(buffer_bytes), full_drain_ns,
-                    profile.k_bytes or 0, profile.kmin_bytes or 0, profile.kmax_bytes or 0, pmax_q32)
+                    profile.k_bytes or 0, profile.kmin_bytes or 0, profile.kmax_bytes or 0, pmax_q32,
+                    int(burst_bytes) * 10**9)
 
 
 def decode_st(raw: bytes) -> dict:
@@ -71,8 +73,8 @@ def decode_st(raw: bytes) -> dict:
     vals = ST.unpack(raw)[2:]
     d = dict(zip(ST_FIELDS, vals))
     d["backlog_bytes"] = d.pop("backlog_nb") // 10**9
-    d.pop("avg_q16")
-    d.pop("t_last_ns")
+    for k in ("avg_q16", "t_last_ns", "credit_nb"):
+        d.pop(k)
     return d
 
 
@@ -162,14 +164,14 @@ class BpfEcnMarker:
         return out
 
     def configure(self, ifindex: int, profile: EcnProfile, rate_bps: float, buffer_bytes: int,
-                  reset: bool = False) -> None:
+                  burst_bytes: int, reset: bool = False) -> None:
         """Set (atomically replace) the profile of port ``ifindex``; ``reset`` zeroes its queue and counters."""
         key = ctypes.c_uint32(ifindex)
         if reset or self.read(ifindex) is None:
             zero = ctypes.create_string_buffer(ST.size)
             self.lib.check(self.lib.lib.bpf_map_update_elem(self.st_fd, ctypes.byref(key), zero, BPF_ANY),
                            f"reset counters of ifindex {ifindex}")
-        val = ctypes.create_string_buffer(encode_cfg(profile, rate_bps, buffer_bytes), CFG.size)
+        val = ctypes.create_string_buffer(encode_cfg(profile, rate_bps, buffer_bytes, burst_bytes), CFG.size)
         self.lib.check(self.lib.lib.bpf_map_update_elem(self.cfg_fd, ctypes.byref(key), val, BPF_ANY),
                        f"configure ifindex {ifindex}")
 

@@ -24,6 +24,9 @@ tcmsg.plugins.setdefault("bfifo", tcmsg.plugins["pfifo"])
 HTB_ROOT = 0x10000     # 1:
 HTB_CLASS = 0x10001    # 1:1
 FIFO_HANDLE = 0x100000  # 10:
+#: RED's handle under 1:1 (the kernel refuses to replace a qdisc by one of another kind under
+#: the same handle, so FIFO and RED alternate between 10: and 20:).
+RED_HANDLE = 0x200000  # 20:
 
 
 @dataclass(frozen=True)
@@ -369,3 +372,109 @@ class OvsTxBuffer:
         """What was found and done, for environment.json."""
         return {"min_bytes": self.min_bytes, "before_bytes": self.before_bytes, "after_bytes": self.after_bytes,
                 "applied": self.applied, "note": self.reason}
+
+
+# -- ECN marking with the kernel's RED (stock kernels) -------------------------
+
+def red_wlog(weight: float | None) -> int:
+    """RED's EWMA exponent: weight = 2**-Wlog. None (instantaneous) -> the smallest ``tc`` accepts, 1.
+
+    Raises ValueError if ``weight`` is not a power of two in (0, 1/2] (the kernel's RED
+    keeps the weight as a shift; the scenario must say a weight it can have).
+    """
+    import math
+    if weight is None:
+        return 1
+    wlog = -math.log2(weight)
+    if wlog < 1 or abs(wlog - round(wlog)) > 1e-9 or wlog > 23:
+        raise ValueError(f"kernel RED takes weights 2**-n for n = 1..23, got {weight}")
+    return int(round(wlog))
+
+
+def red_burst_for_wlog(kmin_bytes: int, avpkt: int, wlog: int) -> int:
+    """The ``burst`` (packets) for which tc's ``tc_red_eval_ewma`` (iproute2 tc/tc_red.c) chooses ``wlog``.
+
+    tc picks the smallest Wlog >= 1 with ``burst + 1 - kmin/avpkt <= (1 - (1 - W)**burst) / W``;
+    this searches ``burst`` upward from the smallest tc accepts. Raises ValueError if none gives ``wlog``.
+    """
+    def tc_wlog(burst):
+        a = burst + 1 - kmin_bytes / avpkt
+        if a < 1.0:
+            return -1
+        w = 0.5
+        for wl in range(1, 32):
+            if a <= (1 - (1 - w) ** burst) / w:
+                return wl
+            w /= 2
+        return -1
+    start = max(1, int(kmin_bytes // avpkt))
+    for burst in range(start, start + 100000):
+        got = tc_wlog(burst)
+        if got == wlog:
+            return burst
+        if got > wlog:
+            break
+    raise ValueError(f"no RED burst gives Wlog {wlog} for Kmin {kmin_bytes} B")
+
+
+def red_argv(ifname: str, rate_bps: float, limit_bytes: int, profile, avpkt: int = 1514) -> list[str]:
+    """``tc qdisc replace`` argv putting RED (ecn, nodrop) under the port's HTB class 1:1.
+
+    step K -> min K, max K+1 byte, probability 1 (the DCTCP set-up of the Mininet-HiFi
+    experiments); red -> min Kmin, max Kmax, probability Pmax. ``nodrop``: Not-ECT packets
+    are queued, not dropped early (they meet only the ``limit``; case L2's "never silently
+    change behaviour"). ``limit`` is the port's buffer in bytes.
+    """
+    if profile.kind == "step":
+        qmin, qmax, prob = profile.k_bytes, profile.k_bytes + 1, 1.0
+    else:
+        qmin, qmax, prob = profile.kmin_bytes, profile.kmax_bytes, profile.pmax
+    burst = red_burst_for_wlog(qmin, avpkt, red_wlog(profile.weight))
+    return ["tc", "qdisc", "replace", "dev", ifname, "parent", "1:1", "handle", f"{RED_HANDLE >> 16:x}:", "red",
+            "limit", str(int(limit_bytes)), "min", str(int(qmin)), "max", str(int(qmax)),
+            "avpkt", str(avpkt), "burst", str(burst), "bandwidth", f"{int(rate_bps)}bit",
+            "probability", repr(float(prob)), "ecn", "nodrop"]
+
+
+def install_red(ifname: str, rate_bps: float, limit_bytes: int, profile) -> dict:
+    """Replace the FIFO under ``ifname``'s HTB class with RED for ``profile`` (step or red).
+
+    Returns what ``tc -d -j`` reads back (min, max, Wlog, flags). Raises SetupError with
+    tc's message if refused, or if the read-back lacks ``ecn``/``nodrop`` (case L2). RED's
+    probability does not read back as written, so it is checked by behaviour in the tests.
+    """
+    import json as _json
+    run(red_argv(ifname, rate_bps, limit_bytes, profile))
+    shown = _json.loads(run(["tc", "-d", "-j", "qdisc", "show", "dev", ifname, "parent", "1:1"]) or "[]")
+    red = [q for q in shown if q.get("kind") == "red"]
+    if not red:
+        raise SetupError(f"tc on {ifname}: RED did not take effect (read back {shown})")
+    opts = red[0].get("options", {})
+    flags = opts.get("flags", "") or ""
+    flags = " ".join(flags) if isinstance(flags, list) else str(flags)
+    if "ecn" not in flags or "nodrop" not in flags:
+        raise SetupError(f"tc on {ifname}: RED read back without ecn/nodrop flags: {opts}")
+    return {"min_bytes": opts.get("min"), "max_bytes": opts.get("max"), "limit_bytes": opts.get("limit"),
+            "wlog": opts.get("ewma"), "flags": flags}
+
+
+def install_fifo_leaf(ifname: str, q: PortQueue) -> None:
+    """Put the port's plain FIFO back under its HTB class (a round without ECN on a RED port)."""
+    try:
+        with IPRoute() as ipr:
+            idx = ipr.link_lookup(ifname=ifname)
+            if not idx:
+                raise SetupError(f"tc: no interface {ifname!r}")
+            ipr.tc("replace", q.fifo_kind, idx[0], FIFO_HANDLE, parent=HTB_CLASS, limit=q.fifo_limit)
+    except NetlinkError as e:
+        raise SetupError(f"tc on {ifname}: kernel refused the FIFO ({e})") from None
+
+
+def red_counters(ifname: str) -> dict | None:
+    """RED's counters on ``ifname`` from ``tc -s -j``: marked, early (dropped early), pdrop (over limit),
+    other; None if the port has no RED."""
+    import json as _json
+    for q in _json.loads(run(["tc", "-s", "-j", "qdisc", "show", "dev", ifname]) or "[]"):
+        if q.get("kind") == "red":
+            return {k: q.get(k) for k in ("marked", "early", "pdrop", "other", "drops", "packets")}
+    return None

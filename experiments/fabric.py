@@ -63,7 +63,8 @@ class LiveFabric:
     """
 
     def __init__(self, fabric: Fabric, workdir: Path, state: RunState, datapath: str = "kernel",
-                 switch_queue=None, host_queue=None, connect_timeout_s: float = 90.0, routing: str = "ecmp"):
+                 switch_queue=None, host_queue=None, connect_timeout_s: float = 90.0, routing: str = "ecmp",
+                 ecn_plan: dict | None = None):
         self.fabric = fabric
         self.workdir = Path(workdir)
         self.state = state
@@ -72,6 +73,9 @@ class LiveFabric:
         self.host_queue = host_queue
         self.connect_timeout_s = connect_timeout_s
         self.routing = routing
+        self.ecn_plan = ecn_plan
+        self.control_dir = self.workdir / "control"
+        self.ecn_record: dict = {}
         self.net = None
         self.controller = None
         self.fabric_map = fabric.to_map()
@@ -105,9 +109,14 @@ class LiveFabric:
         t2 = time.monotonic()
         self._wait_configured()
         self.timings_s["switch_connect_s"] = time.monotonic() - t2
+        # after the switches start: adding a port to OVS resets its root qdisc
         t3 = time.monotonic()
         self._configure_ports()
         self.timings_s["ports_s"] = time.monotonic() - t3
+        if self.ecn_plan is not None:
+            t4 = time.monotonic()
+            self.ecn_record = self._ecn_call({"start": True}, timeout_s=60)["record"]
+            self.timings_s["ecn_s"] = time.monotonic() - t4
 
     def _start_controller(self, map_path: Path):
         if port_listening(OF_PORT):
@@ -116,10 +125,15 @@ class LiveFabric:
         self.ready_file = self.workdir / "controller.ready"
         self.ready_file.unlink(missing_ok=True)
         log = open(self.workdir / "controller.log", "w")
+        ecn_args = []
+        if self.ecn_plan is not None:
+            plan_path = self.workdir / "ecn_plan.json"
+            plan_path.write_text(json.dumps(self.ecn_plan, indent=1))
+            ecn_args = ["--ecn-plan", str(plan_path), "--control-dir", str(self.control_dir)]
         self.controller = subprocess.Popen(
             [sys.executable, "-m", "controller.main", "--fabric-map", str(map_path),
              "--ready-file", str(self.ready_file), "--host", "127.0.0.1", "--port", str(OF_PORT),
-             "--routing", self.routing],
+             "--routing", self.routing] + ecn_args,
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.state.add_process(self.controller.pid, "controller")
@@ -168,6 +182,23 @@ class LiveFabric:
                 raise SetupError(f"switches not connected/configured after {self.connect_timeout_s:.0f} s: "
                                  f"{', '.join(missing) or '(all connected, configuration incomplete)'}")
             time.sleep(0.05)
+
+    def _ecn_call(self, body: dict, timeout_s: float) -> dict:
+        from controller.ecnports import request
+        if self.ecn_plan is None:
+            raise SetupError("ECN change asked of a fabric started without an ECN plan")
+        return request(self.control_dir, body, timeout_s, is_alive=lambda: self.controller.poll() is None)
+
+    def ecn_request(self, specs: dict, timeout_s: float = 20.0) -> dict:
+        """Ask the controller to change ECN profiles ``{intf: spec}`` now; waits for its ack (SetupError)."""
+        return self._ecn_call({"ports": specs}, timeout_s)
+
+    def ecn_counters(self) -> dict:
+        """Per-port marker counters now ({} without an ECN plan); see controller.ecnports.read_counters."""
+        from controller.ecnports import read_counters
+        if self.ecn_plan is None:
+            return {}
+        return read_counters(self.control_dir, list(self.ecn_plan["ports"]))
 
     def _unconnected(self) -> list[str]:
         out = []

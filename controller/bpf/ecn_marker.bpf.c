@@ -4,10 +4,13 @@
  * (direct-action) for kernels without sch_red.
  *
  * It runs on a switch port before the packet is queued in the port's
- * HTB(rate) -> FIFO(buffer). It cannot read that FIFO, so it keeps a virtual
- * queue per port: the backlog is drained at the port's rate since the last
- * arrival, the packet's length is added if it fits under the buffer (the real
- * FIFO drops it otherwise). The backlog a packet finds decides its mark:
+ * HTB(rate, burst) -> FIFO(buffer). It cannot read that FIFO, so it keeps a
+ * virtual queue per port that serves like HTB's token bucket: since the last
+ * arrival, rate x elapsed bytes of service became available on top of the
+ * unused credit (at most the burst); the backlog is served from it and what
+ * is left stays as credit. The packet's length is then added if it fits under
+ * the buffer (the real FIFO drops it otherwise) and served at once from any
+ * credit left. The backlog a packet finds decides its mark:
  *   step: mark if backlog >= K                        (DCTCP, SIGCOMM 2010 s3.1)
  *   red:  p = Pmax (q - Kmin) / (Kmax - Kmin) between Kmin and Kmax, 1 above Kmax
  *         (DCQCN, SIGCOMM 2015 s3.1; RED, Floyd & Jacobson 1993), q the
@@ -42,6 +45,7 @@ struct fl_ecn_cfg {
 	__u64 kmin_bytes;          /* red */
 	__u64 kmax_bytes;
 	__u64 pmax_q32;            /* Pmax x 2^32 (<= 2^32) */
+	__u64 burst_nb;            /* the shaper's burst in nanobytes */
 };
 
 struct fl_ecn_st {
@@ -57,6 +61,7 @@ struct fl_ecn_st {
 	__u64 marked;              /* set to CE here */
 	__u64 vq_drops;            /* did not fit under the buffer (the FIFO drops them) */
 	__u64 max_backlog_bytes;
+	__u64 credit_nb;           /* unused service, at most burst_nb */
 };
 
 struct {
@@ -105,15 +110,31 @@ int fl_ecn_mark(struct __sk_buff *skb)
 	st->t_last_ns = now > st->t_last_ns ? now : st->t_last_ns;
 	if (delta >= cfg->full_drain_ns) {
 		st->backlog_nb = 0;
+		st->credit_nb = cfg->burst_nb;
 	} else {
-		drain = delta * cfg->rate_bytes_per_s;
-		st->backlog_nb = st->backlog_nb > drain ? st->backlog_nb - drain : 0;
+		drain = delta * cfg->rate_bytes_per_s + st->credit_nb;
+		if (st->backlog_nb > drain) {
+			st->backlog_nb -= drain;
+			st->credit_nb = 0;
+		} else {
+			drain -= st->backlog_nb;
+			st->backlog_nb = 0;
+			st->credit_nb = drain < cfg->burst_nb ? drain : cfg->burst_nb;
+		}
 	}
 	seen = st->backlog_nb / NS;
-	if (seen + len > cfg->buffer_bytes)
+	if (seen + len > cfg->buffer_bytes) {
 		st->vq_drops++;
-	else
+	} else {
 		st->backlog_nb += len * NS;
+		if (st->credit_nb >= st->backlog_nb) {
+			st->credit_nb -= st->backlog_nb;
+			st->backlog_nb = 0;
+		} else {
+			st->backlog_nb -= st->credit_nb;
+			st->credit_nb = 0;
+		}
+	}
 	if (seen > st->max_backlog_bytes)
 		st->max_backlog_bytes = seen;
 	q = seen;

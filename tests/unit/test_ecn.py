@@ -60,6 +60,24 @@ def test_virtual_queue_tracks_a_fifo_drained_at_the_rate():
     assert q.arrive(100, 1.0) == (0.0, True)                     # idle long enough: empty
     with pytest.raises(ValueError):
         VirtualQueue(0, 10)
+    with pytest.raises(ValueError):
+        VirtualQueue(1e6, 10, burst_bytes=-1)
+
+
+def test_virtual_queue_with_a_token_bucket_gives_the_burst_as_a_head_start():
+    q = VirtualQueue(rate_bps=8_000_000, buffer_bytes=10_000, burst_bytes=1500)   # full bucket of 1500 B
+    assert q.arrive(1000, 0.0) == (0.0, True)       # served from credit at once: nothing queued
+    assert q.backlog_bytes == 0.0 and q.credit_bytes == 500.0
+    assert q.arrive(1000, 0.0) == (0.0, True)       # 500 B of credit left: 500 B stay queued
+    assert q.backlog_bytes == pytest.approx(500.0)
+    seen, _ = q.arrive(1000, 0.0002)                 # 200 us = 200 B served
+    assert seen == pytest.approx(300.0)
+    # a long constant overload keeps the burst's head start: 2 packets per 1000 us, service 1000 B per 1000 us
+    plain, bucket = VirtualQueue(8e6, 10**6), VirtualQueue(8e6, 10**6, burst_bytes=3000)
+    for i in range(200):
+        a, _ = plain.arrive(1000, i * 0.0005)
+        b, _ = bucket.arrive(1000, i * 0.0005)
+    assert a - b == pytest.approx(3000.0)
 
 
 def test_ewma():

@@ -1,0 +1,70 @@
+"""Checking a marker against an independent reckoning of the queue (pure).
+
+The UDP probes of :mod:`traffic.udp_probe` give, per received packet, its
+send and kernel receive times on the hosts' shared clock. Through one
+bottleneck FIFO drained at C bit/s, a packet that found B bytes queued waits
+B x 8 / C longer than one that found the queue empty, so
+
+    queue_seen_bytes = (owd - owd_idle) x C / 8
+
+with owd_idle the smallest one-way delay of the run (the first packets find
+an empty queue). This uses only the real packets' timing, never the
+marker's own estimate (issue 5's acceptance).
+"""
+from __future__ import annotations
+
+import math
+
+
+def queue_seen_bytes(packets: list, rate_bps: float) -> list[float]:
+    """Per packet (rows ``[flow, seq, t_send_ns, t_recv_ns, ecn, length]``) the backlog it found, in bytes."""
+    owd = [p[3] - p[2] for p in packets]
+    base = min(owd)
+    return [(d - base) * 1e-9 * rate_bps / 8 for d in owd]
+
+
+def step_check(packets: list, rate_bps: float, k_bytes: int, guard_bytes: float) -> dict:
+    """Marks of a step profile against the queue each packet found.
+
+    Packets that found more than K + guard are "above", less than K - guard
+    "below"; the band around K is the reckoning's own uncertainty (one
+    frame's service time and scheduling jitter) and is reported as such.
+
+    Returns counts and fractions: above, above_ce, frac_above_ce, below,
+    below_ce, band, band_ce, not_ect (packets that arrived Not-ECT).
+    """
+    q = queue_seen_bytes(packets, rate_bps)
+    out = {"above": 0, "above_ce": 0, "below": 0, "below_ce": 0, "band": 0, "band_ce": 0, "not_ect": 0,
+           "max_queue_bytes": max(q) if q else 0.0}
+    for p, qb in zip(packets, q):
+        ce = p[4] == 3
+        out["not_ect"] += p[4] == 0
+        where = "above" if qb > k_bytes + guard_bytes else "below" if qb < k_bytes - guard_bytes else "band"
+        out[where] += 1
+        out[f"{where}_ce"] += ce
+    out["frac_above_ce"] = out["above_ce"] / out["above"] if out["above"] else float("nan")
+    return out
+
+
+def red_buckets(packets: list, rate_bps: float, kmin_bytes: int, kmax_bytes: int, pmax: float,
+                buckets: int = 5) -> list[dict]:
+    """Measured marking probability per queue-length bucket between Kmin and Kmax vs the line.
+
+    Returns per bucket ``{lo_bytes, hi_bytes, packets, marked, measured, expected, ci95}`` where
+    expected is the mean of Pmax (q - Kmin)/(Kmax - Kmin) over the bucket's packets and ci95 the
+    binomial 95% half-width of the measured fraction.
+    """
+    q = queue_seen_bytes(packets, rate_bps)
+    width = (kmax_bytes - kmin_bytes) / buckets
+    out = []
+    for b in range(buckets):
+        lo, hi = kmin_bytes + b * width, kmin_bytes + (b + 1) * width
+        sel = [(p, qb) for p, qb in zip(packets, q) if lo <= qb < hi]
+        n = len(sel)
+        marked = sum(1 for p, _ in sel if p[4] == 3)
+        expected = sum(pmax * (qb - kmin_bytes) / (kmax_bytes - kmin_bytes) for _, qb in sel) / n if n else float("nan")
+        meas = marked / n if n else float("nan")
+        ci = 1.96 * math.sqrt(max(meas * (1 - meas), 1e-9) / n) if n else float("nan")
+        out.append({"lo_bytes": lo, "hi_bytes": hi, "packets": n, "marked": marked, "measured": meas,
+                    "expected": expected, "ci95": ci})
+    return out

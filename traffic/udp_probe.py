@@ -1,0 +1,118 @@
+"""Constant-rate UDP probes with per-packet timestamps and ECN codepoints
+(run inside Mininet hosts with popen): the measurement behind the ECN
+marking tests.
+
+``python -m traffic.udp_probe recv PORT DEADLINE_S OUT.json``
+    prints READY, records every datagram until DEADLINE_S seconds pass or
+    1 s passes without one after the first: ``{"packets": [[flow, seq,
+    t_send_ns, t_recv_ns, ecn, length_bytes], ...]}``. ``t_recv_ns`` is the
+    kernel's receive timestamp (SO_TIMESTAMPNS), ``ecn`` the IP ECN field of
+    the arriving packet (IP_RECVTOS), ``length_bytes`` the Ethernet frame's length.
+``python -m traffic.udp_probe send DST_IP PORT RATE_MBPS PACKETS FRAME_BYTES TOS FLOW START_AT_UNIX_S``
+    prints READY, waits until START_AT, then sends PACKETS datagrams whose
+    Ethernet frames are FRAME_BYTES long, paced at RATE_MBPS (of frames) on
+    the monotonic clock, every one with IP TOS byte TOS (2 = ECT(0) on every
+    packet, the first included: case T4), through one socket. Each payload
+    carries (flow, seq, t_send_ns). Prints ``sent N achieved_mbps X``.
+
+All hosts of a Mininet fabric share one kernel clock, so t_recv - t_send is
+the one-way delay; its excess over the idle path's is the queueing delay.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import sys
+import time
+
+HEADER = struct.Struct("!IIQ")     # flow, seq, t_send_ns
+ETH_IP_UDP_BYTES = 14 + 20 + 8
+SO_TIMESTAMPNS = 35
+IP_RECVTOS = 13
+
+
+def recv(port: int, deadline_s: float, out: str) -> None:
+    """Record every datagram on ``port`` (see the module docstring)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 2**20)
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    s.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
+    s.bind(("0.0.0.0", port))
+    s.settimeout(0.2)
+    print("READY", flush=True)
+    end = time.monotonic() + deadline_s
+    last = None
+    rows = []
+    while time.monotonic() < end and (last is None or time.monotonic() - last < 1.0):
+        try:
+            data, anc, _flags, _addr = s.recvmsg(65536, 256)
+        except socket.timeout:
+            continue
+        last = time.monotonic()
+        t_recv = time.time_ns()
+        ecn = -1
+        for level, typ, val in anc:
+            if level == socket.SOL_SOCKET and typ == SO_TIMESTAMPNS:
+                sec, nsec = struct.unpack("=qq", val[:16])
+                t_recv = sec * 10**9 + nsec
+            elif level == socket.IPPROTO_IP and typ == socket.IP_TOS:
+                ecn = val[0] & 3
+        if len(data) >= HEADER.size:
+            flow, seq, t_send = HEADER.unpack_from(data)
+            rows.append([flow, seq, t_send, t_recv, ecn, len(data) + ETH_IP_UDP_BYTES])
+    with open(out, "w") as f:
+        json.dump({"packets": rows}, f)
+
+
+def send(dst: str, port: int, rate_mbps: float, packets: int, frame_bytes: int, tos: int, flow: int,
+         start_at: float) -> None:
+    """Send ``packets`` frames of ``frame_bytes`` at ``rate_mbps`` with TOS ``tos`` (see the module docstring)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+    s.connect((dst, port))
+    payload = bytearray(frame_bytes - ETH_IP_UDP_BYTES)
+    gap_s = frame_bytes * 8 / (rate_mbps * 1e6)
+    print("READY", flush=True)
+    delay = start_at - time.time()
+    if delay > 0:
+        time.sleep(delay)
+    t0 = time.monotonic()
+    sent = 0
+    for seq in range(packets):
+        due = t0 + seq * gap_s
+        while True:
+            left = due - time.monotonic()
+            if left <= 0:
+                break
+            if left > 0.0003:
+                time.sleep(left - 0.0002)
+        HEADER.pack_into(payload, 0, flow, seq, time.time_ns())
+        try:
+            s.send(payload)
+            sent += 1
+        except OSError as e:   # a full host queue (ENOBUFS): counted, never silent
+            print(f"send error seq {seq}: {e}", file=sys.stderr)
+    wall = time.monotonic() - t0
+    achieved = sent * frame_bytes * 8 / wall / 1e6 if wall > 0 else 0.0
+    print(f"sent {sent} achieved_mbps {achieved:.3f}", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    """CLI entry (see the module docstring); exit 2 on bad arguments."""
+    try:
+        if argv[0] == "recv":
+            recv(int(argv[1]), float(argv[2]), argv[3])
+        elif argv[0] == "send":
+            send(argv[1], int(argv[2]), float(argv[3]), int(argv[4]), int(argv[5]), int(argv[6]), int(argv[7]),
+                 float(argv[8]))
+        else:
+            raise ValueError(argv[0])
+    except (IndexError, ValueError) as e:
+        print(f"usage: see python -m traffic.udp_probe's docstring ({e})", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
