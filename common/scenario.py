@@ -193,6 +193,11 @@ def validate(data: Any) -> dict:
         ScenarioError: unknown key, wrong type, out-of-range value or an
             inconsistent combination; the message names the dotted key.
     """
+    if isinstance(data, dict):
+        data = dict(data)
+        ecn_data, rounds_data = data.pop("ecn", None), data.pop("rounds", None)
+    else:
+        ecn_data = rounds_data = None
     sc = _resolve(SCHEMA, data, "")
     kind = sc["topology"]["kind"]
     given = data.get("topology") or {} if isinstance(data, dict) else {}
@@ -209,6 +214,9 @@ def validate(data: Any) -> dict:
             q["buffer_packets"] = 100
         else:
             raise ScenarioError("queues.buffer_bytes", "give either buffer_bytes or buffer_packets, not both")
+    from common.ecn import resolve_ecn
+    sc["ecn"] = resolve_ecn(ecn_data, kind, buffer_bytes(q))
+    sc["rounds"] = _resolve_rounds(rounds_data, sc)
     n_hosts = host_count(sc["topology"])
     t = sc["traffic"]
     hosts = {f"h{i}" for i in range(1, n_hosts + 1)}
@@ -239,6 +247,56 @@ def validate(data: Any) -> dict:
     elif t["senders"] > n_hosts - 1:
         raise ScenarioError("traffic.senders", f"{t['senders']} senders need more than the fabric's {n_hosts - 1} other hosts")
     return sc
+
+
+def buffer_bytes(queues: dict) -> int:
+    """A resolved ``queues`` section's buffer in bytes (packets x FRAME_BYTES for a packet limit)."""
+    return queues["buffer_bytes"] if queues["buffer_bytes"] is not None else queues["buffer_packets"] * FRAME_BYTES
+
+
+ROUND_KEYS = ("name", "ecn", "hosts")
+#: Most rounds one run may have.
+MAX_ROUNDS = 32
+
+
+def _resolve_rounds(data, sc: dict) -> list[dict] | None:
+    """Check ``rounds``: the same traffic run several times on one fabric, with ECN profiles and host
+    settings changed between rounds by the controller (no rebuild). Each round's ``ecn`` keys
+    (profile, layers, ports) and ``hosts`` keys replace the scenario's for that round.
+
+    Returns None (no rounds) or ``[{"name", "ecn": {profile, layers, ports}, "hosts": {...}}]``.
+    Raises ScenarioError naming e.g. ``rounds[1].ecn.profile.step.k_bytes``.
+    """
+    from common.ecn import resolve_ecn
+    if data is None:
+        return None
+    if not isinstance(data, list) or not data:
+        raise ScenarioError("rounds", "expected a list of at least one round")
+    if len(data) > MAX_ROUNDS:
+        raise ScenarioError("rounds", f"at most {MAX_ROUNDS} rounds, got {len(data)}")
+    out, names = [], set()
+    for i, r in enumerate(data):
+        key = f"rounds[{i}]"
+        if not isinstance(r, dict):
+            raise ScenarioError(key, "expected a mapping with name, ecn, hosts")
+        for k in r:
+            if k not in ROUND_KEYS:
+                raise ScenarioError(f"{key}.{k}", f"unknown key (known keys here: {', '.join(ROUND_KEYS)})")
+        if "name" not in r:
+            raise ScenarioError(f"{key}.name", "is required")
+        name = F((str,), pattern=NAME).check(f"{key}.name", r["name"])
+        if name in names:
+            raise ScenarioError(f"{key}.name", f"two rounds are called {name!r}")
+        names.add(name)
+        base = {k: v for k, v in sc["ecn"].items() if k != "marker"}
+        given = r.get("ecn") or {}
+        if not isinstance(given, dict):
+            raise ScenarioError(f"{key}.ecn", "expected a mapping")
+        merged = resolve_ecn({**base, **given}, sc["topology"]["kind"], buffer_bytes(sc["queues"]),
+                             key=f"{key}.ecn", allow_marker=False)
+        hosts = _resolve(SCHEMA["hosts"], {**sc["hosts"], **(r.get("hosts") or {})}, f"{key}.hosts")
+        out.append({"name": name, "ecn": merged, "hosts": hosts})
+    return out
 
 
 def load_scenario(path: str | Path) -> dict:

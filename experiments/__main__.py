@@ -13,6 +13,7 @@ capability, not root), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -68,7 +69,15 @@ def main(argv=None) -> int:
             return 2
     if args.cmd == "plot":
         from experiments import plot
-        for path in plot.plot_all(Path(args.results_dir)):
+        d = Path(args.results_dir)
+        paths = []
+        if (d / "rounds.json").exists():
+            for r in json.loads((d / "rounds.json").read_text())["rounds"]:
+                paths += plot.plot_all(d / r["folder"])
+            paths += plot.plot_rounds(d)
+        else:
+            paths = plot.plot_all(d)
+        for path in paths:
             print(path)
         return 0
     if os.geteuid() != 0:

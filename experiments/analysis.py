@@ -15,7 +15,8 @@ import numpy as np
 
 FLOW_COLUMNS = ("flow_id", "src", "dst", "src_ip", "src_port", "bytes_planned", "bytes_sent",
                 "bytes_received", "start_at_unix_s", "first_byte_s", "fct_s", "sender_done_s",
-                "congestion_control", "total_retrans", "rtt_us", "complete", "error")
+                "congestion_control", "ecn_negotiated", "total_retrans", "rtt_us",
+                "ce_received", "ect_received", "not_ect_received", "complete", "error")
 
 
 def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> list[dict]:
@@ -53,6 +54,7 @@ def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> l
             start = t["start_at_unix_s"]
             row.update(src_port=t.get("src_port"), bytes_planned=t["bytes_planned"], bytes_sent=t["bytes_sent"],
                        start_at_unix_s=start, congestion_control=t.get("congestion_control"),
+                       ecn_negotiated=t.get("ecn_negotiated"),
                        total_retrans=t.get("total_retrans"), rtt_us=t.get("rtt_us"),
                        sender_done_s=(t["closed_unix_s"] - start) if t.get("closed_unix_s") else None,
                        error=t.get("error") or rx[p["dst"]].get("error"))
@@ -62,6 +64,9 @@ def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> l
                            first_byte_s=(f["first_byte_unix_s"] - start) if f["first_byte_unix_s"] else None,
                            fct_s=(f["last_byte_unix_s"] - start) if f["last_byte_unix_s"] else None,
                            _samples=[(ts - start, b) for ts, b in f["samples"]])
+                if f.get("ecn_received"):
+                    e = f["ecn_received"]
+                    row.update(ce_received=e["ce"], ect_received=e["ect"], not_ect_received=e["not_ect"])
                 row["complete"] = bool(f["eof"] and not row["error"] and f["bytes"] == t["bytes_sent"]
                                        and (t["bytes_planned"] is None or t["bytes_sent"] == t["bytes_planned"]))
         if row["complete"] is None:
@@ -376,3 +381,152 @@ def ecmp_balance(flows_per_path: dict[str, int]) -> dict:
     mean = sum(counts) / len(counts)
     return {"flows": sum(counts), "paths": len(counts), "counts": dict(sorted(flows_per_path.items())),
             "chi2": float(res.statistic), "p_value": float(res.pvalue), "max_over_mean": max(counts) / mean}
+
+
+# -- ECN (issue 5) ---------------------------------------------------------------
+
+def counter_deltas(before: dict, after: dict) -> dict:
+    """Per-port marker counters over one round: ``after - before`` for counting fields
+    (``max_backlog_bytes`` and ``backlog_bytes`` are taken from ``after``)."""
+    out = {}
+    for intf, a in after.items():
+        b = before.get(intf, {})
+        out[intf] = {k: (v if k in ("max_backlog_bytes", "backlog_bytes") or not isinstance(v, (int, float))
+                         else v - (b.get(k) or 0)) for k, v in a.items() if v is not None}
+    return out
+
+
+def parse_ss_tin(text: str, known: list[str]) -> dict:
+    """From ``ss -tin`` output: connections, the congestion controls named on them, how many show
+    ``ecn`` and how many a non-zero ``delivered_ce`` (CE echoed back to the sender)."""
+    conns, algos, ecn, dce = 0, set(), 0, 0
+    for line in text.splitlines():
+        words = line.split()
+        if not words:
+            continue
+        if line[:1] not in (" ", "\t") and words[0] not in ("Recv-Q", "State"):
+            conns += 1
+            continue
+        found = [w for w in words if w in known]
+        algos.update(found)
+        ecn += "ecn" in words
+        dce += any(w.startswith("delivered_ce:") and w != "delivered_ce:0" for w in words)
+    return {"connections": conns, "congestion_control": sorted(algos), "ecn_flows": ecn,
+            "delivered_ce_flows": dce}
+
+
+def queue_after_first_rtt(queues_csv: Path, intf: str, rtt_s: float, end_s: float) -> dict:
+    """Median and p99 of ``intf``'s sampled backlog from one RTT after the start to ``end_s``
+    (issue 5: the first round trip's burst excluded)."""
+    s = load_queue_samples(queues_csv, 0.0).get(intf)
+    if s is None:
+        return {}
+    sel = (s["t_s"] >= rtt_s) & (s["t_s"] <= end_s)
+    b = s["backlog_bytes"][sel]
+    p = s["backlog_packets"][sel]
+    if not len(b):
+        return {}
+    return {"from_s": rtt_s, "to_s": end_s, "samples": int(len(b)),
+            "median_bytes": float(np.median(b)), "p99_bytes": _percentile(b, 99),
+            "median_packets": float(np.median(p)), "p99_packets": _percentile(p, 99)}
+
+
+def add_ecn(out: Path, summary: dict, env: dict, profiles: dict, counters: dict, flows: list[dict],
+            marker: str) -> dict:
+    """Add ``summary["ecn"]`` (profile and counters at the bottleneck, marks at receivers, live
+    congestion control) to ``out/summary.json``; write ``ecn_counters.csv``. Returns the summary.
+
+    ``profiles`` maps switch ports to :class:`common.ecn.EcnProfile`; ``counters`` are the
+    marker's per-port counters over this round (:func:`counter_deltas`).
+    """
+    from common.ecn import describe
+    out = Path(out)
+    bn = summary.get("bottleneck") or {}
+    intf = bn.get("intf")
+    prof = profiles.get(intf) if intf else None
+    fcts = [f["fct_s"] for f in flows if f["fct_s"] is not None]
+    rtt = (env.get("scale") or {}).get("measured_rtt_s") or 0.0
+    rows = [{"intf": k, "profile": describe(profiles[k]) if k in profiles else None, **v}
+            for k, v in sorted(counters.items())]
+    if rows:
+        cols = list(dict.fromkeys(c for r in rows for c in r))
+        _write_csv(out / "ecn_counters.csv", cols, [{c: r.get(c) for c in cols} for r in rows])
+    total = {}
+    for v in counters.values():
+        for k, x in v.items():
+            if k not in ("max_backlog_bytes", "backlog_bytes") and isinstance(x, (int, float)):
+                total[k] = total.get(k, 0) + x
+    ce = [f["ce_received"] for f in flows if f.get("ce_received") is not None]
+    known = sorted(set((env.get("tcp_congestion_control") or {}).get("available", []))
+                   | set((env.get("tcp_congestion_control") or {}).get("loadable", [])) | {"dctcp", "reno", "cubic", "bbr"})
+    ss_path = out / "ss_tin.txt"
+    summary["ecn"] = {
+        "marker": marker,
+        "mechanism": (env.get("ecn") or {}).get("mechanism"),
+        "bottleneck_profile": describe(prof) if prof else None,
+        "bottleneck_k_bytes": prof.k_bytes if prof and prof.kind == "step" else None,
+        "bottleneck_kmin_kmax_bytes": [prof.kmin_bytes, prof.kmax_bytes] if prof and prof.kind == "red" else None,
+        "bottleneck_counters": counters.get(intf),
+        "all_ports": total,
+        "queue_after_first_rtt": queue_after_first_rtt(out / "queues.csv", intf, rtt, max(fcts)) if intf and fcts else {},
+        "bottleneck_mean_tx_mbps": bn.get("mean_tx_mbps"),
+        "ce_received": {"flows_counted": len(ce), "packets": sum(ce),
+                        "flows_with_ce": sum(1 for c in ce if c),
+                        "ect_packets": sum(f.get("ect_received") or 0 for f in flows),
+                        "not_ect_packets": sum(f.get("not_ect_received") or 0 for f in flows)},
+        "ecn_negotiated_flows": sum(1 for f in flows if f.get("ecn_negotiated")),
+        "ss_tin": parse_ss_tin(ss_path.read_text(), known) if ss_path.exists() else None,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+ROUND_COLUMNS = ("round", "name", "bottleneck_profile", "congestion_control", "tcp_ecn", "flows_complete",
+                 "fct_median_s", "fct_p99_s", "bottleneck_drops", "total_drops", "ce_marked_bottleneck",
+                 "ce_received_packets", "queue_median_packets", "queue_p99_packets", "peak_backlog_packets",
+                 "bottleneck_mean_tx_mbps", "bottleneck_intf")
+
+
+def round_row(i: int, name: str, s: dict) -> dict:
+    """One row of rounds.csv from a round's summary."""
+    e, bn, f = s.get("ecn") or {}, s.get("bottleneck") or {}, s["flows"]
+    c = e.get("bottleneck_counters") or {}
+    q = e.get("queue_after_first_rtt") or {}
+    return {"round": i + 1, "name": name, "bottleneck_profile": e.get("bottleneck_profile"),
+            "congestion_control": ",".join(f["congestion_control_on_live_flows"]),
+            "tcp_ecn": ",".join(str(h[1]) for h in s["hosts_tcp"]), "flows_complete": f["all_complete"],
+            "fct_median_s": f["fct_median_s"], "fct_p99_s": f["fct_p99_s"], "bottleneck_drops": bn.get("drops"),
+            "total_drops": s["total_drops"], "ce_marked_bottleneck": c.get("marked"),
+            "ce_received_packets": (e.get("ce_received") or {}).get("packets"),
+            "queue_median_packets": q.get("median_packets"), "queue_p99_packets": q.get("p99_packets"),
+            "peak_backlog_packets": bn.get("peak_backlog_packets"),
+            "bottleneck_mean_tx_mbps": bn.get("mean_tx_mbps"), "bottleneck_intf": bn.get("intf")}
+
+
+def write_rounds(out: Path, summaries: list[dict]) -> list[dict]:
+    """rounds.json and rounds.csv: one row per round (:func:`round_row`), folders under ``rounds/``."""
+    out = Path(out)
+    dirs = sorted((out / "rounds").iterdir())
+    rows = [dict(round_row(i, d.name.split("-", 1)[1], s), folder=f"rounds/{d.name}")
+            for i, (d, s) in enumerate(zip(dirs, summaries))]
+    _write_csv(out / "rounds.csv", list(ROUND_COLUMNS) + ["folder"], rows)
+    (out / "rounds.json").write_text(json.dumps({"rounds": rows}, indent=2, default=str))
+    return rows
+
+
+def format_rounds(out: Path) -> str:
+    """The rounds side by side, for the terminal."""
+    rows = json.loads((Path(out) / "rounds.json").read_text())["rounds"]
+
+    def f(v, fmt):
+        return "-" if v is None else format(v, fmt)
+    lines = ["", f"== rounds ({out}) ==",
+             f"{'round':<16} {'profile at bottleneck':<28} {'drops':>6} {'CE marks':>8} {'queue med/p99 pkt':>18} "
+             f"{'FCT med/p99 s':>14} {'Mbit/s':>7}"]
+    for r in rows:
+        lines.append(f"{r['name'][:16]:<16} {str(r['bottleneck_profile'])[:28]:<28} {f(r['bottleneck_drops'], 'd'):>6} "
+                     f"{f(r['ce_marked_bottleneck'], 'd'):>8} "
+                     f"{f(r['queue_median_packets'], '.0f') + '/' + f(r['queue_p99_packets'], '.0f'):>18} "
+                     f"{f(r['fct_median_s'], '.2f') + '/' + f(r['fct_p99_s'], '.2f'):>14} "
+                     f"{f(r['bottleneck_mean_tx_mbps'], '.2f'):>7}")
+    return "\n".join(lines)

@@ -14,6 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from common.scenario import FRAME_BYTES  # noqa: E402
 from experiments.analysis import load_queue_samples  # noqa: E402
 
 BIN_S = 0.05
@@ -57,11 +58,24 @@ def plot_queue_depth(out: Path, summary: dict, samples: dict) -> Path:
         ax.plot(s["t_s"][dropped], np.full(len(dropped), limit * 1.04), "x", color="C3", ms=4,
                 label=f"drops at {bn['intf']} ({int(s['drops_total'][-1] - s['drops_total'][0])} packets)")
     ax.axvline(0, color="grey", ls=":", lw=1, label=f"{summary.get('pattern', 'incast')} start")
+    _threshold_lines(ax, summary.get("ecn") or {}, in_packets)
     ax.set_xlabel("time since the start (s)")
     ax.set_ylabel(f"queue backlog ({unit})")
     ax.set_title(f"{summary['scenario']}: switch egress queue depth ({summary['datapath']} datapath)")
     ax.set_ylim(0, limit * 1.1)
     return _save(fig, ax, out / "queue_depth.png", legend_cols=3)
+
+
+def _threshold_lines(ax, ecn: dict, in_packets: bool, color="C2", suffix="") -> None:
+    """Mark the bottleneck's ECN thresholds (K, or Kmin and Kmax) on a queue axis."""
+    scale = FRAME_BYTES if in_packets else 1
+    unit = "packets" if in_packets else "bytes"
+    if ecn.get("bottleneck_k_bytes"):
+        k = ecn["bottleneck_k_bytes"] / scale
+        ax.axhline(k, color=color, ls="-.", lw=1.2, label=f"ECN K = {k:g} {unit}{suffix}")
+    elif ecn.get("bottleneck_kmin_kmax_bytes"):
+        lo, hi = (v / scale for v in ecn["bottleneck_kmin_kmax_bytes"])
+        ax.axhspan(lo, hi, color=color, alpha=0.12, label=f"ECN Kmin-Kmax {lo:g}-{hi:g} {unit}{suffix}")
 
 
 #: Up to this many flows get a line and a legend entry each; beyond, one line per sending host.
@@ -123,6 +137,78 @@ def plot_all(out: Path) -> list[Path]:
     summary = json.loads((out / "summary.json").read_text())
     samples = load_queue_samples(out / "queues.csv", 0.0)
     return [plot_queue_depth(out, summary, samples), plot_throughput(out, summary, samples)]
+
+
+def plot_rounds(out: Path) -> list[Path]:
+    """Plots of a run with rounds (e.g. drop-tail vs ECN, a K sweep), from ``rounds.json`` and each
+    round's folder: ``rounds_queue.png`` (every round's bottleneck queue on one axis, K marked),
+    ``rounds_bars.png`` (drops, CE marks, FCT median/p99, bottleneck throughput side by side) and,
+    when the rounds differ in a step K, ``k_sweep.png`` (throughput and queue median/p99 vs K)."""
+    out = Path(out)
+    rows = json.loads((out / "rounds.json").read_text())["rounds"]
+    paths = []
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    limit, unit = None, "packets"
+    for i, r in enumerate(rows):
+        d = out / r["folder"]
+        summary = json.loads((d / "summary.json").read_text())
+        bn = summary["bottleneck"]
+        in_packets = bn["buffer_packets"] is not None
+        col, unit = ("backlog_packets", "packets") if in_packets else ("backlog_bytes", "bytes")
+        limit = bn["buffer_packets"] if in_packets else bn["buffer_bytes"]
+        s = load_queue_samples(d / "queues.csv", 0.0)[bn["intf"]]
+        ax.plot(s["t_s"], s[col], color=f"C{i}", lw=1.2, label=f"{r['name']}: {r['bottleneck_profile']}")
+        _threshold_lines(ax, summary.get("ecn") or {}, in_packets, color=f"C{i}", suffix=f" ({r['name']})")
+    if limit is not None:
+        ax.axhline(limit, color="k", ls="--", lw=1, label=f"buffer = {limit} {unit}")
+        ax.set_ylim(0, limit * 1.1)
+    ax.set_xlabel("time since the round's start (s)")
+    ax.set_ylabel(f"bottleneck queue ({unit})")
+    ax.set_title("bottleneck queue per round")
+    paths.append(_save(fig, ax, out / "rounds_queue.png", legend_cols=2))
+
+    names = [r["name"] for r in rows]
+    x = np.arange(len(rows))
+    fig, axes = plt.subplots(1, 4, figsize=(13, 3.8))
+    panels = (("bottleneck_drops", "drops at the bottleneck"), ("ce_marked_bottleneck", "CE marks at the bottleneck"),
+              (("fct_median_s", "fct_p99_s"), "completion time (s): median, p99"),
+              ("bottleneck_mean_tx_mbps", "bottleneck throughput (Mbit/s)"))
+    for ax, (key, title) in zip(axes, panels):
+        if isinstance(key, tuple):
+            for j, k in enumerate(key):
+                ax.bar(x + (j - 0.5) * 0.38, [r[k] or 0 for r in rows], 0.38, label=k.split("_")[1])
+            ax.legend(fontsize=7, frameon=False)
+        else:
+            ax.bar(x, [r[key] or 0 for r in rows], 0.6, color=[f"C{i}" for i in range(len(rows))])
+        ax.set_xticks(x, names, rotation=30, ha="right", fontsize=7)
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(out / "rounds_bars.png", dpi=110)
+    plt.close(fig)
+    paths.append(out / "rounds_bars.png")
+
+    ks = []
+    for r in rows:
+        e = json.loads((out / r["folder"] / "summary.json").read_text()).get("ecn") or {}
+        if e.get("bottleneck_k_bytes"):
+            ks.append((e["bottleneck_k_bytes"] / FRAME_BYTES, r))
+    if len(ks) >= 2:
+        ks.sort(key=lambda kr: kr[0])
+        k = [v for v, _ in ks]
+        fig, ax = plt.subplots(figsize=(8, 4.8))
+        ax.plot(k, [r["queue_median_packets"] for _, r in ks], "o-", label="queue median (packets)")
+        ax.plot(k, [r["queue_p99_packets"] for _, r in ks], "s--", label="queue p99 (packets)")
+        ax.plot(k, k, color="grey", ls=":", lw=1, label="queue = K")
+        ax.set_xlabel("K (packets)")
+        ax.set_ylabel("bottleneck queue after the first RTT (packets)")
+        ax2 = ax.twinx()
+        ax2.plot(k, [r["bottleneck_mean_tx_mbps"] for _, r in ks], "^-", color="C3", label="throughput")
+        ax2.set_ylabel("bottleneck throughput (Mbit/s)", color="C3")
+        ax2.set_ylim(0, max(r["bottleneck_mean_tx_mbps"] or 0 for _, r in ks) * 1.25 + 0.1)
+        ax.set_title("K sweep: queue and throughput vs the marking threshold")
+        paths.append(_save(fig, ax, out / "k_sweep.png", legend_cols=4))
+    return paths
 
 
 def plot_comparison(cmp_dir: Path) -> list[Path]:

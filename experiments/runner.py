@@ -182,10 +182,11 @@ class AllowCongestionControl:
         return False
 
 
-def configure_hosts(lf: LiveFabric, sc: dict) -> dict:
-    """Set per-namespace TCP congestion control and ECN on every host (case H1); return what was read back."""
-    cc = sc["hosts"]["tcp_congestion_control"]
-    ecn = str(sc["hosts"]["tcp_ecn"])
+def configure_hosts(lf: LiveFabric, hosts: dict) -> dict:
+    """Set per-namespace TCP congestion control and ECN (a scenario's ``hosts`` section) on every host
+    (case H1); return what was read back. Raises SetupError if a read-back differs."""
+    cc = hosts["tcp_congestion_control"]
+    ecn = str(hosts["tcp_ecn"])
     seen = {}
     for h in lf.net.hosts:
         dataplane.set_sysctl("net.ipv4.tcp_congestion_control", cc, h.pid)
@@ -242,21 +243,93 @@ def _say(quiet, *a):
         print("fabriclab:", *a, flush=True)
 
 
+def resolve_rounds(sc: dict) -> list[dict]:
+    """The rounds of a resolved scenario: its ``rounds``, or one round named after it."""
+    if sc["rounds"]:
+        return sc["rounds"]
+    return [{"name": sc["name"], "ecn": {k: sc["ecn"][k] for k in ("profile", "layers", "ports")},
+             "hosts": sc["hosts"]}]
+
+
+def choose_marker(sc: dict, env: dict, needed: bool) -> tuple[str, str]:
+    """The ECN marker for this run and why: ``none`` when no round marks, else ``red`` or ``bpf``.
+
+    ``auto`` picks the kernel's RED where the kernel has sch_red, else the BPF marker.
+
+    Raises:
+        CapabilityError: ``ecn.marker`` names a mechanism this machine lacks (never a silent fallback).
+    """
+    if not needed:
+        return "none", "no round asks for ECN marking"
+    asked = sc["ecn"]["marker"]
+    has_red = bool(env["qdiscs"].get("red"))
+    from controller.bpfmarker import OBJECT
+    if asked == "red" and not has_red:
+        raise CapabilityError("ecn.marker: red: this kernel has no sch_red (use bpf or auto)")
+    if asked == "bpf" or (asked == "auto" and not has_red):
+        if not OBJECT.exists():
+            raise CapabilityError(f"ecn.marker: bpf: {OBJECT} is not built (run 'sudo make setup'; "
+                                  "needs clang and libbpf-dev)")
+        if not env["qdiscs"].get("clsact"):
+            raise CapabilityError("ecn.marker: bpf: this kernel has no clsact qdisc")
+        why = "asked for" if asked == "bpf" else "this kernel has no sch_red"
+        return "bpf", f"tc clsact egress BPF classifier with a virtual queue per port ({why})"
+    return "red", ("kernel RED (ecn, nodrop) under each port's HTB shaper "
+                   + ("(asked for)" if asked == "red" else "(this kernel has sch_red)"))
+
+
+def ecn_plan(sc: dict, fabric_map: dict, marker: str, profiles: dict) -> dict:
+    """The plan the controller applies (controller.ecnports): every switch port's rate, buffer,
+    shaper burst, FIFO and first-round profile.
+
+    Raises:
+        ScenarioError: a RED weight the kernel's RED cannot hold (not 2**-n; ``ecn...weight``).
+    """
+    from common.ecn import profile_spec
+    from common.scenario import buffer_bytes
+    q = sc["queues"]
+    fifo = {"kind": "bfifo", "limit": q["buffer_bytes"]} if q["buffer_bytes"] is not None else \
+        {"kind": "pfifo", "limit": q["buffer_packets"]}
+    ports = {}
+    for sw in fabric_map["switches"]:
+        for p in sw["ports"]:
+            prof = profiles[p["intf"]]
+            if marker == "red" and prof.kind == "red":
+                try:
+                    dataplane.red_wlog(prof.weight)
+                except ValueError as e:
+                    raise ScenarioError("ecn.profile.red.weight", str(e)) from None
+            ports[p["intf"]] = {"rate_bps": p["rate_mbps"] * 1e6, "buffer_bytes": buffer_bytes(q),
+                                "burst_bytes": q["burst_bytes"], "fifo": fifo, "profile": profile_spec(prof)}
+    return {"marker": marker, "ports": ports}
+
+
 def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
+    from common.ecn import describe, port_profiles, profile_spec
     t_begin = time.monotonic()
     timings = {}
     fabric = build_fabric(sc)
+    fabric_map = fabric.to_map()
     t = sc["traffic"]
     try:
         plan = flow_plan(t, fabric, sc["seed"])
     except ValueError as e:
         raise ScenarioError("traffic.pattern", str(e)) from None
+    rounds = resolve_rounds(sc)
+    profiles = [port_profiles(r["ecn"], fabric_map, key=f"rounds[{i}].ecn" if sc["rounds"] else "ecn")
+                for i, r in enumerate(rounds)]
     env = envprobe.probe()
-    cc = sc["hosts"]["tcp_congestion_control"]
-    if not envprobe.ensure_congestion_control(cc):
-        raise CapabilityError(f"hosts.tcp_congestion_control: the kernel has no '{cc}' "
-                              f"(available: {' '.join(envprobe.tcp_congestion_controls()['available'])})")
+    ccs = sorted({r["hosts"]["tcp_congestion_control"] for r in rounds})
+    for cc in ccs:
+        if not envprobe.ensure_congestion_control(cc):
+            raise CapabilityError(f"hosts.tcp_congestion_control: the kernel has no '{cc}' "
+                                  f"(available: {' '.join(envprobe.tcp_congestion_controls()['available'])})")
+    marker, why = choose_marker(sc, env, any(p.kind != "off" for pr in profiles for p in pr.values()))
+    plan_ecn = ecn_plan(sc, fabric_map, marker, profiles[0]) if marker != "none" else None
     env["tcp_congestion_control"] = envprobe.tcp_congestion_controls()
+    env["ecn"] = {"marker": marker, "mechanism": why,
+                  "rounds": [{"name": r["name"], "profiles": sorted({describe(p) for p in pr.values()})}
+                             for r, pr in zip(rounds, profiles)]}
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = results_root / f"{stamp}-{sc['name']}"
     n = 1
@@ -269,32 +342,32 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
     env["scale"] = _scale(sc)
     env["routing"] = {"mode": sc["routing"]["mode"], **(ECMP_METHOD if sc["routing"]["mode"] == "ecmp" else {})}
     (out / "environment.json").write_text(json.dumps(env, indent=2))
-    _say(quiet, f"datapath={env['datapath']} kernel={env['kernel']} results -> {out}")
-
+    _say(quiet, f"datapath={env['datapath']} kernel={env['kernel']} ECN marker={marker} results -> {out}")
 
     def host_queue(rate_mbps: float) -> PortQueue:
         return PortQueue(rate_mbps=rate_mbps, buffer_packets=HOST_QUEUE_PACKETS, burst_bytes=sc["queues"]["burst_bytes"])
 
-    agent_dir = out / "agents"
-    agent_dir.mkdir()
-    with RunState(out.name) as state, AllowCongestionControl(cc, state):
+    multi = sc["rounds"] is not None
+    done = []
+    with RunState(out.name) as state, contextlib.ExitStack() as allow:
+        for cc in ccs:
+            allow.enter_context(AllowCongestionControl(cc, state))
         if state.stale_report and any(state.stale_report[k] for k in ("processes", "bridges", "interfaces")):
             _say(quiet, f"removed state of an earlier run: {state.stale_report}")
         _maybe_fault("before_fabric")
         with LiveFabric(fabric, out, state, datapath=env["datapath"],
                         switch_queue=lambda rate: port_queue(sc, rate), host_queue=host_queue,
-                        routing=sc["routing"]["mode"]) as lf:
-            host_cfg = configure_hosts(lf, sc)
+                        routing=sc["routing"]["mode"], ecn_plan=plan_ecn) as lf:
             timings.update(lf.timings_s)
             timings["setup_s"] = time.monotonic() - t_begin
             _say(quiet, f"fabric up in {timings['setup_s']:.1f} s: {len(fabric.switches)} switches, "
                         f"{len(fabric.hosts)} hosts, oversubscription {fabric.params['oversubscription']:g}:1")
             _maybe_fault("after_fabric")
+            env["ecn"]["controller"] = lf.ecn_record
             timings["reachability_s"] = warm_up_reachability(lf)
             env["scale"]["measured_rtt_s"] = measure_rtt_s(lf, plan[0]["src"], plan[0]["dst"])
             env["scale"]["bdp_packets_measured_rtt"] = (sc["topology"]["host_rate_mbps"] * 1e6
                                                         * env["scale"]["measured_rtt_s"] / 8 / FRAME_BYTES)
-            env["host_config"] = host_cfg
             txbuf = contextlib.nullcontext()
             if env["datapath"] == "user":
                 txbuf = dataplane.OvsTxBuffer(userspace_tx_budget_bytes(sc, fabric), state)
@@ -306,22 +379,52 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
                               f"({txbuf.reason}); all queues of the fabric together are capped near "
                               f"{txbuf.before_bytes} bytes of packet memory, and excess packets are dropped "
                               "inside OVS, not in the qdiscs", file=sys.stderr)
-                (out / "environment.json").write_text(json.dumps(env, indent=2))
-                codes, t_traffic = _traffic(lf, state, sc, out, agent_dir, plan, quiet)
-            timings["traffic_s"] = time.monotonic() - t_traffic
+                for i, (r, pr) in enumerate(zip(rounds, profiles)):
+                    rdir = out / "rounds" / f"{i + 1:02d}-{r['name']}" if multi else out
+                    rdir.mkdir(parents=True, exist_ok=True)
+                    (rdir / "agents").mkdir()
+                    host_cfg = configure_hosts(lf, r["hosts"])
+                    if i > 0 and plan_ecn is not None:
+                        lf.ecn_request({intf: profile_spec(p) for intf, p in pr.items()})
+                    renv = dict(env, host_config=host_cfg,
+                                round={"index": i, "name": r["name"], "of": len(rounds),
+                                       "profiles": sorted({describe(p) for p in pr.values()})})
+                    (rdir / "environment.json").write_text(json.dumps(renv, indent=2))
+                    if multi:
+                        _say(quiet, f"round {i + 1}/{len(rounds)} {r['name']}: "
+                                    f"{'; '.join(renv['round']['profiles'])}, {r['hosts']['tcp_congestion_control']}"
+                                    f" tcp_ecn={r['hosts']['tcp_ecn']}")
+                    before = lf.ecn_counters()
+                    t_round = time.monotonic()
+                    codes = _traffic(lf, state, sc, rdir, rdir / "agents", plan, quiet,
+                                     count_ecn=marker != "none" or r["hosts"]["tcp_ecn"] != 0)
+                    rtimings = dict(timings, traffic_s=time.monotonic() - t_round)
+                    counters = analysis.counter_deltas(before, lf.ecn_counters())
+                    done.append((rdir, r, pr, host_cfg, codes, counters, rtimings))
             t_down = time.monotonic()
         timings["teardown_s"] = time.monotonic() - t_down
     timings["total_s"] = time.monotonic() - t_begin
+    if not multi:
+        (out / "environment.json").write_text(json.dumps(dict(env, host_config=done[0][3]), indent=2))
 
-    flows = analysis.collect_flows(agent_dir, plan, codes)
-    fabric_map = fabric.to_map()
-    analysis.write_results(out, sc, fabric_map, flows, timings, host_cfg, plan)
     from experiments import draw, plot
-    plot.plot_all(out)
+    summaries = []
+    for rdir, r, pr, host_cfg, codes, counters, rtimings in done:
+        rtimings.update(teardown_s=timings["teardown_s"], total_s=timings["total_s"])
+        flows = analysis.collect_flows(rdir / "agents", plan, codes)
+        summary = analysis.write_results(rdir, sc, fabric_map, flows, rtimings, host_cfg, plan)
+        summary = analysis.add_ecn(rdir, summary, env, pr, counters, flows, marker)
+        summaries.append(summary)
+        plot.plot_all(rdir)
     draw.draw(fabric_map, out / "topology.png", title=sc["name"])
-    summary = json.loads((out / "summary.json").read_text())
+    if multi:
+        analysis.write_rounds(out, summaries)
+        plot.plot_rounds(out)
     if not quiet:
-        print(analysis.format_summary(summary, out))
+        for summary, (rdir, *_rest) in zip(summaries, done):
+            print(analysis.format_summary(summary, rdir))
+        if multi:
+            print(analysis.format_rounds(out))
     return out
 
 
@@ -332,11 +435,12 @@ def userspace_tx_budget_bytes(sc: dict, fabric) -> int:
     return len(fabric.switch_interfaces()) * (per_port_frames + 2) * dataplane.FRAME_TRUESIZE_BYTES
 
 
-def _traffic(lf, state, sc, out, agent_dir, plan, quiet):
+def _traffic(lf, state, sc, out, agent_dir, plan, quiet, count_ecn=False):
     """Start the sampler, one receiver agent per destination and one sender agent per source,
-    release the synchronized start, wait; returns (exit codes by ``host.rx``/``host.tx``, t0)."""
+    release the synchronized start, take one ``ss -tin`` snapshot of the first sender's live flows
+    (case H1: the algorithm really in use) into ``ss_tin.txt``, wait; returns exit codes by
+    ``host.rx``/``host.tx``."""
     t = sc["traffic"]
-    t_traffic = time.monotonic()
     sampler = start_sampler(lf, state, out, sc["measurement"]["sample_hz"])
     agents = _Agents(lf, state)
     by_dst, by_src = {}, {}
@@ -348,6 +452,7 @@ def _traffic(lf, state, sc, out, agent_dir, plan, quiet):
         deadline = time.time() + run_s + t["start_delay_s"] + 30
         for dst, flows in by_dst.items():
             agents.start(dst, "rx", {"role": "receiver", "port": t["port"], "expect_flows": len(flows),
+                                     "count_ecn": count_ecn,
                                      "deadline_unix_s": deadline, "out": str(agent_dir / f"{dst}.rx.json")})
         for src, flows in by_src.items():
             agents.start(src, "tx", {"role": "sender", "deadline_unix_s": deadline,
@@ -363,12 +468,26 @@ def _traffic(lf, state, sc, out, agent_dir, plan, quiet):
                 + (f"{t['duration_s']:g} s each" if t["duration_s"] else f"{t['flow_bytes']} B each"))
         _say(quiet, f"{t['pattern']}: {what}")
         _maybe_fault("after_traffic_start")
+        snapshot_ss(lf, plan[0]["src"], t["port"], start_at + 0.2, out / "ss_tin.txt")
         codes = agents.wait(min(deadline, start_at + (t["duration_s"] + 30 if t["duration_s"] else t["timeout_s"])))
         time.sleep(sc["measurement"]["post_s"])
     finally:
         agents.kill()
         stop_sampler(sampler)
-    return codes, t_traffic
+    return codes
+
+
+def snapshot_ss(lf, host: str, port: int, at_unix_s: float, path: Path) -> None:
+    """Write ``ss -tin`` of ``host``'s established connections to ``port`` at ``at_unix_s`` to ``path``."""
+    time.sleep(max(0.0, at_unix_s - time.time()))
+    p = lf.host(host).popen(["ss", "-tin", "state", "established", "dport", "=", f":{port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        text, _ = p.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        text = "ss -tin timed out"
+    path.write_text(text)
 
 
 def _git_rev() -> str:

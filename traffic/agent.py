@@ -8,13 +8,16 @@ and exits 0. Every agent has a deadline and exits by itself after it.
 
 Roles (``job["role"]``):
 - ``receiver``: ``{"port", "expect_flows", "deadline_unix_s", "out",
-  "sample_interval_s"}``. Accepts TCP connections, counts bytes per flow
+  "sample_interval_s", "count_ecn"}``. Accepts TCP connections, counts bytes per flow
   until EOF; records first/last byte times and cumulative bytes over time.
+  With ``count_ecn`` it also reads every arriving IPv4 packet's header on the
+  host's interfaces (an AF_PACKET socket) and counts, per flow, data packets
+  that arrived Not-ECT, ECT and CE (a TCP socket cannot show the IP ECN field).
 - ``sender``: ``{"flows": [{"dst_ip", "port", "bytes" | "duration_s", "flow_id"}, ...],
   "deadline_unix_s", "out"}``. At the start time opens every flow at once;
   each sends ``bytes`` of zeros (or as much as it can for ``duration_s``), half-closes, waits for the receiver to
-  close; records times, congestion control in use and retransmissions
-  (TCP_INFO) per flow.
+  close; records times, congestion control in use, whether ECN was
+  negotiated, and retransmissions (TCP_INFO) per flow.
 """
 from __future__ import annotations
 
@@ -47,6 +50,58 @@ def tcp_info(sock: socket.socket) -> dict:
     return {"total_retrans": total_retrans, "rtt_us": rtt_us, "snd_cwnd": snd_cwnd}
 
 
+#: tcpi_options bit: ECN was negotiated on the connection (linux/tcp.h TCPI_OPT_ECN).
+TCPI_OPT_ECN = 8
+
+
+def ecn_negotiated(sock: socket.socket) -> bool:
+    """True if the connection negotiated ECN (SYN with ECE+CWR answered; RFC 3168 s6.1.1)."""
+    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    return bool(raw[5] & TCPI_OPT_ECN)
+
+
+ETH_P_IP = 0x0800
+PACKET_OUTGOING = 4
+
+
+class EcnCounter:
+    """Per-flow ECN codepoints of TCP segments arriving at ``port`` (AF_PACKET, IPv4 headers only).
+
+    :meth:`drain` reads what is queued on the socket (non-blocking);
+    :attr:`flows` maps ``(src_ip, src_port)`` to ``{"not_ect", "ect", "ce"}``
+    counts of data-carrying segments.
+    """
+
+    def __init__(self, port: int):
+        self.port = port
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_IP))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 2**20)
+        self.sock.setblocking(False)
+        self.flows: dict = {}
+
+    def drain(self) -> None:
+        """Count every packet waiting on the socket."""
+        while True:
+            try:
+                data, addr = self.sock.recvfrom(80)
+            except (BlockingIOError, InterruptedError):
+                return
+            if addr[2] == PACKET_OUTGOING or len(data) < 40 or data[9] != socket.IPPROTO_TCP:
+                continue
+            ihl = (data[0] & 15) * 4
+            if len(data) < ihl + 14:
+                continue
+            sport, dport = struct.unpack_from("!HH", data, ihl)
+            total_len, = struct.unpack_from("!H", data, 2)
+            doff = (data[ihl + 12] >> 4) * 4
+            if dport != self.port or total_len - ihl - doff <= 0:   # data segments only
+                continue
+            key = (socket.inet_ntoa(data[12:16]), sport)
+            c = self.flows.setdefault(key, {"not_ect": 0, "ect": 0, "ce": 0})
+            ecn = data[1] & 3
+            c["ce" if ecn == 3 else "not_ect" if ecn == 0 else "ect"] += 1
+
+
 def congestion_control(sock: socket.socket) -> str:
     """The congestion control algorithm the kernel uses on ``sock``."""
     return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0")[0].decode()
@@ -64,11 +119,17 @@ def run_receiver(job: dict) -> dict:
     interval = job.get("sample_interval_s", 0.01)
     sel = selectors.DefaultSelector()
     sel.register(srv, selectors.EVENT_READ, None)
+    counter = EcnCounter(job["port"]) if job.get("count_ecn") else None
+    if counter is not None:
+        sel.register(counter.sock, selectors.EVENT_READ, "ecn")
     flows = {}
     done = 0
     buf = bytearray(CHUNK_BYTES)
     while done < job["expect_flows"] and time.time() < job["deadline_unix_s"]:
         for key, _ in sel.select(timeout=0.05):
+            if key.data == "ecn":
+                counter.drain()
+                continue
             if key.data is None:
                 conn, addr = srv.accept()
                 conn.setblocking(False)
@@ -100,6 +161,12 @@ def run_receiver(job: dict) -> dict:
             s = rec["samples"]
             if not s or now - s[-1][0] >= interval:
                 s.append((now, rec["bytes"]))
+    if counter is not None:
+        counter.drain()
+        for (ip, port), c in counter.flows.items():
+            rec = flows.get((ip, port))
+            if rec is not None:
+                rec["ecn_received"] = c
     return {"role": "receiver", "start_at_unix_s": start_at, "flows": list(flows.values()),
             "complete": done >= job["expect_flows"]}
 
@@ -138,7 +205,7 @@ def run_sender(job: dict) -> dict:
                     if err:
                         raise OSError(err, os.strerror(err))
                     rec.update(state="sending", src_port=s.getsockname()[1], connected_unix_s=time.time(),
-                               congestion_control=congestion_control(s))
+                               congestion_control=congestion_control(s), ecn_negotiated=ecn_negotiated(s))
                 if rec["state"] == "sending":
                     if rec["until_unix_s"] is not None:      # time-limited flow
                         over = time.time() >= rec["until_unix_s"]
