@@ -6,16 +6,19 @@ COMPARISON ?= experiments/scenarios/compare-topologies.yaml
 RESULTS ?= results
 PYTEST_ARGS ?=
 
-.PHONY: help setup experiment compare draw test unit clean bench bench-fabric check-root distclean vm-image vm-test vm-experiment
+.PHONY: help setup bpf experiment k-sweep compare draw test unit clean bench bench-fabric bench-ecn check-root distclean vm-image vm-test vm-experiment
 
 help:
-	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast), results in $(RESULTS)/"
+	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast, drop-tail vs ECN), results in $(RESULTS)/"
+	@echo "sudo make k-sweep                         ECN K sweep: the incast at K = 5..65 packets on one fabric"
 	@echo "sudo make compare [COMPARISON=file.yaml]  same traffic on Fat-Tree k=4 and 3:1 Spine-Leaf, side-by-side plots"
 	@echo "make draw [SCENARIO=file.yaml]            draw the scenario's fabric to $(RESULTS)/topology.png (no root)"
 	@echo "sudo make test                            install what is missing, run the whole test suite"
 	@echo "sudo make setup                           install apt + pip dependencies, start Open vSwitch (idempotent)"
 	@echo "make unit                                 unit tests only (no root; needs a prior setup)"
 	@echo "sudo make bench                           time the default experiment and the queue sampler"
+	@echo "sudo make bench-ecn                       forwarding throughput of a port with the ECN marker on vs off"
+	@echo "make bpf                                  compile the BPF ECN marker (build/*.bpf.o; setup does it)"
 	@echo "sudo make bench-fabric                    time from nothing to all-pairs reachable (Fat-Tree k=4,6,8; Spine-Leaf 4x8)"
 	@echo "sudo make vm-image                        build (or reuse) the stock-kernel VM image (cached in /var/cache/fabriclab/vm)"
 	@echo "sudo make vm-test                         run the test suite inside the stock-kernel VM"
@@ -31,6 +34,12 @@ setup: check-root
 
 experiment: check-root setup
 	$(PY) -m experiments run $(SCENARIO) --results $(RESULTS)
+
+k-sweep: check-root setup
+	$(PY) -m experiments run experiments/scenarios/k-sweep.yaml --results $(RESULTS)
+
+bpf:
+	@bash scripts/build-bpf.sh
 
 compare: check-root setup
 	$(PY) -m experiments compare $(COMPARISON) --results $(RESULTS)
@@ -53,6 +62,9 @@ bench: check-root setup
 bench-fabric: check-root setup
 	$(PY) bench/bench_fabric_up.py
 
+bench-ecn: check-root setup
+	$(PY) bench/bench_ecn_marker.py
+
 clean: check-root
 	@if [ -x $(PY) ]; then $(PY) -m experiments clean; else echo "fabriclab: nothing to clean (no .venv)"; fi
 
@@ -66,5 +78,5 @@ vm-test: check-root setup vm-image
 	FABRICLAB_VM_IMAGE_TESTS=1 $(PY) -m pytest tests/vm -v
 	$(PY) vm/run.py test --results $(RESULTS) -- $(PYTEST_ARGS)
 
-vm-experiment: check-root vm-image
+vm-experiment: check-root bpf vm-image
 	/usr/bin/python3 vm/run.py experiment --scenario $(SCENARIO) --results $(RESULTS)

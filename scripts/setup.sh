@@ -2,13 +2,14 @@
 # Idempotent set-up for fabriclab (run by `make setup`, `make experiment`, `make test`).
 #  1. apt packages that are missing (one apt-get update, only if something is missing)
 #  2. Open vSwitch started if it does not answer
-#  3. .venv from /usr/bin/python3 --system-site-packages (Debian's mininet lives there),
+#  3. the BPF ECN marker (controller/bpf/*.bpf.c -> build/*.bpf.o), rebuilt when its source changes
+#  4. .venv from /usr/bin/python3 --system-site-packages (Debian's mininet lives there),
 #     with the pinned pip packages of pyproject.toml; redone only when pyproject.toml changes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PKGS=(mininet openvswitch-switch iperf3 ethtool tcpdump iputils-ping iproute2 procps kmod
-          util-linux python3-venv python3-pip python3-dev)
+          util-linux python3-venv python3-pip python3-dev clang libbpf-dev libbpf1)
 
 if [ "$(id -u)" != 0 ]; then
   echo "fabriclab: set-up needs root (apt, Open vSwitch): run it with sudo" >&2
@@ -41,6 +42,8 @@ if ! ovs-vsctl --timeout=3 show >/dev/null 2>&1; then
     exit 1
   fi
 fi
+
+bash scripts/build-bpf.sh
 
 stamp=.venv/.fabriclab-installed
 if [ ! -x .venv/bin/python ]; then

@@ -55,11 +55,13 @@ def build_image() -> Path:
 
 
 def checkout_files() -> list[str]:
-    """Files of the working tree to copy: tracked and untracked-but-not-ignored (git), else all but junk."""
+    """Files of the working tree to copy: tracked and untracked-but-not-ignored (git), else all but junk;
+    plus the compiled BPF objects (build/*.bpf.o: the guest has no clang)."""
+    built = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "build").glob("*.bpf.o"))]
     try:
         out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard", "-z"],
                              capture_output=True, check=True).stdout
-        return [f for f in out.decode().split("\0") if f and (ROOT / f).is_file()]
+        return [f for f in out.decode().split("\0") if f and (ROOT / f).is_file()] + built
     except (OSError, subprocess.CalledProcessError):
         skip = {".venv", "results", ".git", "__pycache__", ".pytest_cache"}
         return [str(p.relative_to(ROOT)) for p in ROOT.rglob("*")
