@@ -1,0 +1,175 @@
+"""ECN scenario section, rounds, the plan and its encodings (no root)."""
+import struct
+
+import pytest
+
+from common.ecn import SWITCH_LAYERS, EcnProfile, describe, parse_profile, port_profiles, profile_spec, resolve_ecn
+from common.errors import ScenarioError
+from common.scenario import FRAME_BYTES, validate
+from controller import dataplane
+from controller.bpfmarker import CFG, ST, decode_st, encode_cfg
+from experiments import analysis, marking
+from experiments.runner import choose_marker, ecn_plan, resolve_rounds
+from topologies.spineleaf import LAYERS, SpineLeaf
+
+BUF = 100 * FRAME_BYTES
+
+
+def test_switch_layers_match_the_topologies():
+    for kind, layers in SWITCH_LAYERS.items():
+        assert layers == tuple(l for l in LAYERS[kind] if l != "host")
+
+
+def test_profile_spec_round_trips():
+    for spec in ("off", {"step": {"k_packets": 20}}, {"red": {"kmin_packets": 5, "kmax_packets": 50, "pmax": 0.1}},
+                 {"red": {"kmin_bytes": 5000, "kmax_bytes": 9000, "pmax": 1, "weight": 0.5}}):
+        p = parse_profile(spec, BUF, "k")
+        assert parse_profile(profile_spec(p), BUF, "k") == p
+    assert describe(EcnProfile("off")) == "drop-tail"
+    assert "K=30280 B" in describe(parse_profile({"step": {"k_packets": 20}}, BUF, "k"))
+
+
+def test_error_names_the_key_the_user_wrote():
+    with pytest.raises(ScenarioError) as e:
+        parse_profile({"step": {"k_packets": 200}}, BUF, "ecn.profile")
+    assert e.value.key == "ecn.profile.step.k_packets"
+
+
+@pytest.mark.parametrize("section,key", [
+    ({"marker": "tc"}, "ecn.marker"),
+    ({"profil": "off"}, "ecn.profil"),
+    ({"layers": {"core": "off"}}, "ecn.layers.core"),
+    ({"ports": {"not a port": "off"}}, "ecn.ports.not a port"),
+    ({"profile": {"red": {"kmin_packets": 5, "kmax_packets": 10, "pmax": 1.5}}}, "ecn.profile.red.pmax"),
+])
+def test_bad_ecn_sections_name_the_key(section, key):
+    with pytest.raises(ScenarioError) as e:
+        resolve_ecn(section, "spineleaf", BUF)
+    assert e.value.key == key
+
+
+def test_port_profiles_layers_and_ports_override():
+    fmap = SpineLeaf(spines=2, leaves=2, hosts_per_leaf=2).build().to_map()
+    ecn = resolve_ecn({"profile": {"step": {"k_packets": 20}}, "layers": {"spine": "off"},
+                       "ports": {"leaf1-eth1": {"step": {"k_packets": 5}}}}, "spineleaf", BUF)
+    prof = port_profiles(ecn, fmap)
+    assert prof["spine1-eth1"].kind == "off"
+    assert prof["leaf1-eth1"].k_bytes == 5 * FRAME_BYTES
+    assert prof["leaf2-eth1"].k_bytes == 20 * FRAME_BYTES
+    with pytest.raises(ScenarioError) as e:
+        port_profiles(resolve_ecn({"ports": {"leaf9-eth1": "off"}}, "spineleaf", BUF), fmap)
+    assert e.value.key == "ecn.ports.leaf9-eth1"
+
+
+def test_rounds_inherit_and_override():
+    sc = validate({"name": "x", "hosts": {"tcp_ecn": 1}, "ecn": {"profile": {"step": {"k_packets": 20}}},
+                   "rounds": [{"name": "dt", "ecn": {"profile": "off"}}, {"name": "k", "hosts": {"tcp_ecn": 2}}]})
+    r = resolve_rounds(sc)
+    assert [x["name"] for x in r] == ["dt", "k"]
+    assert r[0]["ecn"]["profile"] == "off" and r[0]["hosts"]["tcp_ecn"] == 1
+    assert r[1]["ecn"]["profile"] == {"step": {"k_bytes": 20 * FRAME_BYTES}} and r[1]["hosts"]["tcp_ecn"] == 2
+    one = resolve_rounds(validate({"name": "solo"}))
+    assert len(one) == 1 and one[0]["name"] == "solo" and one[0]["ecn"]["profile"] == "off"
+
+
+@pytest.mark.parametrize("rounds,key", [
+    ([], "rounds"),
+    ([{"name": "a"}, {"name": "a"}], "rounds[1].name"),
+    ([{"nam": "a"}], "rounds[0].nam"),
+    ([{"name": "a", "ecn": {"marker": "bpf"}}], "rounds[0].ecn.marker"),
+    ([{"name": "a", "hosts": {"tcp_ecn": 7}}], "rounds[0].hosts.tcp_ecn"),
+    ([{"name": "a", "ecn": {"profile": {"step": {"k_packets": 500}}}}], "rounds[0].ecn.profile.step.k_packets"),
+])
+def test_bad_rounds_name_the_key(rounds, key):
+    with pytest.raises(ScenarioError) as e:
+        validate({"name": "x", "rounds": rounds})
+    assert e.value.key == key
+
+
+def test_marker_choice_follows_the_kernel_and_refuses_what_is_missing(monkeypatch):
+    from common.errors import CapabilityError
+    sc = validate({"name": "x", "ecn": {"profile": {"step": {"k_packets": 20}}}})
+    assert choose_marker(sc, {"qdiscs": {"red": True}}, True)[0] == "red"
+    assert choose_marker(sc, {"qdiscs": {"red": True}}, False)[0] == "none"
+    sc_red = validate({"name": "x", "ecn": {"marker": "red", "profile": {"step": {"k_packets": 20}}}})
+    with pytest.raises(CapabilityError, match="ecn.marker: red"):
+        choose_marker(sc_red, {"qdiscs": {"red": False, "clsact": True}}, True)
+
+
+def test_plan_carries_every_switch_port():
+    sc = validate({"name": "x", "topology": {"spines": 1, "leaves": 2, "hosts_per_leaf": 2},
+                   "traffic": {"senders": 2}, "ecn": {"profile": {"step": {"k_packets": 20}}}})
+    fmap = SpineLeaf(spines=1, leaves=2, hosts_per_leaf=2).build().to_map()
+    plan = ecn_plan(sc, fmap, "bpf", port_profiles(sc["ecn"], fmap))
+    assert set(plan["ports"]) == {p["intf"] for s in fmap["switches"] for p in s["ports"]}
+    p = plan["ports"]["leaf1-eth1"]
+    assert p["rate_bps"] == 10e6 and p["buffer_bytes"] == 100 * FRAME_BYTES and p["burst_bytes"] == 2 * FRAME_BYTES
+    assert p["fifo"] == {"kind": "pfifo", "limit": 100}
+    with pytest.raises(ScenarioError, match="weight"):
+        sc2 = validate({"name": "x", "ecn": {"profile": {"red": {"kmin_packets": 5, "kmax_packets": 50, "pmax": 0.1,
+                                                                  "weight": 0.3}}}})
+        ecn_plan(sc2, SpineLeaf().build().to_map(), "red", port_profiles(sc2["ecn"], SpineLeaf().build().to_map()))
+
+
+def test_bpf_map_encodings():
+    raw = encode_cfg(EcnProfile("step", k_bytes=30280), 10e6, 151400, 3028)
+    assert len(raw) == CFG.size == 72
+    kind, w, rate, buf, drain_ns, k, kmin, kmax, pmax, burst = CFG.unpack(raw)
+    assert (kind, rate, buf, k, burst) == (1, 1_250_000, 151400, 30280, 3028 * 10**9)
+    assert drain_ns == pytest.approx(151400 / 1.25e6 * 1e9, abs=2)
+    red = CFG.unpack(encode_cfg(EcnProfile("red", kmin_bytes=1, kmax_bytes=2, pmax=0.25, weight=0.5), 8e6, 10, 0))
+    assert red[0] == 2 and red[1] == 32768 and red[8] == 2**30
+    st = decode_st(ST.pack(0, 0, 3 * 10**9 + 5, 0, 0, 10, 8, 2, 0, 4, 1, 9000, 0))
+    assert st == {"packets": 10, "ect": 8, "not_ect": 2, "ce_in": 0, "marked": 4, "vq_drops": 1,
+                  "max_backlog_bytes": 9000, "backlog_bytes": 3}
+    with pytest.raises(ValueError):
+        encode_cfg(EcnProfile("off"), 0, 10, 0)
+
+
+def test_red_arguments_for_tc():
+    argv = dataplane.red_argv("l1-eth1", 10e6, 151400, parse_profile({"step": {"k_packets": 20}}, BUF, "k"))
+    i = argv.index
+    assert argv[i("min") + 1] == "30280" and argv[i("max") + 1] == "30281" and argv[i("probability") + 1] == "1.0"
+    assert argv[-2:] == ["ecn", "nodrop"] and argv[i("limit") + 1] == "151400" and argv[i("handle") + 1] == "20:"
+    # tc derives Wlog from burst (iproute2 tc_red_eval_ewma): the chosen burst gives the asked Wlog
+    assert dataplane.red_wlog(None) == 1 and dataplane.red_wlog(2 ** -9) == 9
+    for bad in (0.3, 1.0):
+        with pytest.raises(ValueError):
+            dataplane.red_wlog(bad)
+    b = dataplane.red_burst_for_wlog(15140, 1514, 5)
+    assert b >= 10
+
+
+def test_counter_deltas_and_ss_parsing():
+    d = analysis.counter_deltas({"a": {"marked": 5, "max_backlog_bytes": 100}},
+                                {"a": {"marked": 9, "max_backlog_bytes": 300}, "b": {"marked": 1}})
+    assert d == {"a": {"marked": 4, "max_backlog_bytes": 300}, "b": {"marked": 1}}
+    text = ("Recv-Q Send-Q Local Address:Port Peer Address:Port Process\n"
+            "0 5792 10.2.0.1:5 10.1.0.1:5001\n"
+            "\t ts sack ecn dctcp wscale:9,9 rto:204 delivered_ce:31 busy:200ms\n"
+            "0 5792 10.2.0.1:6 10.1.0.1:5001\n"
+            "\t cubic wscale:9,9 delivered_ce:0\n")
+    assert analysis.parse_ss_tin(text, ["cubic", "dctcp", "reno"]) == {
+        "connections": 2, "congestion_control": ["cubic", "dctcp"], "ecn_flows": 1, "delivered_ce_flows": 1}
+
+
+def _rows(qs, marks, rate_bps=8e6):
+    """Synthetic probe rows: a packet that found q bytes waited q x 8 / rate longer."""
+    return [[0, i, 0, int(1e6 + q * 8 / rate_bps * 1e9), 3 if m else 2, 1514] for i, (q, m) in enumerate(zip(qs, marks))]
+
+
+def test_step_check_against_the_delay_reckoning():
+    qs = [0, 1000, 5000, 9000, 10000, 11000, 20000, 30000]
+    res = marking.step_check(_rows(qs, [q >= 10000 for q in qs]), 8e6, 10000, 1500)
+    assert (res["above"], res["above_ce"], res["below"], res["below_ce"], res["band"]) == (2, 2, 3, 0, 3)
+    assert res["frac_above_ce"] == 1.0
+    bad = marking.step_check(_rows(qs, [True] * len(qs)), 8e6, 10000, 1500)
+    assert bad["below_ce"] == 3
+
+
+def test_red_buckets_expected_line():
+    qs = [1000 + 100 * i for i in range(100)]                 # 1000..10900 B, Kmin 1000, Kmax 11000
+    rows = _rows([0] + qs, [False] + [i % 2 == 0 for i in range(100)])
+    b = marking.red_buckets(rows, 8e6, 1000, 11000, 0.5, buckets=2)
+    assert [x["packets"] for x in b] == [50, 50]
+    assert b[0]["expected"] == pytest.approx(0.5 * 2450 / 10000) and b[0]["measured"] == 0.5
