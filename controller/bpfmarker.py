@@ -36,8 +36,8 @@ KINDS = {"off": 0, "step": 1, "red": 2}
 #: struct fl_ecn_cfg: kind, weight_q16, rate_bytes_per_s, buffer_bytes, full_drain_ns,
 #: k_bytes, kmin_bytes, kmax_bytes, pmax_q32, burst_nb.
 CFG = struct.Struct("=IIQQQQQQQQ")
-#: struct fl_ecn_st: spin lock, pad, then twelve u64.
-ST = struct.Struct("=II12Q")
+#: struct fl_ecn_st: spin lock, pad, then eleven u64 (96 bytes).
+ST = struct.Struct("=II11Q")
 ST_FIELDS = ("backlog_nb", "avg_q16", "t_last_ns", "packets", "ect", "not_ect", "ce_in", "marked",
              "vq_drops", "max_backlog_bytes", "credit_nb")
 BPF_ANY = 0
@@ -111,12 +111,19 @@ class _Libbpf:
             raise SetupError(f"BPF ECN marker: {what}: {os.strerror(err)}")
         return rc
 
-    def obj_id(self, fd: int) -> int:
-        """The kernel id of a BPF object (program or map) from its fd (info struct: type, id)."""
+    def _info(self, fd: int) -> bytes:
         buf = ctypes.create_string_buffer(256)
         n = ctypes.c_uint32(256)
         self.check(self.lib.bpf_obj_get_info_by_fd(fd, buf, ctypes.byref(n)), "get object info")
-        return struct.unpack_from("=II", buf.raw)[1]
+        return buf.raw
+
+    def obj_id(self, fd: int) -> int:
+        """The kernel id of a BPF object (program or map) from its fd (info struct: type, id)."""
+        return struct.unpack_from("=II", self._info(fd))[1]
+
+    def map_value_size(self, fd: int) -> int:
+        """A map's value size in bytes (struct bpf_map_info: type, id, key_size, value_size)."""
+        return struct.unpack_from("=IIII", self._info(fd))[3]
 
 
 class BpfEcnMarker:
@@ -146,6 +153,10 @@ class BpfEcnMarker:
         prog_fd = lib.check(lib.lib.bpf_program__fd(prog), "program fd")
         cfg_fd = lib.check(lib.lib.bpf_object__find_map_fd_by_name(obj, b"fl_ecn_cfg"), "map fl_ecn_cfg")
         st_fd = lib.check(lib.lib.bpf_object__find_map_fd_by_name(obj, b"fl_ecn_st"), "map fl_ecn_st")
+        sizes = (lib.map_value_size(cfg_fd), lib.map_value_size(st_fd))
+        if sizes != (CFG.size, ST.size):
+            raise SetupError(f"BPF ECN marker: {path.name} has map values of {sizes} bytes, this loader expects "
+                             f"{(CFG.size, ST.size)}: rebuild it (make bpf)")
         return cls(lib, cfg_fd, st_fd, prog_fd, obj)
 
     @classmethod

@@ -119,6 +119,7 @@ def test_bpf_map_encodings():
     assert drain_ns == pytest.approx(151400 / 1.25e6 * 1e9, abs=2)
     red = CFG.unpack(encode_cfg(EcnProfile("red", kmin_bytes=1, kmax_bytes=2, pmax=0.25, weight=0.5), 8e6, 10, 0))
     assert red[0] == 2 and red[1] == 32768 and red[8] == 2**30
+    assert ST.size == 96     # sizeof(struct fl_ecn_st) in the C source
     st = decode_st(ST.pack(0, 0, 3 * 10**9 + 5, 0, 0, 10, 8, 2, 0, 4, 1, 9000, 0))
     assert st == {"packets": 10, "ect": 8, "not_ect": 2, "ce_in": 0, "marked": 4, "vq_drops": 1,
                   "max_backlog_bytes": 9000, "backlog_bytes": 3}
