@@ -404,8 +404,9 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
             t_down = time.monotonic()
         timings["teardown_s"] = time.monotonic() - t_down
     timings["total_s"] = time.monotonic() - t_begin
-    if not multi:
-        (out / "environment.json").write_text(json.dumps(dict(env, host_config=done[0][3]), indent=2))
+    (out / "environment.json").write_text(json.dumps(
+        dict(env, host_config=done[0][3]) if not multi else
+        dict(env, host_config_per_round={r["name"]: hc for _d, r, _p, hc, *_x in done}), indent=2))
 
     from experiments import draw, plot
     summaries = []

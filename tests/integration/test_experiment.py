@@ -19,19 +19,31 @@ def only_run_dir(results: Path) -> Path:
 
 
 def test_default_experiment_end_to_end(tmp_path):
-    """Acceptance: the default scenario gives CSVs, summary and plots; every byte arrives; the
-    bottleneck is the receiver's port, within its buffer, and its queue rises at the incast."""
+    """Acceptance: the default scenario runs the incast twice on one fabric, drop-tail then ECN step
+    K = 20 packets, and gives CSVs, summaries and plots per round plus the rounds side by side.
+    Drop-tail round: every byte arrives; the bottleneck is the receiver's port, within its buffer,
+    and its queue rises at the incast. ECN round (issue 5): after the first round trip the median
+    bottleneck queue stays within 1.5 K, drops are at least 10x fewer (or zero), and the bottleneck
+    throughput is within 10% of drop-tail's."""
     results = tmp_path / "results"
-    p = run_cli("run", "--results", str(results), timeout=600)
+    p = run_cli("run", "--results", str(results), timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
-    out = only_run_dir(results)
-    for name in ("scenario.yaml", "environment.json", "fabric_map.json", "queues.csv", "ports.csv", "flows.csv",
-                 "flow_samples.csv", "summary.json", "queue_depth.png", "throughput.png"):
-        assert (out / name).stat().st_size > 0, name
-    assert str(out) in p.stdout
+    top = only_run_dir(results)
+    for name in ("scenario.yaml", "environment.json", "fabric_map.json", "rounds.json", "rounds.csv",
+                 "rounds_queue.png", "rounds_bars.png", "topology.png"):
+        assert (top / name).stat().st_size > 0, name
+    rounds = json.loads((top / "rounds.json").read_text())["rounds"]
+    assert [r["name"] for r in rounds] == ["drop-tail", "ecn-k20"]
+    out, ecn_out = top / rounds[0]["folder"], top / rounds[1]["folder"]
+    for d in (out, ecn_out):
+        for name in ("environment.json", "queues.csv", "ports.csv", "flows.csv", "flow_samples.csv", "summary.json",
+                     "queue_depth.png", "throughput.png", "ss_tin.txt"):
+            assert (d / name).stat().st_size > 0, (d, name)
+        assert str(d) in p.stdout
     s = json.loads((out / "summary.json").read_text())
-    env = json.loads((out / "environment.json").read_text())
+    env = json.loads((top / "environment.json").read_text())
     assert env["datapath"] in ("user", "kernel") and "qdiscs" in env and env["scale"]["measured_rtt_s"] > 0
+    assert env["ecn"]["marker"] == ("red" if env["qdiscs"]["red"] else "bpf") and env["ecn"]["mechanism"]
     f = s["flows"]
     assert f["count"] == 8 and f["all_complete"]
     for flow in f["per_flow"]:
@@ -78,7 +90,26 @@ def test_default_experiment_end_to_end(tmp_path):
     # the sampler covered every switch port all along (its speed is bench/'s business, not a test's:
     # under the VM lane's emulated CPU it reaches ~185 of the requested 200 Hz)
     assert s["sampler"]["interfaces"] == 40 and s["sampler"]["achieved_hz"] >= 0.5 * 200
-    assert_clean(str(out))
+
+    # -- the ECN round against the drop-tail round (issue 5) --
+    e = json.loads((ecn_out / "summary.json").read_text())
+    assert e["flows"]["all_complete"] and e["flows"]["congestion_control_on_live_flows"] == ["cubic"]
+    k = 20
+    ecn = e["ecn"]
+    assert ecn["bottleneck_k_bytes"] == k * 1514 and ecn["marker"] == env["ecn"]["marker"]
+    assert ecn["ecn_negotiated_flows"] == 8                      # hosts negotiated ECN (case H1/T4)
+    assert (ecn["bottleneck_counters"] or {}).get("marked", 0) > 0
+    assert ecn["ce_received"]["packets"] > 0 and ecn["ce_received"]["flows_with_ce"] >= 1
+    assert s["ecn"]["ce_received"]["packets"] == 0               # drop-tail marks nothing
+    assert ecn["queue_after_first_rtt"]["median_packets"] <= 1.5 * k, ecn["queue_after_first_rtt"]
+    dt_drops, ecn_drops = s["bottleneck"]["drops"], e["bottleneck"]["drops"]
+    assert ecn_drops == 0 or ecn_drops * 10 <= dt_drops, (dt_drops, ecn_drops)
+    dt_tp, ecn_tp = s["bottleneck"]["mean_tx_mbps"], e["bottleneck"]["mean_tx_mbps"]
+    assert abs(ecn_tp - dt_tp) <= 0.1 * dt_tp, (dt_tp, ecn_tp)
+    print(f"drop-tail: drops {dt_drops}, {dt_tp:.2f} Mbit/s; ECN K={k}: drops {ecn_drops}, {ecn_tp:.2f} Mbit/s, "
+          f"queue median {ecn['queue_after_first_rtt']['median_packets']} packets, "
+          f"marks {ecn['bottleneck_counters']}")
+    assert_clean(str(top))
 
 
 def test_injected_exception_leaves_nothing(tmp_path):
