@@ -214,6 +214,19 @@ class BpfEcnMarker:
         except NetlinkError as e:
             raise SetupError(f"BPF ECN marker: tc refused the filter on {ifname}: {e}") from None
 
+    def detach(self, ifname: str) -> None:
+        """Remove the marker from ``ifname`` (deletes its clsact qdisc, with every filter on it)."""
+        from pyroute2 import IPRoute
+        from pyroute2.netlink.exceptions import NetlinkError
+        try:
+            with IPRoute() as ipr:
+                idx = ipr.link_lookup(ifname=ifname)
+                if idx:
+                    ipr.tc("del", "clsact", idx[0])
+        except NetlinkError as e:
+            if e.code not in (2, 22):   # ENOENT / EINVAL: nothing attached
+                raise SetupError(f"BPF ECN marker: cannot detach from {ifname}: {e}") from None
+
     def close(self) -> None:
         """Close this process's fds (attached filters keep the program and maps alive)."""
         if self.obj:
