@@ -60,3 +60,36 @@ def test_experiment_on_kernel_datapath(tmp_path):
     assert s["flows"]["all_complete"]
     assert s["bottleneck"]["peer"] == "h1" and s["bottleneck"]["within_buffer"]
     assert_clean(str(results))
+
+
+@pytest.mark.kernel("cc:dctcp")
+def test_dctcp_incast_drop_tail_vs_ecn(tmp_path):
+    """Issue 5's incast comparison with dctcp on every host (the stock-kernel lane has it): the
+    default incast, drop-tail then ECN step K = 20 packets. With ECN the median bottleneck queue
+    after the first round trip stays within 1.5 K, drops are at least 10x fewer (or zero), and
+    throughput stays within 10% of drop-tail's; every flow runs dctcp (read on the live socket)."""
+    import yaml
+    from .conftest import ROOT
+    sc = yaml.safe_load((ROOT / "experiments/scenarios/incast.yaml").read_text())
+    sc["name"] = "incast-dctcp"
+    sc["hosts"] = {"tcp_congestion_control": "dctcp", "tcp_ecn": 1}
+    path = tmp_path / "incast-dctcp.yaml"
+    path.write_text(yaml.safe_dump(sc))
+    results = tmp_path / "results"
+    p = run_cli("run", str(path), "--results", str(results), timeout=1500)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    top = next(results.iterdir())
+    rounds = json.loads((top / "rounds.json").read_text())["rounds"]
+    dt, ecn = (json.loads((top / r["folder"] / "summary.json").read_text()) for r in rounds)
+    for s in (dt, ecn):
+        assert s["flows"]["all_complete"] and s["flows"]["congestion_control_on_live_flows"] == ["dctcp"]
+    q = ecn["ecn"]["queue_after_first_rtt"]
+    print(f"dctcp: drop-tail drops {dt['bottleneck']['drops']}, {dt['bottleneck']['mean_tx_mbps']:.2f} Mbit/s, "
+          f"queue median {dt['ecn']['queue_after_first_rtt'].get('median_packets')}; ECN K=20: drops "
+          f"{ecn['bottleneck']['drops']}, {ecn['bottleneck']['mean_tx_mbps']:.2f} Mbit/s, queue median "
+          f"{q['median_packets']} p99 {q['p99_packets']}, marker {ecn['ecn']['marker']}, "
+          f"marks {ecn['ecn']['bottleneck_counters']}")
+    assert q["median_packets"] <= 1.5 * 20, q
+    assert ecn["bottleneck"]["drops"] == 0 or ecn["bottleneck"]["drops"] * 10 <= dt["bottleneck"]["drops"]
+    assert abs(ecn["bottleneck"]["mean_tx_mbps"] - dt["bottleneck"]["mean_tx_mbps"]) <= 0.1 * dt["bottleneck"]["mean_tx_mbps"]
+    assert_clean(str(results))
