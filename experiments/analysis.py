@@ -437,7 +437,8 @@ def add_ecn(out: Path, summary: dict, env: dict, profiles: dict, counters: dict,
     congestion control) to ``out/summary.json``; write ``ecn_counters.csv``. Returns the summary.
 
     ``profiles`` maps switch ports to :class:`common.ecn.EcnProfile`; ``counters`` are the
-    marker's per-port counters over this round (:func:`counter_deltas`).
+    marker's per-port counters over this round (:func:`counter_deltas`); ``ecn_counters.csv``
+    adds each port's real FIFO drops (from the sampler, ``ports.csv``).
     """
     from common.ecn import describe
     out = Path(out)
@@ -446,8 +447,12 @@ def add_ecn(out: Path, summary: dict, env: dict, profiles: dict, counters: dict,
     prof = profiles.get(intf) if intf else None
     fcts = [f["fct_s"] for f in flows if f["fct_s"] is not None]
     rtt = (env.get("scale") or {}).get("measured_rtt_s") or 0.0
-    rows = [{"intf": k, "profile": describe(profiles[k]) if k in profiles else None, **v}
-            for k, v in sorted(counters.items())]
+    fifo_drops = {}
+    if (out / "ports.csv").exists():
+        with open(out / "ports.csv") as fh:
+            fifo_drops = {r["intf"]: int(r["drops"]) for r in csv.DictReader(fh) if r.get("drops")}
+    rows = [{"intf": k, "profile": describe(profiles[k]) if k in profiles else None, **v,
+             "fifo_drops": fifo_drops.get(k)} for k, v in sorted(counters.items())]
     if rows:
         cols = list(dict.fromkeys(c for r in rows for c in r))
         _write_csv(out / "ecn_counters.csv", cols, [{c: r.get(c) for c in cols} for r in rows])
