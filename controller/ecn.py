@@ -2,17 +2,9 @@
 queue a per-packet marker uses where the kernel has no RED. The BPF marker
 (:mod:`controller.bpfmarker`, ``controller/bpf/ecn_marker.bpf.c``) implements
 exactly this in the kernel; these functions are its reference in the unit
-tests. Profiles and their validation are in :mod:`common.ecn`.
-
-Profiles (bytes of the egress queue a packet finds on arrival):
-- ``off``: drop-tail, never marks.
-- ``step``: mark every ECT packet that finds at least K bytes queued (DCTCP:
-  Alizadeh et al., SIGCOMM 2010, section 3.1, "mark if queue >= K").
-- ``red``: mark with probability rising linearly from 0 at Kmin to Pmax at
-  Kmax, and every packet above Kmax (DCQCN's switch profile: Zhu et al.,
-  SIGCOMM 2015, section 3.1 and figure 5; RED's linear region from Floyd and
-  Jacobson, IEEE/ACM ToN 1993). On the instantaneous queue unless an EWMA
-  weight is given (avg <- (1 - w) avg + w q, RED section 4).
+tests. Profiles (off / step / red, with their sources) and their validation
+are in :mod:`common.ecn`; a profile's marking probability for the backlog a
+packet finds is :meth:`common.ecn.EcnProfile.mark_probability`.
 Only ECT(0)/ECT(1) packets are marked (RFC 3168 section 5); Not-ECT packets
 are dropped at the buffer limit only.
 """
