@@ -62,15 +62,19 @@ def main() -> int:
                 print(p.stderr, file=sys.stderr)
                 return 1
             out = sorted(Path(tmp).iterdir())[-1]
-            s = json.loads((out / "summary.json").read_text())
+            # a scenario with rounds (the default: drop-tail then ECN) has one summary per round
+            dirs = [out / r["folder"] for r in json.loads((out / "rounds.json").read_text())["rounds"]] \
+                if (out / "rounds.json").exists() else [out]
+            sums = [json.loads((d / "summary.json").read_text()) for d in dirs]
+            s = sums[0]
             t = s["timings_s"]
-            rows.append({"wall_s": wall, "setup_s": t["setup_s"], "traffic_s": t["traffic_s"],
+            rows.append({"wall_s": wall, "setup_s": t["setup_s"], "traffic_s": sum(x["timings_s"]["traffic_s"] for x in sums),
                          "teardown_s": t["teardown_s"], "analysis_plots_s": wall - t["total_s"],
                          "sampler_hz": s["sampler"]["achieved_hz"], "ports": s["sampler"]["interfaces"],
                          "sampler_cpu_pct": 100 * s["sampler"]["cpu_fraction_of_one_core"]})
             print(f"run {i + 1}: " + ", ".join(f"{k}={v:.2f}" for k, v in rows[-1].items()), flush=True)
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-    print(f"\nmedian of {len(rows)} runs of {Path(args.scenario).name}:")
+    print(f"\nmedian of {len(rows)} runs of {Path(args.scenario).name} (traffic: all rounds together):")
     print(f"  whole experiment (process start to exit): {med['wall_s']:.1f} s  (target < 60 s)")
     print(f"    set-up {med['setup_s']:.1f} s | traffic {med['traffic_s']:.1f} s | teardown {med['teardown_s']:.1f} s"
           f" | analysis+plots+start-up {med['analysis_plots_s']:.1f} s")

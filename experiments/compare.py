@@ -63,6 +63,9 @@ def validate_comparison(data) -> dict:
     for k in ("topology", "traffic", "name"):
         if k in base:
             raise ScenarioError(f"base.{k}", "set per run by the comparison (fabrics / traffic / name)")
+    if "rounds" in base:
+        raise ScenarioError("base.rounds", "a comparison runs one round per (fabric, traffic) pair; "
+                                           "run a scenario with rounds on its own")
     for sect in ("fabrics", "traffic"):
         if not isinstance(data[sect], dict) or not data[sect]:
             raise ScenarioError(sect, "expected a mapping of at least one label")

@@ -22,6 +22,8 @@ def test_default_file_is_valid_and_expands_to_runs():
     ({"traffic": {"perm": {"flows_per_pair": 0}}}, "traffic.perm.flows_per_pair"),
     ({"base": {"queues": {"buffer_packet": 3}}}, "base.queues.buffer_packet"),
     ({"base": {"topology": {}}}, "base.topology"),
+    ({"base": {"rounds": [{"name": "a"}]}}, "base.rounds"),
+    ({"base": {"ecn": {"profile": {"step": {"k_packets": 500}}}}}, "base.ecn.profile.step.k_packets"),
     ({"extra": 1}, "extra"),
     ({"fabrics": {}}, "fabrics"),
 ])
