@@ -450,12 +450,18 @@ def install_red(ifname: str, rate_bps: float, limit_bytes: int, profile) -> dict
     if not red:
         raise SetupError(f"tc on {ifname}: RED did not take effect (read back {shown})")
     opts = red[0].get("options", {})
-    flags = opts.get("flags", "") or ""
-    flags = " ".join(flags) if isinstance(flags, list) else str(flags)
-    if "ecn" not in flags or "nodrop" not in flags:
-        raise SetupError(f"tc on {ifname}: RED read back without ecn/nodrop flags: {opts}")
+    if not red_flags_ok(opts):
+        raise SetupError(f"tc on {ifname}: RED read back without ecn/nodrop: {opts}")
     return {"min_bytes": opts.get("min"), "max_bytes": opts.get("max"), "limit_bytes": opts.get("limit"),
-            "wlog": opts.get("ewma"), "flags": flags}
+            "wlog": opts.get("ewma")}
+
+
+def red_flags_ok(opts: dict) -> bool:
+    """True if ``tc -d -j`` RED options show both ``ecn`` and ``nodrop`` (iproute2 6.x prints
+    them as booleans; older versions as a ``flags`` string)."""
+    flags = opts.get("flags", "")
+    flags = " ".join(flags) if isinstance(flags, list) else str(flags or "")
+    return all(opts.get(f) is True or f in flags.split() for f in ("ecn", "nodrop"))
 
 
 def install_fifo_leaf(ifname: str, q: PortQueue) -> None:

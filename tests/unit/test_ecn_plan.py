@@ -139,6 +139,11 @@ def test_red_arguments_for_tc():
             dataplane.red_wlog(bad)
     b = dataplane.red_burst_for_wlog(15140, 1514, 5)
     assert b >= 10
+    # what iproute2 6.1 prints (the VM lane) and what older ones print
+    shown = {"limit": 151400, "min": 30280, "max": 30281, "ecn": True, "harddrop": False, "adaptive": False,
+             "nodrop": True, "ewma": 1, "probability": 0.5, "Scell_log": 11}
+    assert dataplane.red_flags_ok(shown) and dataplane.red_flags_ok({"flags": "ecn nodrop"})
+    assert not dataplane.red_flags_ok(dict(shown, nodrop=False)) and not dataplane.red_flags_ok({"flags": "ecn"})
 
 
 def test_counter_deltas_and_ss_parsing():
