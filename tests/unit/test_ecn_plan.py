@@ -146,6 +146,36 @@ def test_red_arguments_for_tc():
     assert not dataplane.red_flags_ok(dict(shown, nodrop=False)) and not dataplane.red_flags_ok({"flags": "ecn"})
 
 
+def test_linux_red_probability_compensation():
+    """Linux RED marks at 2p/(1+p) per packet (uniform gaps); P' = Pmax/(2-Pmax) gives Pmax at Kmax."""
+    for pmax in (0.01, 0.2, 0.5, 1.0):
+        p = dataplane.red_tc_probability(pmax)
+        assert 2 * p / (1 + p) == pytest.approx(pmax)
+    assert dataplane.red_line_deviation(0.2) < 0.006
+    assert 0.03 < dataplane.red_line_deviation(0.5) < 0.04
+    argv = dataplane.red_argv("x", 10e6, 151400, parse_profile(
+        {"red": {"kmin_packets": 10, "kmax_packets": 60, "pmax": 0.2}}, BUF, "k"))
+    assert float(argv[argv.index("probability") + 1]) == pytest.approx(0.2 / 1.8)
+
+
+def _simulate_linux_red_rate(p, n=200000, seed=3):
+    """Per-packet marking rate of include/net/red.h's count scheme at a constant probability p."""
+    import random
+    rnd = random.Random(seed)
+    count, marks, qr = 0, 0, rnd.random()
+    for _ in range(n):
+        count += 1
+        if p * count >= qr:
+            marks += 1
+            count, qr = 0, rnd.random()
+    return marks / n
+
+
+def test_linux_red_count_scheme_rate():
+    for p in (0.05, 0.1, 0.2):
+        assert _simulate_linux_red_rate(p) == pytest.approx(2 * p / (1 + p), rel=0.03)
+
+
 def test_counter_deltas_and_ss_parsing():
     d = analysis.counter_deltas({"a": {"marked": 5, "max_backlog_bytes": 100}},
                                 {"a": {"marked": 9, "max_backlog_bytes": 300}, "b": {"marked": 1}})
