@@ -78,15 +78,19 @@ def send(dst: str, port: int, rate_mbps: float, packets: int, frame_bytes: int, 
     if delay > 0:
         time.sleep(delay)
     t0 = time.monotonic()
+    due = t0
     sent = 0
     for seq in range(packets):
-        due = t0 + seq * gap_s
         while True:
-            left = due - time.monotonic()
+            now = time.monotonic()
+            left = due - now
             if left <= 0:
                 break
             if left > 0.0003:
                 time.sleep(left - 0.0002)
+        # never catch up with a burst: a late packet moves the schedule, so no two packets leave
+        # closer than 0.9 gaps (a burst would queue in the sender's own NIC: delay not the switch's)
+        due = max(due + gap_s, now + 0.9 * gap_s)
         HEADER.pack_into(payload, 0, flow, seq, time.time_ns())
         try:
             s.send(payload)

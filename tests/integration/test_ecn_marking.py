@@ -126,7 +126,7 @@ def test_not_ect_packets_are_never_marked_and_meet_only_the_buffer(tmp_path):
     queue reaches the buffer)."""
     k = 20 * FRAME_BYTES
     with marking_fabric(tmp_path, {"step": {"k_bytes": k}}) as (lf, kind):
-        rows = overload(lf, tmp_path, "notect", tos=0)
+        rows = overload(lf, tmp_path, "notect", tos=0, packets=600)
         counters = lf.ecn_counters().get(BOTTLENECK, {})
     assert rows and all(r[4] == 0 for r in rows), {r[4] for r in rows}
     q = marking.queue_seen_bytes(rows, RATE_BPS)
