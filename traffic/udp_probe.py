@@ -4,12 +4,16 @@ marking tests.
 
 ``python -m traffic.udp_probe recv PORT DEADLINE_S OUT.json``
     prints READY, records every datagram until DEADLINE_S seconds pass or
-    1 s passes without one after the first: ``{"packets": [[flow, seq,
+    1 s passes without one after the first measured (not warm-up) one: ``{"packets": [[flow, seq,
     t_send_ns, t_recv_ns, ecn, length_bytes], ...]}``. ``t_recv_ns`` is the
     kernel's receive timestamp (SO_TIMESTAMPNS), ``ecn`` the IP ECN field of
     the arriving packet (IP_RECVTOS), ``length_bytes`` the Ethernet frame's length.
-``python -m traffic.udp_probe send DST_IP PORT RATE_MBPS PACKETS FRAME_BYTES TOS FLOW START_AT_UNIX_S``
-    prints READY, waits until START_AT, then sends PACKETS datagrams whose
+``python -m traffic.udp_probe send DST_IP PORT RATE_MBPS PACKETS FRAME_BYTES TOS FLOW START_AT_UNIX_S [WARMUP]``
+    prints READY, sends WARMUP packets (default 0) at a quarter of the rate,
+    flagged with :data:`WARMUP_FLAG` in their flow field (so the switches'
+    flow caches hold this 5-tuple before the measurement: on Open vSwitch's
+    kernel datapath a flow's first packets go up to ovs-vswitchd, tens of
+    milliseconds under an emulated CPU), waits until START_AT, then sends PACKETS datagrams whose
     Ethernet frames are FRAME_BYTES long, paced at RATE_MBPS (of frames) on
     the monotonic clock, every one with IP TOS byte TOS (2 = ECT(0) on every
     packet, the first included: case T4), through one socket. Each payload
@@ -27,6 +31,8 @@ import sys
 import time
 
 HEADER = struct.Struct("!IIQ")     # flow, seq, t_send_ns
+#: Set in the flow field of warm-up packets.
+WARMUP_FLAG = 0x80000000
 ETH_IP_UDP_BYTES = 14 + 20 + 8
 SO_TIMESTAMPNS = 35
 IP_RECVTOS = 13
@@ -49,7 +55,6 @@ def recv(port: int, deadline_s: float, out: str) -> None:
             data, anc, _flags, _addr = s.recvmsg(65536, 256)
         except socket.timeout:
             continue
-        last = time.monotonic()
         t_recv = time.time_ns()
         ecn = -1
         for level, typ, val in anc:
@@ -61,12 +66,14 @@ def recv(port: int, deadline_s: float, out: str) -> None:
         if len(data) >= HEADER.size:
             flow, seq, t_send = HEADER.unpack_from(data)
             rows.append([flow, seq, t_send, t_recv, ecn, len(data) + ETH_IP_UDP_BYTES])
+            if not flow & WARMUP_FLAG:      # the idle timeout starts with the measured packets
+                last = time.monotonic()
     with open(out, "w") as f:
         json.dump({"packets": rows}, f)
 
 
 def send(dst: str, port: int, rate_mbps: float, packets: int, frame_bytes: int, tos: int, flow: int,
-         start_at: float) -> None:
+         start_at: float, warmup: int = 0) -> None:
     """Send ``packets`` frames of ``frame_bytes`` at ``rate_mbps`` with TOS ``tos`` (see the module docstring)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
@@ -74,6 +81,10 @@ def send(dst: str, port: int, rate_mbps: float, packets: int, frame_bytes: int, 
     payload = bytearray(frame_bytes - ETH_IP_UDP_BYTES)
     gap_s = frame_bytes * 8 / (rate_mbps * 1e6)
     print("READY", flush=True)
+    for seq in range(warmup):
+        HEADER.pack_into(payload, 0, flow | WARMUP_FLAG, seq, time.time_ns())
+        s.send(payload)
+        time.sleep(4 * gap_s)
     delay = start_at - time.time()
     if delay > 0:
         time.sleep(delay)
@@ -109,7 +120,7 @@ def main(argv: list[str]) -> int:
             recv(int(argv[1]), float(argv[2]), argv[3])
         elif argv[0] == "send":
             send(argv[1], int(argv[2]), float(argv[3]), int(argv[4]), int(argv[5]), int(argv[6]), int(argv[7]),
-                 float(argv[8]))
+                 float(argv[8]), int(argv[9]) if len(argv) > 9 else 0)
         else:
             raise ValueError(argv[0])
     except (IndexError, ValueError) as e:
