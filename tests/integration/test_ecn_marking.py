@@ -62,9 +62,10 @@ def bpf_marker_usable(env) -> bool:
 
 
 @contextlib.contextmanager
-def marking_fabric(tmp_path, profile, marker="auto"):
-    """A 1-spine, 2-leaf, 3-hosts-per-leaf fabric at 10 Mbit/s with ``profile`` on every switch port."""
-    sc = validate({"name": "marking", "topology": {"spines": 1, "leaves": 2, "hosts_per_leaf": 3},
+def marking_fabric(tmp_path, profile, marker="auto", rate_mbps=10):
+    """A 1-spine, 2-leaf, 3-hosts-per-leaf fabric, every link at ``rate_mbps``, ``profile`` on every switch port."""
+    sc = validate({"name": "marking", "topology": {"spines": 1, "leaves": 2, "hosts_per_leaf": 3,
+                                                   "host_rate_mbps": rate_mbps, "uplink_rate_mbps": rate_mbps},
                    "queues": {"buffer_packets": 100}, "traffic": {"senders": 2},
                    "ecn": {"marker": marker, "profile": profile}})
     fabric = SpineLeaf(**{k: v for k, v in sc["topology"].items() if k != "kind"}).build()
@@ -87,8 +88,11 @@ def marking_fabric(tmp_path, profile, marker="auto"):
 WARMUP_PACKETS = 20
 
 
-def overload(lf, tmp_path, tag, tos=2, packets=360, rate_mbps=6.0, senders=("h2", "h3")):
-    """Constant-rate UDP from ``senders`` to h1; returns the receiver's rows (see traffic.udp_probe)."""
+def overload(lf, tmp_path, tag, tos=2, packets=360, rate_mbps=6.0, senders=("h2", "h3"), port_mbps=10):
+    """Constant-rate UDP from ``senders`` to h1; returns the receiver's rows (see traffic.udp_probe).
+
+    Each sender reports the rate it achieved (case T5); where an overload of the ``port_mbps``
+    port is meant, their sum must exceed the port's rate by 5%, or the run proves nothing."""
     out = tmp_path / f"rx-{tag}.json"
     rx = lf.host("h1").popen([sys.executable, "-m", "traffic.udp_probe", "recv", "6000", "60", str(out)],
                              cwd=str(REPO), stdout=subprocess.PIPE, text=True)
@@ -103,11 +107,15 @@ def overload(lf, tmp_path, tag, tos=2, packets=360, rate_mbps=6.0, senders=("h2"
                                  cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             assert p.stdout.readline().strip() == "READY"
             txs.append(p)
+        achieved = []
         for p in txs:
             text, err = p.communicate(timeout=60)
             assert f"sent {packets} " in text, text + err
-            achieved = float(text.split("achieved_mbps")[1])
-            assert achieved >= 0.9 * rate_mbps, f"sender paced {achieved} of {rate_mbps} Mbit/s (case T5)"
+            achieved.append(float(text.split("achieved_mbps")[1]))
+        print(f"{tag}: senders achieved {achieved} of {rate_mbps} Mbit/s each")
+        if rate_mbps * len(senders) > port_mbps:
+            assert sum(achieved) >= 1.05 * port_mbps, \
+                f"senders paced {achieved} Mbit/s: no overload of the {port_mbps} Mbit/s port (case T5)"
         assert rx.wait(30) == 0
     finally:
         for p in txs + [rx]:
@@ -156,7 +164,7 @@ def test_not_ect_packets_are_never_marked_and_meet_only_the_buffer(tmp_path):
 
 @pytest.mark.parametrize("marker", ["bpf", "red"])
 def test_red_profile_marks_on_the_configured_line(tmp_path, marker):
-    """RED profile (Kmin 10, Kmax 60 packets, Pmax 0.2): measured marking probability per
+    """RED profile (Kmin 10, Kmax 60 packets, Pmax 0.2) on a 5 Mbit/s port: measured marking probability per
     queue-length bucket between Kmin and Kmax within 0.05 of the configured line (on kernel RED
     through the probability compensation of controller.dataplane.red_tc_probability)."""
     env = _env()
@@ -166,15 +174,16 @@ def test_red_profile_marks_on_the_configured_line(tmp_path, marker):
         pytest.skip(f"kernel {env['kernel']} has no sch_red")
     kmin, kmax, pmax = 10 * FRAME_BYTES, 60 * FRAME_BYTES, 0.2
     rows = []
+    port_mbps = 5     # the VM lane's Python senders keep 3 Mbit/s steady; 6 fell to 5.2 there
     with marking_fabric(tmp_path, {"red": {"kmin_bytes": kmin, "kmax_bytes": kmax, "pmax": pmax}},
-                        marker=marker) as (lf, kind):
+                        marker=marker, rate_mbps=port_mbps) as (lf, kind):
         assert kind == marker
         for i in range(8):
-            # 2 x 6 Mbit/s into 10: the queue rises by one packet per 6 arrivals, through the RED
-            # region to past Kmax (three senders at 4 Mbit/s could not keep their pace in the VM lane)
-            rows += overload(lf, tmp_path, f"red{i}", packets=200)
+            # 2 x 3 Mbit/s into 5: the queue rises by one packet per 6 arrivals, through the RED
+            # region to past Kmax
+            rows += overload(lf, tmp_path, f"red{i}", packets=200, rate_mbps=3.0, port_mbps=port_mbps)
             time.sleep(0.5)
-    buckets = marking.red_buckets(rows, RATE_BPS, kmin, kmax, pmax, buckets=5)
+    buckets = marking.red_buckets(rows, port_mbps * 1e6, kmin, kmax, pmax, buckets=5)
     print(json.dumps(buckets, indent=1))
     for b in buckets:
         assert b["packets"] >= 300, b
