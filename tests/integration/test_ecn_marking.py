@@ -88,7 +88,7 @@ def marking_fabric(tmp_path, profile, marker="auto", rate_mbps=10):
 WARMUP_PACKETS = 20
 
 
-def overload(lf, tmp_path, tag, tos=2, packets=360, rate_mbps=6.0, senders=("h2", "h3"), port_mbps=10):
+def overload(lf, tmp_path, tag, tos=2, packets=400, rate_mbps=6.0, senders=("h2", "h3"), port_mbps=10):
     """Constant-rate UDP from ``senders`` to h1; returns the receiver's rows (see traffic.udp_probe).
 
     Each sender reports the rate it achieved (case T5); where an overload of the ``port_mbps``
@@ -181,7 +181,7 @@ def test_red_profile_marks_on_the_configured_line(tmp_path, marker):
         for i in range(8):
             # 2 x 3 Mbit/s into 5: the queue rises by one packet per 6 arrivals, through the RED
             # region to past Kmax
-            rows += overload(lf, tmp_path, f"red{i}", packets=200, rate_mbps=3.0, port_mbps=port_mbps)
+            rows += overload(lf, tmp_path, f"red{i}", packets=260, rate_mbps=3.0, port_mbps=port_mbps)
             time.sleep(0.5)
     buckets = marking.red_buckets(rows, port_mbps * 1e6, kmin, kmax, pmax, buckets=5)
     print(json.dumps(buckets, indent=1))
