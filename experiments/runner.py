@@ -280,11 +280,7 @@ def choose_marker(sc: dict, env: dict, needed: bool) -> tuple[str, str]:
 
 def ecn_plan(sc: dict, fabric_map: dict, marker: str, profiles: dict) -> dict:
     """The plan the controller applies (controller.ecnports): every switch port's rate, buffer,
-    shaper burst, FIFO and first-round profile.
-
-    Raises:
-        ScenarioError: a RED weight the kernel's RED cannot hold (not 2**-n; ``ecn...weight``).
-    """
+    shaper burst, FIFO and first-round profile."""
     from common.ecn import profile_spec
     from common.scenario import buffer_bytes
     q = sc["queues"]
@@ -294,14 +290,27 @@ def ecn_plan(sc: dict, fabric_map: dict, marker: str, profiles: dict) -> dict:
     for sw in fabric_map["switches"]:
         for p in sw["ports"]:
             prof = profiles[p["intf"]]
-            if marker == "red" and prof.kind == "red":
-                try:
-                    dataplane.red_wlog(prof.weight)
-                except ValueError as e:
-                    raise ScenarioError("ecn.profile.red.weight", str(e)) from None
             ports[p["intf"]] = {"rate_bps": p["rate_mbps"] * 1e6, "buffer_bytes": buffer_bytes(q),
                                 "burst_bytes": q["burst_bytes"], "fifo": fifo, "profile": profile_spec(prof)}
     return {"marker": marker, "ports": ports}
+
+
+def check_red_weights(sc: dict, rounds: list[dict]) -> None:
+    """Kernel RED keeps its EWMA weight as a shift: refuse a weight it cannot hold.
+
+    Raises:
+        ScenarioError: naming the profile's key, e.g. ``rounds[1].ecn.layers.leaf.red.weight``.
+    """
+    for i, r in enumerate(rounds):
+        prefix = f"rounds[{i}].ecn" if sc["rounds"] else "ecn"
+        specs = [("profile", r["ecn"]["profile"])] + [(f"layers.{k}", v) for k, v in r["ecn"]["layers"].items()] \
+            + [(f"ports.{k}", v) for k, v in r["ecn"]["ports"].items()]
+        for where, spec in specs:
+            if isinstance(spec, dict) and "red" in spec and spec["red"].get("weight") is not None:
+                try:
+                    dataplane.red_wlog(spec["red"]["weight"])
+                except ValueError as e:
+                    raise ScenarioError(f"{prefix}.{where}.red.weight", str(e)) from None
 
 
 def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
@@ -325,6 +334,8 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
             raise CapabilityError(f"hosts.tcp_congestion_control: the kernel has no '{cc}' "
                                   f"(available: {' '.join(envprobe.tcp_congestion_controls()['available'])})")
     marker, why = choose_marker(sc, env, any(p.kind != "off" for pr in profiles for p in pr.values()))
+    if marker == "red":
+        check_red_weights(sc, rounds)
     plan_ecn = ecn_plan(sc, fabric_map, marker, profiles[0]) if marker != "none" else None
     env["tcp_congestion_control"] = envprobe.tcp_congestion_controls()
     env["ecn"] = {"marker": marker, "mechanism": why,

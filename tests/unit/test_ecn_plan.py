@@ -9,7 +9,7 @@ from common.scenario import FRAME_BYTES, validate
 from controller import dataplane
 from controller.bpfmarker import CFG, ST, decode_st, encode_cfg
 from experiments import analysis, marking
-from experiments.runner import choose_marker, ecn_plan, resolve_rounds
+from experiments.runner import check_red_weights, choose_marker, ecn_plan, resolve_rounds
 from topologies.spineleaf import LAYERS, SpineLeaf
 
 BUF = 100 * FRAME_BYTES
@@ -105,10 +105,18 @@ def test_plan_carries_every_switch_port():
     p = plan["ports"]["leaf1-eth1"]
     assert p["rate_bps"] == 10e6 and p["buffer_bytes"] == 100 * FRAME_BYTES and p["burst_bytes"] == 2 * FRAME_BYTES
     assert p["fifo"] == {"kind": "pfifo", "limit": 100}
-    with pytest.raises(ScenarioError, match="weight"):
-        sc2 = validate({"name": "x", "ecn": {"profile": {"red": {"kmin_packets": 5, "kmax_packets": 50, "pmax": 0.1,
-                                                                  "weight": 0.3}}}})
-        ecn_plan(sc2, SpineLeaf().build().to_map(), "red", port_profiles(sc2["ecn"], SpineLeaf().build().to_map()))
+    red = {"red": {"kmin_packets": 5, "kmax_packets": 50, "pmax": 0.1, "weight": 0.3}}
+    sc2 = validate({"name": "x", "ecn": {"layers": {"leaf": red}}})
+    with pytest.raises(ScenarioError) as e:
+        check_red_weights(sc2, resolve_rounds(sc2))
+    assert e.value.key == "ecn.layers.leaf.red.weight"
+    sc3 = validate({"name": "x", "rounds": [{"name": "a"}, {"name": "b", "ecn": {"profile": red}}]})
+    with pytest.raises(ScenarioError) as e:
+        check_red_weights(sc3, resolve_rounds(sc3))
+    assert e.value.key == "rounds[1].ecn.profile.red.weight"
+    ok = dict(red["red"], weight=0.5)
+    sc4 = validate({"name": "x", "ecn": {"profile": {"red": ok}}})
+    check_red_weights(sc4, resolve_rounds(sc4))
 
 
 def test_bpf_map_encodings():
