@@ -67,7 +67,7 @@ def parse_profile(spec, buffer_bytes: int, key: str, frame_bytes: int = FRAME_BY
     """Check one profile mapping and return it in bytes.
 
     Args:
-        spec: ``"off"``, ``{"step": {"k_bytes"|"k_packets": N}}`` or
+        spec: ``"off"`` (or False: YAML reads a bare ``off`` as false), ``{"step": {"k_bytes"|"k_packets": N}}`` or
             ``{"red": {"kmin_…", "kmax_…", "pmax": P, ["weight": W]}}``.
         buffer_bytes: the queue's buffer (thresholds must fit under it).
         key: dotted scenario key of ``spec``, for error messages.
@@ -79,7 +79,7 @@ def parse_profile(spec, buffer_bytes: int, key: str, frame_bytes: int = FRAME_BY
             buffer (it could never take effect: case L2), Pmax outside (0, 1],
             weight outside (0, 1].
     """
-    if spec == "off" or spec == {"off": None}:
+    if spec is False or spec == "off" or spec == {"off": None}:   # YAML 1.1 reads a bare off as false
         return EcnProfile("off")
     if not isinstance(spec, dict) or len(spec) != 1:
         raise ScenarioError(key, f"expected 'off', {{step: ...}} or {{red: ...}}, got {spec!r}")

@@ -53,7 +53,13 @@ def main(argv=None) -> int:
             print(f"fabriclab: {e}", file=sys.stderr)
             return 2
         if args.cmd == "check":
-            print(f"fabriclab: {args.scenario} is valid")
+            from experiments.runner import check_against_fabric
+            try:
+                check_against_fabric(sc)
+            except ScenarioError as e:
+                print(f"fabriclab: {e}", file=sys.stderr)
+                return 2
+            print(f"fabriclab: {args.scenario} is valid (what this kernel offers is checked when it runs)")
             return 0
         if args.cmd == "draw":
             from experiments import draw

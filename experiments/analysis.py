@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from common.scenario import FRAME_BYTES
+
 FLOW_COLUMNS = ("flow_id", "src", "dst", "src_ip", "src_port", "bytes_planned", "bytes_sent",
                 "bytes_received", "start_at_unix_s", "first_byte_s", "fct_s", "sender_done_s",
                 "congestion_control", "ecn_negotiated", "total_retrans", "rtt_us",
@@ -398,8 +400,12 @@ def counter_deltas(before: dict, after: dict) -> dict:
 
 def parse_ss_tin(text: str, known: list[str]) -> dict:
     """From ``ss -tin`` output: connections, the congestion controls named on them, how many show
-    ``ecn`` and how many a non-zero ``delivered_ce`` (CE echoed back to the sender)."""
-    conns, algos, ecn, dce = 0, set(), 0, 0
+    ``ecn`` and how many a non-zero ``delivered_ce`` (CE echoed back to the sender).
+
+    ``ecn_flows`` is None when ``ss`` printed no TCP option flags at all (``ts``, ``sack``,
+    ``ecn``): iproute2 6.1 on a 6.18 kernel prints none, so their absence says nothing; the
+    per-flow ``ecn_negotiated`` (TCP_INFO, read by the sender agent) is the reliable figure."""
+    conns, algos, ecn, dce, flags = 0, set(), 0, 0, False
     for line in text.splitlines():
         words = line.split()
         if not words:
@@ -410,23 +416,34 @@ def parse_ss_tin(text: str, known: list[str]) -> dict:
         found = [w for w in words if w in known]
         algos.update(found)
         ecn += "ecn" in words
+        flags |= bool({"ts", "sack", "ecn"} & set(words))
         dce += any(w.startswith("delivered_ce:") and w != "delivered_ce:0" for w in words)
-    return {"connections": conns, "congestion_control": sorted(algos), "ecn_flows": ecn,
+    return {"connections": conns, "congestion_control": sorted(algos), "ecn_flows": ecn if flags else None,
             "delivered_ce_flows": dce}
 
 
-def queue_after_first_rtt(queues_csv: Path, intf: str, rtt_s: float, end_s: float) -> dict:
-    """Median and p99 of ``intf``'s sampled backlog from one RTT after the start to ``end_s``
-    (issue 5: the first round trip's burst excluded)."""
+def queue_after_first_rtt(queues_csv: Path, intf: str, rtt_s: float, end_s: float, rate_bps: float,
+                          buffer_bytes: float) -> dict:
+    """Median and p99 of ``intf``'s sampled backlog after the first round trip's burst, to ``end_s``.
+
+    The first round trip's burst (every sender's initial window at once) arrives within the idle
+    RTT plus the time a full buffer takes to drain; its peak is the largest backlog in that
+    span, and it is over once that peak has drained at the port's rate. The window starts
+    there (``from_s``; never before the idle RTT)."""
     s = load_queue_samples(queues_csv, 0.0).get(intf)
     if s is None:
         return {}
-    sel = (s["t_s"] >= rtt_s) & (s["t_s"] <= end_s)
+    first = (s["t_s"] >= 0) & (s["t_s"] <= rtt_s + buffer_bytes * 8 / rate_bps)
+    start = rtt_s
+    if first.any():
+        k = int(np.argmax(np.where(first, s["backlog_bytes"], -1)))
+        start = max(rtt_s, float(s["t_s"][k]) + float(s["backlog_bytes"][k]) * 8 / rate_bps)
+    sel = (s["t_s"] >= start) & (s["t_s"] <= end_s)
     b = s["backlog_bytes"][sel]
     p = s["backlog_packets"][sel]
     if not len(b):
         return {}
-    return {"from_s": rtt_s, "to_s": end_s, "samples": int(len(b)),
+    return {"from_s": start, "to_s": end_s, "samples": int(len(b)),
             "median_bytes": float(np.median(b)), "p99_bytes": _percentile(b, 99),
             "median_packets": float(np.median(p)), "p99_packets": _percentile(p, 99)}
 
@@ -473,7 +490,10 @@ def add_ecn(out: Path, summary: dict, env: dict, profiles: dict, counters: dict,
         "bottleneck_kmin_kmax_bytes": [prof.kmin_bytes, prof.kmax_bytes] if prof and prof.kind == "red" else None,
         "bottleneck_counters": counters.get(intf),
         "all_ports": total,
-        "queue_after_first_rtt": queue_after_first_rtt(out / "queues.csv", intf, rtt, max(fcts)) if intf and fcts else {},
+        "queue_after_first_rtt": queue_after_first_rtt(
+            out / "queues.csv", intf, rtt, max(fcts), bn["rate_mbps"] * 1e6,
+            bn["buffer_bytes"] if bn.get("buffer_bytes") is not None else bn["buffer_packets"] * FRAME_BYTES)
+        if intf and fcts else {},
         "bottleneck_mean_tx_mbps": bn.get("mean_tx_mbps"),
         "ce_received": {"flows_counted": len(ce), "packets": sum(ce),
                         "flows_with_ce": sum(1 for c in ce if c),

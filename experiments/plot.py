@@ -179,7 +179,8 @@ def plot_rounds(out: Path) -> list[Path]:
                 ax.bar(x + (j - 0.5) * 0.38, [r[k] or 0 for r in rows], 0.38, label=k.split("_")[1])
             ax.legend(fontsize=7, frameon=False)
         else:
-            ax.bar(x, [r[key] or 0 for r in rows], 0.6, color=[f"C{i}" for i in range(len(rows))])
+            bars = ax.bar(x, [r[key] or 0 for r in rows], 0.6, color=[f"C{i}" for i in range(len(rows))])
+            ax.bar_label(bars, fmt="%.4g", fontsize=7)      # a zero shows as "0", not as a missing bar
         ax.set_xticks(x, names, rotation=30, ha="right", fontsize=7)
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3, axis="y")

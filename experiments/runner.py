@@ -313,25 +313,39 @@ def check_red_weights(sc: dict, rounds: list[dict]) -> None:
                     raise ScenarioError(f"{prefix}.{where}.red.weight", str(e)) from None
 
 
-def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
-    from common.ecn import describe, port_profiles, profile_spec
-    t_begin = time.monotonic()
-    timings = {}
+def check_against_fabric(sc: dict):
+    """The checks of a resolved scenario that need its fabric but no root: the traffic plan and
+    every round's per-port ECN profiles. Returns ``(fabric, fabric_map, plan, rounds, profiles)``.
+
+    Raises:
+        ScenarioError: naming the key (``traffic.pattern``, ``ecn.ports.<name>``, ``rounds[i].ecn.ports...``).
+    """
+    from common.ecn import port_profiles
     fabric = build_fabric(sc)
     fabric_map = fabric.to_map()
-    t = sc["traffic"]
     try:
-        plan = flow_plan(t, fabric, sc["seed"])
+        plan = flow_plan(sc["traffic"], fabric, sc["seed"])
     except ValueError as e:
         raise ScenarioError("traffic.pattern", str(e)) from None
     rounds = resolve_rounds(sc)
     profiles = [port_profiles(r["ecn"], fabric_map, key=f"rounds[{i}].ecn" if sc["rounds"] else "ecn")
                 for i, r in enumerate(rounds)]
+    return fabric, fabric_map, plan, rounds, profiles
+
+
+def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
+    from common.ecn import describe, profile_spec
+    t_begin = time.monotonic()
+    timings = {}
+    t = sc["traffic"]
+    fabric, fabric_map, plan, rounds, profiles = check_against_fabric(sc)
     env = envprobe.probe()
     ccs = sorted({r["hosts"]["tcp_congestion_control"] for r in rounds})
-    for cc in ccs:
+    for i, r in enumerate(rounds):
+        cc = r["hosts"]["tcp_congestion_control"]
         if not envprobe.ensure_congestion_control(cc):
-            raise CapabilityError(f"hosts.tcp_congestion_control: the kernel has no '{cc}' "
+            key = f"rounds[{i}].hosts.tcp_congestion_control" if sc["rounds"] else "hosts.tcp_congestion_control"
+            raise CapabilityError(f"{key}: the kernel has no '{cc}' "
                                   f"(available: {' '.join(envprobe.tcp_congestion_controls()['available'])})")
     marker, why = choose_marker(sc, env, any(p.kind != "off" for pr in profiles for p in pr.values()))
     if marker == "red":

@@ -29,6 +29,37 @@ def test_profile_spec_round_trips():
     assert "K=30280 B" in describe(parse_profile({"step": {"k_packets": 20}}, BUF, "k"))
 
 
+def test_bare_yaml_off_is_drop_tail():
+    import yaml
+    sc = validate(yaml.safe_load("name: x\necn: {profile: off, layers: {spine: off}}\n"))
+    assert sc["ecn"]["profile"] == "off" and sc["ecn"]["layers"] == {"spine": "off"}
+
+
+def test_check_against_fabric_names_a_missing_port():
+    from experiments.runner import check_against_fabric
+    for data, key in (({"ecn": {"ports": {"leaf9-eth1": "off"}}}, "ecn.ports.leaf9-eth1"),
+                      ({"rounds": [{"name": "a", "ecn": {"ports": {"leaf9-eth1": "off"}}}]},
+                       "rounds[0].ecn.ports.leaf9-eth1")):
+        with pytest.raises(ScenarioError) as e:
+            check_against_fabric(validate({"name": "x", **data}))
+        assert e.value.key == key
+    fabric, fmap, plan, rounds, profiles = check_against_fabric(validate({"name": "x"}))
+    assert len(plan) == 8 and len(rounds) == 1 and len(profiles[0]) == sum(len(s["ports"]) for s in fmap["switches"])
+
+
+def test_queue_window_starts_after_the_first_burst_has_drained(tmp_path):
+    rows = ["t_s,intf,backlog_bytes,backlog_packets,drops_total,tx_bytes_total,tx_packets_total"]
+    # a burst to 100 kB at 0.1 s, then a standing queue of 20 kB; 10 Mbit/s drains 100 kB in 80 ms
+    for i in range(-10, 300):
+        t = i * 0.005
+        b = 0 if t < 0 else min(100_000, t * 1e6) if t <= 0.1 else (100_000 if t < 0.12 else 20_000)
+        rows.append(f"{t:.3f},p1,{int(b)},{int(b) // 1514},0,0,0")
+    (tmp_path / "queues.csv").write_text("\n".join(rows) + "\n")
+    q = analysis.queue_after_first_rtt(tmp_path / "queues.csv", "p1", 0.001, 1.4, 10e6, 151400)
+    assert q["from_s"] == pytest.approx(0.1 + 0.08, abs=0.006)
+    assert q["median_bytes"] == 20_000 and q["p99_bytes"] == pytest.approx(20_000)
+
+
 def test_error_names_the_key_the_user_wrote():
     with pytest.raises(ScenarioError) as e:
         parse_profile({"step": {"k_packets": 200}}, BUF, "ecn.profile")
@@ -195,6 +226,8 @@ def test_counter_deltas_and_ss_parsing():
             "\t cubic wscale:9,9 delivered_ce:0\n")
     assert analysis.parse_ss_tin(text, ["cubic", "dctcp", "reno"]) == {
         "connections": 2, "congestion_control": ["cubic", "dctcp"], "ecn_flows": 1, "delivered_ce_flows": 1}
+    bare = text.replace("ts sack ecn ", "")      # iproute2 6.1 on a 6.18 kernel prints no option flags
+    assert analysis.parse_ss_tin(bare, ["cubic", "dctcp"])["ecn_flows"] is None
 
 
 def _rows(qs, marks, rate_bps=8e6):
