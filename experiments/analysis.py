@@ -339,6 +339,7 @@ def format_summary(summary: dict, out: Path) -> str:
         ("ECMP split toward the receiver's leaf: " + ", ".join(
             f"{k} {v / 1e6:.2f} MB" for k, v in summary["ecmp_split_tx_bytes"].items())) if summary.get("ecmp_split_tx_bytes")
         else _throughput_line(summary.get("throughput")),
+        _ecn_line(summary.get("ecn")),
         f"sampler: {summary['sampler']['achieved_hz']:.0f} Hz on {summary['sampler']['interfaces']} ports, "
         f"{100 * summary['sampler']['cpu_fraction_of_one_core']:.1f}% of one core",
         f"time: set-up {summary['timings_s'].get('setup_s', 0):.1f} s, traffic {summary['timings_s'].get('traffic_s', 0):.1f} s, "
@@ -346,6 +347,17 @@ def format_summary(summary: dict, out: Path) -> str:
         f"results: {out}",
     ]
     return "\n".join(lines)
+
+
+def _ecn_line(e: dict | None) -> str:
+    """The ECN figures of a summary in one line (mechanism, bottleneck profile, marks, CE received)."""
+    if not e or e.get("marker") in (None, "none"):
+        return "ECN: no marking (drop-tail everywhere)"
+    c = e.get("bottleneck_counters") or {}
+    q = e.get("queue_after_first_rtt") or {}
+    return (f"ECN: {e['marker']} marker; bottleneck {e.get('bottleneck_profile')}, {c.get('marked', 0)} CE marked, "
+            f"{(e.get('ce_received') or {}).get('packets', 0)} CE received, queue after the first burst "
+            f"median {q.get('median_packets')} / p99 {q.get('p99_packets')} packets")
 
 
 def _throughput_line(tp: dict | None) -> str:

@@ -250,3 +250,11 @@ def test_red_buckets_expected_line():
     b = marking.red_buckets(rows, 8e6, 1000, 11000, 0.5, buckets=2)
     assert [x["packets"] for x in b] == [50, 50]
     assert b[0]["expected"] == pytest.approx(0.5 * 2450 / 10000) and b[0]["measured"] == 0.5
+
+
+def test_ecn_line_in_the_terminal_summary():
+    assert analysis._ecn_line({"marker": "none"}) == "ECN: no marking (drop-tail everywhere)"
+    line = analysis._ecn_line({"marker": "bpf", "bottleneck_profile": "step K=30280 B (20 pkt)",
+                               "bottleneck_counters": {"marked": 12}, "ce_received": {"packets": 11},
+                               "queue_after_first_rtt": {"median_packets": 18.0, "p99_packets": 40.0}})
+    assert line.startswith("ECN: bpf marker; bottleneck step K=30280 B") and "12 CE marked" in line
