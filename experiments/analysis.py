@@ -357,7 +357,7 @@ def _ecn_line(e: dict | None) -> str:
     q = e.get("queue_after_first_rtt") or {}
     return (f"ECN: {e['marker']} marker; bottleneck {e.get('bottleneck_profile')}, {c.get('marked', 0)} CE marked, "
             f"{(e.get('ce_received') or {}).get('packets', 0)} CE received, queue after the first burst "
-            f"median {q.get('median_packets')} / p99 {q.get('p99_packets')} packets")
+            + (f"median {q['median_packets']:.0f} / p99 {q['p99_packets']:.0f} packets" if q else "not sampled"))
 
 
 def _throughput_line(tp: dict | None) -> str:
