@@ -18,6 +18,13 @@ def only_run_dir(results: Path) -> Path:
     return dirs[0]
 
 
+def receiver_link_mbps(run_dir: Path, receiver: str = "h1") -> float:
+    """Mean transmit rate of the switch port toward ``receiver`` over the flows' lifetime (ports.csv)."""
+    rows = [r for r in csv.DictReader(open(run_dir / "ports.csv")) if r["peer"] == receiver]
+    assert len(rows) == 1, rows
+    return float(rows[0]["mean_tx_mbps"])
+
+
 def test_default_experiment_end_to_end(tmp_path):
     """Acceptance: the default scenario runs the incast twice on one fabric, drop-tail then ECN step
     K = 20 packets, and gives CSVs, summaries and plots per round plus the rounds side by side.
@@ -83,8 +90,9 @@ def test_default_experiment_end_to_end(tmp_path):
     # slow-start bursts only
     ports = list(csv.DictReader(open(out / "ports.csv")))
     sender_leaves = {"leaf2", "leaf3", "leaf4"}
-    sender_side = [float(r["mean_backlog_bytes"]) for r in ports if r["switch"] in sender_leaves]
-    assert max(sender_side) < 0.05 * bn["mean_backlog_bytes"]
+    sender_side = [r for r in ports if r["switch"] in sender_leaves]
+    worst = max(sender_side, key=lambda r: float(r["mean_backlog_bytes"]))
+    assert float(worst["mean_backlog_bytes"]) < 0.05 * bn["mean_backlog_bytes"], (worst, bn, s["ecmp_split_tx_bytes"])
     spine_down = [float(r["mean_backlog_bytes"]) for r in ports if r["peer"] == "leaf1" and r["intf"] != bn["intf"]]
     assert max(spine_down) < bn["mean_backlog_bytes"]
     # the sampler covered every switch port all along (its speed is bench/'s business, not a test's:
@@ -102,9 +110,12 @@ def test_default_experiment_end_to_end(tmp_path):
     assert ecn["ce_received"]["packets"] > 0 and ecn["ce_received"]["flows_with_ce"] >= 1
     assert s["ecn"]["ce_received"]["packets"] == 0               # drop-tail marks nothing
     assert ecn["queue_after_first_rtt"]["median_packets"] <= 1.5 * k, ecn["queue_after_first_rtt"]
-    dt_drops, ecn_drops = s["bottleneck"]["drops"], e["bottleneck"]["drops"]
+    # drops anywhere in the fabric, and throughput on the receiver's own link: when ECMP puts most
+    # flows on one spine, that spine's port can hold the larger queue (and be "the bottleneck") in
+    # one round and not in the other, carrying only its share of the incast
+    dt_drops, ecn_drops = s["total_drops"], e["total_drops"]
     assert ecn_drops == 0 or ecn_drops * 10 <= dt_drops, (dt_drops, ecn_drops)
-    dt_tp, ecn_tp = s["bottleneck"]["mean_tx_mbps"], e["bottleneck"]["mean_tx_mbps"]
+    dt_tp, ecn_tp = receiver_link_mbps(out), receiver_link_mbps(ecn_out)
     assert abs(ecn_tp - dt_tp) <= 0.1 * dt_tp, (dt_tp, ecn_tp)
     print(f"drop-tail: drops {dt_drops}, {dt_tp:.2f} Mbit/s; ECN K={k}: drops {ecn_drops}, {ecn_tp:.2f} Mbit/s, "
           f"queue median {ecn['queue_after_first_rtt']['median_packets']} packets, "
