@@ -86,7 +86,7 @@ def main() -> int:
                 if marker is not None:
                     marker.detach(intf)
                 else:
-                    dataplane.install_fifo_leaf(intf, queue)
+                    dataplane.install_fifo_leaf(intf, queue.fifo_kind, queue.fifo_limit)
 
         iperf(lf, 1.0)    # warm-up: ARP, OVS flow cache
         for i in range(args.runs):

@@ -199,6 +199,17 @@ def resolve_ecn(section, kind: str, buffer_bytes: int, key: str = "ecn", allow_m
     return out
 
 
+#: Buffer bound for re-reading specs that were validated against the real buffer already.
+_VALIDATED = 2**62
+
+
+def from_spec(spec) -> EcnProfile:
+    """A profile from a spec that :func:`resolve_ecn` already checked (plans, requests between processes).
+
+    Raises ScenarioError only for a malformed spec (it was checked against the buffer before)."""
+    return parse_profile(spec, _VALIDATED, "ecn")
+
+
 def port_profiles(ecn: dict, fabric_map: dict, key: str = "ecn") -> dict[str, EcnProfile]:
     """Every switch egress port's profile: ``ports`` over ``layers`` over ``profile``.
 
@@ -213,7 +224,7 @@ def port_profiles(ecn: dict, fabric_map: dict, key: str = "ecn") -> dict[str, Ec
     for sw in fabric_map["switches"]:
         spec = ecn["layers"].get(sw["layer"], ecn["profile"])
         for p in sw["ports"]:
-            out[p["intf"]] = parse_profile(ecn["ports"].get(p["intf"], spec), 2**62, key)
+            out[p["intf"]] = parse_profile(ecn["ports"].get(p["intf"], spec), _VALIDATED, key)
     for port in ecn["ports"]:
         if port not in out:
             raise ScenarioError(f"{key}.ports.{port}", "no such switch port in this fabric")

@@ -458,12 +458,12 @@ def red_argv(ifname: str, rate_bps: float, limit_bytes: int, profile, avpkt: int
             "probability", repr(float(prob)), "ecn", "nodrop"]
 
 
-def install_red(ifname: str, rate_bps: float, limit_bytes: int, profile) -> dict:
+def install_red(ifname: str, rate_bps: float, limit_bytes: int, profile) -> None:
     """Replace the FIFO under ``ifname``'s HTB class with RED for ``profile`` (step or red).
 
-    Returns what ``tc -d -j`` reads back (min, max, Wlog, flags). Raises SetupError with
-    tc's message if refused, or if the read-back lacks ``ecn``/``nodrop`` (case L2). RED's
-    probability does not read back as written, so it is checked by behaviour in the tests.
+    Raises SetupError with tc's message if refused, or if ``tc -d -j`` reads it back without
+    ``ecn``/``nodrop`` (case L2). RED's probability does not read back as written, so it is
+    checked by behaviour in the tests.
     """
     import json as _json
     run(red_argv(ifname, rate_bps, limit_bytes, profile))
@@ -474,8 +474,6 @@ def install_red(ifname: str, rate_bps: float, limit_bytes: int, profile) -> dict
     opts = red[0].get("options", {})
     if not red_flags_ok(opts):
         raise SetupError(f"tc on {ifname}: RED read back without ecn/nodrop: {opts}")
-    return {"min_bytes": opts.get("min"), "max_bytes": opts.get("max"), "limit_bytes": opts.get("limit"),
-            "wlog": opts.get("ewma")}
 
 
 def red_flags_ok(opts: dict) -> bool:
@@ -486,14 +484,20 @@ def red_flags_ok(opts: dict) -> bool:
     return all(opts.get(f) is True or f in flags.split() for f in ("ecn", "nodrop"))
 
 
-def install_fifo_leaf(ifname: str, q: PortQueue) -> None:
-    """Put the port's plain FIFO back under its HTB class (a round without ECN on a RED port)."""
+def install_fifo_leaf(ifname: str, fifo_kind: str, limit: int) -> None:
+    """Put the port's plain FIFO back under its HTB class (a round without ECN on a RED port).
+
+    Args:
+        fifo_kind: ``bfifo`` (``limit`` in bytes) or ``pfifo`` (``limit`` in packets), as
+            :attr:`PortQueue.fifo_kind` / :attr:`PortQueue.fifo_limit` give them.
+
+    Raises SetupError with the kernel's message."""
     try:
         with IPRoute() as ipr:
             idx = ipr.link_lookup(ifname=ifname)
             if not idx:
                 raise SetupError(f"tc: no interface {ifname!r}")
-            ipr.tc("replace", q.fifo_kind, idx[0], FIFO_HANDLE, parent=HTB_CLASS, limit=q.fifo_limit)
+            ipr.tc("replace", fifo_kind, idx[0], FIFO_HANDLE, parent=HTB_CLASS, limit=limit)
     except NetlinkError as e:
         raise SetupError(f"tc on {ifname}: kernel refused the FIFO ({e})") from None
 

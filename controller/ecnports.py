@@ -30,15 +30,11 @@ import logging
 import socket
 from pathlib import Path
 
-from common.ecn import EcnProfile, describe, parse_profile
+from common.ecn import EcnProfile, describe, from_spec
 from common.errors import SetupError
 from controller import dataplane
 
 LOG = logging.getLogger("fabriclab.controller.ecn")
-
-
-def _profile(spec) -> EcnProfile:
-    return parse_profile(spec, 2**62, "ecn")
 
 
 class EcnPorts:
@@ -83,15 +79,12 @@ class EcnPorts:
             port = self.plan["ports"].get(intf)
             if port is None:
                 raise SetupError(f"ECN: {intf} is not a switch port of this fabric")
-            prof = _profile(spec)
+            prof = from_spec(spec)
             if self.marker_kind == "bpf":
                 self.marker.configure(socket.if_nametoindex(intf), prof, port["rate_bps"], port["buffer_bytes"],
                                       port["burst_bytes"], reset=reset)
             elif prof.kind == "off":
-                f = port["fifo"]
-                q = dataplane.PortQueue(rate_mbps=port["rate_bps"] / 1e6,
-                                        **{("buffer_bytes" if f["kind"] == "bfifo" else "buffer_packets"): f["limit"]})
-                dataplane.install_fifo_leaf(intf, q)
+                dataplane.install_fifo_leaf(intf, port["fifo"]["kind"], port["fifo"]["limit"])
             else:
                 dataplane.install_red(intf, port["rate_bps"], port["buffer_bytes"], prof)
             if self.current.get(intf) != prof:

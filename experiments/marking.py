@@ -67,6 +67,8 @@ def red_buckets(packets: list, rate_bps: float, kmin_bytes: int, kmax_bytes: int
     expected is the mean of Pmax (q - Kmin)/(Kmax - Kmin) over the bucket's packets and ci95 the
     binomial 95% half-width of the measured fraction.
     """
+    from common.ecn import EcnProfile
+    line = EcnProfile("red", kmin_bytes=kmin_bytes, kmax_bytes=kmax_bytes, pmax=pmax).mark_probability
     q = queue_seen_bytes(packets, rate_bps)
     width = (kmax_bytes - kmin_bytes) / buckets
     out = []
@@ -75,7 +77,7 @@ def red_buckets(packets: list, rate_bps: float, kmin_bytes: int, kmax_bytes: int
         sel = [(p, qb) for p, qb in zip(packets, q) if lo <= qb < hi]
         n = len(sel)
         marked = sum(1 for p, _ in sel if p[4] == 3)
-        expected = sum(pmax * (qb - kmin_bytes) / (kmax_bytes - kmin_bytes) for _, qb in sel) / n if n else float("nan")
+        expected = sum(line(qb) for _, qb in sel) / n if n else float("nan")
         meas = marked / n if n else float("nan")
         ci = 1.96 * math.sqrt(max(meas * (1 - meas), 1e-9) / n) if n else float("nan")
         out.append({"lo_bytes": lo, "hi_bytes": hi, "packets": n, "marked": marked, "measured": meas,

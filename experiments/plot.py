@@ -146,12 +146,12 @@ def plot_rounds(out: Path) -> list[Path]:
     when the rounds differ in a step K, ``k_sweep.png`` (throughput and queue median/p99 vs K)."""
     out = Path(out)
     rows = json.loads((out / "rounds.json").read_text())["rounds"]
+    summaries = [json.loads((out / r["folder"] / "summary.json").read_text()) for r in rows]
     paths = []
     fig, ax = plt.subplots(figsize=(8, 4.8))
     limit, unit = None, "packets"
-    for i, r in enumerate(rows):
+    for i, (r, summary) in enumerate(zip(rows, summaries)):
         d = out / r["folder"]
-        summary = json.loads((d / "summary.json").read_text())
         bn = summary["bottleneck"]
         in_packets = bn["buffer_packets"] is not None
         col, unit = ("backlog_packets", "packets") if in_packets else ("backlog_bytes", "bytes")
@@ -190,8 +190,8 @@ def plot_rounds(out: Path) -> list[Path]:
     paths.append(out / "rounds_bars.png")
 
     ks = []
-    for r in rows:
-        e = json.loads((out / r["folder"] / "summary.json").read_text()).get("ecn") or {}
+    for r, summary in zip(rows, summaries):
+        e = summary.get("ecn") or {}
         if e.get("bottleneck_k_bytes"):
             ks.append((e["bottleneck_k_bytes"] / FRAME_BYTES, r))
     if len(ks) >= 2:

@@ -19,6 +19,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -333,6 +334,17 @@ def check_against_fabric(sc: dict):
     return fabric, fabric_map, plan, rounds, profiles
 
 
+class _RoundRun(NamedTuple):
+    """What one round left for the analysis after the fabric is gone."""
+    dir: Path
+    round: dict
+    profiles: dict        # switch port -> EcnProfile
+    host_cfg: dict
+    codes: dict           # agent exit codes
+    counters: dict        # marker counters over the round, per port
+    timings: dict         # seconds
+
+
 def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
     from common.ecn import describe, profile_spec
     t_begin = time.monotonic()
@@ -352,9 +364,9 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
         check_red_weights(sc, rounds)
     plan_ecn = ecn_plan(sc, fabric_map, marker, profiles[0]) if marker != "none" else None
     env["tcp_congestion_control"] = envprobe.tcp_congestion_controls()
+    labels = [sorted({describe(p) for p in pr.values()}) for pr in profiles]   # per round
     env["ecn"] = {"marker": marker, "mechanism": why,
-                  "rounds": [{"name": r["name"], "profiles": sorted({describe(p) for p in pr.values()})}
-                             for r, pr in zip(rounds, profiles)]}
+                  "rounds": [{"name": r["name"], "profiles": lab} for r, lab in zip(rounds, labels)]}
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = results_root / f"{stamp}-{sc['name']}"
     n = 1
@@ -412,12 +424,11 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
                     if i > 0 and plan_ecn is not None:
                         lf.ecn_request({intf: profile_spec(p) for intf, p in pr.items()})
                     renv = dict(env, host_config=host_cfg,
-                                round={"index": i, "name": r["name"], "of": len(rounds),
-                                       "profiles": sorted({describe(p) for p in pr.values()})})
+                                round={"index": i, "name": r["name"], "of": len(rounds), "profiles": labels[i]})
                     (rdir / "environment.json").write_text(json.dumps(renv, indent=2))
                     if multi:
                         _say(quiet, f"round {i + 1}/{len(rounds)} {r['name']}: "
-                                    f"{'; '.join(renv['round']['profiles'])}, {r['hosts']['tcp_congestion_control']}"
+                                    f"{'; '.join(labels[i])}, {r['hosts']['tcp_congestion_control']}"
                                     f" tcp_ecn={r['hosts']['tcp_ecn']}")
                     before = lf.ecn_counters()
                     t_round = time.monotonic()
@@ -425,30 +436,29 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
                                      count_ecn=marker != "none" or r["hosts"]["tcp_ecn"] != 0)
                     rtimings = dict(timings, traffic_s=time.monotonic() - t_round)
                     counters = analysis.counter_deltas(before, lf.ecn_counters())
-                    done.append((rdir, r, pr, host_cfg, codes, counters, rtimings))
+                    done.append(_RoundRun(rdir, r, pr, host_cfg, codes, counters, rtimings))
             t_down = time.monotonic()
         timings["teardown_s"] = time.monotonic() - t_down
     timings["total_s"] = time.monotonic() - t_begin
     (out / "environment.json").write_text(json.dumps(
-        dict(env, host_config=done[0][3]) if not multi else
-        dict(env, host_config_per_round={r["name"]: hc for _d, r, _p, hc, *_x in done}), indent=2))
+        dict(env, host_config=done[0].host_cfg) if not multi else
+        dict(env, host_config_per_round={d.round["name"]: d.host_cfg for d in done}), indent=2))
 
     from experiments import draw, plot
     summaries = []
-    for rdir, r, pr, host_cfg, codes, counters, rtimings in done:
-        rtimings.update(teardown_s=timings["teardown_s"], total_s=timings["total_s"])
-        flows = analysis.collect_flows(rdir / "agents", plan, codes)
-        summary = analysis.write_results(rdir, sc, fabric_map, flows, rtimings, host_cfg, plan)
-        summary = analysis.add_ecn(rdir, summary, env, pr, counters, flows, marker)
-        summaries.append(summary)
-        plot.plot_all(rdir)
+    for d in done:
+        d.timings.update(teardown_s=timings["teardown_s"], total_s=timings["total_s"])
+        flows = analysis.collect_flows(d.dir / "agents", plan, d.codes)
+        summary = analysis.write_results(d.dir, sc, fabric_map, flows, d.timings, d.host_cfg, plan)
+        summaries.append(analysis.add_ecn(d.dir, summary, env, d.profiles, d.counters, flows, marker))
+        plot.plot_all(d.dir)
     draw.draw(fabric_map, out / "topology.png", title=sc["name"])
     if multi:
         analysis.write_rounds(out, summaries)
         plot.plot_rounds(out)
     if not quiet:
-        for summary, (rdir, *_rest) in zip(summaries, done):
-            print(analysis.format_summary(summary, rdir))
+        for summary, d in zip(summaries, done):
+            print(analysis.format_summary(summary, d.dir))
         if multi:
             print(analysis.format_rounds(out))
     return out
