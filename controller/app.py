@@ -122,7 +122,10 @@ class FabricController(BaseApp):
             inst.append(parser.OFPInstructionGotoTable(goto_table))
         dp.send_msg(parser.OFPFlowMod(dp, table_id=table_id, priority=priority, match=match, instructions=inst))
 
-    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    # CONFIG too: os-ken runs apps on native threads, so this app's flow mods and barrier can
+    # reach the switch before os-ken's own port-description request, whose reply moves the
+    # connection to MAIN; the barrier reply then arrives in CONFIG (seen once in the VM lane).
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def on_barrier(self, ev):
         """Mark a switch ready once its set-up barrier returns; write the ready file when all are."""
         dp = ev.msg.datapath

@@ -180,7 +180,8 @@ class LiveFabric:
             if time.monotonic() > deadline:
                 missing = self._unconnected()
                 raise SetupError(f"switches not connected/configured after {self.connect_timeout_s:.0f} s: "
-                                 f"{', '.join(missing) or '(all connected, configuration incomplete)'}")
+                                 f"{', '.join(missing) or '(all connected, configuration incomplete)'}; "
+                                 f"controller log: {self._tail(self.workdir / 'controller.log')}")
             time.sleep(0.05)
 
     def _ecn_call(self, body: dict, timeout_s: float) -> dict:

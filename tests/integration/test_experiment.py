@@ -85,14 +85,20 @@ def test_default_experiment_end_to_end(tmp_path):
                 (before if float(row["t_s"]) < 0 else after).append(int(row["backlog_packets"]))
     assert before and max(before) <= 2
     assert max(after) >= 20
-    # case L4: the sustained queue is at the receiver's port; on the senders' leaves (their
-    # host-facing ports and uplinks) nothing queues; the spines' ports toward leaf1 may see
-    # slow-start bursts only
+    # case L4: the sustained queue is at the receiver's port. The senders' leaves' host-facing
+    # ports carry only ACKs: nothing queues there. Their 10 Mbit/s uplinks queue only while two
+    # senders that hashed onto the same uplink burst together (slow start, recovery): seen up to
+    # 12.6% of the bottleneck's mean (10.8 vs 85.7 kB), never near it. The spines' ports toward
+    # leaf1 may see slow-start bursts only.
     ports = list(csv.DictReader(open(out / "ports.csv")))
     sender_leaves = {"leaf2", "leaf3", "leaf4"}
-    sender_side = [r for r in ports if r["switch"] in sender_leaves]
-    worst = max(sender_side, key=lambda r: float(r["mean_backlog_bytes"]))
-    assert float(worst["mean_backlog_bytes"]) < 0.05 * bn["mean_backlog_bytes"], (worst, bn, s["ecmp_split_tx_bytes"])
+    host_facing = [r for r in ports if r["switch"] in sender_leaves and r["peer"].startswith("h")]
+    uplinks = [r for r in ports if r["switch"] in sender_leaves and r["peer"].startswith("spine")]
+    assert len(host_facing) == 18 and len(uplinks) == 6
+    worst = max(host_facing, key=lambda r: float(r["mean_backlog_bytes"]))
+    assert float(worst["mean_backlog_bytes"]) < 0.05 * bn["mean_backlog_bytes"], (worst, bn)
+    worst = max(uplinks, key=lambda r: float(r["mean_backlog_bytes"]))
+    assert float(worst["mean_backlog_bytes"]) < 0.25 * bn["mean_backlog_bytes"], (worst, bn, s["ecmp_split_tx_bytes"])
     spine_down = [float(r["mean_backlog_bytes"]) for r in ports if r["peer"] == "leaf1" and r["intf"] != bn["intf"]]
     assert max(spine_down) < bn["mean_backlog_bytes"]
     # the sampler covered every switch port all along (its speed is bench/'s business, not a test's:
