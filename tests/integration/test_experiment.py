@@ -122,7 +122,9 @@ def test_default_experiment_end_to_end(tmp_path):
     dt_drops, ecn_drops = s["total_drops"], e["total_drops"]
     assert ecn_drops == 0 or ecn_drops * 10 <= dt_drops, (dt_drops, ecn_drops)
     dt_tp, ecn_tp = receiver_link_mbps(out), receiver_link_mbps(ecn_out)
-    assert abs(ecn_tp - dt_tp) <= 0.1 * dt_tp, (dt_tp, ecn_tp)
+    # ECN must not cost throughput: at least 90% of drop-tail's. It may gain (seen: drop-tail
+    # 7.66 Mbit/s after a retransmission timeout, ECN 10.0), which is ECN's point, not a failure.
+    assert ecn_tp >= 0.9 * dt_tp, (dt_tp, ecn_tp)
     print(f"drop-tail: drops {dt_drops}, {dt_tp:.2f} Mbit/s; ECN K={k}: drops {ecn_drops}, {ecn_tp:.2f} Mbit/s, "
           f"queue median {ecn['queue_after_first_rtt']['median_packets']} packets, "
           f"marks {ecn['bottleneck_counters']}")
