@@ -51,8 +51,26 @@ def _maybe_fault(phase: str) -> None:
         raise InjectedFault(f"injected fault at phase {phase!r} ({FAULT_ENV})")
 
 
-def _sigterm(*_):
-    raise SystemExit(143)   # unwinds through every `finally`: the fabric is torn down
+_SIGNALLED: list[int] = []   # signals received during run(), in order
+
+
+def _on_signal(signum, _frame):
+    """SIGTERM/SIGINT: unwind through every `finally` (the fabric is torn down). Recorded too:
+    Python drops an exception raised while a ``__del__`` runs ("Exception ignored in ..."), and a
+    Ctrl-C that landed there once let a run finish with exit 0 (CI); :func:`check_signalled`
+    raises it again."""
+    _SIGNALLED.append(signum)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(143)
+
+
+def check_signalled() -> None:
+    """Raise KeyboardInterrupt / SystemExit(143) if a signal arrived during this run and was lost."""
+    if _SIGNALLED:
+        if _SIGNALLED[0] == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(143)
 
 
 def build_fabric(sc: dict):
@@ -109,6 +127,7 @@ class _Agents:
     def wait(self, deadline_unix_s: float) -> dict[str, int]:
         codes = {}
         for host, p in self.procs:
+            check_signalled()
             left = max(0.1, deadline_unix_s - time.time())
             try:
                 codes[host] = p.wait(left)
@@ -232,11 +251,15 @@ def run(sc: dict, results_root: Path, quiet: bool = False) -> Path:
         SetupError: building or configuring the fabric failed.
         InjectedFault: when asked to by $FABRICLAB_INJECT_FAULT (tests).
     """
-    old_term = signal.signal(signal.SIGTERM, _sigterm)
+    _SIGNALLED.clear()
+    old = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return _run(sc, Path(results_root), quiet)
+        out = _run(sc, Path(results_root), quiet)
+        check_signalled()
+        return out
     finally:
-        signal.signal(signal.SIGTERM, old_term)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def _say(quiet, *a):
@@ -417,6 +440,7 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
                               f"{txbuf.before_bytes} bytes of packet memory, and excess packets are dropped "
                               "inside OVS, not in the qdiscs", file=sys.stderr)
                 for i, (r, pr) in enumerate(zip(rounds, profiles)):
+                    check_signalled()
                     rdir = out / "rounds" / f"{i + 1:02d}-{r['name']}" if multi else out
                     rdir.mkdir(parents=True, exist_ok=True)
                     (rdir / "agents").mkdir()
