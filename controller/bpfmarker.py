@@ -17,13 +17,13 @@ decoded by :func:`decode_st`.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import struct
 from pathlib import Path
 
 from common.errors import SetupError
 from controller.ecn import EcnProfile
+from controller.libbpf import BPF_ANY, BPF_F_LOCK, Libbpf
 
 REPO = Path(__file__).resolve().parent.parent
 OBJECT = REPO / "build" / "ecn_marker.bpf.o"
@@ -31,6 +31,8 @@ SOURCE = REPO / "controller" / "bpf" / "ecn_marker.bpf.c"
 PROG_NAME = b"fl_ecn_mark"
 #: The filter's name as ``tc filter show`` lists it.
 FILTER_NAME = "fabriclab_ecn"
+#: Its tc preference: after the PFC classifier (controller.pfcbpf.EGRESS_PREF), since the marker ends the chain.
+FILTER_PREF = 100
 
 KINDS = {"off": 0, "step": 1, "red": 2}
 #: struct fl_ecn_cfg: kind, weight_q16, rate_bytes_per_s, buffer_bytes, full_drain_ns,
@@ -40,8 +42,6 @@ CFG = struct.Struct("=IIQQQQQQQQ")
 ST = struct.Struct("=II11Q")
 ST_FIELDS = ("backlog_nb", "avg_q16", "t_last_ns", "packets", "ect", "not_ect", "ce_in", "marked",
              "vq_drops", "max_backlog_bytes", "credit_nb")
-BPF_ANY = 0
-BPF_F_LOCK = 4
 
 
 def encode_cfg(profile: EcnProfile, rate_bps: float, buffer_bytes: int, burst_bytes: int) -> bytes:
@@ -78,54 +78,6 @@ def decode_st(raw: bytes) -> dict:
     return d
 
 
-class _Libbpf:
-    """The few libbpf 1.x calls fabriclab needs, through ctypes."""
-
-    def __init__(self):
-        name = ctypes.util.find_library("bpf") or "libbpf.so.1"
-        try:
-            self.lib = ctypes.CDLL(name, use_errno=True)
-        except OSError as e:
-            raise SetupError(f"libbpf is not installed ({e}); run 'sudo make setup'") from None
-        L = self.lib
-        vp, ip, cp = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
-        for fname, res, args in (
-                ("bpf_object__open_file", vp, [cp, vp]),
-                ("bpf_object__load", ip, [vp]),
-                ("bpf_object__close", None, [vp]),
-                ("bpf_object__find_program_by_name", vp, [vp, cp]),
-                ("bpf_program__fd", ip, [vp]),
-                ("bpf_object__find_map_fd_by_name", ip, [vp, cp]),
-                ("bpf_map_update_elem", ip, [ip, vp, vp, ctypes.c_uint64]),
-                ("bpf_map_lookup_elem_flags", ip, [ip, vp, vp, ctypes.c_uint64]),
-                ("bpf_map_delete_elem", ip, [ip, vp]),
-                ("bpf_map_get_fd_by_id", ip, [ctypes.c_uint32]),
-                ("bpf_obj_get_info_by_fd", ip, [ip, vp, ctypes.POINTER(ctypes.c_uint32)]),
-                ("libbpf_set_print", vp, [vp])):
-            f = getattr(L, fname)
-            f.restype, f.argtypes = res, args
-
-    def check(self, rc: int, what: str) -> int:
-        if rc < 0:
-            err = -rc if rc != -1 else ctypes.get_errno()
-            raise SetupError(f"BPF ECN marker: {what}: {os.strerror(err)}")
-        return rc
-
-    def _info(self, fd: int) -> bytes:
-        buf = ctypes.create_string_buffer(256)
-        n = ctypes.c_uint32(256)
-        self.check(self.lib.bpf_obj_get_info_by_fd(fd, buf, ctypes.byref(n)), "get object info")
-        return buf.raw
-
-    def obj_id(self, fd: int) -> int:
-        """The kernel id of a BPF object (program or map) from its fd (info struct: type, id)."""
-        return struct.unpack_from("=II", self._info(fd))[1]
-
-    def map_value_size(self, fd: int) -> int:
-        """A map's value size in bytes (struct bpf_map_info: type, id, key_size, value_size)."""
-        return struct.unpack_from("=IIII", self._info(fd))[3]
-
-
 class BpfEcnMarker:
     """The loaded marker program and its two maps.
 
@@ -134,7 +86,7 @@ class BpfEcnMarker:
     SetupError with libbpf's or the kernel's reason on any failure.
     """
 
-    def __init__(self, lib: _Libbpf, cfg_fd: int, st_fd: int, prog_fd: int | None = None, obj=None):
+    def __init__(self, lib: Libbpf, cfg_fd: int, st_fd: int, prog_fd: int | None = None, obj=None):
         self.lib, self.cfg_fd, self.st_fd, self.prog_fd, self.obj = lib, cfg_fd, st_fd, prog_fd, obj
 
     @classmethod
@@ -142,7 +94,7 @@ class BpfEcnMarker:
         """Open and load the compiled marker (``build/ecn_marker.bpf.o``)."""
         if not Path(path).exists():
             raise SetupError(f"BPF ECN marker {path} is not built (run 'sudo make setup'; needs clang, libbpf-dev)")
-        lib = _Libbpf()
+        lib = Libbpf("BPF ECN marker")
         obj = lib.lib.bpf_object__open_file(str(path).encode(), None)
         if not obj:
             raise SetupError(f"BPF ECN marker: cannot open {path}: {os.strerror(ctypes.get_errno())}")
@@ -162,7 +114,7 @@ class BpfEcnMarker:
     @classmethod
     def open_ids(cls, ids: dict) -> "BpfEcnMarker":
         """Reopen the maps of a marker another process loaded, from :meth:`ids`."""
-        lib = _Libbpf()
+        lib = Libbpf("BPF ECN marker")
         cfg_fd = lib.check(lib.lib.bpf_map_get_fd_by_id(ids["cfg_map_id"]), "open fl_ecn_cfg by id")
         st_fd = lib.check(lib.lib.bpf_map_get_fd_by_id(ids["st_map_id"]), "open fl_ecn_st by id")
         return cls(lib, cfg_fd, st_fd)
@@ -210,7 +162,7 @@ class BpfEcnMarker:
                 if "clsact" not in kinds:
                     ipr.tc("add", "clsact", idx[0])
                 ipr.tc("add-filter", "bpf", idx[0], ":1", fd=self.prog_fd, name=FILTER_NAME,
-                       parent="ffff:fff3", classid=1, direct_action=True)
+                       parent="ffff:fff3", classid=1, direct_action=True, prio=FILTER_PREF)
         except NetlinkError as e:
             raise SetupError(f"BPF ECN marker: tc refused the filter on {ifname}: {e}") from None
 

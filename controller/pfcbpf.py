@@ -1,0 +1,204 @@
+"""PFC buffer accounting in the kernel: loads ``controller/bpf/pfc.bpf.c``
+(compiled by ``make setup`` to ``build/pfc.bpf.o``), attaches its classifiers
+to ports and its programs to the ``qdisc:qdisc_enqueue``/``qdisc_dequeue``
+tracepoints, configures its maps and delivers its XOFF/XON events.
+
+Buffer-accounting model (the C source's header says how): every byte held in
+a switch's egress queues is counted against the (ingress port, priority) it
+arrived on; XOFF/XON are crossed per (switch, ingress port, priority).
+
+Nothing is pinned: the tracepoint links and the ring buffer live in the
+loading process (the controller); the tc filters hold the program until the
+fabric's interfaces are deleted. A crashed controller therefore leaves
+nothing behind but filters on interfaces that the run's clean-up deletes.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+from pathlib import Path
+from typing import Callable
+
+from common.errors import SetupError
+from controller.libbpf import BPF_ANY, RING_BUFFER_SAMPLE_FN, Libbpf
+
+REPO = Path(__file__).resolve().parent.parent
+OBJECT = REPO / "build" / "pfc.bpf.o"
+WHO = "BPF PFC accounting"
+#: tc filter names and preferences: the PFC classifier runs before the ECN marker (which ends the chain).
+FILTER_NAME = "fabriclab_pfc"
+EGRESS_PREF = 10
+INGRESS_PREF = 10
+
+#: struct fl_pfc_port: sw, port, is_switch, default_prio
+PORT = struct.Struct("=IIII")
+#: struct fl_pfc_occ_key: sw, port (u16), prio (u16)
+OCC_KEY = struct.Struct("=IHH")
+#: struct fl_pfc_occ: paused, bytes (signed), max_bytes, xoff_bytes, xon_bytes, packets, xoff_events, underflows
+OCC = struct.Struct("=QqQQQQQQ")
+OCC_FIELDS = ("paused", "bytes", "max_bytes", "xoff_bytes", "xon_bytes", "packets", "xoff_events", "underflows")
+#: struct fl_pfc_event: t_ns, bytes (signed), sw, port (u16), prio (u8), kind (u8)
+EVENT = struct.Struct("=QqIHBB")
+EV_XOFF, EV_XON = 1, 2
+EVENT_KINDS = {EV_XOFF: "xoff", EV_XON: "xon"}
+MAX_SWITCHES = 4095
+MAX_PORTS = 255
+
+PROGRAMS = ("fl_pfc_in", "fl_pfc_out", "fl_pfc_enq", "fl_pfc_deq")
+MAPS = ("fl_pfc_port", "fl_pfc_dscp", "fl_pfc_flow", "fl_pfc_occ", "fl_pfc_events")
+
+
+def class_minor(prio: int) -> int:
+    """The HTB class minor the classifier sends priority ``prio`` to (``1:1p`` in hex: 0x10 + prio)."""
+    return 0x10 + prio
+
+
+class PfcBpf:
+    """The loaded PFC accounting program (see the module docstring).
+
+    Use :meth:`load`; every method raises SetupError with libbpf's or the kernel's reason.
+    """
+
+    def __init__(self, lib: Libbpf, obj, progs: dict, maps: dict):
+        self.lib, self.obj, self.progs, self.maps = lib, obj, progs, maps
+        self.links: list = []
+        self._rb = None
+        self._rb_cb = None
+
+    @classmethod
+    def load(cls, path: Path = OBJECT) -> "PfcBpf":
+        """Open and load ``build/pfc.bpf.o`` and attach its two tracepoint programs."""
+        if not Path(path).exists():
+            raise SetupError(f"{WHO}: {path} is not built (run 'sudo make setup'; needs clang, libbpf-dev)")
+        lib = Libbpf(WHO)
+        obj = lib.lib.bpf_object__open_file(str(path).encode(), None)
+        if not obj:
+            raise SetupError(f"{WHO}: cannot open {path}: {os.strerror(ctypes.get_errno())}")
+        lib.check(lib.lib.bpf_object__load(obj), f"the kernel refused to load {Path(path).name}")
+        progs, maps = {}, {}
+        for name in PROGRAMS:
+            p = lib.lib.bpf_object__find_program_by_name(obj, name.encode())
+            if not p:
+                raise SetupError(f"{WHO}: no program {name} in {path}")
+            progs[name] = p
+        for name in MAPS:
+            maps[name] = lib.check(lib.lib.bpf_object__find_map_fd_by_name(obj, name.encode()), f"map {name}")
+        sizes = {n: lib.map_value_size(maps[n]) for n in ("fl_pfc_port", "fl_pfc_occ")}
+        if sizes != {"fl_pfc_port": PORT.size, "fl_pfc_occ": OCC.size}:
+            raise SetupError(f"{WHO}: {Path(path).name} has map values {sizes}, this loader expects "
+                             f"{PORT.size} and {OCC.size} bytes: rebuild it (make bpf)")
+        self = cls(lib, obj, progs, maps)
+        try:
+            for name in ("fl_pfc_enq", "fl_pfc_deq"):
+                link = lib.lib.bpf_program__attach(progs[name])
+                if not link or lib.lib.libbpf_get_error(link):
+                    raise SetupError(f"{WHO}: cannot attach {name} to its tracepoint: "
+                                     f"{os.strerror(ctypes.get_errno() or 22)}")
+                self.links.append(link)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def prog_fd(self, name: str) -> int:
+        """The fd of program ``name`` (one of :data:`PROGRAMS`)."""
+        return self.lib.check(self.lib.lib.bpf_program__fd(self.progs[name]), f"fd of {name}")
+
+    def ids(self) -> dict:
+        """Kernel ids of the programs and the occupancy map, for the run's record."""
+        out = {f"{n}_id": self.lib.obj_id(self.prog_fd(n)) for n in PROGRAMS}
+        out["occ_map_id"] = self.lib.obj_id(self.maps["fl_pfc_occ"])
+        return out
+
+    # -- configuration ---------------------------------------------------------
+    def _update(self, map_name: str, key: bytes, value: bytes, what: str) -> None:
+        k = ctypes.create_string_buffer(key, len(key))
+        v = ctypes.create_string_buffer(value, len(value))
+        self.lib.check(self.lib.lib.bpf_map_update_elem(self.maps[map_name], k, v, BPF_ANY), what)
+
+    def set_dscp_map(self, dscp_map: dict, default_prio: int) -> None:
+        """Every DSCP 0..63 -> its priority (``dscp_map``, else ``default_prio``)."""
+        for dscp in range(64):
+            self._update("fl_pfc_dscp", struct.pack("=I", dscp), struct.pack("=I", dscp_map.get(dscp, default_prio)),
+                         f"DSCP {dscp}")
+
+    def set_port(self, ifindex: int, sw: int, port: int, is_switch: bool, default_prio: int) -> None:
+        """Describe interface ``ifindex`` (root namespace for switch ports) to the classifier.
+
+        Raises:
+            ValueError: switch id outside 1..4095 or port index outside 0..255 (they share the skb mark).
+        """
+        if not 1 <= sw <= MAX_SWITCHES or not 0 <= port <= MAX_PORTS:
+            raise ValueError(f"switch id {sw} (1..{MAX_SWITCHES}) or port index {port} (0..{MAX_PORTS}) out of range")
+        self._update("fl_pfc_port", struct.pack("=I", ifindex), PORT.pack(sw, port, int(is_switch), default_prio),
+                     f"port ifindex {ifindex}")
+
+    def set_thresholds(self, sw: int, port: int, prio: int, xoff_bytes: int, xon_bytes: int) -> None:
+        """Start counting (switch ``sw``, ingress ``port``, ``prio``) from zero with these thresholds
+        (``xoff_bytes`` 0: count only, never pause)."""
+        self._update("fl_pfc_occ", OCC_KEY.pack(sw, port, prio), OCC.pack(0, 0, 0, xoff_bytes, xon_bytes, 0, 0, 0),
+                     f"counter of switch {sw} port {port} priority {prio}")
+
+    def read(self, sw: int, port: int, prio: int) -> dict | None:
+        """The counter of (``sw``, ``port``, ``prio``) as a dict of :data:`OCC_FIELDS`; None if absent."""
+        k = ctypes.create_string_buffer(OCC_KEY.pack(sw, port, prio), OCC_KEY.size)
+        v = ctypes.create_string_buffer(OCC.size)
+        if self.lib.lib.bpf_map_lookup_elem(self.maps["fl_pfc_occ"], k, v) < 0:
+            return None
+        return dict(zip(OCC_FIELDS, OCC.unpack(v.raw)))
+
+    # -- attachment ------------------------------------------------------------
+    def attach(self, ifname: str, netns_pid: int | None = None, ingress: bool = False) -> None:
+        """Attach the egress classifier (and, for switch ports, the ingress one) to ``ifname``."""
+        from pyroute2 import IPRoute
+        from pyroute2.netlink.exceptions import NetlinkError
+        try:
+            with (IPRoute() if netns_pid is None else IPRoute(netns=f"/proc/{netns_pid}/ns/net", flags=0)) as ipr:
+                idx = ipr.link_lookup(ifname=ifname)
+                if not idx:
+                    raise SetupError(f"{WHO}: no interface {ifname!r}")
+                kinds = {m.get_attr("TCA_KIND") for m in ipr.get_qdiscs(index=idx[0])}
+                if "clsact" not in kinds:
+                    ipr.tc("add", "clsact", idx[0])
+                ipr.tc("add-filter", "bpf", idx[0], ":1", fd=self.prog_fd("fl_pfc_out"), name=FILTER_NAME,
+                       parent="ffff:fff3", classid=1, direct_action=True, prio=EGRESS_PREF)
+                if ingress:
+                    ipr.tc("add-filter", "bpf", idx[0], ":1", fd=self.prog_fd("fl_pfc_in"), name=FILTER_NAME,
+                           parent="ffff:fff2", classid=1, direct_action=True, prio=INGRESS_PREF)
+        except NetlinkError as e:
+            raise SetupError(f"{WHO}: tc refused the filter on {ifname}: {e}") from None
+
+    # -- events ----------------------------------------------------------------
+    def on_events(self, callback: Callable[[dict], None]) -> None:
+        """Deliver each XOFF/XON event to ``callback({"t_ns", "bytes", "sw", "port", "prio", "kind"})``
+        from :meth:`poll` (``t_ns`` on CLOCK_MONOTONIC, as ``time.monotonic_ns()``)."""
+        def sample(_ctx, data, size):
+            if size >= EVENT.size:
+                t_ns, nbytes, sw, port, prio, kind = EVENT.unpack(ctypes.string_at(data, EVENT.size))
+                callback({"t_ns": t_ns, "bytes": nbytes, "sw": sw, "port": port, "prio": prio,
+                          "kind": EVENT_KINDS.get(kind, str(kind))})
+            return 0
+        self._rb_cb = RING_BUFFER_SAMPLE_FN(sample)
+        rb = self.lib.lib.ring_buffer__new(self.maps["fl_pfc_events"], self._rb_cb, None, None)
+        if not rb:
+            raise SetupError(f"{WHO}: cannot open the event ring buffer: {os.strerror(ctypes.get_errno())}")
+        self._rb = rb
+
+    def poll(self, timeout_ms: int) -> int:
+        """Wait up to ``timeout_ms`` for events and deliver them; returns how many."""
+        if self._rb is None:
+            raise SetupError(f"{WHO}: poll before on_events")
+        return self.lib.check(self.lib.lib.ring_buffer__poll(self._rb, timeout_ms), "poll the event ring buffer")
+
+    def close(self) -> None:
+        """Detach the tracepoints, free the ring buffer, close the object (tc filters stay with their ports)."""
+        if self._rb is not None:
+            self.lib.lib.ring_buffer__free(self._rb)
+            self._rb = None
+        for link in self.links:
+            self.lib.lib.bpf_link__destroy(link)
+        self.links = []
+        if self.obj:
+            self.lib.lib.bpf_object__close(self.obj)
+            self.obj = None

@@ -1,0 +1,136 @@
+"""PFC buffer accounting in the kernel (controller/bpf/pfc.bpf.c) on a real forwarding path:
+three network namespaces, a sender, a Linux router standing in for one switch, a receiver.
+The router's port toward the receiver has a queue per priority behind a TBF pause gate;
+closing the gate holds the lossless priority's packets, and the per-(ingress port, priority)
+counter must follow the real queue byte for byte, with one XOFF and one XON event."""
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+NS = ("flpfc-src", "flpfc-sw", "flpfc-dst")
+SW, IN_PORT, OUT_PORT = 1, 1, 2
+XOFF, XON = 30280, 24224
+HOLD_FIFO_BYTES = 2_000_000
+
+
+def sh(*a):
+    return subprocess.run(a, check=True, capture_output=True, text=True).stdout
+
+
+def nsx(ns, *a):
+    return sh("ip", "netns", "exec", ns, *a)
+
+
+@pytest.fixture
+def router():
+    """src (10.78.1.1) -> sw (forwards; port flpb0 has HTB 1: -> 1:1 10 Mbit/s -> 1:10, 1:13, each
+    TBF gate -> bfifo) -> dst (10.78.2.1). Yields the pid of a process in sw's namespace."""
+    from controller.pfcbpf import class_minor
+    for ns in NS:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)   # a killed earlier run
+        sh("ip", "netns", "add", ns)
+    holder = None
+    try:
+        sh("ip", "link", "add", "flpa0", "netns", NS[0], "type", "veth", "peer", "name", "flpa1", "netns", NS[1])
+        sh("ip", "link", "add", "flpb0", "netns", NS[1], "type", "veth", "peer", "name", "flpb1", "netns", NS[2])
+        for ns, dev, addr in ((NS[0], "flpa0", "10.78.1.1/24"), (NS[1], "flpa1", "10.78.1.2/24"),
+                              (NS[1], "flpb0", "10.78.2.2/24"), (NS[2], "flpb1", "10.78.2.1/24")):
+            nsx(ns, "ip", "addr", "add", addr, "dev", dev)
+            nsx(ns, "ip", "link", "set", dev, "up")
+            nsx(ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off")
+        nsx(NS[0], "ip", "route", "add", "default", "via", "10.78.1.2")
+        nsx(NS[2], "ip", "route", "add", "default", "via", "10.78.2.2")
+        nsx(NS[1], "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        nsx(NS[1], "tc", "qdisc", "add", "dev", "flpb0", "root", "handle", "1:", "htb", "default", "10")
+        nsx(NS[1], "tc", "class", "add", "dev", "flpb0", "parent", "1:", "classid", "1:1", "htb",
+            "rate", "10mbit", "burst", "3028")
+        for p in (0, 3):
+            m = f"{class_minor(p):x}"
+            nsx(NS[1], "tc", "class", "add", "dev", "flpb0", "parent", "1:1", "classid", f"1:{m}", "htb",
+                "rate", "100kbit", "ceil", "10mbit", "prio", str(7 - p), "burst", "3028")
+            nsx(NS[1], "tc", "qdisc", "add", "dev", "flpb0", "parent", f"1:{m}", "handle", f"{m}:", "tbf",
+                "rate", "10mbit", "burst", "3028", "limit", str(HOLD_FIFO_BYTES))
+        holder = subprocess.Popen(["ip", "netns", "exec", NS[1], "sleep", "600"])
+        time.sleep(0.2)
+        yield holder.pid
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+        for ns in NS:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def _send(dscp: int, rate_bps: float, duration_s: float) -> subprocess.Popen:
+    code = f"""
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ({dscp} << 2) | 2)
+t = time.monotonic(); n = 0; gap = 1514 * 8 / {rate_bps}
+while time.monotonic() - t < {duration_s}:
+    s.sendto(b'x' * 1472, ('10.78.2.1', 9)); n += 1
+    d = t + n * gap - time.monotonic()
+    if d > 0:
+        time.sleep(d)
+print(n)
+"""
+    return subprocess.Popen(["ip", "netns", "exec", NS[0], sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            text=True)
+
+
+def _backlog(handle: str) -> int:
+    q = json.loads(nsx(NS[1], "tc", "-s", "-j", "qdisc", "show", "dev", "flpb0"))
+    return next(x["backlog"] for x in q if x["handle"] == handle)
+
+
+def test_counter_follows_the_held_queue_with_one_xoff_and_one_xon(router):
+    from pyroute2 import IPRoute
+
+    from controller.pfcbpf import PfcBpf
+    bpf = PfcBpf.load()
+    try:
+        with IPRoute(netns=f"/proc/{router}/ns/net", flags=0) as ipr:
+            ia, ib = ipr.link_lookup(ifname="flpa1")[0], ipr.link_lookup(ifname="flpb0")[0]
+            bpf.set_dscp_map({26: 3, 0: 0}, 0)
+            bpf.set_port(ia, SW, IN_PORT, True, 0)
+            bpf.set_port(ib, SW, OUT_PORT, True, 0)
+            bpf.set_thresholds(SW, IN_PORT, 3, XOFF, XON)
+            bpf.set_thresholds(SW, IN_PORT, 0, 0, 0)       # lossy: counted, never paused
+            bpf.attach("flpa1", router, ingress=True)
+            bpf.attach("flpb0", router, ingress=True)
+            events = []
+            bpf.on_events(events.append)
+            # close priority 3's gate (what a pause does), send lossless and lossy traffic
+            ipr.tc("change", "tbf", ib, "13:", parent="1:13", rate="8000bit", burst=1514, limit=HOLD_FIFO_BYTES)
+            lossless, lossy = _send(26, 8e6, 1.0), _send(0, 1e6, 1.0)
+            n_lossless, n_lossy = int(lossless.communicate()[0]), int(lossy.communicate()[0])
+            time.sleep(0.3)
+            bpf.poll(10)
+            held = bpf.read(SW, IN_PORT, 3)
+            backlog = _backlog("13:")
+            lossy_now = bpf.read(SW, IN_PORT, 0)
+            ipr.tc("change", "tbf", ib, "13:", parent="1:13", rate="10mbit", burst=3028, limit=HOLD_FIFO_BYTES)
+            # nothing new arrives: send one lossy frame to make the port's qdisc run (the pauser's kick)
+            _send(0, 1e6, 0.001).communicate()
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and bpf.read(SW, IN_PORT, 3)["bytes"] > 0:
+                bpf.poll(20)
+            bpf.poll(50)
+            end = bpf.read(SW, IN_PORT, 3)
+    finally:
+        bpf.close()
+    assert n_lossless > 500 and n_lossy > 50
+    # the counter is the queue, byte for byte (the sender has stopped; one frame passed the gate)
+    assert held["bytes"] == backlog, (held, backlog)
+    assert backlog >= (n_lossless - 2) * 1514
+    assert held["paused"] == 1 and held["xoff_events"] == 1 and held["underflows"] == 0
+    assert lossy_now["bytes"] == 0 and lossy_now["packets"] >= n_lossy and lossy_now["xoff_events"] == 0
+    kinds = [(e["kind"], e["sw"], e["port"], e["prio"]) for e in events]
+    assert kinds == [("xoff", SW, IN_PORT, 3), ("xon", SW, IN_PORT, 3)], events
+    xoff, xon = events
+    assert XOFF <= xoff["bytes"] < XOFF + 1514 and XON - 1514 < xon["bytes"] <= XON
+    assert end["bytes"] == 0 and end["paused"] == 0 and end["underflows"] == 0
+    assert end["packets"] == n_lossless
