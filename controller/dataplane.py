@@ -510,3 +510,166 @@ def red_counters(ifname: str) -> dict | None:
         if q.get("kind") == "red":
             return {k: q.get(k) for k in ("marked", "early", "pdrop", "other", "drops", "packets")}
     return None
+
+
+# -- priority queues and PFC pause gates (issue 6) ------------------------------------------
+
+#: A paused gate still owns a token bucket: 8 kbit/s with a one-frame burst. pyroute2 encodes
+#: slower TBF rates with a 1514-byte burst wrongly (the kernel saw 429 bytes and dropped every
+#: packet), and TBF needs a burst of at least one frame. See docs/pfc-dataplane.md.
+PAUSED_RATE_BPS = 8000
+CLONE_NEWNET = 0x40000000
+PAUSED_BURST_BYTES = 1514
+
+
+def prio_class(prio: int) -> int:
+    """The HTB class ``1:1p`` (minor 0x10 + prio) that holds priority ``prio``'s queue."""
+    return HTB_ROOT | (0x10 + prio)
+
+
+def prio_gate_handle(prio: int) -> int:
+    """The handle ``(0x10+prio):`` of priority ``prio``'s TBF pause gate (its bfifo is the gate's child)."""
+    return (0x10 + prio) << 16
+
+
+@dataclass(frozen=True)
+class PriorityQueues:
+    """The egress queues of one port with a queue per priority (issue 6).
+
+    ``htb 1:`` -> ``1:1`` (the link rate) -> ``1:1p`` per priority (strict: HTB prio 7-p with a
+    token guaranteed rate, so the highest priority number is served first; weighted: guaranteed
+    rates in proportion to the weights, all borrowing up to the link) -> a TBF gate at the link
+    rate (closed to pause) -> its bfifo.
+
+    Attributes:
+        rate_bps: the link rate in bit/s.
+        fifo_bytes: ``{prio: bfifo limit in bytes}``; its keys are the port's priorities.
+        default_prio: the class of frames no classifier placed.
+        weights: ``{prio: weight}`` for weighted scheduling, None for strict priority.
+        burst_bytes: HTB burst and cburst (and the open gate's burst) in bytes.
+    """
+    rate_bps: float
+    fifo_bytes: dict
+    default_prio: int = 0
+    weights: dict | None = None
+    burst_bytes: int = 3028
+
+    def class_rate_bps(self, prio: int) -> int:
+        """Guaranteed rate of priority ``prio``'s class (the rest is borrowed up to the link)."""
+        if self.weights:
+            return max(8000, int(self.rate_bps * self.weights[prio] / sum(self.weights.values())))
+        return max(8000, int(self.rate_bps / 1000))
+
+    def gate_burst_bytes(self) -> int:
+        """The open gate's burst: never below HTB's, so an open gate adds no delay."""
+        return max(self.burst_bytes, 2 * 1514)
+
+
+def install_priority_queues(ifname: str, q: PriorityQueues, netns_pid: int | None = None) -> None:
+    """Replace the root qdisc of ``ifname`` with the tree of :class:`PriorityQueues`.
+
+    Raises:
+        SetupError: the interface is missing, the kernel refused a qdisc or class, or the
+            read-back lacks one of them.
+    """
+    rate = int(round(q.rate_bps))
+    try:
+        with _ipr(netns_pid) as ipr:
+            found = ipr.link_lookup(ifname=ifname)
+            if not found:
+                raise SetupError(f"tc: no interface {ifname!r}")
+            idx = found[0]
+            ipr.tc("replace", "htb", idx, HTB_ROOT, default=0x10 + q.default_prio)
+            ipr.tc("replace-class", "htb", idx, HTB_CLASS, parent=HTB_ROOT, rate=f"{rate}bit", ceil=f"{rate}bit",
+                   burst=q.burst_bytes, cburst=q.burst_bytes)
+            for prio, limit in sorted(q.fifo_bytes.items()):
+                ipr.tc("replace-class", "htb", idx, prio_class(prio), parent=HTB_CLASS,
+                       rate=f"{q.class_rate_bps(prio)}bit", ceil=f"{rate}bit", burst=q.burst_bytes,
+                       cburst=q.burst_bytes, prio=0 if q.weights else 7 - prio)
+                ipr.tc("replace", "tbf", idx, prio_gate_handle(prio), parent=prio_class(prio), rate=f"{rate}bit",
+                       burst=q.gate_burst_bytes(), limit=int(limit))
+            kinds = {(m["parent"], m.get_attr("TCA_KIND")) for m in ipr.get_qdiscs(index=idx)}
+    except NetlinkError as e:
+        raise SetupError(f"tc on {ifname}: kernel refused ({e.code}: {e.args[1] if len(e.args) > 1 else e})") from None
+    missing = [p for p in q.fifo_bytes if (prio_class(p), "tbf") not in kinds]
+    if (0xFFFFFFFF, "htb") not in kinds or missing:
+        raise SetupError(f"tc on {ifname}: read-back shows {sorted(kinds)}; no gate for priorities {missing}")
+
+
+class PauseGates:
+    """Closes and opens the TBF pause gates of one port (the upstream transmitter of a link).
+
+    Holds a netlink socket in the port's namespace and a packet socket for the kick: a TBF gate
+    that reopens does not make the port's qdisc run (its watchdog was armed at the paused rate:
+    the first held frame left 0.79 s later), so each resume enqueues one 60-byte PFC frame with
+    pause time 0 (MAC Control; the peer drops it) on the port, which runs the qdisc at once.
+
+    Raises (all methods): SetupError with the kernel's message.
+    """
+
+    def __init__(self, ifname: str, q: PriorityQueues, netns_pid: int | None = None, kick_frame: bytes = b""):
+        import socket
+        self.ifname, self.q, self.kick_frame = ifname, q, kick_frame
+        self.ipr = _ipr(netns_pid)
+        found = self.ipr.link_lookup(ifname=ifname)
+        if not found:
+            self.ipr.close()
+            raise SetupError(f"pause gate: no interface {ifname!r}")
+        self.idx = found[0]
+        self.sock = None
+        if kick_frame:
+            self.sock = _in_netns(netns_pid, lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW))
+            self.sock.bind((ifname, 0))
+            self.sock.setblocking(False)
+
+    def _set(self, prio: int, rate_bps: int, burst: int) -> None:
+        try:
+            self.ipr.tc("change", "tbf", self.idx, prio_gate_handle(prio), parent=prio_class(prio),
+                        rate=f"{rate_bps}bit", burst=burst, limit=int(self.q.fifo_bytes[prio]))
+        except NetlinkError as e:
+            raise SetupError(f"pause gate {self.ifname} priority {prio}: kernel refused ({e.code})") from None
+
+    def close_gate(self, prio: int) -> None:
+        """Pause ``prio``: its packets wait in its bfifo (at most the frame already granted leaves)."""
+        self._set(prio, PAUSED_RATE_BPS, PAUSED_BURST_BYTES)
+
+    def open_gate(self, prio: int) -> None:
+        """Resume ``prio`` at the link rate and make the port's qdisc run now."""
+        self._set(prio, int(round(self.q.rate_bps)), self.q.gate_burst_bytes())
+        if self.sock is not None:
+            try:
+                self.sock.send(self.kick_frame)
+            except OSError:
+                pass   # a full lossy queue: it is running anyway
+
+    def close(self) -> None:
+        """Close the sockets (the gates keep their state)."""
+        self.ipr.close()
+        if self.sock is not None:
+            self.sock.close()
+
+
+def _in_netns(netns_pid: int | None, make):
+    """Call ``make()`` with this thread in the network namespace of ``netns_pid`` (sockets keep
+    the namespace they were created in); the thread returns to its own namespace after."""
+    import ctypes
+    if netns_pid is None:
+        return make()
+    libc = ctypes.CDLL(None, use_errno=True)    # os.setns arrives with Python 3.12
+
+    def setns(fd):
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            raise SetupError(f"setns into the namespace of pid {netns_pid}: {os.strerror(ctypes.get_errno())}")
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        target = os.open(f"/proc/{netns_pid}/ns/net", os.O_RDONLY)
+        try:
+            setns(target)
+            try:
+                return make()
+            finally:
+                setns(own)
+        finally:
+            os.close(target)
+    finally:
+        os.close(own)

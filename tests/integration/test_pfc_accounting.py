@@ -10,10 +10,13 @@ import time
 
 import pytest
 
+from common.pfc import pfc_frame
+from controller import dataplane
+
 NS = ("flpfc-src", "flpfc-sw", "flpfc-dst")
 SW, IN_PORT, OUT_PORT = 1, 1, 2
 XOFF, XON = 30280, 24224
-HOLD_FIFO_BYTES = 2_000_000
+QUEUES = dataplane.PriorityQueues(rate_bps=10e6, fifo_bytes={0: 200_000, 3: 2_000_000})
 
 
 def sh(*a):
@@ -26,9 +29,9 @@ def nsx(ns, *a):
 
 @pytest.fixture
 def router():
-    """src (10.78.1.1) -> sw (forwards; port flpb0 has HTB 1: -> 1:1 10 Mbit/s -> 1:10, 1:13, each
-    TBF gate -> bfifo) -> dst (10.78.2.1). Yields the pid of a process in sw's namespace."""
-    from controller.pfcbpf import class_minor
+    """src (10.78.1.1) -> sw (forwards; port flpb0 has the priority queues 0 and 3 of
+    :class:`controller.dataplane.PriorityQueues`) -> dst (10.78.2.1). Yields the pid of a process
+    in sw's namespace."""
     for ns in NS:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)   # a killed earlier run
         sh("ip", "netns", "add", ns)
@@ -44,17 +47,9 @@ def router():
         nsx(NS[0], "ip", "route", "add", "default", "via", "10.78.1.2")
         nsx(NS[2], "ip", "route", "add", "default", "via", "10.78.2.2")
         nsx(NS[1], "sysctl", "-qw", "net.ipv4.ip_forward=1")
-        nsx(NS[1], "tc", "qdisc", "add", "dev", "flpb0", "root", "handle", "1:", "htb", "default", "10")
-        nsx(NS[1], "tc", "class", "add", "dev", "flpb0", "parent", "1:", "classid", "1:1", "htb",
-            "rate", "10mbit", "burst", "3028")
-        for p in (0, 3):
-            m = f"{class_minor(p):x}"
-            nsx(NS[1], "tc", "class", "add", "dev", "flpb0", "parent", "1:1", "classid", f"1:{m}", "htb",
-                "rate", "100kbit", "ceil", "10mbit", "prio", str(7 - p), "burst", "3028")
-            nsx(NS[1], "tc", "qdisc", "add", "dev", "flpb0", "parent", f"1:{m}", "handle", f"{m}:", "tbf",
-                "rate", "10mbit", "burst", "3028", "limit", str(HOLD_FIFO_BYTES))
         holder = subprocess.Popen(["ip", "netns", "exec", NS[1], "sleep", "600"])
         time.sleep(0.2)
+        dataplane.install_priority_queues("flpb0", QUEUES, holder.pid)
         yield holder.pid
     finally:
         if holder is not None:
@@ -104,7 +99,8 @@ def test_counter_follows_the_held_queue_with_one_xoff_and_one_xon(router):
             events = []
             bpf.on_events(events.append)
             # close priority 3's gate (what a pause does), send lossless and lossy traffic
-            ipr.tc("change", "tbf", ib, "13:", parent="1:13", rate="8000bit", burst=1514, limit=HOLD_FIFO_BYTES)
+            gates = dataplane.PauseGates("flpb0", QUEUES, router, kick_frame=pfc_frame("02:00:00:00:00:01", {3: 0}))
+            gates.close_gate(3)
             lossless, lossy = _send(26, 8e6, 1.0), _send(0, 1e6, 1.0)
             n_lossless, n_lossy = int(lossless.communicate()[0]), int(lossy.communicate()[0])
             time.sleep(0.3)
@@ -112,14 +108,15 @@ def test_counter_follows_the_held_queue_with_one_xoff_and_one_xon(router):
             held = bpf.read(SW, IN_PORT, 3)
             backlog = _backlog("13:")
             lossy_now = bpf.read(SW, IN_PORT, 0)
-            ipr.tc("change", "tbf", ib, "13:", parent="1:13", rate="10mbit", burst=3028, limit=HOLD_FIFO_BYTES)
-            # nothing new arrives: send one lossy frame to make the port's qdisc run (the pauser's kick)
-            _send(0, 1e6, 0.001).communicate()
+            t_open = time.monotonic()
+            gates.open_gate(3)       # nothing else arrives: the gate's kick frame makes the qdisc run
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline and bpf.read(SW, IN_PORT, 3)["bytes"] > 0:
                 bpf.poll(20)
+            drained_s = time.monotonic() - t_open
             bpf.poll(50)
             end = bpf.read(SW, IN_PORT, 3)
+            gates.close()
     finally:
         bpf.close()
     assert n_lossless > 500 and n_lossy > 50
@@ -134,3 +131,4 @@ def test_counter_follows_the_held_queue_with_one_xoff_and_one_xon(router):
     assert XOFF <= xoff["bytes"] < XOFF + 1514 and XON - 1514 < xon["bytes"] <= XON
     assert end["bytes"] == 0 and end["paused"] == 0 and end["underflows"] == 0
     assert end["packets"] == n_lossless
+    assert drained_s < 1.5 * backlog * 8 / 10e6 + 0.1, drained_s     # resumed at once, drained at 10 Mbit/s
