@@ -35,9 +35,11 @@ INGRESS_PREF = 10
 PORT = struct.Struct("=IIII")
 #: struct fl_pfc_occ_key: sw, port (u16), prio (u16)
 OCC_KEY = struct.Struct("=IHH")
-#: struct fl_pfc_occ: paused, bytes (signed), max_bytes, xoff_bytes, xon_bytes, packets, xoff_events, underflows
-OCC = struct.Struct("=QqQQQQQQ")
-OCC_FIELDS = ("paused", "bytes", "max_bytes", "xoff_bytes", "xon_bytes", "packets", "xoff_events", "underflows")
+#: struct fl_pfc_occ: paused, bytes (signed), max_bytes, xoff_bytes, xon_bytes, packets, xoff_events,
+#: underflows, cap_bytes, drops
+OCC = struct.Struct("=QqQQQQQQQQ")
+OCC_FIELDS = ("paused", "bytes", "max_bytes", "xoff_bytes", "xon_bytes", "packets", "xoff_events", "underflows",
+              "cap_bytes", "drops")
 #: struct fl_pfc_event: t_ns, bytes (signed), sw, port (u16), prio (u8), kind (u8)
 EVENT = struct.Struct("=QqIHBB")
 EV_XOFF, EV_XON = 1, 2
@@ -45,7 +47,7 @@ EVENT_KINDS = {EV_XOFF: "xoff", EV_XON: "xon"}
 MAX_SWITCHES = 4095
 MAX_PORTS = 255
 
-PROGRAMS = ("fl_pfc_in", "fl_pfc_out", "fl_pfc_enq", "fl_pfc_deq")
+PROGRAMS = ("fl_pfc_in", "fl_pfc_out", "fl_pfc_host", "fl_pfc_enq", "fl_pfc_deq")
 MAPS = ("fl_pfc_port", "fl_pfc_dscp", "fl_pfc_flow", "fl_pfc_occ", "fl_pfc_events")
 
 
@@ -118,8 +120,8 @@ class PfcBpf:
         self.lib.check(self.lib.lib.bpf_map_update_elem(self.maps[map_name], k, v, BPF_ANY), what)
 
     def set_dscp_map(self, dscp_map: dict, default_prio: int) -> None:
-        """Every DSCP 0..63 -> its priority (``dscp_map``, else ``default_prio``)."""
-        for dscp in range(64):
+        """Every DSCP 0..63 -> its priority (``dscp_map``, else ``default_prio``); non-IPv4 -> ``default_prio``."""
+        for dscp in range(65):
             self._update("fl_pfc_dscp", struct.pack("=I", dscp), struct.pack("=I", dscp_map.get(dscp, default_prio)),
                          f"DSCP {dscp}")
 
@@ -134,10 +136,13 @@ class PfcBpf:
         self._update("fl_pfc_port", struct.pack("=I", ifindex), PORT.pack(sw, port, int(is_switch), default_prio),
                      f"port ifindex {ifindex}")
 
-    def set_thresholds(self, sw: int, port: int, prio: int, xoff_bytes: int, xon_bytes: int) -> None:
+    def set_thresholds(self, sw: int, port: int, prio: int, xoff_bytes: int, xon_bytes: int,
+                       cap_bytes: int = 0) -> None:
         """Start counting (switch ``sw``, ingress ``port``, ``prio``) from zero with these thresholds
-        (``xoff_bytes`` 0: count only, never pause)."""
-        self._update("fl_pfc_occ", OCC_KEY.pack(sw, port, prio), OCC.pack(0, 0, 0, xoff_bytes, xon_bytes, 0, 0, 0),
+        (``xoff_bytes`` 0: count only, never pause); frames that would take the count above
+        ``cap_bytes`` (0: no cap) are dropped and counted."""
+        self._update("fl_pfc_occ", OCC_KEY.pack(sw, port, prio),
+                     OCC.pack(0, 0, 0, xoff_bytes, xon_bytes, 0, 0, 0, cap_bytes, 0),
                      f"counter of switch {sw} port {port} priority {prio}")
 
     def read(self, sw: int, port: int, prio: int) -> dict | None:
@@ -149,8 +154,9 @@ class PfcBpf:
         return dict(zip(OCC_FIELDS, OCC.unpack(v.raw)))
 
     # -- attachment ------------------------------------------------------------
-    def attach(self, ifname: str, netns_pid: int | None = None, ingress: bool = False) -> None:
-        """Attach the egress classifier (and, for switch ports, the ingress one) to ``ifname``."""
+    def attach(self, ifname: str, netns_pid: int | None = None, switch_port: bool = True) -> None:
+        """Attach the classifiers to ``ifname``: a switch port gets the ingress recorder and the
+        accounting egress classifier, a host NIC (``switch_port`` False) the class-only one."""
         from pyroute2 import IPRoute
         from pyroute2.netlink.exceptions import NetlinkError
         try:
@@ -161,9 +167,9 @@ class PfcBpf:
                 kinds = {m.get_attr("TCA_KIND") for m in ipr.get_qdiscs(index=idx[0])}
                 if "clsact" not in kinds:
                     ipr.tc("add", "clsact", idx[0])
-                ipr.tc("add-filter", "bpf", idx[0], ":1", fd=self.prog_fd("fl_pfc_out"), name=FILTER_NAME,
-                       parent="ffff:fff3", classid=1, direct_action=True, prio=EGRESS_PREF)
-                if ingress:
+                ipr.tc("add-filter", "bpf", idx[0], ":1", fd=self.prog_fd("fl_pfc_out" if switch_port else "fl_pfc_host"),
+                       name=FILTER_NAME, parent="ffff:fff3", classid=1, direct_action=True, prio=EGRESS_PREF)
+                if switch_port:
                     ipr.tc("add-filter", "bpf", idx[0], ":1", fd=self.prog_fd("fl_pfc_in"), name=FILTER_NAME,
                            parent="ffff:fff2", classid=1, direct_action=True, prio=INGRESS_PREF)
         except NetlinkError as e:

@@ -8,9 +8,11 @@
  *
  *   fl_pfc_in   (tc ingress, switch ports): remembers, per switch, which port each IPv4
  *               5-tuple arrives on (ECMP keeps a 5-tuple on one path).
- *   fl_pfc_out  (tc egress, switch ports and host NICs): DSCP -> priority -> the port's HTB
- *               class (skb->priority = 1:(0x10 + prio)); on switch ports tags the packet
- *               (skb->mark) with switch, ingress port and priority.
+ *   fl_pfc_out  (tc egress, switch ports): DSCP -> priority -> the port's HTB class
+ *               (skb->priority = 1:(0x10 + prio)); tags the packet (skb->mark) with switch,
+ *               ingress port and priority; drops it if its (ingress port, priority) buffer
+ *               (cap) is full.
+ *   fl_pfc_host (tc egress, host NICs): DSCP -> priority -> class only.
  *   qdisc_enqueue / qdisc_dequeue tracepoints: a tagged packet accepted by a port's root qdisc
  *               adds its length to its (switch, ingress port, priority) counter; leaving the
  *               qdisc subtracts it. Crossing XOFF upward or XON downward on a lossless
@@ -70,6 +72,8 @@ struct fl_pfc_occ {          /* updated with atomic operations (tracing programs
 	__u64 packets;            /* accepted by the egress qdiscs */
 	__u64 xoff_events;
 	__u64 underflows;         /* departures that took the count below 0 (should stay 0) */
+	__u64 cap_bytes;          /* the (ingress port, priority)'s buffer: frames beyond it are dropped (0: no cap) */
+	__u64 drops;              /* frames dropped at that cap */
 };
 
 struct fl_pfc_event {
@@ -90,7 +94,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 64);
+	__uint(max_entries, 65);      /* DSCP 0..63 -> priority; entry 64: priority of non-IPv4 frames */
 	__type(key, __u32);
 	__type(value, __u32);
 } fl_pfc_dscp SEC(".maps");
@@ -191,10 +195,37 @@ int fl_pfc_out(struct __sk_buff *skb)
 		struct fl_pfc_flow_key k;
 		flow_key(skb, iph, p->sw, &k);
 		__u32 *in_port = bpf_map_lookup_elem(&fl_pfc_flow, &k);
-		if (in_port && *in_port)
+		if (in_port && *in_port) {
+			struct fl_pfc_occ_key ok = {.sw = p->sw, .port = *in_port - 1, .prio = prio};
+			struct fl_pfc_occ *o = bpf_map_lookup_elem(&fl_pfc_occ, &ok);
+			if (o && o->cap_bytes && o->bytes + (__s64)skb->len > (__s64)o->cap_bytes) {
+				__sync_fetch_and_add(&o->drops, 1);   /* the ingress buffer is full: a real drop */
+				return TC_ACT_SHOT;
+			}
 			skb->mark = MAKE_TAG(p->sw, *in_port - 1, prio);
+		}
 	}
 	return TC_ACT_UNSPEC;   /* the next egress filter (the ECN marker, if any) runs too */
+}
+
+/* Host NICs: only the class (hosts hold no switch buffer); the DSCP map gives every priority. */
+SEC("tc")
+int fl_pfc_host(struct __sk_buff *skb)
+{
+	struct iphdr *iph;
+	__u32 key = 64, prio = 0;
+	__u32 *def = bpf_map_lookup_elem(&fl_pfc_dscp, &key);
+	if (def)
+		prio = *def & 7;
+	if (parse_ipv4(skb, &iph)) {
+		key = iph->tos >> 2;
+		__u32 *pr = bpf_map_lookup_elem(&fl_pfc_dscp, &key);
+		if (pr)
+			prio = *pr & 7;
+	}
+	skb->priority = (1u << 16) | (0x10 + prio);
+	skb->mark = 0;
+	return TC_ACT_UNSPEC;
 }
 
 static __always_inline void account(struct sk_buff *skb, int sign)

@@ -94,8 +94,8 @@ def test_counter_follows_the_held_queue_with_one_xoff_and_one_xon(router):
             bpf.set_port(ib, SW, OUT_PORT, True, 0)
             bpf.set_thresholds(SW, IN_PORT, 3, XOFF, XON)
             bpf.set_thresholds(SW, IN_PORT, 0, 0, 0)       # lossy: counted, never paused
-            bpf.attach("flpa1", router, ingress=True)
-            bpf.attach("flpb0", router, ingress=True)
+            bpf.attach("flpa1", router)
+            bpf.attach("flpb0", router)
             events = []
             bpf.on_events(events.append)
             # close priority 3's gate (what a pause does), send lossless and lossy traffic
@@ -132,3 +132,35 @@ def test_counter_follows_the_held_queue_with_one_xoff_and_one_xon(router):
     assert end["bytes"] == 0 and end["paused"] == 0 and end["underflows"] == 0
     assert end["packets"] == n_lossless
     assert drained_s < 1.5 * backlog * 8 / 10e6 + 0.1, drained_s     # resumed at once, drained at 10 Mbit/s
+
+
+def test_a_full_ingress_buffer_drops_and_counts(router):
+    """Case R3's other half: a (ingress port, priority) whose buffer is full drops what arrives
+    (the egress queue could hold more): held bytes stay at the cap, every frame is accounted."""
+    from pyroute2 import IPRoute
+
+    from controller.pfcbpf import PfcBpf
+    cap = 100_000
+    bpf = PfcBpf.load()
+    try:
+        with IPRoute(netns=f"/proc/{router}/ns/net", flags=0) as ipr:
+            ia, ib = ipr.link_lookup(ifname="flpa1")[0], ipr.link_lookup(ifname="flpb0")[0]
+        bpf.set_dscp_map({26: 3}, 0)
+        bpf.set_port(ia, SW, IN_PORT, True, 0)
+        bpf.set_port(ib, SW, OUT_PORT, True, 0)
+        bpf.set_thresholds(SW, IN_PORT, 3, XOFF, XON, cap_bytes=cap)
+        bpf.attach("flpa1", router)
+        bpf.attach("flpb0", router)
+        gates = dataplane.PauseGates("flpb0", QUEUES, router)
+        gates.close_gate(3)
+        n = int(_send(26, 8e6, 0.5).communicate()[0])
+        time.sleep(0.2)
+        held, backlog = bpf.read(SW, IN_PORT, 3), _backlog("13:")
+        gates.open_gate(3)
+        gates.close()
+    finally:
+        bpf.close()
+    assert held["bytes"] == backlog and cap - 1514 < backlog <= cap
+    slipped = held["packets"] - backlog // 1514            # the frame the closing gate let through
+    assert slipped in (0, 1)
+    assert held["drops"] == n - held["packets"] and held["drops"] > 100
