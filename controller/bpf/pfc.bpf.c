@@ -38,6 +38,7 @@
 #define TAG_PRIO(m)  ((m) & 0x7)
 #define MAKE_TAG(sw, port, prio) (TAG_BIT | ((__u32)(sw) << 16) | ((__u32)(port) << 4) | (prio))
 
+#define MAX_BULK 64
 #define EV_XOFF 1
 #define EV_XON  2
 
@@ -74,6 +75,7 @@ struct fl_pfc_occ {          /* updated with atomic operations (tracing programs
 	__u64 underflows;         /* departures that took the count below 0 (should stay 0) */
 	__u64 cap_bytes;          /* the (ingress port, priority)'s buffer: frames beyond it are dropped (0: no cap) */
 	__u64 drops;              /* frames dropped at that cap */
+	__u64 storm_drops;        /* frames dropped by the PFC watchdog (action drop) */
 };
 
 struct fl_pfc_event {
@@ -112,6 +114,20 @@ struct {
 	__type(key, struct fl_pfc_occ_key);
 	__type(value, struct fl_pfc_occ);
 } fl_pfc_occ SEC(".maps");
+
+struct {                      /* bytes to discount from a counter (written only by userspace: PfcBpf.reconcile) */
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct fl_pfc_occ_key);
+	__type(value, __s64);
+} fl_pfc_corr SEC(".maps");
+
+struct {                      /* (switch, ingress port, priority) in a pause storm whose watchdog drops */
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct fl_pfc_occ_key);
+	__type(value, __u32);
+} fl_pfc_storm SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -198,8 +214,15 @@ int fl_pfc_out(struct __sk_buff *skb)
 		if (in_port && *in_port) {
 			struct fl_pfc_occ_key ok = {.sw = p->sw, .port = *in_port - 1, .prio = prio};
 			struct fl_pfc_occ *o = bpf_map_lookup_elem(&fl_pfc_occ, &ok);
-			if (o && o->cap_bytes && o->bytes + (__s64)skb->len > (__s64)o->cap_bytes) {
+			__s64 *corr = bpf_map_lookup_elem(&fl_pfc_corr, &ok);
+			__s64 held = o ? o->bytes - (corr ? *corr : 0) : 0;
+			if (o && o->cap_bytes && held + (__s64)skb->len > (__s64)o->cap_bytes) {
 				__sync_fetch_and_add(&o->drops, 1);   /* the ingress buffer is full: a real drop */
+				return TC_ACT_SHOT;
+			}
+			__u32 *storm = bpf_map_lookup_elem(&fl_pfc_storm, &ok);
+			if (o && storm && *storm) {
+				__sync_fetch_and_add(&o->storm_drops, 1);   /* PFC watchdog, action drop */
 				return TC_ACT_SHOT;
 			}
 			skb->mark = MAKE_TAG(p->sw, *in_port - 1, prio);
@@ -228,7 +251,7 @@ int fl_pfc_host(struct __sk_buff *skb)
 	return TC_ACT_UNSPEC;
 }
 
-static __always_inline void account(struct sk_buff *skb, int sign)
+static __noinline void account(struct sk_buff *skb, int sign)
 {
 	__u32 mark = BPF_CORE_READ(skb, mark);
 	if (!(mark & TAG_BIT))
@@ -239,9 +262,11 @@ static __always_inline void account(struct sk_buff *skb, int sign)
 	if (!o)
 		return;
 	__u8 kind = 0;
-	__s64 b;
+	__s64 b, corr = 0, *c = bpf_map_lookup_elem(&fl_pfc_corr, &k);
+	if (c)
+		corr = *c;
 	if (sign > 0) {
-		b = __sync_fetch_and_add(&o->bytes, len) + len;
+		b = __sync_fetch_and_add(&o->bytes, len) + len - corr;
 		__sync_fetch_and_add(&o->packets, 1);
 		if (b > (__s64)o->max_bytes)
 			o->max_bytes = b;          /* a race here only loses a maximum by one packet */
@@ -250,7 +275,7 @@ static __always_inline void account(struct sk_buff *skb, int sign)
 			kind = EV_XOFF;
 		}
 	} else {
-		b = __sync_fetch_and_add(&o->bytes, -len) - len;
+		b = __sync_fetch_and_add(&o->bytes, -len) - len - corr;
 		if (b < 0)
 			__sync_fetch_and_add(&o->underflows, 1);
 		if (b <= (__s64)o->xon_bytes && __sync_val_compare_and_swap(&o->paused, 1, 0) == 1)
@@ -270,45 +295,33 @@ static __always_inline void account(struct sk_buff *skb, int sign)
 	}
 }
 
-/* Tracepoint records (include/trace/events/qdisc.h), as /sys/kernel/tracing/events/qdisc/ shows. */
-struct qdisc_enqueue_args {
-	__u64 common;
-	void *qdisc;
-	void *txq;
-	struct sk_buff *skb;
-	int ifindex;
-	__u32 handle;
-	__u32 parent;
-};
-
-struct qdisc_dequeue_args {
-	__u64 common;
-	void *qdisc;
-	void *txq;
-	int packets;
-	struct sk_buff *skb;
-	int ifindex;
-	__u32 handle;
-	__u32 parent;
-	unsigned long txq_state;
-};
-
-SEC("tracepoint/qdisc/qdisc_enqueue")
-int fl_pfc_enq(struct qdisc_enqueue_args *a)
+/* Raw tracepoints (include/trace/events/qdisc.h): ctx->args are the TP_PROTO arguments.
+ *   qdisc_enqueue(struct Qdisc *, const struct netdev_queue *, struct sk_buff *)
+ *   qdisc_dequeue(struct Qdisc *, const struct netdev_queue *, int packets, struct sk_buff *)
+ * Raw tracepoints guard recursion per program (classic tracepoint programs share one per-CPU
+ * guard with every kprobe/tracepoint program on the machine).
+ *
+ * Known imperfection (kernel 6.18, measured): in about 2 of 3 runs of 661 held packets, 1-3
+ * packets leave the root qdisc without a dequeue event this program sees (no recursion miss is
+ * counted; the same packets' enqueue is seen once), so their bytes stay counted. The pauser
+ * therefore corrects (fl_pfc_corr) a switch's counters whenever all of its queues of that
+ * priority are seen empty: see controller/pfcbpf.py, PfcBpf.reconcile. */
+SEC("raw_tp/qdisc_enqueue")
+int fl_pfc_enq(struct bpf_raw_tracepoint_args *ctx)
 {
-	if (a->skb)
-		account(a->skb, 1);
+	struct sk_buff *skb = (struct sk_buff *)ctx->args[2];
+	if (skb)
+		account(skb, 1);
 	return 0;
 }
 
-SEC("tracepoint/qdisc/qdisc_dequeue")
-int fl_pfc_deq(struct qdisc_dequeue_args *a)
+SEC("raw_tp/qdisc_dequeue")
+int fl_pfc_deq(struct bpf_raw_tracepoint_args *ctx)
 {
-	struct sk_buff *skb = a->skb;
-	int n = a->packets;
-#pragma unroll
-	for (int i = 0; i < 8; i++) {
-		if (!skb || i >= n)
+	struct sk_buff *skb = (struct sk_buff *)ctx->args[3];
+	/* a bulk dequeue hands the driver a chain of skbs linked by skb->next (args[2] counts them) */
+	for (int i = 0; i < MAX_BULK; i++) {
+		if (!skb)
 			break;
 		account(skb, -1);
 		skb = BPF_CORE_READ(skb, next);
