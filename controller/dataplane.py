@@ -673,3 +673,22 @@ def _in_netns(netns_pid: int | None, make):
             os.close(target)
     finally:
         os.close(own)
+
+
+def gate_backlog_bytes(ifname: str, prio: int, netns_pid: int | None = None) -> int | None:
+    """Bytes waiting behind priority ``prio``'s pause gate on ``ifname`` (None: no such gate).
+
+    Raises:
+        SetupError: the interface is missing or the kernel refused the dump.
+    """
+    try:
+        with _ipr(netns_pid) as ipr:
+            idx = ipr.link_lookup(ifname=ifname)
+            if not idx:
+                raise SetupError(f"tc: no interface {ifname!r}")
+            for m in ipr.get_qdiscs(index=idx[0]):
+                if m["handle"] == prio_gate_handle(prio):
+                    return m.get_attr("TCA_STATS2").get_attr("TCA_STATS_QUEUE")["backlog"]
+    except NetlinkError as e:
+        raise SetupError(f"tc on {ifname}: kernel refused ({e.code})") from None
+    return None

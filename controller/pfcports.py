@@ -1,0 +1,257 @@
+"""PFC for the controller (issue 6): priority queues on every port, the kernel's
+per-(switch, ingress port, priority) accounting, and the pauser that gates the
+upstream transmitter of a link when its counter passes XOFF and reopens it at XON.
+
+Buffer-accounting model: every byte a switch holds in its egress queues counts
+against the (ingress port, priority) it arrived on (controller/bpf/pfc.bpf.c).
+Each (ingress port, lossless priority) owns ``cap_bytes`` of buffer: XOFF plus
+the headroom must fit in it; frames beyond it are dropped (and counted). Lossy
+priorities never pause; their queues drop at the egress buffer, as before.
+
+Plan shape (the runner writes it; :func:`experiments.runner.pfc_plan`)::
+
+    {"enabled": bool, "dscp_map": {"26": 3, ...}, "default_priority": 0, "lossless": [3],
+     "xoff_bytes", "xon_bytes", "cap_bytes", "watchdog_s", "watchdog_action",
+     "weights": {prio: w} | null, "burst_bytes",
+     "switch_fifo_bytes": {prio: limit}, "host_fifo_bytes": {prio: limit},
+     "switches": [{"name", "sw", "ports": [{"intf", "index", "rate_bps", "peer", "peer_intf", "peer_is_host"}]}],
+     "hosts": [{"name", "intf", "rate_bps"}]}
+
+Requests (the ECN control folder protocol, in ``control/pfc``): ``{"start": true,
+"host_pids": {name: pid}}`` installs everything and starts the pauser; ``{"report":
+PATH}`` writes the pauses, reaction latencies and counters to PATH.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from common.errors import SetupError
+from common.pfc import PauseState, pfc_frame
+from controller import dataplane
+
+LOG = logging.getLogger("fabriclab.controller.pfc")
+RECONCILE_INTERVAL_S = 0.1
+
+
+class PfcPorts:
+    """Applies a PFC plan and runs the pauser thread (see the module docstring).
+
+    Raises (from :meth:`start`): SetupError naming the port and the kernel's message.
+    """
+
+    def __init__(self, plan: dict, control_dir: Path):
+        self.plan = plan
+        self.dir = Path(control_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.seq = 0
+        self.bpf = None
+        self.gates: dict[str, dataplane.PauseGates] = {}
+        self.links: dict[tuple, dict] = {}     # (sw, index) -> the switch port, its peer and gate
+        self.states: dict[tuple, PauseState] = {}
+        self.pauses: list[dict] = []
+        self.reaction_s: list[float] = []
+        self.storms: list[dict] = []
+        self.corrected_bytes = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = None
+        self._lock = threading.Lock()
+        self.t0_mono_ns = time.monotonic_ns()
+        self.t0_unix_s = time.time()
+
+    # -- set-up ---------------------------------------------------------------------------
+    def _queues(self, rate_bps: float, fifo: dict) -> dataplane.PriorityQueues:
+        return dataplane.PriorityQueues(rate_bps=rate_bps, fifo_bytes={int(p): int(v) for p, v in fifo.items()},
+                                        default_prio=self.plan["default_priority"],
+                                        weights={int(p): w for p, w in self.plan["weights"].items()}
+                                        if self.plan.get("weights") else None,
+                                        burst_bytes=self.plan["burst_bytes"])
+
+    def start(self, host_pids: dict) -> dict:
+        """Install queues and classifiers on every port, load the accounting, start the pauser."""
+        from controller.pfcbpf import PfcBpf
+        p = self.plan
+        lossless = set(p["lossless"]) if p["enabled"] else set()
+        kick = pfc_frame("02:fa:b1:ab:00:00", {prio: 0 for prio in sorted(lossless)}) if lossless else b""
+        self.bpf = PfcBpf.load()
+        self.bpf.set_dscp_map({int(d): v for d, v in p["dscp_map"].items()}, p["default_priority"])
+        priorities = sorted({int(x) for x in p["switch_fifo_bytes"]})
+        for h in p["hosts"]:
+            pid = host_pids[h["name"]]
+            q = self._queues(h["rate_bps"], p["host_fifo_bytes"])
+            dataplane.install_priority_queues(h["intf"], q, pid)
+            self.bpf.attach(h["intf"], pid, switch_port=False)
+            self.gates[h["intf"]] = dataplane.PauseGates(h["intf"], q, pid, kick_frame=kick)
+        for s in p["switches"]:
+            for port in s["ports"]:
+                q = self._queues(port["rate_bps"], p["switch_fifo_bytes"])
+                dataplane.install_priority_queues(port["intf"], q)
+                self.bpf.set_port(socket.if_nametoindex(port["intf"]), s["sw"], port["index"], True,
+                                  p["default_priority"])
+                self.bpf.attach(port["intf"])
+                self.gates[port["intf"]] = dataplane.PauseGates(port["intf"], q, kick_frame=kick)
+                for prio in priorities:
+                    on = prio in lossless
+                    self.bpf.set_thresholds(s["sw"], port["index"], prio, p["xoff_bytes"] if on else 0,
+                                            p["xon_bytes"] if on else 0, p["cap_bytes"] if on else 0)
+                    if on:
+                        self.states[(s["sw"], port["index"], prio)] = PauseState(
+                            p["xoff_bytes"], p["xon_bytes"], p["watchdog_s"], p["watchdog_action"])
+                self.links[(s["sw"], port["index"])] = {"switch": s["name"], **port}
+        self.bpf.on_events(self._on_event)
+        self._thread = threading.Thread(target=self._run, name="pfc-pauser", daemon=True)
+        self._thread.start()
+        record = {"ports": sum(len(s["ports"]) for s in p["switches"]), "hosts": len(p["hosts"]),
+                  "lossless": sorted(lossless), **self.bpf.ids()}
+        LOG.info("PFC: queues on %d switch ports and %d host NICs; lossless priorities %s",
+                 record["ports"], record["hosts"], record["lossless"])
+        return record
+
+    # -- the pauser -----------------------------------------------------------------------
+    def _t_rel(self, t_ns: int) -> float:
+        return (t_ns - self.t0_mono_ns) / 1e9
+
+    def _on_event(self, e: dict) -> None:
+        key = (e["sw"], e["port"], e["prio"])
+        link = self.links.get((e["sw"], e["port"]))
+        state = self.states.get(key)
+        if link is None or state is None:
+            return
+        gate = self.gates.get(link["peer_intf"])
+        try:
+            if e["kind"] == "xoff":
+                if gate is not None and not state.dropping:
+                    gate.close_gate(e["prio"])
+                done_ns = time.monotonic_ns()
+                self.reaction_s.append((done_ns - e["t_ns"]) / 1e9)
+                for ev in state.update(e["bytes"], self._t_rel(e["t_ns"])):
+                    self._after(ev, key, link)
+            else:
+                was_storm = state.storm
+                events = state.update(e["bytes"], self._t_rel(e["t_ns"]))
+                if gate is not None:
+                    gate.open_gate(e["prio"])
+                if was_storm and state.action == "drop":
+                    self.bpf.set_storm_drop(*key, False)
+                for ev in events:
+                    self._after(ev, key, link)
+        except SetupError as err:
+            self.errors.append(str(err))
+            LOG.error("PFC: %s", err)
+
+    def _after(self, ev, key, link) -> None:
+        if ev.kind == "xon":
+            start, end, stormed = self.states[key].intervals[-1]
+            with self._lock:
+                self.pauses.append({"start_s": start, "end_s": end, "switch": link["switch"], "port": link["intf"],
+                                    "priority": key[2], "upstream": link["peer"], "upstream_port": link["peer_intf"],
+                                    "storm": stormed})
+        elif ev.kind == "storm":
+            with self._lock:
+                self.storms.append({"t_s": ev.t_s, "switch": link["switch"], "port": link["intf"], "priority": key[2],
+                                    "upstream_port": link["peer_intf"], "action": self.states[key].action})
+            LOG.warning("PFC watchdog: %s priority %d paused for %.3f s (pause storm; action %s)", link["peer_intf"],
+                        key[2], ev.t_s - self.states[key].paused_since_s, self.states[key].action)
+            if self.states[key].action == "drop":
+                self.bpf.set_storm_drop(*key, True)
+                gate = self.gates.get(link["peer_intf"])
+                if gate is not None:
+                    gate.open_gate(key[2])      # stop obeying the pause; the packets are dropped downstream
+
+    def _queues_empty(self, sw_name: str, prio: int) -> bool:
+        ports = next(s["ports"] for s in self.plan["switches"] if s["name"] == sw_name)
+        return all(dataplane.gate_backlog_bytes(port["intf"], prio) == 0 for port in ports)
+
+    def _run(self) -> None:
+        last_reconcile = time.monotonic()
+        lossless = self.plan["lossless"] if self.plan["enabled"] else []
+        while not self._stop.is_set():
+            try:
+                self.bpf.poll(10)
+                now = self._t_rel(time.monotonic_ns())
+                for key, state in self.states.items():
+                    if state.paused:
+                        for ev in state.update(self.bpf.read(*key)["bytes"], now):
+                            self._after(ev, key, self.links[key[:2]])
+                if time.monotonic() - last_reconcile >= RECONCILE_INTERVAL_S:
+                    last_reconcile = time.monotonic()
+                    for s in self.plan["switches"]:
+                        for prio in lossless:
+                            self.corrected_bytes += self.bpf.reconcile(
+                                s["sw"], prio, [port["index"] for port in s["ports"]],
+                                lambda s=s, prio=prio: self._queues_empty(s["name"], prio))
+            except SetupError as err:
+                self.errors.append(str(err))
+                LOG.error("PFC pauser: %s", err)
+                time.sleep(0.1)
+
+    # -- results --------------------------------------------------------------------------
+    def report(self) -> dict:
+        """Pauses (closed and open), storms, reaction latencies and per-(port, priority) counters."""
+        now = self._t_rel(time.monotonic_ns())
+        with self._lock:
+            pauses = list(self.pauses)
+            storms = list(self.storms)
+        for key, st in self.states.items():
+            if st.paused:
+                link = self.links[key[:2]]
+                pauses.append({"start_s": st.paused_since_s, "end_s": None, "switch": link["switch"],
+                               "port": link["intf"], "priority": key[2], "upstream": link["peer"],
+                               "upstream_port": link["peer_intf"], "storm": st.storm})
+        counters = []
+        for (sw, idx), link in self.links.items():
+            for prio in sorted({int(x) for x in self.plan["switch_fifo_bytes"]}):
+                c = self.bpf.read(sw, idx, prio)
+                if c is not None:
+                    counters.append({"switch": link["switch"], "port": link["intf"], "priority": prio,
+                                     **{k: c[k] for k in ("bytes", "max_bytes", "packets", "xoff_events", "drops",
+                                                          "storm_drops", "corrected_bytes", "underflows")}})
+        r = np.array(self.reaction_s) if self.reaction_s else None
+        return {"t0_unix_s": self.t0_unix_s, "pauses": sorted(pauses, key=lambda x: x["start_s"]), "storms": storms,
+                "reaction_s": {"count": len(self.reaction_s),
+                               "p50": float(np.percentile(r, 50)) if r is not None else None,
+                               "p99": float(np.percentile(r, 99)) if r is not None else None,
+                               "max": float(r.max()) if r is not None else None},
+                "corrected_bytes": self.corrected_bytes, "counters": counters, "errors": self.errors[:20],
+                "now_s": now}
+
+    def stop(self) -> None:
+        """Stop the pauser, close sockets and the BPF object (queues stay with their ports)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        for g in self.gates.values():
+            g.close()
+        if self.bpf is not None:
+            self.bpf.close()
+
+    # -- requests -------------------------------------------------------------------------
+    def poll(self) -> None:
+        """Answer every pending request in the control folder (see controller.ecnports.request)."""
+        while True:
+            req = self.dir / f"req-{self.seq + 1}.json"
+            if not req.exists():
+                return
+            self.seq += 1
+            try:
+                body = json.loads(req.read_text())
+                if body.get("start"):
+                    ack = {"ok": True, "record": self.start(body["host_pids"])}
+                elif "report" in body:
+                    Path(body["report"]).write_text(json.dumps(self.report(), indent=1))
+                    ack = {"ok": True}
+                else:
+                    raise ValueError(f"unknown PFC request {sorted(body)}")
+            except (SetupError, OSError, ValueError, KeyError) as e:
+                ack = {"ok": False, "error": str(e)}
+                LOG.error("PFC request %d failed: %s", self.seq, e)
+            tmp = self.dir / f"ack-{self.seq}.json.tmp"
+            tmp.write_text(json.dumps(ack))
+            tmp.replace(self.dir / f"ack-{self.seq}.json")
