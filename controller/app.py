@@ -21,8 +21,8 @@ with basis 0 and an aggregation switch would repeat its edge switch's choice
 (half the Fat-Tree core idle). Every packet of a flow takes one path.
 
 When every switch of the map has answered its barrier, the app writes the
-ready file the runner waits for and, if it was given an ECN plan, starts
-answering ECN requests (:mod:`controller.ecnports`): the runner asks it to
+ready file the runner waits for and, if it was given an ECN or PFC plan, starts
+answering ECN requests (:mod:`controller.ecnports`) and PFC requests (:mod:`controller.pfcports`): the runner asks it to
 apply the plan once the ports have their queues (adding a port to Open
 vSwitch resets its root qdisc, so that is after the switches connect), and
 to change profiles during the run. OpenFlow 1.3 only (case C3).
@@ -71,6 +71,7 @@ class FabricController(BaseApp):
         self.ready: set[int] = set()
         self.arp_replies = 0
         self.ecn = None
+        self.pfc = None
         LOG.info("fabric map: %d switches, %d hosts", len(self.by_dpid), len(self.mac_of))
 
     # -- switch set-up ---------------------------------------------------
@@ -138,15 +139,23 @@ class FabricController(BaseApp):
                 from controller.ecnports import EcnPorts
                 with open(self.config["ecn_plan"]) as f:
                     self.ecn = EcnPorts(json.load(f), self.config["control_dir"])
-                hub.spawn(self._ecn_loop)
+                hub.spawn(self._request_loop, self.ecn, "ECN")
+            if self.config.get("pfc_plan") and self.pfc is None:
+                from pathlib import Path
+
+                from controller.pfcports import PfcPorts
+                with open(self.config["pfc_plan"]) as f:
+                    self.pfc = PfcPorts(json.load(f), Path(self.config["control_dir"]) / "pfc")
+                hub.spawn(self._request_loop, self.pfc, "PFC")
             self._write_ready()
 
-    def _ecn_loop(self):
+    @staticmethod
+    def _request_loop(handler, what: str):
         while True:
             try:
-                self.ecn.poll()
+                handler.poll()
             except Exception:   # keep answering; the failed request got its ack with the error
-                LOG.exception("ECN request handling failed")
+                LOG.exception("%s request handling failed", what)
             hub.sleep(0.02)
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)

@@ -115,8 +115,9 @@ class EcnPorts:
             tmp.replace(self.dir / f"ack-{self.seq}.json")
 
 
-def request(control_dir: Path, body: dict, timeout_s: float = 20.0, is_alive=lambda: True) -> dict:
-    """Send the controller one request (``{"start": true}`` or ``{"ports": {intf: spec}}``); wait for its ack.
+def request(control_dir: Path, body: dict, timeout_s: float = 20.0, is_alive=lambda: True, what: str = "ECN") -> dict:
+    """Send the controller one request (ECN: ``{"start": true}`` or ``{"ports": {intf: spec}}``; PFC:
+    see controller.pfcports) through ``control_dir``; wait for its ack. ``what`` names it in errors.
 
     Raises:
         SetupError: the controller answered with an error, died, or did not answer in ``timeout_s``.
@@ -134,13 +135,13 @@ def request(control_dir: Path, body: dict, timeout_s: float = 20.0, is_alive=lam
     ack = d / f"ack-{n}.json"
     while not ack.exists():
         if not is_alive():
-            raise SetupError("ECN change: the controller died")
+            raise SetupError(f"{what} request: the controller died")
         if time.monotonic() > deadline:
-            raise SetupError(f"ECN change: no answer from the controller within {timeout_s:g} s")
+            raise SetupError(f"{what} request: no answer from the controller within {timeout_s:g} s")
         time.sleep(0.02)
     res = json.loads(ack.read_text())
     if not res.get("ok"):
-        raise SetupError(f"ECN: the controller could not apply it: {res.get('error')}")
+        raise SetupError(f"{what}: the controller could not apply it: {res.get('error')}")
     return res
 
 

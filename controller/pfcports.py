@@ -59,6 +59,7 @@ class PfcPorts:
         self.reaction_s: list[float] = []
         self.storms: list[dict] = []
         self.corrected_bytes = 0
+        self._idle_seen: dict[tuple, int] = {}
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = None
@@ -169,6 +170,21 @@ class PfcPorts:
         ports = next(s["ports"] for s in self.plan["switches"] if s["name"] == sw_name)
         return all(dataplane.gate_backlog_bytes(port["intf"], prio) == 0 for port in ports)
 
+    def _reconcile_idle(self, lossless) -> None:
+        """Reconcile the (switch, priority) counters that still hold bytes though nothing has arrived
+        for a whole interval (an idle switch; reading queues costs netlink dumps: never while busy)."""
+        for s in self.plan["switches"]:
+            idx = [port["index"] for port in s["ports"]]
+            for prio in lossless:
+                reads = [self.bpf.read(s["sw"], i, prio) for i in idx]
+                packets = sum(r["packets"] for r in reads if r)
+                held = sum(r["bytes"] for r in reads if r)
+                last = self._idle_seen.get((s["sw"], prio))
+                self._idle_seen[(s["sw"], prio)] = packets
+                if held and last == packets:
+                    self.corrected_bytes += self.bpf.reconcile(
+                        s["sw"], prio, idx, lambda s=s, prio=prio: self._queues_empty(s["name"], prio))
+
     def _run(self) -> None:
         last_reconcile = time.monotonic()
         lossless = self.plan["lossless"] if self.plan["enabled"] else []
@@ -182,11 +198,7 @@ class PfcPorts:
                             self._after(ev, key, self.links[key[:2]])
                 if time.monotonic() - last_reconcile >= RECONCILE_INTERVAL_S:
                     last_reconcile = time.monotonic()
-                    for s in self.plan["switches"]:
-                        for prio in lossless:
-                            self.corrected_bytes += self.bpf.reconcile(
-                                s["sw"], prio, [port["index"] for port in s["ports"]],
-                                lambda s=s, prio=prio: self._queues_empty(s["name"], prio))
+                    self._reconcile_idle(lossless)
             except SetupError as err:
                 self.errors.append(str(err))
                 LOG.error("PFC pauser: %s", err)

@@ -64,7 +64,7 @@ class LiveFabric:
 
     def __init__(self, fabric: Fabric, workdir: Path, state: RunState, datapath: str = "kernel",
                  switch_queue=None, host_queue=None, connect_timeout_s: float = 90.0, routing: str = "ecmp",
-                 ecn_plan: dict | None = None):
+                 ecn_plan: dict | None = None, pfc_plan: dict | None = None):
         self.fabric = fabric
         self.workdir = Path(workdir)
         self.state = state
@@ -74,6 +74,8 @@ class LiveFabric:
         self.connect_timeout_s = connect_timeout_s
         self.routing = routing
         self.ecn_plan = ecn_plan
+        self.pfc_plan = pfc_plan
+        self.pfc_record: dict = {}
         self.control_dir = self.workdir / "control"
         self.ecn_record: dict = {}
         self.net = None
@@ -113,6 +115,13 @@ class LiveFabric:
         t3 = time.monotonic()
         self._configure_ports()
         self.timings_s["ports_s"] = time.monotonic() - t3
+        if self.pfc_plan is not None:
+            from controller.ecnports import request
+            t5 = time.monotonic()
+            pids = {h.name: h.pid for h in self.net.hosts}
+            self.pfc_record = request(self.control_dir / "pfc", {"start": True, "host_pids": pids}, timeout_s=120,
+                                      is_alive=lambda: self.controller.poll() is None, what="PFC")["record"]
+            self.timings_s["pfc_s"] = time.monotonic() - t5
         if self.ecn_plan is not None:
             t4 = time.monotonic()
             self.ecn_record = self._ecn_call({"start": True}, timeout_s=60)["record"]
@@ -129,7 +138,13 @@ class LiveFabric:
         if self.ecn_plan is not None:
             plan_path = self.workdir / "ecn_plan.json"
             plan_path.write_text(json.dumps(self.ecn_plan, indent=1))
-            ecn_args = ["--ecn-plan", str(plan_path), "--control-dir", str(self.control_dir)]
+            ecn_args = ["--ecn-plan", str(plan_path)]
+        if self.pfc_plan is not None:
+            plan_path = self.workdir / "pfc_plan.json"
+            plan_path.write_text(json.dumps(self.pfc_plan, indent=1))
+            ecn_args += ["--pfc-plan", str(plan_path)]
+        if ecn_args:
+            ecn_args += ["--control-dir", str(self.control_dir)]
         self.controller = subprocess.Popen(
             [sys.executable, "-m", "controller.main", "--fabric-map", str(map_path),
              "--ready-file", str(self.ready_file), "--host", "127.0.0.1", "--port", str(OF_PORT),
@@ -194,6 +209,16 @@ class LiveFabric:
         """Ask the controller to change ECN profiles ``{intf: spec}`` now; waits for its ack (SetupError)."""
         return self._ecn_call({"ports": specs}, timeout_s)
 
+    def pfc_report(self, path: Path) -> dict:
+        """Have the controller write its PFC report (pauses, storms, reaction latencies, counters) to
+        ``path`` and return it (SetupError without a PFC plan or when the controller fails)."""
+        from controller.ecnports import request
+        if self.pfc_plan is None:
+            raise SetupError("PFC report asked of a fabric started without a PFC plan")
+        request(self.control_dir / "pfc", {"report": str(path)}, timeout_s=30,
+                is_alive=lambda: self.controller.poll() is None, what="PFC")
+        return json.loads(Path(path).read_text())
+
     def ecn_counters(self) -> dict:
         """Per-port marker counters now ({} without an ECN plan); see controller.ecnports.read_counters."""
         from controller.ecnports import read_counters
@@ -216,12 +241,12 @@ class LiveFabric:
                 if self.fabric.node(node).is_host:
                     pid = self.net.get(node).pid
                     dataplane.offloads_off(intf, pid)
-                    if self.host_queue is not None:
+                    if self.host_queue is not None and self.pfc_plan is None:
                         dataplane.install_port_queue(intf, self.host_queue(link.rate_mbps), pid)
                 else:
                     dataplane.offloads_off(intf)
                     dataplane.disable_ipv6(intf)
-                    if self.switch_queue is not None:
+                    if self.switch_queue is not None and self.pfc_plan is None:
                         dataplane.install_port_queue(intf, self.switch_queue(link.rate_mbps))
 
     def host(self, name: str):
