@@ -35,11 +35,12 @@ INGRESS_PREF = 10
 PORT = struct.Struct("=IIII")
 #: struct fl_pfc_occ_key: sw, port (u16), prio (u16)
 OCC_KEY = struct.Struct("=IHH")
-#: struct fl_pfc_occ: paused, bytes (signed), max_bytes, xoff_bytes, xon_bytes, packets, xoff_events,
-#: underflows, cap_bytes, drops, storm_drops
-OCC = struct.Struct("=QqQQQQQQQQQ")
-OCC_FIELDS = ("paused", "bytes", "max_bytes", "xoff_bytes", "xon_bytes", "packets", "xoff_events", "underflows",
-              "cap_bytes", "drops", "storm_drops")
+#: struct fl_pfc_occ: paused, bytes (signed), max_bytes, packets, xoff_events, underflows, drops, storm_drops
+OCC = struct.Struct("=QqQQQQQQ")
+OCC_FIELDS = ("paused", "bytes", "max_bytes", "packets", "xoff_events", "underflows", "drops", "storm_drops")
+#: struct fl_pfc_thr: xoff_bytes, xon_bytes, cap_bytes
+THR = struct.Struct("=QQQ")
+THR_FIELDS = ("xoff_bytes", "xon_bytes", "cap_bytes")
 #: struct fl_pfc_event: t_ns, bytes (signed), sw, port (u16), prio (u8), kind (u8)
 EVENT = struct.Struct("=QqIHBB")
 EV_XOFF, EV_XON = 1, 2
@@ -48,7 +49,8 @@ MAX_SWITCHES = 4095
 MAX_PORTS = 255
 
 PROGRAMS = ("fl_pfc_in", "fl_pfc_out", "fl_pfc_host", "fl_pfc_enq", "fl_pfc_deq")
-MAPS = ("fl_pfc_port", "fl_pfc_dscp", "fl_pfc_flow", "fl_pfc_occ", "fl_pfc_corr", "fl_pfc_storm", "fl_pfc_events")
+MAPS = ("fl_pfc_port", "fl_pfc_dscp", "fl_pfc_flow", "fl_pfc_occ", "fl_pfc_thr", "fl_pfc_corr", "fl_pfc_storm",
+        "fl_pfc_events")
 
 
 def class_minor(prio: int) -> int:
@@ -138,12 +140,17 @@ class PfcBpf:
 
     def set_thresholds(self, sw: int, port: int, prio: int, xoff_bytes: int, xon_bytes: int,
                        cap_bytes: int = 0) -> None:
-        """Start counting (switch ``sw``, ingress ``port``, ``prio``) from zero with these thresholds
-        (``xoff_bytes`` 0: count only, never pause); frames that would take the count above
-        ``cap_bytes`` (0: no cap) are dropped and counted."""
-        self._update("fl_pfc_occ", OCC_KEY.pack(sw, port, prio),
-                     OCC.pack(0, 0, 0, xoff_bytes, xon_bytes, 0, 0, 0, cap_bytes, 0, 0),
+        """Start counting (switch ``sw``, ingress ``port``, ``prio``) from zero with these limits
+        (see :meth:`set_limits`)."""
+        self.set_limits(sw, port, prio, xoff_bytes, xon_bytes, cap_bytes)
+        self._update("fl_pfc_occ", OCC_KEY.pack(sw, port, prio), OCC.pack(0, 0, 0, 0, 0, 0, 0, 0),
                      f"counter of switch {sw} port {port} priority {prio}")
+
+    def set_limits(self, sw: int, port: int, prio: int, xoff_bytes: int, xon_bytes: int, cap_bytes: int = 0) -> None:
+        """Change a counter's limits now, keeping its count: pause at ``xoff_bytes`` (0: never),
+        resume at ``xon_bytes``, drop frames that would take it above ``cap_bytes`` (0: no cap)."""
+        self._update("fl_pfc_thr", OCC_KEY.pack(sw, port, prio), THR.pack(xoff_bytes, xon_bytes, cap_bytes),
+                     f"limits of switch {sw} port {port} priority {prio}")
 
     def set_storm_drop(self, sw: int, port: int, prio: int, on: bool) -> None:
         """While ``on``, frames of (``sw``, ingress ``port``, ``prio``) are dropped (PFC watchdog, action drop)."""
@@ -166,6 +173,9 @@ class PfcBpf:
         if self.lib.lib.bpf_map_lookup_elem(self.maps["fl_pfc_occ"], k, v) < 0:
             return None
         d = dict(zip(OCC_FIELDS, OCC.unpack(v.raw)))
+        t = ctypes.create_string_buffer(THR.size)
+        if self.lib.lib.bpf_map_lookup_elem(self.maps["fl_pfc_thr"], k, t) == 0:
+            d.update(zip(THR_FIELDS, THR.unpack(t.raw)))
         d["corrected_bytes"] = self._corr(key)
         d["bytes"] -= d["corrected_bytes"]
         return d

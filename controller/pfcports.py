@@ -19,7 +19,9 @@ Plan shape (the runner writes it; :func:`experiments.runner.pfc_plan`)::
 
 Requests (the ECN control folder protocol, in ``control/pfc``): ``{"start": true,
 "host_pids": {name: pid}}`` installs everything and starts the pauser; ``{"report":
-PATH}`` writes the pauses, reaction latencies and counters to PATH.
+PATH}`` writes the pauses, reaction latencies, headroom and counters to PATH;
+``{"limits": {"xoff_bytes", "xon_bytes", "cap_bytes"}}`` changes the thresholds and
+buffers of every lossless counter, counts kept.
 """
 from __future__ import annotations
 
@@ -40,6 +42,40 @@ LOG = logging.getLogger("fabriclab.controller.pfc")
 RECONCILE_INTERVAL_S = 0.1
 
 
+class GateWorker:
+    """One thread per upstream transmitter: its gate changes run in order, and gates of different
+    ports change at the same time (an incast's XOFFs arrive together; one netlink round trip
+    after another would add up to the last one's reaction latency)."""
+
+    def __init__(self, gates: dataplane.PauseGates, errors: list):
+        import queue
+        self.gates, self.errors = gates, errors
+        self.q: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name=f"pfc-gate-{gates.ifname}", daemon=True)
+        self.thread.start()
+
+    def submit(self, fn, *args) -> None:
+        """Run ``fn(*args)`` on this port's thread, after what was submitted before."""
+        self.q.put((fn, args))
+
+    def _run(self) -> None:
+        while True:
+            item = self.q.get()
+            if item is None:
+                return
+            fn, args = item
+            try:
+                fn(*args)
+            except SetupError as err:
+                self.errors.append(str(err))
+                LOG.error("PFC gate %s: %s", self.gates.ifname, err)
+
+    def stop(self) -> None:
+        """Finish what was submitted, then end the thread."""
+        self.q.put(None)
+        self.thread.join(timeout=2)
+
+
 class PfcPorts:
     """Applies a PFC plan and runs the pauser thread (see the module docstring).
 
@@ -53,6 +89,7 @@ class PfcPorts:
         self.seq = 0
         self.bpf = None
         self.gates: dict[str, dataplane.PauseGates] = {}
+        self.workers: dict[str, GateWorker] = {}
         self.links: dict[tuple, dict] = {}     # (sw, index) -> the switch port, its peer and gate
         self.states: dict[tuple, PauseState] = {}
         self.pauses: list[dict] = []
@@ -90,6 +127,7 @@ class PfcPorts:
             dataplane.install_priority_queues(h["intf"], q, pid)
             self.bpf.attach(h["intf"], pid, switch_port=False)
             self.gates[h["intf"]] = dataplane.PauseGates(h["intf"], q, pid, kick_frame=kick)
+            self.workers[h["intf"]] = GateWorker(self.gates[h["intf"]], self.errors)
         for s in p["switches"]:
             for port in s["ports"]:
                 q = self._queues(port["rate_bps"], p["switch_fifo_bytes"])
@@ -98,6 +136,7 @@ class PfcPorts:
                                   p["default_priority"])
                 self.bpf.attach(port["intf"])
                 self.gates[port["intf"]] = dataplane.PauseGates(port["intf"], q, kick_frame=kick)
+                self.workers[port["intf"]] = GateWorker(self.gates[port["intf"]], self.errors)
                 for prio in priorities:
                     on = prio in lossless
                     self.bpf.set_thresholds(s["sw"], port["index"], prio, p["xoff_bytes"] if on else 0,
@@ -125,20 +164,18 @@ class PfcPorts:
         state = self.states.get(key)
         if link is None or state is None:
             return
-        gate = self.gates.get(link["peer_intf"])
+        worker = self.workers.get(link["peer_intf"])
         try:
             if e["kind"] == "xoff":
-                if gate is not None and not state.dropping:
-                    gate.close_gate(e["prio"])
-                done_ns = time.monotonic_ns()
-                self.reaction_s.append((done_ns - e["t_ns"]) / 1e9)
+                if worker is not None and not state.dropping:
+                    worker.submit(self._close, worker.gates, e["prio"], e["t_ns"])
                 for ev in state.update(e["bytes"], self._t_rel(e["t_ns"])):
                     self._after(ev, key, link)
             else:
                 was_storm = state.storm
                 events = state.update(e["bytes"], self._t_rel(e["t_ns"]))
-                if gate is not None:
-                    gate.open_gate(e["prio"])
+                if worker is not None:
+                    worker.submit(worker.gates.open_gate, e["prio"])
                 if was_storm and state.action == "drop":
                     self.bpf.set_storm_drop(*key, False)
                 for ev in events:
@@ -146,6 +183,11 @@ class PfcPorts:
         except SetupError as err:
             self.errors.append(str(err))
             LOG.error("PFC: %s", err)
+
+    def _close(self, gates, prio: int, t_event_ns: int) -> None:
+        gates.close_gate(prio)
+        with self._lock:
+            self.reaction_s.append((time.monotonic_ns() - t_event_ns) / 1e9)
 
     def _after(self, ev, key, link) -> None:
         if ev.kind == "xon":
@@ -162,9 +204,9 @@ class PfcPorts:
                         key[2], ev.t_s - self.states[key].paused_since_s, self.states[key].action)
             if self.states[key].action == "drop":
                 self.bpf.set_storm_drop(*key, True)
-                gate = self.gates.get(link["peer_intf"])
-                if gate is not None:
-                    gate.open_gate(key[2])      # stop obeying the pause; the packets are dropped downstream
+                worker = self.workers.get(link["peer_intf"])
+                if worker is not None:     # stop obeying the pause; the packets are dropped downstream
+                    worker.submit(worker.gates.open_gate, key[2])
 
     def _queues_empty(self, sw_name: str, prio: int) -> bool:
         ports = next(s["ports"] for s in self.plan["switches"] if s["name"] == sw_name)
@@ -223,22 +265,59 @@ class PfcPorts:
                 c = self.bpf.read(sw, idx, prio)
                 if c is not None:
                     counters.append({"switch": link["switch"], "port": link["intf"], "priority": prio,
-                                     **{k: c[k] for k in ("bytes", "max_bytes", "packets", "xoff_events", "drops",
-                                                          "storm_drops", "corrected_bytes", "underflows")}})
+                                     **{k: c.get(k) for k in ("bytes", "max_bytes", "packets", "xoff_events", "drops",
+                                                              "storm_drops", "corrected_bytes", "underflows",
+                                                              "cap_bytes")}})
         r = np.array(self.reaction_s) if self.reaction_s else None
         return {"t0_unix_s": self.t0_unix_s, "pauses": sorted(pauses, key=lambda x: x["start_s"]), "storms": storms,
                 "reaction_s": {"count": len(self.reaction_s),
                                "p50": float(np.percentile(r, 50)) if r is not None else None,
                                "p99": float(np.percentile(r, 99)) if r is not None else None,
                                "max": float(r.max()) if r is not None else None},
+                "headroom": self.headroom(),
                 "corrected_bytes": self.corrected_bytes, "counters": counters, "errors": self.errors[:20],
                 "now_s": now}
+
+    def set_limits(self, xoff_bytes: int, xon_bytes: int, cap_bytes: int) -> int:
+        """Change XOFF, XON and every lossless counter's buffer (cap) now, counts kept; returns
+        how many counters changed. Raises ValueError for XON >= XOFF or XOFF >= cap."""
+        if not 0 <= xon_bytes < xoff_bytes < cap_bytes:
+            raise ValueError(f"need 0 <= XON < XOFF < buffer, got {xon_bytes}, {xoff_bytes}, {cap_bytes}")
+        self.plan.update(xoff_bytes=xoff_bytes, xon_bytes=xon_bytes, cap_bytes=cap_bytes)
+        for (sw, idx, prio), st in self.states.items():
+            st.xoff_bytes, st.xon_bytes = xoff_bytes, xon_bytes
+            self.bpf.set_limits(sw, idx, prio, xoff_bytes, xon_bytes, cap_bytes)
+        LOG.info("PFC: XOFF %d B, XON %d B, buffer %d B on %d counters", xoff_bytes, xon_bytes, cap_bytes,
+                 len(self.states))
+        return len(self.states)
+
+    def headroom(self) -> list[dict]:
+        """Per link rate: the headroom the measured reaction latency needs (rate x (p99 reaction + link
+        delay) + one MTU; common.pfc.headroom_bytes; emulated links have no propagation delay) and a
+        warning when a (ingress port, priority)'s buffer cannot hold XOFF plus it (case R3)."""
+        from common.pfc import buffer_warning, headroom_bytes
+        with self._lock:
+            r = list(self.reaction_s)
+        if not r:
+            return []
+        p99 = float(np.percentile(r, 99))
+        rates = sorted({port["rate_bps"] for s in self.plan["switches"] for port in s["ports"]})
+        out = []
+        for rate in rates:
+            need = headroom_bytes(rate, p99, 0.0)
+            out.append({"rate_bps": rate, "reaction_p99_s": p99, "headroom_bytes": need,
+                        "xoff_bytes": self.plan["xoff_bytes"], "buffer_bytes": self.plan["cap_bytes"],
+                        "warning": buffer_warning(self.plan["cap_bytes"], self.plan["xoff_bytes"], need,
+                                                  f"ports at {rate / 1e6:g} Mbit/s")})
+        return out
 
     def stop(self) -> None:
         """Stop the pauser, close sockets and the BPF object (queues stay with their ports)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2)
+        for w in self.workers.values():
+            w.stop()
         for g in self.gates.values():
             g.close()
         if self.bpf is not None:
@@ -259,6 +338,8 @@ class PfcPorts:
                 elif "report" in body:
                     Path(body["report"]).write_text(json.dumps(self.report(), indent=1))
                     ack = {"ok": True}
+                elif "limits" in body:
+                    ack = {"ok": True, "changed": self.set_limits(**body["limits"])}
                 else:
                     raise ValueError(f"unknown PFC request {sorted(body)}")
             except (SetupError, OSError, ValueError, KeyError) as e:

@@ -209,14 +209,18 @@ class LiveFabric:
         """Ask the controller to change ECN profiles ``{intf: spec}`` now; waits for its ack (SetupError)."""
         return self._ecn_call({"ports": specs}, timeout_s)
 
+    def pfc_request(self, body: dict, timeout_s: float = 30.0) -> dict:
+        """Send the controller's PFC part one request (controller.pfcports); its ack (SetupError on failure)."""
+        from controller.ecnports import request
+        if self.pfc_plan is None:
+            raise SetupError("PFC request to a fabric started without a PFC plan")
+        return request(self.control_dir / "pfc", body, timeout_s=timeout_s,
+                       is_alive=lambda: self.controller.poll() is None, what="PFC")
+
     def pfc_report(self, path: Path) -> dict:
         """Have the controller write its PFC report (pauses, storms, reaction latencies, counters) to
         ``path`` and return it (SetupError without a PFC plan or when the controller fails)."""
-        from controller.ecnports import request
-        if self.pfc_plan is None:
-            raise SetupError("PFC report asked of a fabric started without a PFC plan")
-        request(self.control_dir / "pfc", {"report": str(path)}, timeout_s=30,
-                is_alive=lambda: self.controller.poll() is None, what="PFC")
+        self.pfc_request({"report": str(path)})
         return json.loads(Path(path).read_text())
 
     def ecn_counters(self) -> dict:

@@ -68,14 +68,17 @@ struct fl_pfc_occ {          /* updated with atomic operations (tracing programs
 	__u64 paused;
 	__s64 bytes;              /* held now */
 	__u64 max_bytes;          /* the most ever held */
-	__u64 xoff_bytes;         /* thresholds (0: lossy, never paused) */
-	__u64 xon_bytes;
 	__u64 packets;            /* accepted by the egress qdiscs */
 	__u64 xoff_events;
 	__u64 underflows;         /* departures that took the count below 0 (should stay 0) */
-	__u64 cap_bytes;          /* the (ingress port, priority)'s buffer: frames beyond it are dropped (0: no cap) */
-	__u64 drops;              /* frames dropped at that cap */
+	__u64 drops;              /* frames dropped at the cap */
 	__u64 storm_drops;        /* frames dropped by the PFC watchdog (action drop) */
+};
+
+struct fl_pfc_thr {          /* limits of one counter; userspace may change them at any time */
+	__u64 xoff_bytes;         /* 0: lossy, never paused */
+	__u64 xon_bytes;
+	__u64 cap_bytes;          /* the (ingress port, priority)'s buffer: frames beyond it are dropped (0: no cap) */
 };
 
 struct fl_pfc_event {
@@ -114,6 +117,13 @@ struct {
 	__type(key, struct fl_pfc_occ_key);
 	__type(value, struct fl_pfc_occ);
 } fl_pfc_occ SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct fl_pfc_occ_key);
+	__type(value, struct fl_pfc_thr);
+} fl_pfc_thr SEC(".maps");
 
 struct {                      /* bytes to discount from a counter (written only by userspace: PfcBpf.reconcile) */
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -214,9 +224,10 @@ int fl_pfc_out(struct __sk_buff *skb)
 		if (in_port && *in_port) {
 			struct fl_pfc_occ_key ok = {.sw = p->sw, .port = *in_port - 1, .prio = prio};
 			struct fl_pfc_occ *o = bpf_map_lookup_elem(&fl_pfc_occ, &ok);
+			struct fl_pfc_thr *t = bpf_map_lookup_elem(&fl_pfc_thr, &ok);
 			__s64 *corr = bpf_map_lookup_elem(&fl_pfc_corr, &ok);
 			__s64 held = o ? o->bytes - (corr ? *corr : 0) : 0;
-			if (o && o->cap_bytes && held + (__s64)skb->len > (__s64)o->cap_bytes) {
+			if (o && t && t->cap_bytes && held + (__s64)skb->len > (__s64)t->cap_bytes) {
 				__sync_fetch_and_add(&o->drops, 1);   /* the ingress buffer is full: a real drop */
 				return TC_ACT_SHOT;
 			}
@@ -259,7 +270,8 @@ static __noinline void account(struct sk_buff *skb, int sign)
 	__s64 len = BPF_CORE_READ(skb, len);
 	struct fl_pfc_occ_key k = {.sw = TAG_SW(mark), .port = TAG_PORT(mark), .prio = TAG_PRIO(mark)};
 	struct fl_pfc_occ *o = bpf_map_lookup_elem(&fl_pfc_occ, &k);
-	if (!o)
+	struct fl_pfc_thr *t = bpf_map_lookup_elem(&fl_pfc_thr, &k);
+	if (!o || !t)
 		return;
 	__u8 kind = 0;
 	__s64 b, corr = 0, *c = bpf_map_lookup_elem(&fl_pfc_corr, &k);
@@ -270,7 +282,7 @@ static __noinline void account(struct sk_buff *skb, int sign)
 		__sync_fetch_and_add(&o->packets, 1);
 		if (b > (__s64)o->max_bytes)
 			o->max_bytes = b;          /* a race here only loses a maximum by one packet */
-		if (o->xoff_bytes && b >= (__s64)o->xoff_bytes && __sync_val_compare_and_swap(&o->paused, 0, 1) == 0) {
+		if (t->xoff_bytes && b >= (__s64)t->xoff_bytes && __sync_val_compare_and_swap(&o->paused, 0, 1) == 0) {
 			__sync_fetch_and_add(&o->xoff_events, 1);
 			kind = EV_XOFF;
 		}
@@ -278,7 +290,7 @@ static __noinline void account(struct sk_buff *skb, int sign)
 		b = __sync_fetch_and_add(&o->bytes, -len) - len - corr;
 		if (b < 0)
 			__sync_fetch_and_add(&o->underflows, 1);
-		if (b <= (__s64)o->xon_bytes && __sync_val_compare_and_swap(&o->paused, 1, 0) == 1)
+		if (b <= (__s64)t->xon_bytes && __sync_val_compare_and_swap(&o->paused, 1, 0) == 1)
 			kind = EV_XON;
 	}
 	if (kind) {
