@@ -56,11 +56,15 @@ s.bind(("0.0.0.0", port))
 s.settimeout(0.2)
 print("READY", flush=True)
 got = {}
+last = None
 while sum(len(v) for v in got.values()) < expect and time.time() < deadline:
     try:
         data = s.recv(2048)
     except socket.timeout:
+        if last is not None and time.time() - last > 5:
+            break                                  # senders done: what has not come in 5 s was lost
         continue
+    last = time.time()
     sid, seq = struct.unpack("!II", data[:8])
     got.setdefault(sid, set()).add(seq)
 print(json.dumps({str(k): len(v) for k, v in got.items()}), flush=True)
