@@ -149,22 +149,10 @@ class BpfEcnMarker:
 
     def attach(self, ifname: str) -> None:
         """Attach the program to ``ifname``'s egress (root namespace), adding a clsact qdisc if needed."""
-        from pyroute2 import IPRoute
-        from pyroute2.netlink.exceptions import NetlinkError
+        from controller import dataplane
         if self.prog_fd is None:
             raise SetupError("BPF ECN marker: attach needs the loading process")
-        try:
-            with IPRoute() as ipr:
-                idx = ipr.link_lookup(ifname=ifname)
-                if not idx:
-                    raise SetupError(f"BPF ECN marker: no interface {ifname!r}")
-                kinds = {m.get_attr("TCA_KIND") for m in ipr.get_qdiscs(index=idx[0])}
-                if "clsact" not in kinds:
-                    ipr.tc("add", "clsact", idx[0])
-                ipr.tc("add-filter", "bpf", idx[0], ":1", fd=self.prog_fd, name=FILTER_NAME,
-                       parent="ffff:fff3", classid=1, direct_action=True, prio=FILTER_PREF)
-        except NetlinkError as e:
-            raise SetupError(f"BPF ECN marker: tc refused the filter on {ifname}: {e}") from None
+        dataplane.attach_bpf_classifier(ifname, self.prog_fd, FILTER_NAME, FILTER_PREF)
 
     def detach(self, ifname: str) -> None:
         """Remove the marker from ``ifname`` (deletes its clsact qdisc, with every filter on it)."""

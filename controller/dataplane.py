@@ -692,3 +692,28 @@ def gate_backlog_bytes(ifname: str, prio: int, netns_pid: int | None = None) -> 
     except NetlinkError as e:
         raise SetupError(f"tc on {ifname}: kernel refused ({e.code})") from None
     return None
+
+
+#: tc parents of a clsact qdisc's two hooks.
+CLSACT_EGRESS, CLSACT_INGRESS = "ffff:fff3", "ffff:fff2"
+
+
+def attach_bpf_classifier(ifname: str, prog_fd: int, name: str, pref: int, ingress: bool = False,
+                          netns_pid: int | None = None) -> None:
+    """Attach a loaded direct-action BPF classifier (``prog_fd``) to ``ifname``'s egress (or ingress)
+    hook at tc preference ``pref`` (lower runs first), adding the clsact qdisc if it is missing.
+
+    Raises:
+        SetupError: the interface is missing or tc refused the filter (the kernel's message).
+    """
+    try:
+        with _ipr(netns_pid) as ipr:
+            idx = ipr.link_lookup(ifname=ifname)
+            if not idx:
+                raise SetupError(f"tc: no interface {ifname!r}")
+            if "clsact" not in {m.get_attr("TCA_KIND") for m in ipr.get_qdiscs(index=idx[0])}:
+                ipr.tc("add", "clsact", idx[0])
+            ipr.tc("add-filter", "bpf", idx[0], ":1", fd=prog_fd, name=name,
+                   parent=CLSACT_INGRESS if ingress else CLSACT_EGRESS, classid=1, direct_action=True, prio=pref)
+    except NetlinkError as e:
+        raise SetupError(f"tc refused the BPF filter {name} on {ifname}: {e}") from None

@@ -96,23 +96,32 @@ class EcnPorts:
 
     def poll(self) -> None:
         """Answer every pending request in the control folder, in order."""
-        while True:
-            req = self.dir / f"req-{self.seq + 1}.json"
-            if not req.exists():
-                return
-            self.seq += 1
-            try:
-                body = json.loads(req.read_text())
-                if body.get("start"):
-                    ack = {"ok": True, "record": self.start()}
-                else:
-                    ack = {"ok": True, "applied": self.apply(body["ports"])}
-            except (SetupError, OSError, ValueError, KeyError) as e:
-                ack = {"ok": False, "error": str(e)}
-                LOG.error("ECN request %d failed: %s", self.seq, e)
-            tmp = self.dir / f"ack-{self.seq}.json.tmp"
-            tmp.write_text(json.dumps(ack))
-            tmp.replace(self.dir / f"ack-{self.seq}.json")
+        self.seq = answer_requests(self.dir, self.seq, self._handle, "ECN")
+
+    def _handle(self, body: dict) -> dict:
+        if body.get("start"):
+            return {"ok": True, "record": self.start()}
+        return {"ok": True, "applied": self.apply(body["ports"])}
+
+
+def answer_requests(control_dir: Path, seq: int, handle, what: str) -> int:
+    """Answer the requests ``req-<n>.json`` after number ``seq`` in ``control_dir`` with
+    ``handle(body) -> ack`` (a failure's ack carries the error); returns the last number answered.
+    The other side is :func:`request`."""
+    d = Path(control_dir)
+    while True:
+        req = d / f"req-{seq + 1}.json"
+        if not req.exists():
+            return seq
+        seq += 1
+        try:
+            ack = handle(json.loads(req.read_text()))
+        except (SetupError, OSError, ValueError, KeyError, TypeError) as e:
+            ack = {"ok": False, "error": str(e)}
+            LOG.error("%s request %d failed: %s", what, seq, e)
+        tmp = d / f"ack-{seq}.json.tmp"
+        tmp.write_text(json.dumps(ack))
+        tmp.replace(d / f"ack-{seq}.json")
 
 
 def request(control_dir: Path, body: dict, timeout_s: float = 20.0, is_alive=lambda: True, what: str = "ECN") -> dict:

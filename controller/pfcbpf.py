@@ -210,23 +210,12 @@ class PfcBpf:
     def attach(self, ifname: str, netns_pid: int | None = None, switch_port: bool = True) -> None:
         """Attach the classifiers to ``ifname``: a switch port gets the ingress recorder and the
         accounting egress classifier, a host NIC (``switch_port`` False) the class-only one."""
-        from pyroute2 import IPRoute
-        from pyroute2.netlink.exceptions import NetlinkError
-        try:
-            with (IPRoute() if netns_pid is None else IPRoute(netns=f"/proc/{netns_pid}/ns/net", flags=0)) as ipr:
-                idx = ipr.link_lookup(ifname=ifname)
-                if not idx:
-                    raise SetupError(f"{WHO}: no interface {ifname!r}")
-                kinds = {m.get_attr("TCA_KIND") for m in ipr.get_qdiscs(index=idx[0])}
-                if "clsact" not in kinds:
-                    ipr.tc("add", "clsact", idx[0])
-                ipr.tc("add-filter", "bpf", idx[0], ":1", fd=self.prog_fd("fl_pfc_out" if switch_port else "fl_pfc_host"),
-                       name=FILTER_NAME, parent="ffff:fff3", classid=1, direct_action=True, prio=EGRESS_PREF)
-                if switch_port:
-                    ipr.tc("add-filter", "bpf", idx[0], ":1", fd=self.prog_fd("fl_pfc_in"), name=FILTER_NAME,
-                           parent="ffff:fff2", classid=1, direct_action=True, prio=INGRESS_PREF)
-        except NetlinkError as e:
-            raise SetupError(f"{WHO}: tc refused the filter on {ifname}: {e}") from None
+        from controller import dataplane
+        dataplane.attach_bpf_classifier(ifname, self.prog_fd("fl_pfc_out" if switch_port else "fl_pfc_host"),
+                                        FILTER_NAME, EGRESS_PREF, netns_pid=netns_pid)
+        if switch_port:
+            dataplane.attach_bpf_classifier(ifname, self.prog_fd("fl_pfc_in"), FILTER_NAME, INGRESS_PREF,
+                                            ingress=True, netns_pid=netns_pid)
 
     # -- events ----------------------------------------------------------------
     def on_events(self, callback: Callable[[dict], None]) -> None:

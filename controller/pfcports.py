@@ -343,25 +343,15 @@ class PfcPorts:
     # -- requests -------------------------------------------------------------------------
     def poll(self) -> None:
         """Answer every pending request in the control folder (see controller.ecnports.request)."""
-        while True:
-            req = self.dir / f"req-{self.seq + 1}.json"
-            if not req.exists():
-                return
-            self.seq += 1
-            try:
-                body = json.loads(req.read_text())
-                if body.get("start"):
-                    ack = {"ok": True, "record": self.start(body["host_pids"])}
-                elif "report" in body:
-                    Path(body["report"]).write_text(json.dumps(self.report(), indent=1))
-                    ack = {"ok": True}
-                elif "limits" in body:
-                    ack = {"ok": True, "changed": self.set_limits(**body["limits"])}
-                else:
-                    raise ValueError(f"unknown PFC request {sorted(body)}")
-            except (SetupError, OSError, ValueError, KeyError) as e:
-                ack = {"ok": False, "error": str(e)}
-                LOG.error("PFC request %d failed: %s", self.seq, e)
-            tmp = self.dir / f"ack-{self.seq}.json.tmp"
-            tmp.write_text(json.dumps(ack))
-            tmp.replace(self.dir / f"ack-{self.seq}.json")
+        from controller.ecnports import answer_requests
+        self.seq = answer_requests(self.dir, self.seq, self._handle, "PFC")
+
+    def _handle(self, body: dict) -> dict:
+        if body.get("start"):
+            return {"ok": True, "record": self.start(body["host_pids"])}
+        if "report" in body:
+            Path(body["report"]).write_text(json.dumps(self.report(), indent=1))
+            return {"ok": True}
+        if "limits" in body:
+            return {"ok": True, "changed": self.set_limits(**body["limits"])}
+        raise ValueError(f"unknown PFC request {sorted(body)}")
