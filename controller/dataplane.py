@@ -610,6 +610,8 @@ class PauseGates:
     def __init__(self, ifname: str, q: PriorityQueues, netns_pid: int | None = None, kick_frame: bytes = b""):
         import socket
         self.ifname, self.q, self.kick_frame = ifname, q, kick_frame
+        self.limits = dict(q.fifo_bytes)
+        self.closed: set[int] = set()
         self.ipr = _ipr(netns_pid)
         found = self.ipr.link_lookup(ifname=ifname)
         if not found:
@@ -625,17 +627,27 @@ class PauseGates:
     def _set(self, prio: int, rate_bps: int, burst: int) -> None:
         try:
             self.ipr.tc("change", "tbf", self.idx, prio_gate_handle(prio), parent=prio_class(prio),
-                        rate=f"{rate_bps}bit", burst=burst, limit=int(self.q.fifo_bytes[prio]))
+                        rate=f"{rate_bps}bit", burst=burst, limit=int(self.limits[prio]))
         except NetlinkError as e:
             raise SetupError(f"pause gate {self.ifname} priority {prio}: kernel refused ({e.code})") from None
 
     def close_gate(self, prio: int) -> None:
         """Pause ``prio``: its packets wait in its bfifo (at most the frame already granted leaves)."""
         self._set(prio, PAUSED_RATE_BPS, PAUSED_BURST_BYTES)
+        self.closed.add(prio)
+
+    def set_limit(self, prio: int, limit_bytes: int) -> None:
+        """Change ``prio``'s FIFO limit, keeping the gate as it is (TBF passes a change's limit to its FIFO)."""
+        self.limits[prio] = int(limit_bytes)
+        if prio in self.closed:
+            self._set(prio, PAUSED_RATE_BPS, PAUSED_BURST_BYTES)
+        else:
+            self._set(prio, int(round(self.q.rate_bps)), self.q.gate_burst_bytes())
 
     def open_gate(self, prio: int) -> None:
         """Resume ``prio`` at the link rate and make the port's qdisc run now."""
         self._set(prio, int(round(self.q.rate_bps)), self.q.gate_burst_bytes())
+        self.closed.discard(prio)
         if self.sock is not None:
             try:
                 self.sock.send(self.kick_frame)

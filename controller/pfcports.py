@@ -113,6 +113,7 @@ class PfcPorts:
         self.corrected_bytes = 0
         self._idle_seen: dict[tuple, int] = {}
         self.realtime = None
+        self.lost_events = 0       # transitions found by _tick before (or without) their ring-buffer event
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = None
@@ -183,13 +184,17 @@ class PfcPorts:
         worker = self.workers.get(link["peer_intf"])
         try:
             if e["kind"] == "xoff":
+                if state.paused:
+                    return                  # _tick saw this transition first
                 if worker is not None and not state.dropping:
                     worker.submit(self._close, worker.gates, e["prio"], e["t_ns"])
                 for ev in state.update(e["bytes"], self._t_rel(e["t_ns"])):
                     self._after(ev, key, link)
             else:
+                if not state.paused:
+                    return
                 was_storm = state.storm
-                events = state.update(e["bytes"], self._t_rel(e["t_ns"]))
+                events = state.update(min(e["bytes"], state.xon_bytes), self._t_rel(e["t_ns"]))
                 if worker is not None:
                     worker.submit(worker.gates.open_gate, e["prio"])
                 if was_storm and state.action == "drop":
@@ -228,6 +233,25 @@ class PfcPorts:
         ports = next(s["ports"] for s in self.plan["switches"] if s["name"] == sw_name)
         return all(dataplane.gate_backlog_bytes(port["intf"], prio) == 0 for port in ports)
 
+    def _tick(self) -> None:
+        """Every poll: follow the kernel's paused flags (an event the ring buffer could not take
+        must not leave a gate shut) and run the watchdog on the paused (link, priority)s."""
+        now_ns = time.monotonic_ns()
+        for key, state in self.states.items():
+            c = self.bpf.read(*key)
+            if c is None:
+                continue
+            ev = {"t_ns": now_ns, "sw": key[0], "port": key[1], "prio": key[2]}
+            if c["paused"] and not state.paused:
+                self.lost_events += 1
+                self._on_event({**ev, "bytes": max(c["bytes"], state.xoff_bytes), "kind": "xoff"})
+            elif not c["paused"] and state.paused and c["bytes"] <= state.xon_bytes:
+                self.lost_events += 1
+                self._on_event({**ev, "bytes": c["bytes"], "kind": "xon"})
+            elif state.paused:
+                for e in state.update(max(c["bytes"], state.xon_bytes + 1), self._t_rel(now_ns)):
+                    self._after(e, key, self.links[key[:2]])
+
     def _reconcile_idle(self, lossless) -> None:
         """Reconcile the (switch, priority) counters that still hold bytes though nothing has arrived
         for a whole interval (an idle switch; reading queues costs netlink dumps: never while busy)."""
@@ -250,11 +274,7 @@ class PfcPorts:
         while not self._stop.is_set():
             try:
                 self.bpf.poll(10)
-                now = self._t_rel(time.monotonic_ns())
-                for key, state in self.states.items():
-                    if state.paused:
-                        for ev in state.update(self.bpf.read(*key)["bytes"], now):
-                            self._after(ev, key, self.links[key[:2]])
+                self._tick()
                 if time.monotonic() - last_reconcile >= RECONCILE_INTERVAL_S:
                     last_reconcile = time.monotonic()
                     self._reconcile_idle(lossless)
@@ -291,7 +311,7 @@ class PfcPorts:
                                "p50": float(np.percentile(r, 50)) if r is not None else None,
                                "p99": float(np.percentile(r, 99)) if r is not None else None,
                                "max": float(r.max()) if r is not None else None},
-                "headroom": self.headroom(), "pauser_realtime": self.realtime,
+                "headroom": self.headroom(), "pauser_realtime": self.realtime, "lost_events": self.lost_events,
                 "corrected_bytes": self.corrected_bytes, "counters": counters, "errors": self.errors[:20],
                 "now_s": now}
 
@@ -304,6 +324,12 @@ class PfcPorts:
         for (sw, idx, prio), st in self.states.items():
             st.xoff_bytes, st.xon_bytes = xoff_bytes, xon_bytes
             self.bpf.set_limits(sw, idx, prio, xoff_bytes, xon_bytes, cap_bytes)
+        # a lossless egress queue must hold every ingress port's buffer (drops happen at the caps)
+        for s in self.plan["switches"]:
+            for port in s["ports"]:
+                for prio in {k[2] for k in self.states}:
+                    self.workers[port["intf"]].submit(self.gates[port["intf"]].set_limit, prio,
+                                                      cap_bytes * len(s["ports"]))
         LOG.info("PFC: XOFF %d B, XON %d B, buffer %d B on %d counters", xoff_bytes, xon_bytes, cap_bytes,
                  len(self.states))
         return len(self.states)

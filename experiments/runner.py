@@ -584,7 +584,7 @@ def pfc_plan(fabric_map: dict, cfg, buffer_bytes: int, burst_bytes: int, host_fi
     lossless = set(cfg.lossless) if cfg.enabled else set()
     sw_ids = {s["name"]: i + 1 for i, s in enumerate(fabric_map["switches"])}
     hosts = {h["name"]: h for h in fabric_map["hosts"]}
-    n_ports = max(len(s["ports"]) for s in fabric_map["switches"]) + 4   # host ports are in "ports" too
+    n_ports = max(len(s["ports"]) for s in fabric_map["switches"])    # host-facing ports included
     switches = []
     for s in fabric_map["switches"]:
         ports = []
@@ -594,7 +594,8 @@ def pfc_plan(fabric_map: dict, cfg, buffer_bytes: int, burst_bytes: int, host_fi
             ports.append({"intf": p["intf"], "index": p["port"], "rate_bps": p["rate_mbps"] * 1e6, "peer": p["peer"],
                           "peer_intf": peer_intf, "peer_is_host": peer_is_host})
         switches.append({"name": s["name"], "sw": sw_ids[s["name"]], "ports": ports})
-    # a lossless egress queue never drops: its limit holds every ingress port's share
+    # a lossless egress queue never drops: its limit holds every ingress port's share (the buffer
+    # caps drop at ingress); PfcPorts.set_limits raises it with the buffer
     switch_fifo = {p: (buffer_bytes * n_ports if p in lossless else buffer_bytes) for p in prios}
     return {"enabled": cfg.enabled, "dscp_map": {str(d): p for d, p in cfg.dscp_map.items()},
             "default_priority": cfg.default_priority, "lossless": sorted(lossless),
