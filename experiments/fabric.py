@@ -53,9 +53,14 @@ class LiveFabric:
         connect_timeout_s: how long switches get to connect and be configured.
         routing: ``ecmp`` (hash each 5-tuple over all equal-cost next hops) or
             ``single`` (one deterministic path per destination); see controller.routing.
+        ecn_plan: the ECN plan the controller applies once the ports have queues
+            (experiments.runner.ecn_plan; controller.ecnports), or None.
+        pfc_plan: the PFC plan (experiments.runner.pfc_plan; controller.pfcports): the
+            controller installs per-priority queues on every port instead of
+            ``switch_queue``/``host_queue`` and runs the pauser; or None.
 
     Attributes after enter: ``net`` (Mininet), ``fabric_map`` (dict),
-    ``timings_s`` (set-up phases).
+    ``timings_s`` (set-up phases), ``ecn_record`` / ``pfc_record`` (what the controller applied).
 
     Raises:
         SetupError: port 6653 is taken, the controller dies, switches do not
@@ -116,11 +121,9 @@ class LiveFabric:
         self._configure_ports()
         self.timings_s["ports_s"] = time.monotonic() - t3
         if self.pfc_plan is not None:
-            from controller.ecnports import request
             t5 = time.monotonic()
             pids = {h.name: h.pid for h in self.net.hosts}
-            self.pfc_record = request(self.control_dir / "pfc", {"start": True, "host_pids": pids}, timeout_s=120,
-                                      is_alive=lambda: self.controller.poll() is None, what="PFC")["record"]
+            self.pfc_record = self.pfc_request({"start": True, "host_pids": pids}, timeout_s=120)["record"]
             self.timings_s["pfc_s"] = time.monotonic() - t5
         if self.ecn_plan is not None:
             t4 = time.monotonic()
