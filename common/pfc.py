@@ -122,13 +122,13 @@ def headroom_bytes(rate_bps: float, reaction_s: float, link_delay_s: float, mtu_
     return math.ceil(rate_bps * (reaction_s + link_delay_s) / 8) + int(mtu_bytes)
 
 
-def buffer_warning(buffer_bytes: int, xoff_bytes: int, headroom: int, where: str) -> str | None:
-    """A warning naming the numbers when ``buffer_bytes`` cannot hold XOFF plus ``headroom``
+def buffer_warning(buffer_bytes: int, xoff_bytes: int, headroom_needed_bytes: int, where: str) -> str | None:
+    """A warning naming the numbers when ``buffer_bytes`` cannot hold XOFF plus ``headroom_needed_bytes``
     (then the lossless class can drop: case R3), else None."""
-    need = xoff_bytes + headroom
+    need = xoff_bytes + headroom_needed_bytes
     if buffer_bytes >= need:
         return None
-    return (f"{where}: buffer {buffer_bytes} B < XOFF {xoff_bytes} B + headroom {headroom} B = {need} B; "
+    return (f"{where}: buffer {buffer_bytes} B < XOFF {xoff_bytes} B + headroom {headroom_needed_bytes} B = {need} B; "
             f"the lossless class can drop {need - buffer_bytes} B per pause")
 
 
@@ -238,7 +238,6 @@ class PfcConfig:
         enabled: whether lossless priorities are paused (PFC on).
         lossless: the priorities PFC protects; the others are lossy (drop at the buffer).
         xoff_bytes, xon_bytes: pause and resume thresholds per (ingress link, priority).
-        headroom_bytes: bytes reserved above XOFF; None = computed from the measured reaction.
         watchdog_s: pause-storm detection time, None = no watchdog.
         watchdog_action: ``keep`` (report only) or ``drop`` (the stormed queue drops its packets).
     """
@@ -250,7 +249,6 @@ class PfcConfig:
     lossless: tuple = DEFAULT_LOSSLESS
     xoff_bytes: int | None = None
     xon_bytes: int | None = None
-    headroom_bytes: int | None = None
     watchdog_s: float | None = None
     watchdog_action: str = "keep"
 
@@ -291,7 +289,8 @@ def parse_pfc(priorities: dict | None, pfc: dict | None, buffer_bytes: int, fram
             {weighted: {PRIO: WEIGHT, ...}}}``, every key optional (defaults: DSCP 26 -> 3,
             0 -> 0, strict).
         pfc: ``{enabled, lossless: [P, ...], xoff_bytes|xoff_packets, xon_bytes|xon_packets,
-            headroom_bytes, watchdog: {timeout_s, action: keep|drop}}``, or None (PFC off).
+            watchdog: {timeout_s, action: keep|drop}}``, or None (PFC off). The headroom is
+            the buffer above XOFF (the controller computes what the measured reaction needs).
         buffer_bytes: each switch egress port's buffer: XOFF must fit under it.
         frame_bytes: bytes per packet for thresholds given in packets.
 
@@ -325,7 +324,7 @@ def parse_pfc(priorities: dict | None, pfc: dict | None, buffer_bytes: int, fram
 
     pf = dict(pfc or {})
     known = {"enabled", "lossless", "xoff_bytes", "xoff_packets", "xon_bytes", "xon_packets",
-             "headroom_bytes", "watchdog"}
+             "watchdog"}
     for k in pf:
         if k not in known:
             raise ScenarioError(f"pfc.{k}", f"unknown key (known: {', '.join(sorted(known))})")
@@ -353,9 +352,6 @@ def parse_pfc(priorities: dict | None, pfc: dict | None, buffer_bytes: int, fram
                                                   f"({buffer_bytes} B), or it can never take effect")
         if xon >= xoff:
             raise ScenarioError("pfc.xon_bytes", f"XON {xon} B must be below XOFF {xoff} B")
-    headroom = pf.get("headroom_bytes")
-    if headroom is not None and (isinstance(headroom, bool) or not isinstance(headroom, int) or headroom < 0):
-        raise ScenarioError("pfc.headroom_bytes", f"expected an integer >= 0, got {headroom!r}")
     wd = pf.get("watchdog")
     wd_s, action = None, "keep"
     if wd is not None:
@@ -371,5 +367,5 @@ def parse_pfc(priorities: dict | None, pfc: dict | None, buffer_bytes: int, fram
         if action not in WATCHDOG_ACTIONS:
             raise ScenarioError("pfc.watchdog.action", f"expected one of {', '.join(WATCHDOG_ACTIONS)}, got {action!r}")
     return PfcConfig(dscp_map=dscp_map, default_priority=default, scheduling=sched, weights=weights,
-                     enabled=enabled, lossless=lossless, xoff_bytes=xoff, xon_bytes=xon, headroom_bytes=headroom,
+                     enabled=enabled, lossless=lossless, xoff_bytes=xoff, xon_bytes=xon,
                      watchdog_s=float(wd_s) if wd_s is not None else None, watchdog_action=action)

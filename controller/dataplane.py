@@ -70,6 +70,14 @@ def _ipr(netns_pid: int | None) -> IPRoute:
     return IPRoute(netns=f"/proc/{netns_pid}/ns/net", flags=0)
 
 
+def _link_index(ipr: IPRoute, ifname: str, what: str = "tc") -> int:
+    """The ifindex of ``ifname`` in ``ipr``'s namespace; SetupError naming ``what`` if it is missing."""
+    found = ipr.link_lookup(ifname=ifname)
+    if not found:
+        raise SetupError(f"{what}: no interface {ifname!r}")
+    return found[0]
+
+
 def install_port_queue(ifname: str, q: PortQueue, netns_pid: int | None = None) -> None:
     """Replace the root qdisc of ``ifname`` with HTB(rate) -> FIFO(limit).
 
@@ -86,10 +94,7 @@ def install_port_queue(ifname: str, q: PortQueue, netns_pid: int | None = None) 
     rate_bps = int(round(q.rate_mbps * 1e6))
     try:
         with _ipr(netns_pid) as ipr:
-            found = ipr.link_lookup(ifname=ifname)
-            if not found:
-                raise SetupError(f"tc: no interface {ifname!r}")
-            idx = found[0]
+            idx = _link_index(ipr, ifname)
             ipr.tc("replace", "htb", idx, HTB_ROOT, default=1)
             ipr.tc("replace-class", "htb", idx, HTB_CLASS, parent=HTB_ROOT,
                    rate=f"{rate_bps}bit", ceil=f"{rate_bps}bit",
@@ -494,10 +499,8 @@ def install_fifo_leaf(ifname: str, fifo_kind: str, limit: int) -> None:
     Raises SetupError with the kernel's message."""
     try:
         with IPRoute() as ipr:
-            idx = ipr.link_lookup(ifname=ifname)
-            if not idx:
-                raise SetupError(f"tc: no interface {ifname!r}")
-            ipr.tc("replace", fifo_kind, idx[0], FIFO_HANDLE, parent=HTB_CLASS, limit=limit)
+            idx = _link_index(ipr, ifname)
+            ipr.tc("replace", fifo_kind, idx, FIFO_HANDLE, parent=HTB_CLASS, limit=limit)
     except NetlinkError as e:
         raise SetupError(f"tc on {ifname}: kernel refused the FIFO ({e})") from None
 
@@ -575,10 +578,7 @@ def install_priority_queues(ifname: str, q: PriorityQueues, netns_pid: int | Non
     rate = int(round(q.rate_bps))
     try:
         with _ipr(netns_pid) as ipr:
-            found = ipr.link_lookup(ifname=ifname)
-            if not found:
-                raise SetupError(f"tc: no interface {ifname!r}")
-            idx = found[0]
+            idx = _link_index(ipr, ifname)
             ipr.tc("replace", "htb", idx, HTB_ROOT, default=0x10 + q.default_prio)
             ipr.tc("replace-class", "htb", idx, HTB_CLASS, parent=HTB_ROOT, rate=f"{rate}bit", ceil=f"{rate}bit",
                    burst=q.burst_bytes, cburst=q.burst_bytes)
@@ -613,11 +613,11 @@ class PauseGates:
         self.limits = dict(q.fifo_bytes)
         self.closed: set[int] = set()
         self.ipr = _ipr(netns_pid)
-        found = self.ipr.link_lookup(ifname=ifname)
-        if not found:
+        try:
+            self.idx = _link_index(self.ipr, ifname, "pause gate")
+        except SetupError:
             self.ipr.close()
-            raise SetupError(f"pause gate: no interface {ifname!r}")
-        self.idx = found[0]
+            raise
         self.sock = None
         if kick_frame:
             self.sock = _in_netns(netns_pid, lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW))
@@ -695,10 +695,8 @@ def gate_backlog_bytes(ifname: str, prio: int, netns_pid: int | None = None) -> 
     """
     try:
         with _ipr(netns_pid) as ipr:
-            idx = ipr.link_lookup(ifname=ifname)
-            if not idx:
-                raise SetupError(f"tc: no interface {ifname!r}")
-            for m in ipr.get_qdiscs(index=idx[0]):
+            idx = _link_index(ipr, ifname)
+            for m in ipr.get_qdiscs(index=idx):
                 if m["handle"] == prio_gate_handle(prio):
                     return m.get_attr("TCA_STATS2").get_attr("TCA_STATS_QUEUE")["backlog"]
     except NetlinkError as e:
@@ -720,12 +718,10 @@ def attach_bpf_classifier(ifname: str, prog_fd: int, name: str, pref: int, ingre
     """
     try:
         with _ipr(netns_pid) as ipr:
-            idx = ipr.link_lookup(ifname=ifname)
-            if not idx:
-                raise SetupError(f"tc: no interface {ifname!r}")
-            if "clsact" not in {m.get_attr("TCA_KIND") for m in ipr.get_qdiscs(index=idx[0])}:
-                ipr.tc("add", "clsact", idx[0])
-            ipr.tc("add-filter", "bpf", idx[0], ":1", fd=prog_fd, name=name,
+            idx = _link_index(ipr, ifname)
+            if "clsact" not in {m.get_attr("TCA_KIND") for m in ipr.get_qdiscs(index=idx)}:
+                ipr.tc("add", "clsact", idx)
+            ipr.tc("add-filter", "bpf", idx, ":1", fd=prog_fd, name=name,
                    parent=CLSACT_INGRESS if ingress else CLSACT_EGRESS, classid=1, direct_action=True, prio=pref)
     except NetlinkError as e:
         raise SetupError(f"tc refused the BPF filter {name} on {ifname}: {e}") from None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -31,16 +32,16 @@ FILTER_NAME = "fabriclab_pfc"
 EGRESS_PREF = 10
 INGRESS_PREF = 10
 
-#: struct fl_pfc_port: sw, port, is_switch, default_prio
-PORT = struct.Struct("=IIII")
+#: struct fl_pfc_port: sw, port, is_switch
+PORT = struct.Struct("=III")
 #: struct fl_pfc_occ_key: sw, port (u16), prio (u16)
 OCC_KEY = struct.Struct("=IHH")
 #: struct fl_pfc_occ: paused, bytes (signed), max_bytes, packets, xoff_events, underflows, drops, storm_drops
 OCC = struct.Struct("=QqQQQQQQ")
 OCC_FIELDS = ("paused", "bytes", "max_bytes", "packets", "xoff_events", "underflows", "drops", "storm_drops")
-#: struct fl_pfc_thr: xoff_bytes, xon_bytes, cap_bytes
-THR = struct.Struct("=QQQ")
-THR_FIELDS = ("xoff_bytes", "xon_bytes", "cap_bytes")
+#: struct fl_pfc_ctl (written only here, whole values): xoff_bytes, xon_bytes, cap_bytes, corr_bytes, storm_drop
+CTL = struct.Struct("=QQQqQ")
+CTL_FIELDS = ("xoff_bytes", "xon_bytes", "cap_bytes", "corrected_bytes", "storm_drop")
 #: struct fl_pfc_event: t_ns, bytes (signed), sw, port (u16), prio (u8), kind (u8)
 EVENT = struct.Struct("=QqIHBB")
 EV_XOFF, EV_XON = 1, 2
@@ -49,8 +50,7 @@ MAX_SWITCHES = 4095
 MAX_PORTS = 255
 
 PROGRAMS = ("fl_pfc_in", "fl_pfc_out", "fl_pfc_host", "fl_pfc_enq", "fl_pfc_deq")
-MAPS = ("fl_pfc_port", "fl_pfc_dscp", "fl_pfc_flow", "fl_pfc_occ", "fl_pfc_thr", "fl_pfc_corr", "fl_pfc_storm",
-        "fl_pfc_events")
+MAPS = ("fl_pfc_port", "fl_pfc_dscp", "fl_pfc_flow", "fl_pfc_occ", "fl_pfc_ctl", "fl_pfc_events")
 
 
 def class_minor(prio: int) -> int:
@@ -67,6 +67,7 @@ class PfcBpf:
     def __init__(self, lib: Libbpf, obj, progs: dict, maps: dict):
         self.lib, self.obj, self.progs, self.maps = lib, obj, progs, maps
         self.links: list = []
+        self._ctl_lock = threading.Lock()
         self._rb = None
         self._rb_cb = None
 
@@ -88,10 +89,11 @@ class PfcBpf:
             progs[name] = p
         for name in MAPS:
             maps[name] = lib.check(lib.lib.bpf_object__find_map_fd_by_name(obj, name.encode()), f"map {name}")
-        sizes = {n: lib.map_value_size(maps[n]) for n in ("fl_pfc_port", "fl_pfc_occ")}
-        if sizes != {"fl_pfc_port": PORT.size, "fl_pfc_occ": OCC.size}:
-            raise SetupError(f"{WHO}: {Path(path).name} has map values {sizes}, this loader expects "
-                             f"{PORT.size} and {OCC.size} bytes: rebuild it (make bpf)")
+        sizes = {n: lib.map_value_size(maps[n]) for n in ("fl_pfc_port", "fl_pfc_occ", "fl_pfc_ctl")}
+        want = {"fl_pfc_port": PORT.size, "fl_pfc_occ": OCC.size, "fl_pfc_ctl": CTL.size}
+        if sizes != want:
+            raise SetupError(f"{WHO}: {Path(path).name} has map values {sizes}, this loader expects {want}: "
+                             "rebuild it (make bpf)")
         self = cls(lib, obj, progs, maps)
         try:
             for name in ("fl_pfc_enq", "fl_pfc_deq"):
@@ -127,7 +129,7 @@ class PfcBpf:
             self._update("fl_pfc_dscp", struct.pack("=I", dscp), struct.pack("=I", dscp_map.get(dscp, default_prio)),
                          f"DSCP {dscp}")
 
-    def set_port(self, ifindex: int, sw: int, port: int, is_switch: bool, default_prio: int) -> None:
+    def set_port(self, ifindex: int, sw: int, port: int, is_switch: bool) -> None:
         """Describe interface ``ifindex`` (root namespace for switch ports) to the classifier.
 
         Raises:
@@ -135,48 +137,59 @@ class PfcBpf:
         """
         if not 1 <= sw <= MAX_SWITCHES or not 0 <= port <= MAX_PORTS:
             raise ValueError(f"switch id {sw} (1..{MAX_SWITCHES}) or port index {port} (0..{MAX_PORTS}) out of range")
-        self._update("fl_pfc_port", struct.pack("=I", ifindex), PORT.pack(sw, port, int(is_switch), default_prio),
+        self._update("fl_pfc_port", struct.pack("=I", ifindex), PORT.pack(sw, port, int(is_switch)),
                      f"port ifindex {ifindex}")
 
     def set_thresholds(self, sw: int, port: int, prio: int, xoff_bytes: int, xon_bytes: int,
                        cap_bytes: int = 0) -> None:
         """Start counting (switch ``sw``, ingress ``port``, ``prio``) from zero with these limits
-        (see :meth:`set_limits`)."""
-        self.set_limits(sw, port, prio, xoff_bytes, xon_bytes, cap_bytes)
-        self._update("fl_pfc_occ", OCC_KEY.pack(sw, port, prio), OCC.pack(0, 0, 0, 0, 0, 0, 0, 0),
-                     f"counter of switch {sw} port {port} priority {prio}")
+        (see :meth:`set_limits`), no correction and no storm."""
+        key = OCC_KEY.pack(sw, port, prio)
+        with self._ctl_lock:
+            self._update("fl_pfc_ctl", key, CTL.pack(xoff_bytes, xon_bytes, cap_bytes, 0, 0),
+                         f"settings of switch {sw} port {port} priority {prio}")
+            self._update("fl_pfc_occ", key, OCC.pack(0, 0, 0, 0, 0, 0, 0, 0),
+                         f"counter of switch {sw} port {port} priority {prio}")
+
+    def _ctl(self, key: bytes) -> dict | None:
+        k = ctypes.create_string_buffer(key, OCC_KEY.size)
+        v = ctypes.create_string_buffer(CTL.size)
+        if self.lib.lib.bpf_map_lookup_elem(self.maps["fl_pfc_ctl"], k, v) < 0:
+            return None
+        return dict(zip(CTL_FIELDS, CTL.unpack(v.raw)))
+
+    def _set_ctl(self, sw: int, port: int, prio: int, **fields) -> None:
+        """Replace some of a counter's settings (read-modify-write under a lock: the pauser, the
+        reconciler and requests write from different threads; the kernel only reads)."""
+        key = OCC_KEY.pack(sw, port, prio)
+        with self._ctl_lock:
+            ctl = self._ctl(key)
+            if ctl is None:
+                raise SetupError(f"{WHO}: no counter for switch {sw} port {port} priority {prio}")
+            ctl.update(fields)
+            self._update("fl_pfc_ctl", key, CTL.pack(*(ctl[f] for f in CTL_FIELDS)),
+                         f"settings of switch {sw} port {port} priority {prio}")
 
     def set_limits(self, sw: int, port: int, prio: int, xoff_bytes: int, xon_bytes: int, cap_bytes: int = 0) -> None:
         """Change a counter's limits now, keeping its count: pause at ``xoff_bytes`` (0: never),
         resume at ``xon_bytes``, drop frames that would take it above ``cap_bytes`` (0: no cap)."""
-        self._update("fl_pfc_thr", OCC_KEY.pack(sw, port, prio), THR.pack(xoff_bytes, xon_bytes, cap_bytes),
-                     f"limits of switch {sw} port {port} priority {prio}")
+        self._set_ctl(sw, port, prio, xoff_bytes=xoff_bytes, xon_bytes=xon_bytes, cap_bytes=cap_bytes)
 
     def set_storm_drop(self, sw: int, port: int, prio: int, on: bool) -> None:
         """While ``on``, frames of (``sw``, ingress ``port``, ``prio``) are dropped (PFC watchdog, action drop)."""
-        self._update("fl_pfc_storm", OCC_KEY.pack(sw, port, prio), struct.pack("=I", int(on)),
-                     f"storm flag of switch {sw} port {port} priority {prio}")
-
-    def _corr(self, key: bytes) -> int:
-        k = ctypes.create_string_buffer(key, OCC_KEY.size)
-        v = ctypes.create_string_buffer(8)
-        if self.lib.lib.bpf_map_lookup_elem(self.maps["fl_pfc_corr"], k, v) < 0:
-            return 0
-        return struct.unpack("=q", v.raw)[0]
+        self._set_ctl(sw, port, prio, storm_drop=int(on))
 
     def read(self, sw: int, port: int, prio: int) -> dict | None:
-        """The counter of (``sw``, ``port``, ``prio``) as a dict of :data:`OCC_FIELDS` (``bytes``: held
-        now, after :meth:`reconcile`'s corrections; ``corrected_bytes``: their total); None if absent."""
+        """The counter of (``sw``, ``port``, ``prio``): :data:`OCC_FIELDS` and its settings
+        (:data:`CTL_FIELDS`); ``bytes`` is held now, after :meth:`reconcile`'s corrections
+        (``corrected_bytes``: their total). None if absent."""
         key = OCC_KEY.pack(sw, port, prio)
         k = ctypes.create_string_buffer(key, OCC_KEY.size)
         v = ctypes.create_string_buffer(OCC.size)
         if self.lib.lib.bpf_map_lookup_elem(self.maps["fl_pfc_occ"], k, v) < 0:
             return None
         d = dict(zip(OCC_FIELDS, OCC.unpack(v.raw)))
-        t = ctypes.create_string_buffer(THR.size)
-        if self.lib.lib.bpf_map_lookup_elem(self.maps["fl_pfc_thr"], k, t) == 0:
-            d.update(zip(THR_FIELDS, THR.unpack(t.raw)))
-        d["corrected_bytes"] = self._corr(key)
+        d.update(self._ctl(key) or dict.fromkeys(CTL_FIELDS, 0))
         d["bytes"] -= d["corrected_bytes"]
         return d
 
@@ -188,7 +201,7 @@ class PfcBpf:
         Why: on kernel 6.18 a few packets per thousand leave a root qdisc without a dequeue event
         the program sees (see the C source); their bytes would stay counted and, over a long run,
         hold a pause that nothing releases. An empty switch holds nothing: its counters must be 0.
-        Userspace is the only writer of the correction map, so no update races the kernel's atomics.
+        Userspace is the only writer of the settings map, so no update races the kernel's atomics.
         """
         before = [self.read(sw, p, prio) for p in ports]
         if all(b is None or b["bytes"] == 0 for b in before) or not queues_empty():
@@ -200,9 +213,7 @@ class PfcBpf:
         total = 0
         for p, a in zip(ports, after):
             if a is not None and a["bytes"]:
-                self._update("fl_pfc_corr", OCC_KEY.pack(sw, p, prio),
-                             struct.pack("=q", a["corrected_bytes"] + a["bytes"]),
-                             f"correction of switch {sw} port {p} priority {prio}")
+                self._set_ctl(sw, p, prio, corrected_bytes=a["corrected_bytes"] + a["bytes"])
                 total += a["bytes"]
         return total
 

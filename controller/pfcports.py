@@ -103,8 +103,8 @@ class PfcPorts:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.seq = 0
         self.bpf = None
-        self.gates: dict[str, dataplane.PauseGates] = {}
-        self.workers: dict[str, GateWorker] = {}
+        self.workers: dict[str, GateWorker] = {}   # upstream interface -> its gates' thread
+        self.priorities: list[int] = []
         self.links: dict[tuple, dict] = {}     # (sw, index) -> the switch port, its peer and gate
         self.states: dict[tuple, PauseState] = {}
         self.pauses: list[dict] = []
@@ -137,24 +137,22 @@ class PfcPorts:
         kick = pfc_frame("02:fa:b1:ab:00:00", {prio: 0 for prio in sorted(lossless)}) if lossless else b""
         self.bpf = PfcBpf.load()
         self.bpf.set_dscp_map({int(d): v for d, v in p["dscp_map"].items()}, p["default_priority"])
-        priorities = sorted({int(x) for x in p["switch_fifo_bytes"]})
+        self.priorities = sorted({int(x) for x in p["switch_fifo_bytes"]})
         for h in p["hosts"]:
             pid = host_pids[h["name"]]
             q = self._queues(h["rate_bps"], p["host_fifo_bytes"])
             dataplane.install_priority_queues(h["intf"], q, pid)
             self.bpf.attach(h["intf"], pid, switch_port=False)
-            self.gates[h["intf"]] = dataplane.PauseGates(h["intf"], q, pid, kick_frame=kick)
-            self.workers[h["intf"]] = GateWorker(self.gates[h["intf"]], self.errors)
+            self.workers[h["intf"]] = GateWorker(dataplane.PauseGates(h["intf"], q, pid, kick_frame=kick), self.errors)
         for s in p["switches"]:
             for port in s["ports"]:
                 q = self._queues(port["rate_bps"], p["switch_fifo_bytes"])
                 dataplane.install_priority_queues(port["intf"], q)
-                self.bpf.set_port(socket.if_nametoindex(port["intf"]), s["sw"], port["index"], True,
-                                  p["default_priority"])
+                self.bpf.set_port(socket.if_nametoindex(port["intf"]), s["sw"], port["index"], True)
                 self.bpf.attach(port["intf"])
-                self.gates[port["intf"]] = dataplane.PauseGates(port["intf"], q, kick_frame=kick)
-                self.workers[port["intf"]] = GateWorker(self.gates[port["intf"]], self.errors)
-                for prio in priorities:
+                self.workers[port["intf"]] = GateWorker(dataplane.PauseGates(port["intf"], q, kick_frame=kick),
+                                                        self.errors)
+                for prio in self.priorities:
                     on = prio in lossless
                     self.bpf.set_thresholds(s["sw"], port["index"], prio, p["xoff_bytes"] if on else 0,
                                             p["xon_bytes"] if on else 0, p["cap_bytes"] if on else 0)
@@ -229,8 +227,8 @@ class PfcPorts:
                 if worker is not None:     # stop obeying the pause; the packets are dropped downstream
                     worker.submit(worker.gates.open_gate, key[2])
 
-    def _queues_empty(self, sw_name: str, prio: int) -> bool:
-        ports = next(s["ports"] for s in self.plan["switches"] if s["name"] == sw_name)
+    @staticmethod
+    def _queues_empty(ports: list[dict], prio: int) -> bool:
         return all(dataplane.gate_backlog_bytes(port["intf"], prio) == 0 for port in ports)
 
     def _tick(self) -> None:
@@ -265,7 +263,7 @@ class PfcPorts:
                 self._idle_seen[(s["sw"], prio)] = packets
                 if held and last == packets:
                     self.corrected_bytes += self.bpf.reconcile(
-                        s["sw"], prio, idx, lambda s=s, prio=prio: self._queues_empty(s["name"], prio))
+                        s["sw"], prio, idx, lambda s=s, prio=prio: self._queues_empty(s["ports"], prio))
 
     def _run(self) -> None:
         self.realtime = _realtime()
@@ -298,7 +296,7 @@ class PfcPorts:
                                "upstream_port": link["peer_intf"], "storm": st.storm})
         counters = []
         for (sw, idx), link in self.links.items():
-            for prio in sorted({int(x) for x in self.plan["switch_fifo_bytes"]}):
+            for prio in self.priorities:
                 c = self.bpf.read(sw, idx, prio)
                 if c is not None:
                     counters.append({"switch": link["switch"], "port": link["intf"], "priority": prio,
@@ -325,11 +323,12 @@ class PfcPorts:
             st.xoff_bytes, st.xon_bytes = xoff_bytes, xon_bytes
             self.bpf.set_limits(sw, idx, prio, xoff_bytes, xon_bytes, cap_bytes)
         # a lossless egress queue must hold every ingress port's buffer (drops happen at the caps)
+        lossless = {k[2] for k in self.states}
         for s in self.plan["switches"]:
             for port in s["ports"]:
-                for prio in {k[2] for k in self.states}:
-                    self.workers[port["intf"]].submit(self.gates[port["intf"]].set_limit, prio,
-                                                      cap_bytes * len(s["ports"]))
+                worker = self.workers[port["intf"]]
+                for prio in lossless:
+                    worker.submit(worker.gates.set_limit, prio, cap_bytes * len(s["ports"]))
         LOG.info("PFC: XOFF %d B, XON %d B, buffer %d B on %d counters", xoff_bytes, xon_bytes, cap_bytes,
                  len(self.states))
         return len(self.states)
@@ -361,8 +360,8 @@ class PfcPorts:
             self._thread.join(timeout=2)
         for w in self.workers.values():
             w.stop()
-        for g in self.gates.values():
-            g.close()
+        for w in self.workers.values():
+            w.gates.close()
         if self.bpf is not None:
             self.bpf.close()
 

@@ -46,7 +46,6 @@ struct fl_pfc_port {          /* per ifindex (root namespace for switch ports) *
 	__u32 sw;                 /* switch id (1..4095) */
 	__u32 port;               /* port index on that switch (0..255) */
 	__u32 is_switch;          /* 1: switch port (account), 0: host NIC (classify only) */
-	__u32 default_prio;       /* priority of non-IPv4 frames */
 };
 
 struct fl_pfc_flow_key {
@@ -75,10 +74,12 @@ struct fl_pfc_occ {          /* updated with atomic operations (tracing programs
 	__u64 storm_drops;        /* frames dropped by the PFC watchdog (action drop) */
 };
 
-struct fl_pfc_thr {          /* limits of one counter; userspace may change them at any time */
+struct fl_pfc_ctl {          /* one counter's settings, written only by userspace (whole value), at any time */
 	__u64 xoff_bytes;         /* 0: lossy, never paused */
 	__u64 xon_bytes;
 	__u64 cap_bytes;          /* the (ingress port, priority)'s buffer: frames beyond it are dropped (0: no cap) */
+	__s64 corr_bytes;         /* bytes to discount from the count (PfcBpf.reconcile) */
+	__u64 storm_drop;         /* 1: pause storm whose watchdog drops this (ingress port, priority)'s frames */
 };
 
 struct fl_pfc_event {
@@ -122,22 +123,8 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct fl_pfc_occ_key);
-	__type(value, struct fl_pfc_thr);
-} fl_pfc_thr SEC(".maps");
-
-struct {                      /* bytes to discount from a counter (written only by userspace: PfcBpf.reconcile) */
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct fl_pfc_occ_key);
-	__type(value, __s64);
-} fl_pfc_corr SEC(".maps");
-
-struct {                      /* (switch, ingress port, priority) in a pause storm whose watchdog drops */
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, struct fl_pfc_occ_key);
-	__type(value, __u32);
-} fl_pfc_storm SEC(".maps");
+	__type(value, struct fl_pfc_ctl);
+} fl_pfc_ctl SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -199,6 +186,21 @@ int fl_pfc_in(struct __sk_buff *skb)
 	return TC_ACT_OK;
 }
 
+/* DSCP -> priority (entry 64 of the map: non-IPv4 frames) -> the port's HTB class 1:(0x10 + prio). */
+static __always_inline __u32 classify(struct __sk_buff *skb, struct iphdr **iph, int *ip)
+{
+	__u32 key = 64, prio = 0;
+	*ip = parse_ipv4(skb, iph);
+	if (*ip)
+		key = (*iph)->tos >> 2;
+	__u32 *pr = bpf_map_lookup_elem(&fl_pfc_dscp, &key);
+	if (pr)
+		prio = *pr & 7;
+	skb->priority = (1u << 16) | (0x10 + prio);
+	skb->mark = 0;
+	return prio;
+}
+
 SEC("tc")
 int fl_pfc_out(struct __sk_buff *skb)
 {
@@ -207,58 +209,39 @@ int fl_pfc_out(struct __sk_buff *skb)
 	if (!p)
 		return TC_ACT_UNSPEC;
 	struct iphdr *iph;
-	__u32 prio = p->default_prio & 7;
-	int ip = parse_ipv4(skb, &iph);
-	if (ip) {
-		__u32 dscp = iph->tos >> 2;
-		__u32 *pr = bpf_map_lookup_elem(&fl_pfc_dscp, &dscp);
-		if (pr)
-			prio = *pr & 7;
-	}
-	skb->priority = (1u << 16) | (0x10 + prio);
-	skb->mark = 0;
-	if (p->is_switch && ip) {
-		struct fl_pfc_flow_key k;
-		flow_key(skb, iph, p->sw, &k);
-		__u32 *in_port = bpf_map_lookup_elem(&fl_pfc_flow, &k);
-		if (in_port && *in_port) {
-			struct fl_pfc_occ_key ok = {.sw = p->sw, .port = *in_port - 1, .prio = prio};
-			struct fl_pfc_occ *o = bpf_map_lookup_elem(&fl_pfc_occ, &ok);
-			struct fl_pfc_thr *t = bpf_map_lookup_elem(&fl_pfc_thr, &ok);
-			__s64 *corr = bpf_map_lookup_elem(&fl_pfc_corr, &ok);
-			__s64 held = o ? o->bytes - (corr ? *corr : 0) : 0;
-			if (o && t && t->cap_bytes && held + (__s64)skb->len > (__s64)t->cap_bytes) {
-				__sync_fetch_and_add(&o->drops, 1);   /* the ingress buffer is full: a real drop */
-				return TC_ACT_SHOT;
-			}
-			__u32 *storm = bpf_map_lookup_elem(&fl_pfc_storm, &ok);
-			if (o && storm && *storm) {
-				__sync_fetch_and_add(&o->storm_drops, 1);   /* PFC watchdog, action drop */
-				return TC_ACT_SHOT;
-			}
-			skb->mark = MAKE_TAG(p->sw, *in_port - 1, prio);
+	int ip;
+	__u32 prio = classify(skb, &iph, &ip);
+	if (!p->is_switch || !ip)
+		return TC_ACT_UNSPEC;
+	struct fl_pfc_flow_key k;
+	flow_key(skb, iph, p->sw, &k);
+	__u32 *in_port = bpf_map_lookup_elem(&fl_pfc_flow, &k);
+	if (!in_port || !*in_port)
+		return TC_ACT_UNSPEC;
+	struct fl_pfc_occ_key ok = {.sw = p->sw, .port = *in_port - 1, .prio = prio};
+	struct fl_pfc_occ *o = bpf_map_lookup_elem(&fl_pfc_occ, &ok);
+	struct fl_pfc_ctl *c = bpf_map_lookup_elem(&fl_pfc_ctl, &ok);
+	if (o && c) {
+		if (c->cap_bytes && o->bytes - c->corr_bytes + (__s64)skb->len > (__s64)c->cap_bytes) {
+			__sync_fetch_and_add(&o->drops, 1);   /* the ingress buffer is full: a real drop */
+			return TC_ACT_SHOT;
+		}
+		if (c->storm_drop) {
+			__sync_fetch_and_add(&o->storm_drops, 1);   /* PFC watchdog, action drop */
+			return TC_ACT_SHOT;
 		}
 	}
+	skb->mark = MAKE_TAG(p->sw, *in_port - 1, prio);
 	return TC_ACT_UNSPEC;   /* the next egress filter (the ECN marker, if any) runs too */
 }
 
-/* Host NICs: only the class (hosts hold no switch buffer); the DSCP map gives every priority. */
+/* Host NICs: only the class (hosts hold no switch buffer). */
 SEC("tc")
 int fl_pfc_host(struct __sk_buff *skb)
 {
 	struct iphdr *iph;
-	__u32 key = 64, prio = 0;
-	__u32 *def = bpf_map_lookup_elem(&fl_pfc_dscp, &key);
-	if (def)
-		prio = *def & 7;
-	if (parse_ipv4(skb, &iph)) {
-		key = iph->tos >> 2;
-		__u32 *pr = bpf_map_lookup_elem(&fl_pfc_dscp, &key);
-		if (pr)
-			prio = *pr & 7;
-	}
-	skb->priority = (1u << 16) | (0x10 + prio);
-	skb->mark = 0;
+	int ip;
+	classify(skb, &iph, &ip);
 	return TC_ACT_UNSPEC;
 }
 
@@ -270,13 +253,11 @@ static __noinline void account(struct sk_buff *skb, int sign)
 	__s64 len = BPF_CORE_READ(skb, len);
 	struct fl_pfc_occ_key k = {.sw = TAG_SW(mark), .port = TAG_PORT(mark), .prio = TAG_PRIO(mark)};
 	struct fl_pfc_occ *o = bpf_map_lookup_elem(&fl_pfc_occ, &k);
-	struct fl_pfc_thr *t = bpf_map_lookup_elem(&fl_pfc_thr, &k);
+	struct fl_pfc_ctl *t = bpf_map_lookup_elem(&fl_pfc_ctl, &k);
 	if (!o || !t)
 		return;
 	__u8 kind = 0;
-	__s64 b, corr = 0, *c = bpf_map_lookup_elem(&fl_pfc_corr, &k);
-	if (c)
-		corr = *c;
+	__s64 b, corr = t->corr_bytes;
 	if (sign > 0) {
 		b = __sync_fetch_and_add(&o->bytes, len) + len - corr;
 		__sync_fetch_and_add(&o->packets, 1);
@@ -316,7 +297,7 @@ static __noinline void account(struct sk_buff *skb, int sign)
  * Known imperfection (kernel 6.18, measured): in about 2 of 3 runs of 661 held packets, 1-3
  * packets leave the root qdisc without a dequeue event this program sees (no recursion miss is
  * counted; the same packets' enqueue is seen once), so their bytes stay counted. The pauser
- * therefore corrects (fl_pfc_corr) a switch's counters whenever all of its queues of that
+ * therefore corrects (fl_pfc_ctl.corr_bytes) a switch's counters whenever all of its queues of that
  * priority are seen empty: see controller/pfcbpf.py, PfcBpf.reconcile. */
 SEC("raw_tp/qdisc_enqueue")
 int fl_pfc_enq(struct bpf_raw_tracepoint_args *ctx)

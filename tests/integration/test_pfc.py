@@ -21,7 +21,6 @@ from .conftest import assert_clean
 
 BUFFER_BYTES = 100 * 1514
 DATAGRAMS = 250
-PAYLOAD = 1472
 
 SENDER = r"""
 import errno, json, select, socket, struct, sys, time

@@ -90,8 +90,8 @@ def test_counter_follows_the_held_queue_with_one_xoff_and_one_xon(router):
         with IPRoute(netns=f"/proc/{router}/ns/net", flags=0) as ipr:
             ia, ib = ipr.link_lookup(ifname="flpa1")[0], ipr.link_lookup(ifname="flpb0")[0]
             bpf.set_dscp_map({26: 3, 0: 0}, 0)
-            bpf.set_port(ia, SW, IN_PORT, True, 0)
-            bpf.set_port(ib, SW, OUT_PORT, True, 0)
+            bpf.set_port(ia, SW, IN_PORT, True)
+            bpf.set_port(ib, SW, OUT_PORT, True)
             bpf.set_thresholds(SW, IN_PORT, 3, XOFF, XON)
             bpf.set_thresholds(SW, IN_PORT, 0, 0, 0)       # lossy: counted, never paused
             bpf.attach("flpa1", router)
@@ -153,8 +153,8 @@ def test_a_full_ingress_buffer_drops_and_counts(router):
         with IPRoute(netns=f"/proc/{router}/ns/net", flags=0) as ipr:
             ia, ib = ipr.link_lookup(ifname="flpa1")[0], ipr.link_lookup(ifname="flpb0")[0]
         bpf.set_dscp_map({26: 3}, 0)
-        bpf.set_port(ia, SW, IN_PORT, True, 0)
-        bpf.set_port(ib, SW, OUT_PORT, True, 0)
+        bpf.set_port(ia, SW, IN_PORT, True)
+        bpf.set_port(ib, SW, OUT_PORT, True)
         bpf.set_thresholds(SW, IN_PORT, 3, XOFF, XON, cap_bytes=cap)
         bpf.attach("flpa1", router)
         bpf.attach("flpb0", router)
