@@ -342,16 +342,16 @@ def parse_pfc(priorities: dict | None, pfc: dict | None, buffer_bytes: int, fram
             raise ScenarioError("priorities.scheduling.weighted", f"no weight for priorities {missing}")
     xoff = _bytes(pf, "xoff", "pfc", frame_bytes)
     xon = _bytes(pf, "xon", "pfc", frame_bytes)
-    if enabled:
-        if xoff is None:
-            xoff = buffer_bytes // 2
-        if xon is None:
-            xon = max(0, xoff - 2 * frame_bytes)
-        if xoff <= 0 or xoff >= buffer_bytes:
-            raise ScenarioError("pfc.xoff_bytes", f"XOFF {xoff} B must be above 0 and below the buffer "
-                                                  f"({buffer_bytes} B), or it can never take effect")
-        if xon >= xoff:
-            raise ScenarioError("pfc.xon_bytes", f"XON {xon} B must be below XOFF {xoff} B")
+    # thresholds are resolved even with PFC off: a round may turn it on (rounds[i].pfc.enabled)
+    if xoff is None:
+        xoff = buffer_bytes // 2
+    if xon is None:
+        xon = max(0, xoff - 2 * frame_bytes)
+    if xoff <= 0 or xoff >= buffer_bytes:
+        raise ScenarioError("pfc.xoff_bytes", f"XOFF {xoff} B must be above 0 and below the buffer "
+                                              f"({buffer_bytes} B), or it can never take effect")
+    if xon >= xoff:
+        raise ScenarioError("pfc.xon_bytes", f"XON {xon} B must be below XOFF {xoff} B")
     wd = pf.get("watchdog")
     wd_s, action = None, "keep"
     if wd is not None:
@@ -369,3 +369,14 @@ def parse_pfc(priorities: dict | None, pfc: dict | None, buffer_bytes: int, fram
     return PfcConfig(dscp_map=dscp_map, default_priority=default, scheduling=sched, weights=weights,
                      enabled=enabled, lossless=lossless, xoff_bytes=xoff, xon_bytes=xon,
                      watchdog_s=float(wd_s) if wd_s is not None else None, watchdog_action=action)
+
+
+def config_sections(cfg: PfcConfig) -> tuple[dict, dict]:
+    """The ``(priorities, pfc)`` scenario sections that :func:`parse_pfc` turns back into ``cfg``
+    (every default written out, thresholds in bytes): what a resolved scenario records."""
+    sched = "strict" if cfg.scheduling == "strict" else {"weighted": dict(cfg.weights)}
+    pfc = {"enabled": cfg.enabled, "lossless": list(cfg.lossless), "xoff_bytes": cfg.xoff_bytes,
+           "xon_bytes": cfg.xon_bytes}
+    if cfg.watchdog_s is not None:
+        pfc["watchdog"] = {"timeout_s": cfg.watchdog_s, "action": cfg.watchdog_action}
+    return {"dscp": dict(cfg.dscp_map), "default_priority": cfg.default_priority, "scheduling": sched}, pfc

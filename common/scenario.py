@@ -122,6 +122,11 @@ SCHEMA: dict = {
         "flow_bytes": F((int,), 1_000_000, lo=1, hi=10**10),
         "duration_s": F(NUM, None, lo=0.5, hi=3600),
         "port": F((int,), 5001, lo=1024, hi=65535),
+        # tcp: kernel TCP; udp: sequence-numbered datagrams as fast as the host NIC takes them
+        # (a full socket or a paused NIC blocks the send, counted; nothing is dropped at the host)
+        "transport": F((str,), "tcp", choices=("tcp", "udp")),
+        # the DSCP every flow carries: priorities.dscp maps it to a priority (26: lossless by default)
+        "dscp": F((int,), 0, lo=0, hi=63),
         "start_delay_s": F(NUM, 0.5, lo=0.05, hi=60),
         "timeout_s": F(NUM, 120, lo=1, hi=3600),
     },
@@ -196,8 +201,9 @@ def validate(data: Any) -> dict:
     if isinstance(data, dict):
         data = dict(data)
         ecn_data, rounds_data = data.pop("ecn", None), data.pop("rounds", None)
+        prio_data, pfc_data = data.pop("priorities", None), data.pop("pfc", None)
     else:
-        ecn_data = rounds_data = None
+        ecn_data = rounds_data = prio_data = pfc_data = None
     sc = _resolve(SCHEMA, data, "")
     kind = sc["topology"]["kind"]
     given = data.get("topology") or {} if isinstance(data, dict) else {}
@@ -216,6 +222,7 @@ def validate(data: Any) -> dict:
             raise ScenarioError("queues.buffer_bytes", "give either buffer_bytes or buffer_packets, not both")
     from common.ecn import resolve_ecn
     sc["ecn"] = resolve_ecn(ecn_data, kind, buffer_bytes(q))
+    sc["priorities"], sc["pfc"] = _resolve_pfc(prio_data, pfc_data, rounds_data, buffer_bytes(q))
     sc["rounds"] = _resolve_rounds(rounds_data, sc)
     n_hosts = host_count(sc["topology"])
     t = sc["traffic"]
@@ -254,7 +261,24 @@ def buffer_bytes(queues: dict) -> int:
     return queues["buffer_bytes"] if queues["buffer_bytes"] is not None else queues["buffer_packets"] * FRAME_BYTES
 
 
-ROUND_KEYS = ("name", "ecn", "hosts")
+def _resolve_pfc(prio_data, pfc_data, rounds_data, buf_bytes: int) -> tuple[dict | None, dict | None]:
+    """The ``priorities`` and ``pfc`` sections, resolved (common.pfc.parse_pfc checks them), or
+    ``(None, None)`` when the scenario has neither and no round turns PFC on: then every port keeps
+    one FIFO, as before. A round's ``pfc: {enabled: true}`` alone brings the default classes
+    (DSCP 26 -> priority 3 lossless, the rest priority 0) with PFC off in the other rounds."""
+    from common.pfc import config_sections, parse_pfc
+    rounds_pfc = isinstance(rounds_data, list) and any(isinstance(r, dict) and "pfc" in r for r in rounds_data)
+    if prio_data is None and pfc_data is None and not rounds_pfc:
+        return None, None
+    if pfc_data is not None and not isinstance(pfc_data, dict):
+        raise ScenarioError("pfc", f"expected a mapping, got {type(pfc_data).__name__}")
+    if prio_data is not None and not isinstance(prio_data, dict):
+        raise ScenarioError("priorities", f"expected a mapping, got {type(prio_data).__name__}")
+    cfg = parse_pfc(prio_data, pfc_data if pfc_data is not None else {"enabled": False}, buf_bytes, FRAME_BYTES)
+    return config_sections(cfg)
+
+
+ROUND_KEYS = ("name", "ecn", "hosts", "pfc")
 #: Most rounds one run may have.
 MAX_ROUNDS = 32
 
@@ -264,7 +288,10 @@ def _resolve_rounds(data, sc: dict) -> list[dict] | None:
     settings changed between rounds by the controller (no rebuild). Each round's ``ecn`` keys
     (profile, layers, ports) and ``hosts`` keys replace the scenario's for that round.
 
-    Returns None (no rounds) or ``[{"name", "ecn": {profile, layers, ports}, "hosts": {...}}]``.
+    A round's ``pfc: {enabled}`` turns PFC on or off for it (the scenario's other PFC settings hold).
+
+    Returns None (no rounds) or ``[{"name", "ecn": {profile, layers, ports}, "hosts": {...},
+    "pfc": {"enabled"}}]``.
     Raises ScenarioError naming e.g. ``rounds[1].ecn.profile.step.k_bytes``.
     """
     from common.ecn import resolve_ecn
@@ -278,7 +305,7 @@ def _resolve_rounds(data, sc: dict) -> list[dict] | None:
     for i, r in enumerate(data):
         key = f"rounds[{i}]"
         if not isinstance(r, dict):
-            raise ScenarioError(key, "expected a mapping with name, ecn, hosts")
+            raise ScenarioError(key, "expected a mapping with name, ecn, hosts, pfc")
         for k in r:
             if k not in ROUND_KEYS:
                 raise ScenarioError(f"{key}.{k}", f"unknown key (known keys here: {', '.join(ROUND_KEYS)})")
@@ -295,7 +322,13 @@ def _resolve_rounds(data, sc: dict) -> list[dict] | None:
         merged = resolve_ecn({**base, **given}, sc["topology"]["kind"], buffer_bytes(sc["queues"]),
                              key=f"{key}.ecn", allow_marker=False)
         hosts = _resolve(SCHEMA["hosts"], {**sc["hosts"], **(r.get("hosts") or {})}, f"{key}.hosts")
-        out.append({"name": name, "ecn": merged, "hosts": hosts})
+        pfc_on = sc["pfc"]["enabled"] if sc["pfc"] is not None else False
+        if "pfc" in r:
+            rp = r["pfc"]
+            if not isinstance(rp, dict) or set(rp) - {"enabled"}:
+                raise ScenarioError(f"{key}.pfc", "a round can only turn PFC on or off: {enabled: true|false}")
+            pfc_on = F((bool,)).check(f"{key}.pfc.enabled", rp.get("enabled", pfc_on))
+        out.append({"name": name, "ecn": merged, "hosts": hosts, "pfc": {"enabled": pfc_on}})
     return out
 
 

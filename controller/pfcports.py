@@ -21,7 +21,9 @@ Requests (the ECN control folder protocol, in ``control/pfc``): ``{"start": true
 "host_pids": {name: pid}}`` installs everything and starts the pauser; ``{"report":
 PATH}`` writes the pauses, reaction latencies, headroom and counters to PATH;
 ``{"limits": {"xoff_bytes", "xon_bytes", "cap_bytes"}}`` changes the thresholds and
-buffers of every lossless counter, counts kept.
+buffers of every lossless counter, counts kept; ``{"enabled": bool}`` turns PFC on or off
+for the lossless priorities (a scenario's rounds): off, they pause nobody, have no cap and
+their egress queues drop at the port's buffer like a lossy priority's.
 """
 from __future__ import annotations
 
@@ -109,6 +111,10 @@ class PfcPorts:
         self.states: dict[tuple, PauseState] = {}
         self.pauses: list[dict] = []
         self.reaction_s: list[float] = []
+        self.reactions: list[tuple] = []    # (t_s of the XOFF, reaction_s)
+        self.enabled = False
+        self.occupancy: list[tuple] = []    # (t_s, sw, ingress index, prio, bytes) when a count changed
+        self._last_occ: dict[tuple, int] = {}
         self.storms: list[dict] = []
         self.corrected_bytes = 0
         self._idle_seen: dict[tuple, int] = {}
@@ -133,7 +139,7 @@ class PfcPorts:
         """Install queues and classifiers on every port, load the accounting, start the pauser."""
         from controller.pfcbpf import PfcBpf
         p = self.plan
-        lossless = set(p["lossless"]) if p["enabled"] else set()
+        lossless = set(p["lossless"])      # counted and gated; paused only while enabled
         kick = pfc_frame("02:fa:b1:ab:00:00", {prio: 0 for prio in sorted(lossless)}) if lossless else b""
         self.bpf = PfcBpf.load()
         self.bpf.set_dscp_map({int(d): v for d, v in p["dscp_map"].items()}, p["default_priority"])
@@ -153,18 +159,19 @@ class PfcPorts:
                 self.workers[port["intf"]] = GateWorker(dataplane.PauseGates(port["intf"], q, kick_frame=kick),
                                                         self.errors)
                 for prio in self.priorities:
-                    on = prio in lossless
+                    on = prio in lossless and p["enabled"]
                     self.bpf.set_thresholds(s["sw"], port["index"], prio, p["xoff_bytes"] if on else 0,
                                             p["xon_bytes"] if on else 0, p["cap_bytes"] if on else 0)
-                    if on:
+                    if prio in lossless:
                         self.states[(s["sw"], port["index"], prio)] = PauseState(
                             p["xoff_bytes"], p["xon_bytes"], p["watchdog_s"], p["watchdog_action"])
                 self.links[(s["sw"], port["index"])] = {"switch": s["name"], **port}
+        self.enabled = bool(p["enabled"]) and bool(lossless)
         self.bpf.on_events(self._on_event)
         self._thread = threading.Thread(target=self._run, name="pfc-pauser", daemon=True)
         self._thread.start()
         record = {"ports": sum(len(s["ports"]) for s in p["switches"]), "hosts": len(p["hosts"]),
-                  "lossless": sorted(lossless), **self.bpf.ids()}
+                  "lossless": sorted(lossless), "enabled": self.enabled, **self.bpf.ids()}
         LOG.info("PFC: queues on %d switch ports and %d host NICs; lossless priorities %s",
                  record["ports"], record["hosts"], record["lossless"])
         return record
@@ -177,7 +184,7 @@ class PfcPorts:
         key = (e["sw"], e["port"], e["prio"])
         link = self.links.get((e["sw"], e["port"]))
         state = self.states.get(key)
-        if link is None or state is None:
+        if link is None or state is None or not self.enabled:
             return
         worker = self.workers.get(link["peer_intf"])
         try:
@@ -207,6 +214,7 @@ class PfcPorts:
         gates.close_gate(prio)
         with self._lock:
             self.reaction_s.append((time.monotonic_ns() - t_event_ns) / 1e9)
+            self.reactions.append((self._t_rel(t_event_ns), self.reaction_s[-1]))
 
     def _after(self, ev, key, link) -> None:
         if ev.kind == "xon":
@@ -239,6 +247,12 @@ class PfcPorts:
             c = self.bpf.read(*key)
             if c is None:
                 continue
+            if self._last_occ.get(key) != c["bytes"]:
+                self._last_occ[key] = c["bytes"]
+                with self._lock:
+                    self.occupancy.append((self._t_rel(now_ns), *key, c["bytes"]))
+            if not self.enabled:
+                continue
             ev = {"t_ns": now_ns, "sw": key[0], "port": key[1], "prio": key[2]}
             if c["paused"] and not state.paused:
                 self.lost_events += 1
@@ -268,7 +282,7 @@ class PfcPorts:
     def _run(self) -> None:
         self.realtime = _realtime()
         last_reconcile = time.monotonic()
-        lossless = self.plan["lossless"] if self.plan["enabled"] else []
+        lossless = self.plan["lossless"]
         while not self._stop.is_set():
             try:
                 self.bpf.poll(10)
@@ -283,11 +297,17 @@ class PfcPorts:
 
     # -- results --------------------------------------------------------------------------
     def report(self) -> dict:
-        """Pauses (closed and open), storms, reaction latencies and per-(port, priority) counters."""
+        """Pauses (closed and open), storms, reaction latencies (``reactions``: [t_s of the XOFF,
+        latency_s]), per-(port, priority) counters, and ``occupancy``: every change of a lossless
+        (ingress port, priority)'s held bytes the pauser saw (one read per poll, ~10 ms), times in
+        seconds from ``t0_unix_s``."""
         now = self._t_rel(time.monotonic_ns())
         with self._lock:
             pauses = list(self.pauses)
             storms = list(self.storms)
+            reactions = list(self.reactions)
+            occupancy = [{"t_s": t, "switch": self.links[(sw, idx)]["switch"], "port": self.links[(sw, idx)]["intf"],
+                          "priority": prio, "bytes": b} for t, sw, idx, prio, b in self.occupancy]
         for key, st in self.states.items():
             if st.paused:
                 link = self.links[key[:2]]
@@ -311,7 +331,43 @@ class PfcPorts:
                                "max": float(r.max()) if r is not None else None},
                 "headroom": self.headroom(), "pauser_realtime": self.realtime, "lost_events": self.lost_events,
                 "corrected_bytes": self.corrected_bytes, "counters": counters, "errors": self.errors[:20],
-                "now_s": now}
+                "now_s": now, "enabled": self.enabled, "xoff_bytes": self.plan["xoff_bytes"],
+                "xon_bytes": self.plan["xon_bytes"], "cap_bytes": self.plan["cap_bytes"],
+                "reactions": reactions, "occupancy": occupancy}
+
+    def set_enabled(self, on: bool) -> int:
+        """Turn PFC on or off for every lossless (ingress port, priority); returns how many.
+
+        On: the plan's XOFF, XON and cap in the kernel, lossless egress queues sized to hold
+        every ingress port's cap. Off: no threshold and no cap (the kernel never pauses), every
+        gate of a paused (link, priority) reopened (its pause ends now), lossless egress queues
+        at the lossy queues' limit (they drop at the port's buffer). Counts are kept."""
+        p = self.plan
+        self.enabled = bool(on) and bool(self.states)
+        now_s = self._t_rel(time.monotonic_ns())
+        for key, st in self.states.items():
+            if self.enabled:
+                self.bpf.set_limits(*key, p["xoff_bytes"], p["xon_bytes"], p["cap_bytes"])
+                continue
+            self.bpf.set_limits(*key, 0, 0, 0)
+            if st.paused:
+                link = self.links[key[:2]]
+                worker = self.workers.get(link["peer_intf"])
+                if worker is not None:
+                    worker.submit(worker.gates.open_gate, key[2])
+                if st.storm and st.action == "drop":
+                    self.bpf.set_storm_drop(*key, False)
+                for ev in st.update(0, now_s):
+                    self._after(ev, key, link)
+        lossy = int(p["lossy_fifo_bytes"])
+        for s in p["switches"]:
+            for port in s["ports"]:
+                worker = self.workers[port["intf"]]
+                for prio in {k[2] for k in self.states}:
+                    worker.submit(worker.gates.set_limit, prio,
+                                  p["cap_bytes"] * len(s["ports"]) if self.enabled else lossy)
+        LOG.info("PFC %s on %d (ingress port, priority) counters", "on" if self.enabled else "off", len(self.states))
+        return len(self.states)
 
     def set_limits(self, xoff_bytes: int, xon_bytes: int, cap_bytes: int) -> int:
         """Change XOFF, XON and every lossless counter's buffer (cap) now, counts kept; returns
@@ -379,4 +435,6 @@ class PfcPorts:
             return {"ok": True}
         if "limits" in body:
             return {"ok": True, "changed": self.set_limits(**body["limits"])}
+        if "enabled" in body:
+            return {"ok": True, "changed": self.set_enabled(body["enabled"])}
         raise ValueError(f"unknown PFC request {sorted(body)}")

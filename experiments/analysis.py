@@ -18,7 +18,8 @@ from common.scenario import FRAME_BYTES
 FLOW_COLUMNS = ("flow_id", "src", "dst", "src_ip", "src_port", "bytes_planned", "bytes_sent",
                 "bytes_received", "start_at_unix_s", "first_byte_s", "fct_s", "sender_done_s",
                 "congestion_control", "ecn_negotiated", "total_retrans", "rtt_us",
-                "ce_received", "ect_received", "not_ect_received", "complete", "error")
+                "ce_received", "ect_received", "not_ect_received", "transport", "datagrams_sent",
+                "datagrams_received", "datagrams_lost", "blocked_sends", "host_queue_full", "complete", "error")
 
 
 def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> list[dict]:
@@ -31,7 +32,10 @@ def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> l
 
     ``fct_s`` is the receiver's last byte minus the scheduled start (the
     flow completion time); ``complete`` is true when every byte sent arrived,
-    the connection closed cleanly and (sized flows) every planned byte was sent.
+    the connection closed cleanly (UDP: the end marker arrived) and (sized flows) every
+    planned byte was sent. UDP flows (``transport`` udp) also carry ``datagrams_sent``,
+    ``datagrams_received`` (distinct), ``datagrams_lost`` (their difference: lost in the
+    fabric), ``blocked_sends`` and ``host_queue_full`` (the host's back-pressure; traffic.agent).
     Sender and receiver records are joined on (receiving host, source IP, source port): one
     host may use the same source port toward two destinations at once.
     """
@@ -60,7 +64,16 @@ def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> l
                        total_retrans=t.get("total_retrans"), rtt_us=t.get("rtt_us"),
                        sender_done_s=(t["closed_unix_s"] - start) if t.get("closed_unix_s") else None,
                        error=t.get("error") or rx[p["dst"]].get("error"))
+            udp = "datagrams_sent" in t
+            row["transport"] = "udp" if udp else "tcp"
+            if udp:
+                row.update(datagrams_sent=t["datagrams_sent"], blocked_sends=t["blocked_sends"],
+                           host_queue_full=t["host_queue_full"], datagrams_received=0,
+                           datagrams_lost=t["datagrams_sent"], bytes_received=0)
             f = by_addr.get((p["dst"], p["src_ip"], t.get("src_port")))
+            if f is not None and udp:
+                row.update(datagrams_received=f["datagrams_received"],
+                           datagrams_lost=t["datagrams_sent"] - f["datagrams_received"])
             if f is not None:
                 row.update(bytes_received=f["bytes"],
                            first_byte_s=(f["first_byte_unix_s"] - start) if f["first_byte_unix_s"] else None,

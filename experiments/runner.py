@@ -272,7 +272,7 @@ def resolve_rounds(sc: dict) -> list[dict]:
     if sc["rounds"]:
         return sc["rounds"]
     return [{"name": sc["name"], "ecn": {k: sc["ecn"][k] for k in ("profile", "layers", "ports")},
-             "hosts": sc["hosts"]}]
+             "hosts": sc["hosts"], "pfc": {"enabled": bool(sc["pfc"] and sc["pfc"]["enabled"])}}]
 
 
 def choose_marker(sc: dict, env: dict, needed: bool) -> tuple[str, str]:
@@ -566,44 +566,3 @@ def _scale(sc: dict) -> dict:
     buf_pkts = q["buffer_packets"] if q["buffer_packets"] is not None else q["buffer_bytes"] / FRAME_BYTES
     return {"host_rate_mbps": sc["topology"]["host_rate_mbps"], "buffer_packets": buf_pkts,
             "response_packets": sc["traffic"]["response_bytes"] / 1448}
-
-
-def pfc_plan(fabric_map: dict, cfg, buffer_bytes: int, burst_bytes: int, host_fifo_bytes: int) -> dict:
-    """The plan controller.pfcports applies: priority queues on every switch port and host NIC, the
-    thresholds of the lossless priorities, and each switch port's link peer (whose gate it pauses).
-
-    Args:
-        fabric_map: the fabric's map (``Fabric.to_map()``).
-        cfg: a :class:`common.pfc.PfcConfig`.
-        buffer_bytes: each switch egress port's buffer (lossy priorities drop there), and each
-            (ingress port, lossless priority)'s own share of the switch buffer (its cap).
-        burst_bytes: HTB burst of every port.
-        host_fifo_bytes: each host NIC priority queue's limit.
-    """
-    prios = cfg.priorities()
-    lossless = set(cfg.lossless) if cfg.enabled else set()
-    sw_ids = {s["name"]: i + 1 for i, s in enumerate(fabric_map["switches"])}
-    hosts = {h["name"]: h for h in fabric_map["hosts"]}
-    n_ports = max(len(s["ports"]) for s in fabric_map["switches"])    # host-facing ports included
-    switches = []
-    for s in fabric_map["switches"]:
-        ports = []
-        for p in s["ports"]:
-            peer_is_host = p["peer"] in hosts
-            peer_intf = hosts[p["peer"]]["intf"] if peer_is_host else f"{p['peer']}-eth{p['peer_port']}"
-            ports.append({"intf": p["intf"], "index": p["port"], "rate_bps": p["rate_mbps"] * 1e6, "peer": p["peer"],
-                          "peer_intf": peer_intf, "peer_is_host": peer_is_host})
-        switches.append({"name": s["name"], "sw": sw_ids[s["name"]], "ports": ports})
-    # a lossless egress queue never drops: its limit holds every ingress port's share (the buffer
-    # caps drop at ingress); PfcPorts.set_limits raises it with the buffer
-    switch_fifo = {p: (buffer_bytes * n_ports if p in lossless else buffer_bytes) for p in prios}
-    return {"enabled": cfg.enabled, "dscp_map": {str(d): p for d, p in cfg.dscp_map.items()},
-            "default_priority": cfg.default_priority, "lossless": sorted(lossless),
-            "xoff_bytes": cfg.xoff_bytes or 0, "xon_bytes": cfg.xon_bytes or 0, "cap_bytes": buffer_bytes,
-            "watchdog_s": cfg.watchdog_s, "watchdog_action": cfg.watchdog_action,
-            "weights": {str(p): w for p, w in cfg.weights.items()} if cfg.scheduling == "weighted" else None,
-            "burst_bytes": burst_bytes, "switch_fifo_bytes": {str(p): v for p, v in switch_fifo.items()},
-            "host_fifo_bytes": {str(p): host_fifo_bytes for p in prios},
-            "switches": switches,
-            "hosts": [{"name": h["name"], "intf": h["intf"], "rate_bps": h["rate_mbps"] * 1e6}
-                      for h in fabric_map["hosts"]]}

@@ -14,13 +14,26 @@ Roles (``job["role"]``):
   host's interfaces (an AF_PACKET socket) and counts, per flow, data packets
   that arrived Not-ECT, ECT and CE (a TCP socket cannot show the IP ECN field).
 - ``sender``: ``{"flows": [{"dst_ip", "port", "bytes" | "duration_s", "flow_id"}, ...],
-  "deadline_unix_s", "out"}``. At the start time opens every flow at once;
+  "deadline_unix_s", "out", "dscp"}``. At the start time opens every flow at once;
   each sends ``bytes`` of zeros (or as much as it can for ``duration_s``), half-closes, waits for the receiver to
   close; records times, congestion control in use, whether ECN was
   negotiated, and retransmissions (TCP_INFO) per flow.
+- ``udp-receiver`` / ``udp-sender``: the same jobs over UDP (``traffic.transport: udp``):
+  one socket per flow sends sequence-numbered datagrams of up to :data:`UDP_PAYLOAD_BYTES`
+  (full-size frames) as fast as the host takes them, then an end marker carrying the
+  count. A send the host cannot take now (socket buffer full: EAGAIN; the NIC's queue
+  full: ENOBUFS, reported because of IP_RECVERR) is counted in ``blocked_sends`` /
+  ``host_queue_full`` and the same datagram is sent again when the socket is writable:
+  back-pressure from a paused NIC is felt, never a silent host drop. The receiver counts
+  distinct sequence numbers per flow (``datagrams_received``; duplicates apart), so a
+  datagram lost in the fabric shows as ``datagrams_sent - datagrams_received``.
+
+``dscp`` (0-63, default 0) goes into every packet's IP header (IP_TOS; the kernel keeps
+the ECN bits of TCP), which is how a flow picks its priority class (issue 6).
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import selectors
@@ -111,6 +124,8 @@ def run_receiver(job: dict) -> dict:
     """Receive ``expect_flows`` TCP flows; return per-flow records (see module doc)."""
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if job.get("dscp"):                   # the ACKs travel in the flows' class (accepted sockets inherit it)
+        srv.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, job["dscp"] << 2)
     srv.bind(("0.0.0.0", job["port"]))
     srv.listen(1024)
     srv.setblocking(False)
@@ -191,6 +206,8 @@ def run_sender(job: dict) -> dict:
                "until_unix_s": start_at + f["duration_s"] if f.get("duration_s") else None,
                "start_at_unix_s": start_at, "started_unix_s": time.time(), "bytes_sent": 0, "state": "connecting"}
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if job.get("dscp"):
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, job["dscp"] << 2)
         s.setblocking(False)
         s.connect_ex((f["dst_ip"], f["port"]))
         sel.register(s, selectors.EVENT_WRITE, rec)
@@ -239,6 +256,146 @@ def run_sender(job: dict) -> dict:
     return {"role": "sender", "flows": recs}
 
 
+#: Datagram payload: 1472 B + 8 UDP + 20 IP + 14 Ethernet = a 1514 B frame.
+UDP_PAYLOAD_BYTES = 1472
+UDP_HEADER = struct.Struct("!IQ")       # sequence number (END_SEQ: end marker), and in the marker the count
+END_SEQ = 0xFFFFFFFF
+END_MARKERS = 3                          # the end marker is sent this often (it may be lost without PFC)
+IP_RECVERR = 11                          # linux/in.h
+#: A UDP receiver ends a flow this long after its last datagram when the end marker was lost.
+UDP_IDLE_S = 3.0
+
+
+def run_udp_receiver(job: dict) -> dict:
+    """Receive ``expect_flows`` UDP flows on ``job["port"]``; per flow (keyed by the sender's
+    address): distinct datagrams and bytes, first/last arrival, cumulative bytes over time, the
+    sender's count from its end marker. Ends when every flow's end marker came, or
+    :data:`UDP_IDLE_S` after the last datagram, or at the deadline."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    s.bind(("0.0.0.0", job["port"]))
+    s.settimeout(0.05)
+    print("READY", flush=True)
+    start_at = float(sys.stdin.readline())
+    interval = job.get("sample_interval_s", 0.01)
+    flows, seen = {}, {}
+    ended = 0
+    last = None
+    buf = bytearray(2048)
+    while ended < job["expect_flows"] and time.time() < job["deadline_unix_s"]:
+        try:
+            n, addr = s.recvfrom_into(buf)
+        except socket.timeout:
+            if last is not None and time.time() - last > UDP_IDLE_S:
+                break
+            continue
+        now = last = time.time()
+        if n < UDP_HEADER.size:
+            continue
+        seq, count = UDP_HEADER.unpack_from(buf)
+        rec = flows.get(addr)
+        if rec is None:
+            rec = flows[addr] = {"src_ip": addr[0], "src_port": addr[1], "bytes": 0, "datagrams_received": 0,
+                                 "duplicates": 0, "first_byte_unix_s": None, "last_byte_unix_s": None,
+                                 "eof": False, "datagrams_sent_marker": None, "samples": []}
+            seen[addr] = set()
+        if seq == END_SEQ:
+            if not rec["eof"]:
+                rec.update(eof=True, datagrams_sent_marker=count)
+                rec["samples"].append((now, rec["bytes"]))
+                ended += 1
+            continue
+        if seq in seen[addr]:
+            rec["duplicates"] += 1
+            continue
+        seen[addr].add(seq)
+        if rec["first_byte_unix_s"] is None:
+            rec["first_byte_unix_s"] = now
+        rec["bytes"] += n - UDP_HEADER.size
+        rec["datagrams_received"] += 1
+        rec["last_byte_unix_s"] = now
+        smp = rec["samples"]
+        if not smp or now - smp[-1][0] >= interval:
+            smp.append((now, rec["bytes"]))
+    for rec in flows.values():
+        if rec["samples"] and rec["samples"][-1][1] != rec["bytes"]:
+            rec["samples"].append((rec["last_byte_unix_s"], rec["bytes"]))
+    return {"role": "udp-receiver", "start_at_unix_s": start_at, "flows": list(flows.values()),
+            "complete": ended >= job["expect_flows"]}
+
+
+def run_udp_sender(job: dict) -> dict:
+    """Send every flow of ``job["flows"]`` over UDP from the start time, all at once (module doc);
+    returns per flow ``bytes_sent``, ``datagrams_sent``, ``blocked_sends``, ``host_queue_full``."""
+    flows = job["flows"]
+    socks, recs = [], []
+    for f in flows:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, job.get("dscp", 0) << 2)
+        s.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
+        s.setblocking(False)
+        s.connect((f["dst_ip"], f["port"]))
+        socks.append(s)
+    print("READY", flush=True)
+    start_at = float(sys.stdin.readline())
+    pad = bytes(UDP_PAYLOAD_BYTES)
+    wait_until(start_at)
+    sel = selectors.DefaultSelector()
+    for f, s in zip(flows, socks):
+        rec = {"flow_id": f["flow_id"], "dst_ip": f["dst_ip"], "bytes_planned": f.get("bytes"),
+               "until_unix_s": start_at + f["duration_s"] if f.get("duration_s") else None,
+               "start_at_unix_s": start_at, "started_unix_s": time.time(), "src_port": s.getsockname()[1],
+               "bytes_sent": 0, "datagrams_sent": 0, "blocked_sends": 0, "host_queue_full": 0,
+               "end_markers": 0, "state": "sending"}
+        sel.register(s, selectors.EVENT_WRITE, rec)
+        recs.append(rec)
+    open_flows = len(recs)
+    while open_flows and time.time() < job["deadline_unix_s"]:
+        for key, _ in sel.select(timeout=0.05):
+            s, rec = key.fileobj, key.data
+            while True:                     # send until the host pushes back
+                if rec["state"] == "sending":
+                    left = (rec["bytes_planned"] - rec["bytes_sent"]) if rec["until_unix_s"] is None else (
+                        UDP_PAYLOAD_BYTES if time.time() < rec["until_unix_s"] else 0)
+                    if left <= 0:
+                        rec.update(state="ending", sent_unix_s=time.time())
+                        continue
+                    size = min(left, UDP_PAYLOAD_BYTES)
+                    msg = UDP_HEADER.pack(rec["datagrams_sent"], 0) + pad[:max(0, size - UDP_HEADER.size)]
+                else:
+                    msg = UDP_HEADER.pack(END_SEQ, rec["datagrams_sent"])
+                try:
+                    s.send(msg)
+                except BlockingIOError:
+                    rec["blocked_sends"] += 1
+                    break
+                except OSError as e:
+                    if e.errno != errno.ENOBUFS:
+                        rec.update(state="failed", error=f"{type(e).__name__}: {e}")
+                        sel.unregister(s)
+                        open_flows -= 1
+                        break
+                    rec["host_queue_full"] += 1        # not sent: the same datagram again when writable
+                    time.sleep(0.001)                  # the socket stays writable while the NIC queue is full
+                    break
+                if rec["state"] == "sending":
+                    rec["datagrams_sent"] += 1
+                    rec["bytes_sent"] += len(msg) - UDP_HEADER.size
+                    continue
+                rec["end_markers"] += 1
+                if rec["end_markers"] >= END_MARKERS:
+                    rec.update(state="closed", closed_unix_s=time.time())
+                    sel.unregister(s)
+                    open_flows -= 1
+                    break
+    for s in socks:
+        s.close()
+    for rec in recs:
+        if rec["state"] not in ("closed", "failed"):
+            rec["error"] = f"deadline passed while {rec['state']}"
+    return {"role": "udp-sender", "flows": recs}
+
+
 def main(argv=None) -> int:
     """``python -m traffic.agent JOB_JSON``: run the job, write its result, exit 0 (1 on error)."""
     argv = sys.argv[1:] if argv is None else argv
@@ -248,6 +405,10 @@ def main(argv=None) -> int:
             res = run_receiver(job)
         elif job["role"] == "sender":
             res = run_sender(job)
+        elif job["role"] == "udp-receiver":
+            res = run_udp_receiver(job)
+        elif job["role"] == "udp-sender":
+            res = run_udp_sender(job)
         else:
             raise ValueError(f"unknown role {job['role']!r}")
         rc = 0

@@ -14,7 +14,8 @@ from common.pfc import parse_pfc
 from common.state import RunState
 from controller import dataplane
 from experiments.fabric import REPO, LiveFabric
-from experiments.runner import pfc_plan, warm_up_reachability
+from experiments.pfcrun import pfc_plan
+from experiments.runner import warm_up_reachability
 from topologies.spineleaf import SpineLeaf
 
 from .conftest import assert_clean

@@ -122,7 +122,18 @@ def test_config_defaults_roce_lossless_tcp_lossy():
     assert c.priority_of(46) == 0 and c.priorities() == [0, 3] and c.scheduling == "strict"
     assert c.xoff_bytes == 75700 and c.xon_bytes == 75700 - 2 * 1514
     off = pfc.parse_pfc(None, None, buffer_bytes=151400)
-    assert not off.enabled and off.xoff_bytes is None
+    assert not off.enabled and off.xoff_bytes == 75700     # resolved: a round may turn PFC on
+
+
+@pytest.mark.parametrize("prio,pfc_sec", [
+    (None, {}), (None, None),
+    ({"dscp": {26: 3, 10: 1}, "scheduling": {"weighted": {0: 1, 1: 1, 3: 2}}},
+     {"xoff_packets": 40, "xon_packets": 35, "watchdog": {"timeout_s": 0.5, "action": "drop"}}),
+])
+def test_resolved_sections_parse_back_to_the_same_config(prio, pfc_sec):
+    c = pfc.parse_pfc(prio, pfc_sec, buffer_bytes=151400)
+    again = pfc.parse_pfc(*pfc.config_sections(c), buffer_bytes=151400)
+    assert again == c
 
 
 def test_config_in_packets_and_weighted():

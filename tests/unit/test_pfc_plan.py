@@ -1,6 +1,6 @@
 """runner.pfc_plan: the plan the controller's PFC part applies, from a fabric map (no root)."""
 from common.pfc import parse_pfc
-from experiments.runner import pfc_plan
+from experiments.pfcrun import pfc_plan
 from topologies.spineleaf import SpineLeaf
 
 BUF = 100 * 1514
@@ -35,10 +35,10 @@ def test_lossless_queues_hold_every_ingress_share_and_lossy_ones_the_buffer():
     assert plan["dscp_map"]["26"] == 3 and plan["weights"] is None
 
 
-def test_pfc_off_keeps_the_classes_but_no_lossless_priority():
+def test_pfc_off_keeps_the_lossless_class_counted_but_its_queues_drop_at_the_buffer():
     _, plan = _plan(enabled=False)
-    assert plan["enabled"] is False and plan["lossless"] == []
-    assert plan["switch_fifo_bytes"] == {"0": BUF, "3": BUF}
+    assert plan["enabled"] is False and plan["lossless"] == [3]   # a round can turn PFC on
+    assert plan["switch_fifo_bytes"] == {"0": BUF, "3": BUF} and plan["lossy_fifo_bytes"] == BUF
 
 
 def test_weighted_scheduling_carries_its_weights():
