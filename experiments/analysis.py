@@ -352,7 +352,7 @@ def format_summary(summary: dict, out: Path) -> str:
         ("ECMP split toward the receiver's leaf: " + ", ".join(
             f"{k} {v / 1e6:.2f} MB" for k, v in summary["ecmp_split_tx_bytes"].items())) if summary.get("ecmp_split_tx_bytes")
         else _throughput_line(summary.get("throughput")),
-        _ecn_line(summary.get("ecn")),
+        _ecn_line(summary.get("ecn")) + ("\n" + _pfc_line(summary["pfc"]) if summary.get("pfc") else ""),
         f"sampler: {summary['sampler']['achieved_hz']:.0f} Hz on {summary['sampler']['interfaces']} ports, "
         f"{100 * summary['sampler']['cpu_fraction_of_one_core']:.1f}% of one core",
         f"time: set-up {summary['timings_s'].get('setup_s', 0):.1f} s, traffic {summary['timings_s'].get('traffic_s', 0):.1f} s, "
@@ -360,6 +360,11 @@ def format_summary(summary: dict, out: Path) -> str:
         f"results: {out}",
     ]
     return "\n".join(lines)
+
+
+def _pfc_line(p: dict | None) -> str:
+    from experiments.pfcrun import format_line
+    return format_line(p)
 
 
 def _ecn_line(e: dict | None) -> str:
@@ -534,7 +539,8 @@ def add_ecn(out: Path, summary: dict, env: dict, profiles: dict, counters: dict,
 ROUND_COLUMNS = ("round", "name", "bottleneck_profile", "congestion_control", "tcp_ecn", "flows_complete",
                  "fct_median_s", "fct_p99_s", "bottleneck_drops", "total_drops", "ce_marked_bottleneck",
                  "ce_received_packets", "queue_median_packets", "queue_p99_packets", "peak_backlog_packets",
-                 "bottleneck_mean_tx_mbps", "bottleneck_intf")
+                 "bottleneck_mean_tx_mbps", "bottleneck_intf", "pfc", "pauses", "paused_time_s", "pfc_cap_drops",
+                 "reaction_p99_s")
 
 
 def round_row(i: int, name: str, s: dict) -> dict:
@@ -550,7 +556,15 @@ def round_row(i: int, name: str, s: dict) -> dict:
             "ce_received_packets": (e.get("ce_received") or {}).get("packets"),
             "queue_median_packets": q.get("median_packets"), "queue_p99_packets": q.get("p99_packets"),
             "peak_backlog_packets": bn.get("peak_backlog_packets"),
-            "bottleneck_mean_tx_mbps": bn.get("mean_tx_mbps"), "bottleneck_intf": bn.get("intf")}
+            "bottleneck_mean_tx_mbps": bn.get("mean_tx_mbps"), "bottleneck_intf": bn.get("intf"),
+            **_pfc_columns(s.get("pfc"))}
+
+
+def _pfc_columns(p: dict | None) -> dict:
+    if p is None:
+        return dict.fromkeys(("pfc", "pauses", "paused_time_s", "pfc_cap_drops", "reaction_p99_s"))
+    return {"pfc": "on" if p["enabled"] else "off", "pauses": p["pauses"], "paused_time_s": p["paused_time_s"],
+            "pfc_cap_drops": p["cap_drops"], "reaction_p99_s": p["reaction_s"]["p99"]}
 
 
 def write_rounds(out: Path, summaries: list[dict]) -> list[dict]:
@@ -567,16 +581,18 @@ def write_rounds(out: Path, summaries: list[dict]) -> list[dict]:
 def format_rounds(out: Path) -> str:
     """The rounds side by side, for the terminal."""
     rows = json.loads((Path(out) / "rounds.json").read_text())["rounds"]
+    pfc = any(r.get("pfc") for r in rows)
 
     def f(v, fmt):
         return "-" if v is None else format(v, fmt)
     lines = ["", f"== rounds ({out}) ==",
              f"{'round':<16} {'profile at bottleneck':<28} {'drops':>6} {'CE marks':>8} {'queue med/p99 pkt':>18} "
-             f"{'FCT med/p99 s':>14} {'Mbit/s':>7}"]
+             f"{'FCT med/p99 s':>14} {'Mbit/s':>7}" + (f" {'PFC':>4} {'pauses':>6} {'paused s':>8}" if pfc else "")]
     for r in rows:
         lines.append(f"{r['name'][:16]:<16} {str(r['bottleneck_profile'])[:28]:<28} {f(r['bottleneck_drops'], 'd'):>6} "
                      f"{f(r['ce_marked_bottleneck'], 'd'):>8} "
                      f"{f(r['queue_median_packets'], '.0f') + '/' + f(r['queue_p99_packets'], '.0f'):>18} "
                      f"{f(r['fct_median_s'], '.2f') + '/' + f(r['fct_p99_s'], '.2f'):>14} "
-                     f"{f(r['bottleneck_mean_tx_mbps'], '.2f'):>7}")
+                     f"{f(r['bottleneck_mean_tx_mbps'], '.2f'):>7}"
+                     + (f" {r['pfc'] or '-':>4} {f(r['pauses'], 'd'):>6} {f(r['paused_time_s'], '.2f'):>8}" if pfc else ""))
     return "\n".join(lines)

@@ -62,7 +62,7 @@ def plot_queue_depth(out: Path, summary: dict, samples: dict) -> Path:
     ax.set_xlabel("time since the start (s)")
     ax.set_ylabel(f"queue backlog ({unit})")
     ax.set_title(f"{summary['scenario']}: switch egress queue depth ({summary['datapath']} datapath)")
-    ax.set_ylim(0, limit * 1.1)
+    ax.set_ylim(0, max(limit, float(s[col].max())) * 1.1)   # a lossless queue may hold more than one port's buffer
     return _save(fig, ax, out / "queue_depth.png", legend_cols=3)
 
 
@@ -136,7 +136,64 @@ def plot_all(out: Path) -> list[Path]:
     out = Path(out)
     summary = json.loads((out / "summary.json").read_text())
     samples = load_queue_samples(out / "queues.csv", 0.0)
-    return [plot_queue_depth(out, summary, samples), plot_throughput(out, summary, samples)]
+    paths = [plot_queue_depth(out, summary, samples), plot_throughput(out, summary, samples)]
+    if summary.get("pfc") and (out / "pauses.csv").exists():
+        paths += plot_pfc(out, summary)
+    return paths
+
+
+def plot_pfc(out: Path, summary: dict, max_counters: int = 6, max_links: int = 24) -> list[Path]:
+    """PFC plots of one run or round (issue 6), from ``pauses.csv`` and ``pfc_occupancy.csv``:
+
+    - ``pfc_pauses.png``: a pause timeline, one row per paused (link, priority) (the pausing
+      switch port and the upstream transmitter it stopped), a bar per pause; storms in red.
+    - ``pfc_buffer.png``: bytes held per (ingress port, lossless priority), the counters that
+      held the most, with the XOFF, XON and buffer (cap) lines the pauses follow.
+    """
+    p = summary["pfc"]
+    pauses = _read_csv(out / "pauses.csv")
+    occ = _read_csv(out / "pfc_occupancy.csv")
+    state = "on" if p["enabled"] else "off"
+    links: dict[str, list] = {}
+    for r in pauses:
+        links.setdefault(f"{r['port']} -> {r['upstream_port']} (prio {r['priority']})", []).append(r)
+    order = sorted(links, key=lambda k: (-sum(float(r["duration_s"]) for r in links[k]), k))[:max_links]
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.28 * max(len(order), 1)))
+    for y, k in enumerate(order):
+        bars = [(float(r["start_s"]), float(r["duration_s"])) for r in links[k]]
+        colors = ["C3" if r["storm"] == "True" else "C0" for r in links[k]]
+        ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=colors)
+    ax.set_yticks(range(len(order)))
+    ax.set_yticklabels(order, fontsize=7)
+    ax.invert_yaxis()
+    ax.axvline(0, color="grey", ls=":", lw=1)
+    ax.set_xlabel("time since the start (s)")
+    ax.set_title(f"{summary['scenario']}: PFC {state}, {p['pauses']} pauses on {len(links)} links "
+                 f"({p['paused_time_s']:.2f} s paused); red = pause storm", fontsize=9)
+    if not order:
+        ax.text(0.5, 0.5, "no pause", transform=ax.transAxes, ha="center", va="center")
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    fig.savefig(out / "pfc_pauses.png", dpi=110)
+    plt.close(fig)
+
+    series: dict[str, list] = {}
+    for r in occ:
+        series.setdefault(f"{r['port']} prio {r['priority']}", []).append((float(r["t_s"]), int(r["bytes"])))
+    top = sorted(series, key=lambda k: -max(b for _, b in series[k]))[:max_counters]
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    for k in top:
+        t, b = zip(*series[k])
+        ax.step(t, np.asarray(b) / 1e3, where="post", lw=1, label=f"ingress {k}")
+    for v, name, style in ((p["xoff_bytes"], "XOFF", "--"), (p["xon_bytes"], "XON", ":"),
+                           (p["buffer_bytes"], "buffer (cap)", "-")):
+        ax.axhline(v / 1e3, color="k", ls=style, lw=1, label=f"{name} = {v} B")
+    ax.axvline(0, color="grey", ls=":", lw=1)
+    ax.set_xlabel("time since the start (s)")
+    ax.set_ylabel("bytes held per (ingress port, priority) (kB)")
+    ax.set_title(f"{summary['scenario']}: PFC {state}: switch buffer per ingress port and lossless priority", fontsize=9)
+    ax.set_ylim(0, max([p["buffer_bytes"]] + [max(b for _, b in series[k]) for k in top]) / 1e3 * 1.1)
+    return [out / "pfc_pauses.png", _save(fig, ax, out / "pfc_buffer.png", legend_cols=3)]
 
 
 def plot_rounds(out: Path) -> list[Path]:

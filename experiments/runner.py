@@ -25,7 +25,7 @@ import yaml
 
 from common import probe as envprobe
 from common.errors import CapabilityError, ScenarioError, SetupError
-from common.scenario import FRAME_BYTES
+from common.scenario import FRAME_BYTES, buffer_bytes
 from common.state import RunState
 from controller import dataplane
 from controller.routing import ECMP_METHOD
@@ -275,10 +275,12 @@ def resolve_rounds(sc: dict) -> list[dict]:
              "hosts": sc["hosts"], "pfc": {"enabled": bool(sc["pfc"] and sc["pfc"]["enabled"])}}]
 
 
-def choose_marker(sc: dict, env: dict, needed: bool) -> tuple[str, str]:
+def choose_marker(sc: dict, env: dict, needed: bool, priority_queues: bool = False) -> tuple[str, str]:
     """The ECN marker for this run and why: ``none`` when no round marks, else ``red`` or ``bpf``.
 
-    ``auto`` picks the kernel's RED where the kernel has sch_red, else the BPF marker.
+    ``auto`` picks the kernel's RED where the kernel has sch_red and the ports have one FIFO
+    each, else the BPF marker (``priority_queues``: the scenario has priorities/PFC, whose
+    per-priority queues kernel RED would replace).
 
     Raises:
         CapabilityError: ``ecn.marker`` names a mechanism this machine lacks (never a silent fallback).
@@ -287,16 +289,20 @@ def choose_marker(sc: dict, env: dict, needed: bool) -> tuple[str, str]:
         return "none", "no round asks for ECN marking"
     asked = sc["ecn"]["marker"]
     has_red = bool(env["qdiscs"].get("red"))
+    if priority_queues:
+        from experiments.pfcrun import check_marker
+        check_marker(asked, True)
     from controller.bpfmarker import OBJECT
     if asked == "red" and not has_red:
         raise CapabilityError("ecn.marker: red: this kernel has no sch_red (use bpf or auto)")
-    if asked == "bpf" or (asked == "auto" and not has_red):
+    if asked == "bpf" or (asked == "auto" and (not has_red or priority_queues)):
         if not OBJECT.exists():
             raise CapabilityError(f"ecn.marker: bpf: {OBJECT} is not built (run 'sudo make setup'; "
                                   "needs clang and libbpf-dev)")
         if not env["qdiscs"].get("clsact"):
             raise CapabilityError("ecn.marker: bpf: this kernel has no clsact qdisc")
-        why = "asked for" if asked == "bpf" else "this kernel has no sch_red"
+        why = ("asked for" if asked == "bpf" else "per-priority queues (priorities/pfc)" if priority_queues
+               else "this kernel has no sch_red")
         return "bpf", f"tc clsact egress BPF classifier with a virtual queue per port ({why})"
     return "red", ("kernel RED (ecn, nodrop) under each port's HTB shaper "
                    + ("(asked for)" if asked == "red" else "(this kernel has sch_red)"))
@@ -306,7 +312,6 @@ def ecn_plan(sc: dict, fabric_map: dict, marker: str, profiles: dict) -> dict:
     """The plan the controller applies (controller.ecnports): every switch port's rate, buffer,
     shaper burst, FIFO and first-round profile."""
     from common.ecn import profile_spec
-    from common.scenario import buffer_bytes
     q = sc["queues"]
     fifo = {"kind": "bfifo", "limit": q["buffer_bytes"]} if q["buffer_bytes"] is not None else \
         {"kind": "pfifo", "limit": q["buffer_packets"]}
@@ -366,6 +371,7 @@ class _RoundRun(NamedTuple):
     codes: dict           # agent exit codes
     counters: dict        # marker counters over the round, per port
     timings: dict         # seconds
+    pfc: dict | None      # PFC reports before/after the round, its begin time and state (None: no PFC)
 
 
 def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
@@ -382,7 +388,19 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
             key = f"rounds[{i}].hosts.tcp_congestion_control" if sc["rounds"] else "hosts.tcp_congestion_control"
             raise CapabilityError(f"{key}: the kernel has no '{cc}' "
                                   f"(available: {' '.join(envprobe.tcp_congestion_controls()['available'])})")
-    marker, why = choose_marker(sc, env, any(p.kind != "off" for pr in profiles for p in pr.values()))
+    from experiments import pfcrun
+    pfc_cfg = pfcrun.pfc_config(sc)
+    marker, why = choose_marker(sc, env, any(p.kind != "off" for pr in profiles for p in pr.values()),
+                                priority_queues=pfc_cfg is not None)
+    plan_pfc = None
+    if pfc_cfg is not None:
+        from dataclasses import replace
+        plan_pfc = pfcrun.pfc_plan(fabric_map, replace(pfc_cfg, enabled=rounds[0]["pfc"]["enabled"]),
+                                   buffer_bytes(sc["queues"]), sc["queues"]["burst_bytes"],
+                                   HOST_QUEUE_PACKETS * FRAME_BYTES)
+    env["pfc"] = None if pfc_cfg is None else {
+        "mechanism": pfcrun.MECHANISM, "priorities": sc["priorities"], "pfc": sc["pfc"],
+        "rounds": [{"name": r["name"], "enabled": r["pfc"]["enabled"]} for r in rounds]}
     if marker == "red":
         check_red_weights(sc, rounds)
     plan_ecn = ecn_plan(sc, fabric_map, marker, profiles[0]) if marker != "none" else None
@@ -417,20 +435,25 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
         _maybe_fault("before_fabric")
         with LiveFabric(fabric, out, state, datapath=env["datapath"],
                         switch_queue=lambda rate: port_queue(sc, rate), host_queue=host_queue,
-                        routing=sc["routing"]["mode"], ecn_plan=plan_ecn) as lf:
+                        routing=sc["routing"]["mode"], ecn_plan=plan_ecn, pfc_plan=plan_pfc) as lf:
             timings.update(lf.timings_s)
             timings["setup_s"] = time.monotonic() - t_begin
             _say(quiet, f"fabric up in {timings['setup_s']:.1f} s: {len(fabric.switches)} switches, "
                         f"{len(fabric.hosts)} hosts, oversubscription {fabric.params['oversubscription']:g}:1")
             _maybe_fault("after_fabric")
             env["ecn"]["controller"] = lf.ecn_record
+            if plan_pfc is not None:
+                env["pfc"]["controller"] = lf.pfc_record
+            pfc_on = plan_pfc is not None and plan_pfc["enabled"]
             timings["reachability_s"] = warm_up_reachability(lf)
             env["scale"]["measured_rtt_s"] = measure_rtt_s(lf, plan[0]["src"], plan[0]["dst"])
             env["scale"]["bdp_packets_measured_rtt"] = (sc["topology"]["host_rate_mbps"] * 1e6
                                                         * env["scale"]["measured_rtt_s"] / 8 / FRAME_BYTES)
             txbuf = contextlib.nullcontext()
             if env["datapath"] == "user":
-                txbuf = dataplane.OvsTxBuffer(userspace_tx_budget_bytes(sc, fabric), state)
+                budget = userspace_tx_budget_bytes(sc, fabric) if pfc_cfg is None else pfcrun.tx_budget_bytes(
+                    len(fabric.switch_interfaces()), pfc_cfg, buffer_bytes(sc["queues"]), dataplane.FRAME_TRUESIZE_BYTES)
+                txbuf = dataplane.OvsTxBuffer(budget, state)
             with txbuf:
                 if env["datapath"] == "user":
                     env["ovs_userspace_tx_buffer"] = txbuf.record()
@@ -454,13 +477,23 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
                         _say(quiet, f"round {i + 1}/{len(rounds)} {r['name']}: "
                                     f"{'; '.join(labels[i])}, {r['hosts']['tcp_congestion_control']}"
                                     f" tcp_ecn={r['hosts']['tcp_ecn']}")
+                    pfc_round = None
+                    if plan_pfc is not None:
+                        if r["pfc"]["enabled"] != pfc_on:
+                            pfc_on = r["pfc"]["enabled"]
+                            lf.pfc_request({"enabled": pfc_on})
+                        pfc_round = {"enabled": pfc_on, "begin_unix_s": time.time(),
+                                     "before": lf.pfc_report(out / ".pfc_report.json")}
                     before = lf.ecn_counters()
                     t_round = time.monotonic()
                     codes = _traffic(lf, state, sc, rdir, rdir / "agents", plan, quiet,
                                      count_ecn=marker != "none" or r["hosts"]["tcp_ecn"] != 0)
                     rtimings = dict(timings, traffic_s=time.monotonic() - t_round)
                     counters = analysis.counter_deltas(before, lf.ecn_counters())
-                    done.append(_RoundRun(rdir, r, pr, host_cfg, codes, counters, rtimings))
+                    if pfc_round is not None:
+                        pfc_round["after"] = lf.pfc_report(out / ".pfc_report.json")
+                        (out / ".pfc_report.json").unlink()
+                    done.append(_RoundRun(rdir, r, pr, host_cfg, codes, counters, rtimings, pfc_round))
             t_down = time.monotonic()
         timings["teardown_s"] = time.monotonic() - t_down
     timings["total_s"] = time.monotonic() - t_begin
@@ -474,12 +507,19 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
         d.timings.update(teardown_s=timings["teardown_s"], total_s=timings["total_s"])
         flows = analysis.collect_flows(d.dir / "agents", plan, d.codes)
         summary = analysis.write_results(d.dir, sc, fabric_map, flows, d.timings, d.host_cfg, plan)
-        summaries.append(analysis.add_ecn(d.dir, summary, env, d.profiles, d.counters, flows, marker))
+        summary = analysis.add_ecn(d.dir, summary, env, d.profiles, d.counters, flows, marker)
+        if d.pfc is not None:
+            summary = pfcrun.add_to_summary(d.dir, summary, d.pfc, flows)
+        summaries.append(summary)
         plot.plot_all(d.dir)
     draw.draw(fabric_map, out / "topology.png", title=sc["name"])
     if multi:
         analysis.write_rounds(out, summaries)
         plot.plot_rounds(out)
+    for summary in summaries:
+        for h in (summary.get("pfc") or {}).get("headroom") or []:
+            if h["warning"] and summary["pfc"]["enabled"]:
+                print(f"fabriclab: WARNING: PFC: {h['warning']}", file=sys.stderr)
     if not quiet:
         for summary, d in zip(summaries, done):
             print(analysis.format_summary(summary, d.dir))
@@ -510,12 +550,14 @@ def _traffic(lf, state, sc, out, agent_dir, plan, quiet, count_ecn=False):
     try:
         run_s = t["duration_s"] or t["timeout_s"]
         deadline = time.time() + run_s + t["start_delay_s"] + 30
+        udp = t["transport"] == "udp"
         for dst, flows in by_dst.items():
-            agents.start(dst, "rx", {"role": "receiver", "port": t["port"], "expect_flows": len(flows),
-                                     "count_ecn": count_ecn,
+            agents.start(dst, "rx", {"role": "udp-receiver" if udp else "receiver", "port": t["port"],
+                                     "expect_flows": len(flows), "count_ecn": count_ecn, "dscp": t["dscp"],
                                      "deadline_unix_s": deadline, "out": str(agent_dir / f"{dst}.rx.json")})
         for src, flows in by_src.items():
-            agents.start(src, "tx", {"role": "sender", "deadline_unix_s": deadline,
+            agents.start(src, "tx", {"role": "udp-sender" if udp else "sender", "deadline_unix_s": deadline,
+                                     "dscp": t["dscp"],
                                      "out": str(agent_dir / f"{src}.tx.json"),
                                      "flows": [{"dst_ip": f["dst_ip"], "port": t["port"], "bytes": f["bytes"],
                                                 "duration_s": f["duration_s"], "flow_id": f["flow_id"]}
@@ -528,7 +570,8 @@ def _traffic(lf, state, sc, out, agent_dir, plan, quiet, count_ecn=False):
                 + (f"{t['duration_s']:g} s each" if t["duration_s"] else f"{t['flow_bytes']} B each"))
         _say(quiet, f"{t['pattern']}: {what}")
         _maybe_fault("after_traffic_start")
-        snapshot_ss(lf, plan[0]["src"], t["port"], start_at + 0.2, out / "ss_tin.txt")
+        if not udp:
+            snapshot_ss(lf, plan[0]["src"], t["port"], start_at + 0.2, out / "ss_tin.txt")
         codes = agents.wait(min(deadline, start_at + (t["duration_s"] + 30 if t["duration_s"] else t["timeout_s"])))
         time.sleep(sc["measurement"]["post_s"])
     finally:

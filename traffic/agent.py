@@ -20,7 +20,7 @@ Roles (``job["role"]``):
   negotiated, and retransmissions (TCP_INFO) per flow.
 - ``udp-receiver`` / ``udp-sender``: the same jobs over UDP (``traffic.transport: udp``):
   one socket per flow sends sequence-numbered datagrams of up to :data:`UDP_PAYLOAD_BYTES`
-  (full-size frames) as fast as the host takes them, then an end marker carrying the
+  (full-size frames; :data:`UDP_DATA_BYTES` of flow bytes each) as fast as the host takes them, then an end marker carrying the
   count. A send the host cannot take now (socket buffer full: EAGAIN; the NIC's queue
   full: ENOBUFS, reported because of IP_RECVERR) is counted in ``blocked_sends`` /
   ``host_queue_full`` and the same datagram is sent again when the socket is writable:
@@ -259,6 +259,8 @@ def run_sender(job: dict) -> dict:
 #: Datagram payload: 1472 B + 8 UDP + 20 IP + 14 Ethernet = a 1514 B frame.
 UDP_PAYLOAD_BYTES = 1472
 UDP_HEADER = struct.Struct("!IQ")       # sequence number (END_SEQ: end marker), and in the marker the count
+#: Flow bytes per datagram (the rest of the payload is the header): what bytes_sent/bytes count.
+UDP_DATA_BYTES = UDP_PAYLOAD_BYTES - UDP_HEADER.size
 END_SEQ = 0xFFFFFFFF
 END_MARKERS = 3                          # the end marker is sent this often (it may be lost without PFC)
 IP_RECVERR = 11                          # linux/in.h
@@ -338,7 +340,7 @@ def run_udp_sender(job: dict) -> dict:
         socks.append(s)
     print("READY", flush=True)
     start_at = float(sys.stdin.readline())
-    pad = bytes(UDP_PAYLOAD_BYTES)
+    pad = bytes(UDP_DATA_BYTES)
     wait_until(start_at)
     sel = selectors.DefaultSelector()
     for f, s in zip(flows, socks):
@@ -356,12 +358,11 @@ def run_udp_sender(job: dict) -> dict:
             while True:                     # send until the host pushes back
                 if rec["state"] == "sending":
                     left = (rec["bytes_planned"] - rec["bytes_sent"]) if rec["until_unix_s"] is None else (
-                        UDP_PAYLOAD_BYTES if time.time() < rec["until_unix_s"] else 0)
+                        UDP_DATA_BYTES if time.time() < rec["until_unix_s"] else 0)
                     if left <= 0:
                         rec.update(state="ending", sent_unix_s=time.time())
                         continue
-                    size = min(left, UDP_PAYLOAD_BYTES)
-                    msg = UDP_HEADER.pack(rec["datagrams_sent"], 0) + pad[:max(0, size - UDP_HEADER.size)]
+                    msg = UDP_HEADER.pack(rec["datagrams_sent"], 0) + pad[:min(left, UDP_DATA_BYTES)]
                 else:
                     msg = UDP_HEADER.pack(END_SEQ, rec["datagrams_sent"])
                 try:

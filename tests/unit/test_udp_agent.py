@@ -1,0 +1,53 @@
+"""The UDP traffic agents (traffic.agent udp-sender / udp-receiver) over loopback: every
+datagram counted once, the byte count exact, flows end by their end markers. Real sockets,
+no root."""
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from traffic.agent import UDP_DATA_BYTES
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _agent(job):
+    return subprocess.Popen([sys.executable, "-m", "traffic.agent", json.dumps(job)], cwd=REPO, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_sized_udp_flows_arrive_whole_and_end_by_their_markers(tmp_path):
+    port = _free_port()
+    deadline = time.time() + 30
+    sizes = [3 * UDP_DATA_BYTES + 17, 12, UDP_DATA_BYTES]    # a partial last datagram, a tiny flow, exactly one
+    rx = _agent({"role": "udp-receiver", "port": port, "expect_flows": len(sizes), "deadline_unix_s": deadline,
+                 "out": str(tmp_path / "rx.json")})
+    tx = _agent({"role": "udp-sender", "deadline_unix_s": deadline, "out": str(tmp_path / "tx.json"), "dscp": 26,
+                 "flows": [{"dst_ip": "127.0.0.1", "port": port, "bytes": b, "flow_id": i} for i, b in enumerate(sizes)]})
+    for p in (rx, tx):
+        assert p.stdout.readline().strip() == "READY"
+    start = time.time() + 0.2
+    for p in (rx, tx):
+        p.stdin.write(f"{start}\n")
+        p.stdin.flush()
+    assert tx.wait(30) == 0 and rx.wait(30) == 0, (tx.stderr.read(), rx.stderr.read())
+    sent = json.loads((tmp_path / "tx.json").read_text())["flows"]
+    got = json.loads((tmp_path / "rx.json").read_text())
+    assert got["complete"]
+    by_port = {f["src_port"]: f for f in got["flows"]}
+    for f, size in zip(sent, sizes):
+        r = by_port[f["src_port"]]
+        assert f["state"] == "closed" and f["bytes_sent"] == size
+        assert f["datagrams_sent"] == -(-size // UDP_DATA_BYTES) == r["datagrams_received"]
+        assert r["bytes"] == size and r["eof"] and r["datagrams_sent_marker"] == f["datagrams_sent"]
+        assert r["duplicates"] == 0
