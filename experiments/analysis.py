@@ -289,6 +289,8 @@ def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timi
     bn = bottleneck(ports)
     incast = sc["traffic"]["pattern"] == "incast"
     receiver = sc["traffic"]["receiver"] if incast else None
+    if incast:   # under PFC, paused queues upstream can hold more, but the congestion is at the receiver's port
+        bn = next((p for p in ports if p["peer"] == receiver), bn)
     receiver_leaf = next((h["switch"] for h in fabric_map["hosts"] if h["name"] == receiver), None)
     sampler = json.loads((out / "sampler.json").read_text())
     env = json.loads((out / "environment.json").read_text())

@@ -124,7 +124,8 @@ def round_results(out: Path, report: dict, before: dict | None, begin_unix_s: fl
         "per_port": [{"switch", "port", "upstream", "pauses", "paused_time_s"}], "pausing_switches",
         "paused_upstreams", "reaction_s": {count, p50, p99, max}, "headroom", "storms", "cap_drops",
         "storm_drops", "xoff_events", "lost_events", "pauser_realtime", "blocked_sends",
-        "host_queue_full", "datagrams_lost", "errors"}`` (bytes, seconds).
+        "host_queue_full", "datagrams_lost", "errors"}`` (bytes, seconds); :func:`add_to_summary`
+        adds ``receiver_udp_drops`` (per receiving host, from its agent).
     """
     shift = report["t0_unix_s"] - start_unix_s      # controller-relative -> traffic-relative seconds
     begin = begin_unix_s - report["t0_unix_s"]
@@ -203,6 +204,15 @@ def add_to_summary(out: Path, summary: dict, pfc_round: dict, flows: list[dict])
     start = min(starts) if starts else pfc_round["begin_unix_s"]
     summary["pfc"] = round_results(Path(out), pfc_round["after"], pfc_round["before"], pfc_round["begin_unix_s"],
                                    start, flows, pfc_round["enabled"])
+    rx = {}
+    for path in sorted((Path(out) / "agents").glob("*.rx.json")):
+        try:
+            drops = json.loads(path.read_text()).get("host_udp_drops")
+        except ValueError:
+            continue
+        if drops:
+            rx[path.name.split(".")[0]] = drops
+    summary["pfc"]["receiver_udp_drops"] = rx or None
     summary["total_drops"] += summary["pfc"]["cap_drops"] + summary["pfc"]["storm_drops"]
     (Path(out) / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary

@@ -26,7 +26,9 @@ Roles (``job["role"]``):
   ``host_queue_full`` and the same datagram is sent again when the socket is writable:
   back-pressure from a paused NIC is felt, never a silent host drop. The receiver counts
   distinct sequence numbers per flow (``datagrams_received``; duplicates apart), so a
-  datagram lost in the fabric shows as ``datagrams_sent - datagrams_received``.
+  datagram lost in the fabric shows as ``datagrams_sent - datagrams_received``; the receiver
+  also reports its namespace's UDP receive drops over the run (``host_udp_drops``), so a
+  loss at the receiving host is told apart from one in the fabric.
 
 ``dscp`` (0-63, default 0) goes into every packet's IP header (IP_TOS; the kernel keeps
 the ECN bits of TCP), which is how a flow picks its priority class (issue 6).
@@ -274,9 +276,13 @@ def run_udp_receiver(job: dict) -> dict:
     sender's count from its end marker. Ends when every flow's end marker came, or
     :data:`UDP_IDLE_S` after the last datagram, or at the deadline."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    try:                                  # root may exceed net.core.rmem_max
+        s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)
+    except OSError:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     s.bind(("0.0.0.0", job["port"]))
     s.settimeout(0.05)
+    errors_before = udp_receive_errors()
     print("READY", flush=True)
     start_at = float(sys.stdin.readline())
     interval = job.get("sample_interval_s", 0.01)
@@ -322,8 +328,22 @@ def run_udp_receiver(job: dict) -> dict:
     for rec in flows.values():
         if rec["samples"] and rec["samples"][-1][1] != rec["bytes"]:
             rec["samples"].append((rec["last_byte_unix_s"], rec["bytes"]))
+    after = udp_receive_errors()
     return {"role": "udp-receiver", "start_at_unix_s": start_at, "flows": list(flows.values()),
-            "complete": ended >= job["expect_flows"]}
+            "complete": ended >= job["expect_flows"],
+            "host_udp_drops": {k: after[k] - errors_before[k] for k in after}}
+
+
+SO_RCVBUFFORCE = 33
+
+
+def udp_receive_errors() -> dict:
+    """This network namespace's UDP receive-side drop counters from /proc/net/snmp
+    (``RcvbufErrors``: a full socket buffer; ``InErrors``: every receive error)."""
+    with open("/proc/net/snmp") as f:
+        rows = [line.split() for line in f if line.startswith("Udp:")]
+    d = dict(zip(rows[0][1:], map(int, rows[1][1:])))
+    return {"RcvbufErrors": d.get("RcvbufErrors", 0), "InErrors": d.get("InErrors", 0)}
 
 
 def run_udp_sender(job: dict) -> dict:
