@@ -1,0 +1,80 @@
+"""The PFC experiment a user runs (issue 6): experiments/scenarios/pfc-incast.yaml through the
+CLI, one fabric, PFC off then on. Off, the lossless class drops at the congested port; on,
+nothing is lost anywhere, the pause spreads two hops upstream (leaf1 pauses the spines, the
+spines pause leaves 2 and 3, those pause the senders' NICs) and the senders feel it.
+pauses.csv, the PFC summary and plots are checked against each other. Real packets."""
+import csv
+import json
+import os
+
+import yaml
+
+from .conftest import ROOT, assert_clean, run_cli
+
+LANE = os.environ.get("FABRICLAB_LANE", "host")
+SCENARIO = ROOT / "experiments" / "scenarios" / "pfc-incast.yaml"
+
+
+def _scenario(tmp_path):
+    """The shipped scenario; in the VM lane (TCG, reaction p99 ~0.45 s) with a buffer above XOFF
+    that holds a second of the link's traffic, and 4x the bytes so PFC off still overflows it."""
+    if LANE != "vm":
+        return SCENARIO
+    sc = yaml.safe_load(SCENARIO.read_text())
+    sc["queues"] = {"buffer_bytes": 1_400_000}
+    sc["pfc"].update(xoff_packets=24, xon_packets=18)
+    sc["traffic"]["response_bytes"] *= 4
+    p = tmp_path / "pfc-incast-vm.yaml"
+    p.write_text(yaml.safe_dump(sc))
+    return p
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_pfc_incast_experiment_off_drops_on_is_lossless_and_spreads(tmp_path):
+    results = tmp_path / "results"
+    p = run_cli("run", str(_scenario(tmp_path)), "--results", str(results), timeout=1200)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    out = next(results.iterdir())
+    env = json.loads((out / "environment.json").read_text())
+    assert [r["enabled"] for r in env["pfc"]["rounds"]] == [False, True] and env["pfc"]["controller"]["lossless"] == [3]
+    off_dir, on_dir = sorted((out / "rounds").iterdir())
+    off = json.loads((off_dir / "summary.json").read_text())
+    on = json.loads((on_dir / "summary.json").read_text())
+    print(f"PFC off: drops {off['total_drops']}, datagrams lost {off['pfc']['datagrams_lost']}; PFC on: drops "
+          f"{on['total_drops']}, lost {on['pfc']['datagrams_lost']}, pauses {on['pfc']['pauses']} "
+          f"({on['pfc']['paused_time_s']:.2f} s) by {on['pfc']['pausing_switches']}, reaction {on['pfc']['reaction_s']}, "
+          f"blocked sends {on['pfc']['blocked_sends']}, cap drops {on['pfc']['cap_drops']}")
+    # PFC off: the lossless class drops like a lossy one (case R3), and nobody pauses
+    assert off["total_drops"] > 0 and off["pfc"]["datagrams_lost"] > 0 and off["pfc"]["pauses"] == 0
+    assert _rows(off_dir / "pauses.csv") == []
+    # PFC on: every byte arrives, nothing dropped in a queue, at a cap or at the receiver
+    assert on["flows"]["all_complete"] and on["flows"]["bytes_received"] == on["flows"]["bytes_sent"] > 0
+    assert on["pfc"]["datagrams_lost"] == 0 and on["total_drops"] == 0 and on["pfc"]["cap_drops"] == 0
+    assert all(d["RcvbufErrors"] == 0 for d in on["pfc"]["receiver_udp_drops"].values())
+    assert not on["pfc"]["errors"] and on["pfc"]["enabled"]
+    # congestion spreading: leaf1 (the congested port's switch) pauses the spines, the spines pause
+    # the senders' leaves (two hops upstream of leaf1-eth1), and the leaves pause the senders' NICs
+    pauses = _rows(on_dir / "pauses.csv")
+    assert len(pauses) == on["pfc"]["pauses"] > 0
+    by_switch = {}
+    for r in pauses:
+        by_switch.setdefault(r["switch"], set()).add(r["upstream"])
+        assert r["priority"] == "3" and float(r["end_s"]) >= float(r["start_s"])
+    assert by_switch.get("leaf1", set()) & {"spine1", "spine2"}
+    assert set().union(*(by_switch.get(s, set()) for s in ("spine1", "spine2"))) & {"leaf2", "leaf3"}
+    senders = {f"h{i}" for i in range(5, 13)}
+    assert set().union(*(by_switch.get(s, set()) for s in ("leaf2", "leaf3"))) & senders
+    assert on["pfc"]["blocked_sends"] > 0                          # the hosts felt the pause
+    assert on["pfc"]["reaction_s"]["count"] >= len({(r["port"], r["start_s"]) for r in pauses}) - 5
+    assert not [h for h in on["pfc"]["headroom"] if h["warning"]]
+    occ = _rows(on_dir / "pfc_occupancy.csv")
+    assert max(int(r["bytes"]) for r in occ) > on["pfc"]["xoff_bytes"]     # the counters did pass XOFF
+    for png in ("pfc_pauses.png", "pfc_buffer.png", "queue_depth.png"):
+        assert (on_dir / png).stat().st_size > 10_000, png
+    rounds = _rows(out / "rounds.csv")
+    assert [r["pfc"] for r in rounds] == ["off", "on"]
+    assert_clean(out.name)
