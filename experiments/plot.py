@@ -199,14 +199,15 @@ def plot_pfc(out: Path, summary: dict, max_counters: int = 6, max_links: int = 2
 def plot_rounds(out: Path) -> list[Path]:
     """Plots of a run with rounds (e.g. drop-tail vs ECN, a K sweep), from ``rounds.json`` and each
     round's folder: ``rounds_queue.png`` (every round's bottleneck queue on one axis, K marked),
-    ``rounds_bars.png`` (drops, CE marks, FCT median/p99, bottleneck throughput side by side) and,
+    ``rounds_bars.png`` (drops, CE marks, FCT median/p99, bottleneck throughput side by side, and
+    the PFC paused time when a round has PFC) and,
     when the rounds differ in a step K, ``k_sweep.png`` (throughput and queue median/p99 vs K)."""
     out = Path(out)
     rows = json.loads((out / "rounds.json").read_text())["rounds"]
     summaries = [json.loads((out / r["folder"] / "summary.json").read_text()) for r in rows]
     paths = []
     fig, ax = plt.subplots(figsize=(8, 4.8))
-    limit, unit = None, "packets"
+    limit, unit, top = None, "packets", 0.0
     for i, (r, summary) in enumerate(zip(rows, summaries)):
         d = out / r["folder"]
         bn = summary["bottleneck"]
@@ -214,11 +215,13 @@ def plot_rounds(out: Path) -> list[Path]:
         col, unit = ("backlog_packets", "packets") if in_packets else ("backlog_bytes", "bytes")
         limit = bn["buffer_packets"] if in_packets else bn["buffer_bytes"]
         s = load_queue_samples(d / "queues.csv", 0.0)[bn["intf"]]
-        ax.plot(s["t_s"], s[col], color=f"C{i}", lw=1.2, label=f"{r['name']}: {r['bottleneck_profile']}")
+        top = max(top, float(s[col].max()) if len(s[col]) else 0.0)
+        pfc = f", PFC {r['pfc']}" if r.get("pfc") else ""
+        ax.plot(s["t_s"], s[col], color=f"C{i}", lw=1.2, label=f"{r['name']}: {r['bottleneck_profile']}{pfc}")
         _threshold_lines(ax, summary.get("ecn") or {}, in_packets, color=f"C{i}", suffix=f" ({r['name']})")
     if limit is not None:
         ax.axhline(limit, color="k", ls="--", lw=1, label=f"buffer = {limit} {unit}")
-        ax.set_ylim(0, limit * 1.1)
+        ax.set_ylim(0, max(limit, top) * 1.1)
     ax.set_xlabel("time since the round's start (s)")
     ax.set_ylabel(f"bottleneck queue ({unit})")
     ax.set_title("bottleneck queue per round")
@@ -226,10 +229,12 @@ def plot_rounds(out: Path) -> list[Path]:
 
     names = [r["name"] for r in rows]
     x = np.arange(len(rows))
-    fig, axes = plt.subplots(1, 4, figsize=(13, 3.8))
-    panels = (("bottleneck_drops", "drops at the bottleneck"), ("ce_marked_bottleneck", "CE marks at the bottleneck"),
+    panels = [("bottleneck_drops", "drops at the bottleneck"), ("ce_marked_bottleneck", "CE marks at the bottleneck"),
               (("fct_median_s", "fct_p99_s"), "completion time (s): median, p99"),
-              ("bottleneck_mean_tx_mbps", "bottleneck throughput (Mbit/s)"))
+              ("bottleneck_mean_tx_mbps", "bottleneck throughput (Mbit/s)")]
+    if any(r.get("pfc") for r in rows):
+        panels.append(("paused_time_s", "PFC: paused time, all links (s)"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.25 * len(panels), 3.8))
     for ax, (key, title) in zip(axes, panels):
         if isinstance(key, tuple):
             for j, k in enumerate(key):
@@ -251,7 +256,7 @@ def plot_rounds(out: Path) -> list[Path]:
         e = summary.get("ecn") or {}
         if e.get("bottleneck_k_bytes"):
             ks.append((e["bottleneck_k_bytes"] / FRAME_BYTES, r))
-    if len(ks) >= 2:
+    if len({v for v, _ in ks}) >= 2:
         ks.sort(key=lambda kr: kr[0])
         k = [v for v, _ in ks]
         fig, ax = plt.subplots(figsize=(8, 4.8))

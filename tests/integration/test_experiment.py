@@ -26,12 +26,14 @@ def receiver_link_mbps(run_dir: Path, receiver: str = "h1") -> float:
 
 
 def test_default_experiment_end_to_end(tmp_path):
-    """Acceptance: the default scenario runs the incast twice on one fabric, drop-tail then ECN step
-    K = 20 packets, and gives CSVs, summaries and plots per round plus the rounds side by side.
+    """Acceptance: the default scenario runs the incast four times on one fabric, drop-tail, ECN step
+    K = 20 packets, PFC, ECN + PFC, and gives CSVs, summaries and plots per round plus the rounds
+    side by side.
     Drop-tail round: every byte arrives; the bottleneck is the receiver's port, within its buffer,
     and its queue rises at the incast. ECN round (issue 5): after the first round trip the median
     bottleneck queue stays within 1.5 K, drops are at least 10x fewer (or zero), and the bottleneck
-    throughput is within 10% of drop-tail's."""
+    throughput is within 10% of drop-tail's. PFC rounds (issue 6): nothing dropped anywhere,
+    pauses on record, and ECN keeps the queues below XOFF, so ECN + PFC pauses far less."""
     results = tmp_path / "results"
     p = run_cli("run", "--results", str(results), timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -40,9 +42,9 @@ def test_default_experiment_end_to_end(tmp_path):
                  "rounds_queue.png", "rounds_bars.png", "topology.png"):
         assert (top / name).stat().st_size > 0, name
     rounds = json.loads((top / "rounds.json").read_text())["rounds"]
-    assert [r["name"] for r in rounds] == ["drop-tail", "ecn-k20"]
-    out, ecn_out = top / rounds[0]["folder"], top / rounds[1]["folder"]
-    for d in (out, ecn_out):
+    assert [r["name"] for r in rounds] == ["drop-tail", "ecn-k20", "pfc", "ecn-pfc"]
+    out, ecn_out, pfc_out, both_out = (top / r["folder"] for r in rounds)
+    for d in (out, ecn_out, pfc_out, both_out):
         for name in ("environment.json", "queues.csv", "ports.csv", "flows.csv", "flow_samples.csv", "summary.json",
                      "queue_depth.png", "throughput.png", "ss_tin.txt"):
             assert (d / name).stat().st_size > 0, (d, name)
@@ -50,7 +52,10 @@ def test_default_experiment_end_to_end(tmp_path):
     s = json.loads((out / "summary.json").read_text())
     env = json.loads((top / "environment.json").read_text())
     assert env["datapath"] in ("user", "kernel") and "qdiscs" in env and env["scale"]["measured_rtt_s"] > 0
-    assert env["ecn"]["marker"] == ("red" if env["qdiscs"]["red"] else "bpf") and env["ecn"]["mechanism"]
+    # the flows' class has its own queue on every port: the marker is the BPF one in every lane
+    # (kernel RED would replace a port's one FIFO); the reason is on record
+    assert env["ecn"]["marker"] == "bpf" and "per-priority" in env["ecn"]["mechanism"]
+    assert [r["enabled"] for r in env["pfc"]["rounds"]] == [False, False, True, True]
     f = s["flows"]
     assert f["count"] == 8 and f["all_complete"]
     for flow in f["per_flow"]:
@@ -128,6 +133,21 @@ def test_default_experiment_end_to_end(tmp_path):
     print(f"drop-tail: drops {dt_drops}, {dt_tp:.2f} Mbit/s; ECN K={k}: drops {ecn_drops}, {ecn_tp:.2f} Mbit/s, "
           f"queue median {ecn['queue_after_first_rtt']['median_packets']} packets, "
           f"marks {ecn['bottleneck_counters']}")
+
+    # -- PFC (issue 6): the same TCP flows in priority 3, lossless while PFC is on --
+    p_s = json.loads((pfc_out / "summary.json").read_text())
+    b_s = json.loads((both_out / "summary.json").read_text())
+    for x in (p_s, b_s):
+        assert x["flows"]["all_complete"] and x["total_drops"] == 0 and x["pfc"]["cap_drops"] == 0, x["pfc"]
+        assert x["pfc"]["enabled"] and not x["pfc"]["errors"]
+        for name in ("pauses.csv", "pfc_occupancy.csv", "pfc_pauses.png", "pfc_buffer.png"):
+            assert (pfc_out / name).stat().st_size > 0, name
+    assert s["pfc"]["pauses"] == 0 and e["pfc"]["pauses"] == 0          # PFC off in the first two rounds
+    assert p_s["pfc"]["pauses"] > 0 and "leaf1" in p_s["pfc"]["pausing_switches"]
+    assert b_s["pfc"]["paused_time_s"] < 0.5 * p_s["pfc"]["paused_time_s"], (b_s["pfc"], p_s["pfc"])
+    print(f"PFC: {p_s['pfc']['pauses']} pauses, {p_s['pfc']['paused_time_s']:.2f} s paused, reaction "
+          f"{p_s['pfc']['reaction_s']}; ECN + PFC: {b_s['pfc']['pauses']} pauses, {b_s['pfc']['paused_time_s']:.2f} s")
+    assert (top / "rounds_bars.png").stat().st_size > 0
     assert_clean(str(top))
 
 
