@@ -6,10 +6,11 @@ COMPARISON ?= experiments/scenarios/compare-topologies.yaml
 RESULTS ?= results
 PYTEST_ARGS ?=
 
-.PHONY: help setup bpf experiment k-sweep compare draw test unit clean bench bench-fabric bench-ecn check-root distclean vm-image vm-test vm-experiment
+.PHONY: help setup bpf experiment pfc k-sweep compare draw test unit clean bench bench-fabric bench-ecn check-root distclean vm-image vm-test vm-experiment
 
 help:
-	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast, drop-tail vs ECN), results in $(RESULTS)/"
+	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast, drop-tail / ECN / PFC / ECN+PFC), results in $(RESULTS)/"
+	@echo "sudo make pfc                             PFC: an 8:1 lossless-class UDP incast, PFC off then on (pauses.csv, pause plots)"
 	@echo "sudo make k-sweep                         ECN K sweep: the incast at K = 5..65 packets on one fabric"
 	@echo "sudo make compare [COMPARISON=file.yaml]  same traffic on Fat-Tree k=4 and 3:1 Spine-Leaf, side-by-side plots"
 	@echo "make draw [SCENARIO=file.yaml]            draw the scenario's fabric to $(RESULTS)/topology.png (no root)"
@@ -34,6 +35,9 @@ setup: check-root
 
 experiment: check-root setup
 	$(PY) -m experiments run $(SCENARIO) --results $(RESULTS)
+
+pfc: check-root setup
+	$(PY) -m experiments run experiments/scenarios/pfc-incast.yaml --results $(RESULTS)
 
 k-sweep: check-root setup
 	$(PY) -m experiments run experiments/scenarios/k-sweep.yaml --results $(RESULTS)

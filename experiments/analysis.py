@@ -155,6 +155,20 @@ def bottleneck(ports: list[dict]) -> dict | None:
     return max(ports, key=lambda p: (p["mean_backlog_bytes"], p["drops"], p["peak_backlog_bytes"]))
 
 
+def bottleneck_summary(bn: dict | None, receiver: str | None) -> dict | None:
+    """``summary["bottleneck"]`` for the ports.csv row ``bn`` (``receiver``: an incast's, else None)."""
+    if bn is None:
+        return None
+    return {**{k: bn[k] for k in ("switch", "intf", "peer", "mean_backlog_bytes", "peak_backlog_bytes",
+                                  "peak_backlog_packets", "drops", "buffer_bytes", "buffer_packets", "mean_tx_mbps",
+                                  "rate_mbps")},
+            "toward_receiver": (bn["peer"] == receiver) if receiver else None,
+            # a buffer of N packets is N full frames' bytes in the byte-limited queues of priority classes
+            "within_buffer": (bn["peak_backlog_bytes"] <= bn["buffer_bytes"]) if bn["buffer_bytes"] is not None
+            else (bn["peak_backlog_packets"] <= bn["buffer_packets"]
+                  or bn["peak_backlog_bytes"] <= bn["buffer_packets"] * FRAME_BYTES)}
+
+
 def _write_csv(path: Path, columns, rows) -> None:
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
@@ -289,8 +303,6 @@ def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timi
     bn = bottleneck(ports)
     incast = sc["traffic"]["pattern"] == "incast"
     receiver = sc["traffic"]["receiver"] if incast else None
-    if incast:   # under PFC, paused queues upstream can hold more, but the congestion is at the receiver's port
-        bn = next((p for p in ports if p["peer"] == receiver), bn)
     receiver_leaf = next((h["switch"] for h in fabric_map["hosts"] if h["name"] == receiver), None)
     sampler = json.loads((out / "sampler.json").read_text())
     env = json.loads((out / "environment.json").read_text())
@@ -318,14 +330,7 @@ def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timi
             "congestion_control_on_live_flows": ccs,
             "errors": [f["error"] for f in flows if f["error"]],
         },
-        "bottleneck": None if bn is None else {
-            **{k: bn[k] for k in ("switch", "intf", "peer", "mean_backlog_bytes", "peak_backlog_bytes",
-                                  "peak_backlog_packets", "drops",
-                                  "buffer_bytes", "buffer_packets", "mean_tx_mbps", "rate_mbps")},
-            "toward_receiver": (bn["peer"] == receiver) if incast else None,
-            "within_buffer": (bn["peak_backlog_bytes"] <= bn["buffer_bytes"]) if bn["buffer_bytes"] is not None
-            else (bn["peak_backlog_packets"] <= bn["buffer_packets"]),
-        },
+        "bottleneck": bottleneck_summary(bn, receiver),
         # bytes each spine carried down to the receiver's leaf: shows how ECMP split the incast
         "ecmp_split_tx_bytes": {p["intf"]: p["tx_bytes"] for p in ports if p["peer"] == receiver_leaf} if incast else {},
         "throughput": throughput_summary(flows, fabric_map, plan, sc, samples),

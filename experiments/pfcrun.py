@@ -192,14 +192,27 @@ def format_line(p: dict | None) -> str:
             f" {rt}; cap drops {p['cap_drops']}{blocked}")
 
 
-def add_to_summary(out: Path, summary: dict, pfc_round: dict, flows: list[dict]) -> dict:
+def add_to_summary(out: Path, summary: dict, pfc_round: dict, flows: list[dict], receiver: str | None = None) -> dict:
     """Add ``summary["pfc"]`` (:func:`round_results`) for one round, count the lossless class's
     cap drops into ``total_drops`` (they happen in front of the queues, not in them), and
-    rewrite ``summary.json``.
+    rewrite ``summary.json``. With PFC on in an incast, the bottleneck is the port toward the
+    ``receiver``: paused queues upstream can hold more, but they wait; they are not where the
+    congestion is.
 
     Args:
         pfc_round: ``{"enabled", "begin_unix_s", "before", "after"}`` as the runner kept them.
+        receiver: the incast's receiver, None for other patterns.
     """
+    from experiments.analysis import bottleneck_summary
+    if pfc_round["enabled"] and receiver:
+        with open(Path(out) / "ports.csv", newline="") as f:
+            row = next((r for r in csv.DictReader(f) if r["peer"] == receiver), None)
+        if row is not None:
+            for k in ("peak_backlog_bytes", "peak_backlog_packets", "drops", "buffer_bytes", "buffer_packets"):
+                row[k] = int(row[k]) if row[k] not in ("", None) else None
+            for k in ("mean_backlog_bytes", "mean_tx_mbps", "rate_mbps"):
+                row[k] = float(row[k])
+            summary["bottleneck"] = dict(bottleneck_summary(row, receiver), chosen="the receiver's port (PFC on)")
     starts = [f["start_at_unix_s"] for f in flows if f["start_at_unix_s"] is not None]
     start = min(starts) if starts else pfc_round["begin_unix_s"]
     summary["pfc"] = round_results(Path(out), pfc_round["after"], pfc_round["before"], pfc_round["begin_unix_s"],

@@ -509,7 +509,8 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
         summary = analysis.write_results(d.dir, sc, fabric_map, flows, d.timings, d.host_cfg, plan)
         summary = analysis.add_ecn(d.dir, summary, env, d.profiles, d.counters, flows, marker)
         if d.pfc is not None:
-            summary = pfcrun.add_to_summary(d.dir, summary, d.pfc, flows)
+            summary = pfcrun.add_to_summary(d.dir, summary, d.pfc, flows, receiver=sc["traffic"]["receiver"]
+                                            if sc["traffic"]["pattern"] == "incast" else None)
         summaries.append(summary)
         plot.plot_all(d.dir)
     draw.draw(fabric_map, out / "topology.png", title=sc["name"])

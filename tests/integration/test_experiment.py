@@ -74,12 +74,13 @@ def test_default_experiment_end_to_end(tmp_path):
         # every flow hashed onto one spine (seen on the userspace datapath when all flows start at
         # once): that spine's 10 Mbit/s port toward leaf1 is then, physically, the bottleneck
         assert bn["peer"] == "leaf1" and split[bn["intf"]] == max(split.values())
-    assert bn["within_buffer"] and bn["peak_backlog_packets"] <= 100
+    # priority queues hold bytes: 100 full frames' worth (a few short segments can make it 101+ packets)
+    assert bn["within_buffer"] and bn["peak_backlog_bytes"] <= 100 * 1514, bn
     # 8 cubic flows overflow a 100-packet FIFO: the queue reaches its configured size and the
     # overflow is dropped in that qdisc (with the userspace datapath this needs OVS's shared
     # transmit buffer enlarged; unenlarged, the whole fabric caps near 93 queued packets)
     if env["datapath"] == "user":
-        assert bn["peak_backlog_packets"] == 100 and bn["drops"] > 0
+        assert bn["peak_backlog_packets"] >= 100 and bn["drops"] > 0, bn
         assert env["ovs_userspace_tx_buffer"]["applied"] or \
             env["ovs_userspace_tx_buffer"]["note"] == "already large enough"
     # the queue is empty before the incast and builds after it starts
