@@ -14,7 +14,6 @@ ratio p99 / baseline p99. Issue 6's target is a p99 of at most 2 ms.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import sys
@@ -31,9 +30,7 @@ from common import probe  # noqa: E402
 from common.pfc import parse_pfc  # noqa: E402
 from common.state import RunState  # noqa: E402
 from controller import dataplane  # noqa: E402
-from experiments.fabric import LiveFabric  # noqa: E402
-from experiments.pfcrun import pfc_plan  # noqa: E402
-from experiments.runner import _Agents, warm_up_reachability  # noqa: E402
+from experiments.pfcrun import live_fabric, start_udp_flows  # noqa: E402
 from topologies.spineleaf import SpineLeaf  # noqa: E402
 
 BUFFER_BYTES = 100 * 1514
@@ -43,19 +40,10 @@ TARGET_P99_S = 0.002
 
 def incast(lf, st, out: Path, datagram_bytes: int = 250 * 1460) -> None:
     """One lossless-class UDP incast of SENDERS -> h1 (every agent must exit 0)."""
-    out.mkdir(parents=True)
-    agents = _Agents(lf, st)
     deadline = time.time() + 120
-    agents.start("h1", "rx", {"role": "udp-receiver", "port": 7200, "expect_flows": len(SENDERS),
-                              "deadline_unix_s": deadline, "out": str(out / "h1.rx.json")})
-    for i, h in enumerate(SENDERS):
-        agents.start(h, "tx", {"role": "udp-sender", "dscp": 26, "deadline_unix_s": deadline,
-                               "out": str(out / f"{h}.tx.json"),
-                               "flows": [{"dst_ip": lf.fabric.node("h1").ip, "port": 7200, "bytes": datagram_bytes,
-                                          "flow_id": i}]})
+    agents = start_udp_flows(lf, st, [{"src": h, "dst": "h1", "dscp": 26, "bytes": datagram_bytes} for h in SENDERS],
+                             out, 7200, deadline)
     try:
-        agents.wait_ready()
-        agents.release(time.time() + 0.5)
         codes = agents.wait(deadline)
     finally:
         agents.kill()
@@ -91,28 +79,22 @@ def main() -> int:
     a = ap.parse_args()
     fabric = SpineLeaf(spines=2, leaves=3, hosts_per_leaf=4, host_rate_mbps=10, uplink_rate_mbps=10).build()
     cfg = parse_pfc(None, {"xoff_packets": 24, "xon_packets": 18}, BUFFER_BYTES)
-    plan = pfc_plan(fabric.to_map(), cfg, BUFFER_BYTES, 3028, host_fifo_bytes=1000 * 1514)
     env = probe.probe()
     runs = []
     with tempfile.TemporaryDirectory(prefix="fabriclab-bench-pfc-") as tmp, RunState("bench-pfc") as st:
         tmp = Path(tmp)
-        with LiveFabric(fabric, tmp / "run", st, datapath=env["datapath"], pfc_plan=plan) as lf:
-            buf = contextlib.nullcontext()
-            if env["datapath"] == "user":
-                buf = dataplane.OvsTxBuffer(32 << 20, st)
-            with buf:
-                warm_up_reachability(lf)
-                base = gate_baseline_s("leaf3-eth1", a.gate_changes)    # h9's port: idle
-                seen = 0
-                for i in range(a.runs):
-                    incast(lf, st, tmp / f"incast{i}")
-                    rep = lf.pfc_report(tmp / "pfc.json")
-                    r = [x for _, x in rep["reactions"]][seen:]
-                    seen += len(r)
-                    runs.append({"pauses": len(r), "p50_s": pct(r, 50), "p99_s": pct(r, 99), "max_s": max(r)})
-                    print(f"incast {i + 1}: {len(r)} pauses, reaction p50 {runs[-1]['p50_s'] * 1e3:.2f} ms, "
-                          f"p99 {runs[-1]['p99_s'] * 1e3:.2f} ms, max {runs[-1]['max_s'] * 1e3:.2f} ms", flush=True)
-                realtime = rep["pauser_realtime"]
+        with live_fabric(fabric, cfg, BUFFER_BYTES, tmp / "run", st) as (lf, _):
+            base = gate_baseline_s("leaf3-eth1", a.gate_changes)    # h9's port: idle
+            seen = 0
+            for i in range(a.runs):
+                incast(lf, st, tmp / f"incast{i}")
+                rep = lf.pfc_report(tmp / "pfc.json")
+                r = [x for _, x in rep["reactions"]][seen:]
+                seen += len(r)
+                runs.append({"pauses": len(r), "p50_s": pct(r, 50), "p99_s": pct(r, 99), "max_s": max(r)})
+                print(f"incast {i + 1}: {len(r)} pauses, reaction p50 {runs[-1]['p50_s'] * 1e3:.2f} ms, "
+                      f"p99 {runs[-1]['p99_s'] * 1e3:.2f} ms, max {runs[-1]['max_s'] * 1e3:.2f} ms", flush=True)
+            realtime = rep["pauser_realtime"]
     p99 = statistics.median(r["p99_s"] for r in runs)
     res = {"datapath": env["datapath"], "kernel": env["kernel"], "pauser_realtime": realtime, "runs": runs,
            "reaction_p50_median_s": statistics.median(r["p50_s"] for r in runs), "reaction_p99_median_s": p99,

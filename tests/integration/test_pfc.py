@@ -7,15 +7,9 @@ import subprocess
 import sys
 import time
 
-import pytest
-
-from common import probe
 from common.pfc import parse_pfc
 from common.state import RunState
-from controller import dataplane
-from experiments.fabric import REPO, LiveFabric
-from experiments.pfcrun import pfc_plan
-from experiments.runner import warm_up_reachability
+from experiments.pfcrun import live_fabric
 from topologies.spineleaf import SpineLeaf
 
 from .conftest import assert_clean
@@ -77,18 +71,9 @@ def pfc_fabric(tmp_path, enabled: bool):
     port; PFC on priority 3 (XOFF 40 packets, XON 34) or off."""
     fabric = SpineLeaf(spines=2, leaves=3, hosts_per_leaf=4, host_rate_mbps=10, uplink_rate_mbps=10).build()
     cfg = parse_pfc(None, {"enabled": enabled, "xoff_packets": 40, "xon_packets": 34}, BUFFER_BYTES)
-    plan = pfc_plan(fabric.to_map(), cfg, BUFFER_BYTES, 3028, host_fifo_bytes=1000 * 1514)
-    env = probe.probe()
     with RunState(f"pfc-{tmp_path.name}") as st:
-        with LiveFabric(fabric, tmp_path / "run", st, datapath=env["datapath"], pfc_plan=plan) as lf:
-            buf = contextlib.nullcontext()
-            if env["datapath"] == "user":      # every held byte sits in OVS's transmit socket's budget
-                buf = dataplane.OvsTxBuffer(32 << 20, st)
-            with buf:
-                if env["datapath"] == "user":
-                    assert buf.applied or buf.reason == "already large enough", buf.record()
-                warm_up_reachability(lf)      # ARP resolved: an unresolved neighbour queues only ~92 frames
-                yield lf
+        with live_fabric(fabric, cfg, BUFFER_BYTES, tmp_path / "run", st, burst_bytes=3028) as (lf, _):
+            yield lf
     assert_clean(str(tmp_path / "run"))
 
 

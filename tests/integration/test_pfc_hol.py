@@ -4,17 +4,12 @@ spine1 and to leaf2's uplink, and a victim flow in the same priority from leaf2 
 receiver on another leaf (h7 -> h9) is held with it. A lossy-class flow on the same links
 (h8 -> h2, DSCP 0) is never paused. Real Mininet, OVS, controller and traffic agents."""
 import contextlib
-import json
 import os
 import time
 
-from common import probe
 from common.pfc import parse_pfc
 from common.state import RunState
-from controller import dataplane
-from experiments.fabric import LiveFabric
-from experiments.pfcrun import pfc_plan
-from experiments.runner import _Agents, warm_up_reachability
+from experiments.pfcrun import live_fabric, start_udp_flows, udp_flow_records
 from topologies.spineleaf import SpineLeaf
 
 from .conftest import assert_clean
@@ -38,49 +33,25 @@ def hol_fabric(tmp_path):
     fabric = SpineLeaf(spines=1, leaves=3, hosts_per_leaf=4, host_rate_mbps=RATE_MBPS,
                        uplink_rate_mbps=4 * RATE_MBPS).build()
     cfg = parse_pfc(None, {"enabled": False, "xoff_packets": 24, "xon_packets": 18}, BUFFER_BYTES)
-    plan = pfc_plan(fabric.to_map(), cfg, BUFFER_BYTES, 3028, host_fifo_bytes=1000 * 1514)
-    env = probe.probe()
     with RunState(f"pfc-hol-{tmp_path.name}") as st:
-        with LiveFabric(fabric, tmp_path / "run", st, datapath=env["datapath"], pfc_plan=plan) as lf:
-            buf = contextlib.nullcontext()
-            if env["datapath"] == "user":
-                buf = dataplane.OvsTxBuffer(32 << 20, st)
-            with buf:
-                warm_up_reachability(lf)
-                yield lf, st
+        with live_fabric(fabric, cfg, BUFFER_BYTES, tmp_path / "run", st) as (lf, _):
+            yield lf, st
     assert_clean(str(tmp_path / "run"))
 
 
 def run_flows(lf, st, out):
-    """Every flow of FLOWS for DURATION_S at once (UDP agents); returns {role: [Mbit/s received, ...]}
-    and the senders' records."""
-    out.mkdir(parents=True)
-    agents = _Agents(lf, st)
+    """Every flow of FLOWS for DURATION_S at once (UDP agents); returns {role: [Mbit/s received, ...]}."""
+    flows = [{"src": src, "dst": dst, "dscp": dscp, "duration_s": DURATION_S} for src, dst, dscp, _ in FLOWS]
     deadline = time.time() + DURATION_S + 60
-    by_dst = {}
-    for src, dst, dscp, role in FLOWS:
-        by_dst.setdefault(dst, []).append(src)
-    for dst, srcs in by_dst.items():
-        agents.start(dst, "rx", {"role": "udp-receiver", "port": PORT, "expect_flows": len(srcs),
-                                 "deadline_unix_s": deadline, "out": str(out / f"{dst}.rx.json")})
-    for i, (src, dst, dscp, role) in enumerate(FLOWS):
-        agents.start(src, "tx", {"role": "udp-sender", "dscp": dscp, "deadline_unix_s": deadline,
-                                 "out": str(out / f"{src}.tx.json"),
-                                 "flows": [{"dst_ip": lf.fabric.node(dst).ip, "port": PORT, "duration_s": DURATION_S,
-                                            "flow_id": i}]})
+    agents = start_udp_flows(lf, st, flows, out, PORT, deadline)
     try:
-        agents.wait_ready()
-        agents.release(time.time() + 0.5)
         codes = agents.wait(deadline)
     finally:
         agents.kill()
     assert all(c == 0 for c in codes.values()), codes
     rates = {}
-    src_ip = {src: lf.fabric.node(src).ip for src, _, _, _ in FLOWS}
-    for src, dst, dscp, role in FLOWS:
-        rx = json.loads((out / f"{dst}.rx.json").read_text())
-        f = next(f for f in rx["flows"] if f["src_ip"] == src_ip[src])
-        rates.setdefault(role, []).append(f["bytes"] * 8 / DURATION_S / 1e6)
+    for (_, _, _, role), (tx, rx) in zip(FLOWS, udp_flow_records(lf, flows, out)):
+        rates.setdefault(role, []).append((rx["bytes"] if rx else 0) * 8 / DURATION_S / 1e6)
     return rates
 
 

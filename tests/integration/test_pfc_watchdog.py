@@ -4,19 +4,15 @@ and leaf1's pause of the spine outlasts the watchdog's timeout: a pause storm. W
 ``keep`` it is reported and the pause goes on (nothing lost once h1 takes traffic again);
 with ``drop`` leaf1 stops obeying it: the spine resumes and leaf1 drops those frames, counted."""
 import contextlib
-import json
 import os
 import time
 
 import pytest
 
-from common import probe
 from common.pfc import parse_pfc
 from common.state import RunState
 from controller import dataplane
-from experiments.fabric import LiveFabric
-from experiments.pfcrun import pfc_plan
-from experiments.runner import _Agents, warm_up_reachability
+from experiments.pfcrun import live_fabric, start_udp_flows, udp_flow_records
 from topologies.spineleaf import SpineLeaf
 
 from .conftest import assert_clean
@@ -36,50 +32,36 @@ def watchdog_fabric(tmp_path, action):
                        uplink_rate_mbps=RATE_MBPS).build()
     cfg = parse_pfc(None, {"xoff_packets": 24, "xon_packets": 18,
                            "watchdog": {"timeout_s": TIMEOUT_S, "action": action}}, BUFFER_BYTES)
-    plan = pfc_plan(fabric.to_map(), cfg, BUFFER_BYTES, 3028, host_fifo_bytes=1000 * 1514)
-    env = probe.probe()
     with RunState(f"pfc-wd-{tmp_path.name}") as st:
-        with LiveFabric(fabric, tmp_path / "run", st, datapath=env["datapath"], pfc_plan=plan) as lf:
-            buf = contextlib.nullcontext()
-            if env["datapath"] == "user":
-                buf = dataplane.OvsTxBuffer(32 << 20, st)
-            with buf:
-                warm_up_reachability(lf)
-                yield lf, st, plan
+        with live_fabric(fabric, cfg, BUFFER_BYTES, tmp_path / "run", st) as (lf, plan):
+            yield lf, st, plan
     assert_clean(str(tmp_path / "run"))
 
 
 def stuck_receiver_run(lf, st, plan, out):
     """h3 sends DATAGRAMS lossless datagrams to h1 while leaf1's priority-3 gate toward h1 is shut for
-    HOLD_S; returns (datagrams sent, received, the PFC report)."""
-    out.mkdir(parents=True)
-    q = dataplane.PriorityQueues(rate_bps=RATE_MBPS * 1e6, fifo_bytes={int(p): v for p, v in plan["switch_fifo_bytes"].items()},
+    HOLD_S; returns (datagrams sent, received, the PFC report while held, the final one)."""
+    q = dataplane.PriorityQueues(rate_bps=RATE_MBPS * 1e6,
+                                 fifo_bytes={int(p): v for p, v in plan["switch_fifo_bytes"].items()},
                                  default_prio=0, weights=None, burst_bytes=3028)
     gates = dataplane.PauseGates("leaf1-eth1", q, kick_frame=b"\x01\x80\xc2\x00\x00\x01" + bytes(54))
-    agents = _Agents(lf, st)
+    flows = [{"src": "h3", "dst": "h1", "dscp": 26, "bytes": DATAGRAMS * 1460}]
     deadline = time.time() + HOLD_S + 90
+    agents = None
     try:
         gates.close_gate(3)
-        agents.start("h1", "rx", {"role": "udp-receiver", "port": 7300, "expect_flows": 1, "deadline_unix_s": deadline,
-                                  "out": str(out / "h1.rx.json")})
-        agents.start("h3", "tx", {"role": "udp-sender", "dscp": 26, "deadline_unix_s": deadline,
-                                  "out": str(out / "h3.tx.json"),
-                                  "flows": [{"dst_ip": lf.fabric.node("h1").ip, "port": 7300,
-                                             "bytes": DATAGRAMS * 1460, "flow_id": 0}]})
-        agents.wait_ready()
-        agents.release(time.time() + 0.3)
+        agents = start_udp_flows(lf, st, flows, out, 7300, deadline, start_in_s=0.3)
         time.sleep(HOLD_S)
         rep_held = lf.pfc_report(out / "pfc-held.json")
         gates.open_gate(3)                     # h1 takes traffic again
         codes = agents.wait(deadline)
     finally:
-        agents.kill()
+        if agents is not None:
+            agents.kill()
         gates.close()
     assert all(c == 0 for c in codes.values()), codes
-    sent = json.loads((out / "h3.tx.json").read_text())["flows"][0]["datagrams_sent"]
-    rx = json.loads((out / "h1.rx.json").read_text())["flows"]
-    got = rx[0]["datagrams_received"] if rx else 0
-    return sent, got, rep_held, lf.pfc_report(out / "pfc.json")
+    (tx, rx), = udp_flow_records(lf, flows, out)
+    return tx["datagrams_sent"], (rx["datagrams_received"] if rx else 0), rep_held, lf.pfc_report(out / "pfc.json")
 
 
 @pytest.mark.parametrize("action", ["keep", "drop"])
