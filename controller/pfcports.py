@@ -46,11 +46,6 @@ RECONCILE_INTERVAL_S = 0.1
 #: they cannot starve the machine). Under a busy incast the OVS and traffic processes hold both
 #: cores: at normal priority the pauser woke up to ~0.1 s late (reaction p99 84 ms).
 RT_PRIORITY = 10
-#: The controller process's interpreter switch interval while PFC runs. The pauser thread, the gate
-#: threads and os-ken share one interpreter lock; a thread that wants it waits up to the switch
-#: interval (CPython's default 5 ms) for the holder to let go: a gate thread woken by an XOFF
-#: could wait that long behind the pauser handling the rest of an incast's burst of events.
-SWITCH_INTERVAL_S = 0.0002
 
 
 def _realtime() -> bool:
@@ -172,8 +167,6 @@ class PfcPorts:
                             p["xoff_bytes"], p["xon_bytes"], p["watchdog_s"], p["watchdog_action"])
                 self.links[(s["sw"], port["index"])] = {"switch": s["name"], **port}
         self.enabled = bool(p["enabled"]) and bool(lossless)
-        import sys
-        sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.bpf.on_events(self._on_event)
         self._thread = threading.Thread(target=self._run, name="pfc-pauser", daemon=True)
         self._thread.start()
