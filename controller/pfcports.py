@@ -112,6 +112,7 @@ class PfcPorts:
         self.pauses: list[dict] = []
         self.reaction_s: list[float] = []
         self.reactions: list[tuple] = []    # (t_s of the XOFF, reaction_s)
+        self.reaction_parts: list[tuple] = []  # (event -> pauser, pauser -> gate thread, netlink) seconds
         self.enabled = False
         self.occupancy: list[tuple] = []    # (t_s, sw, ingress index, prio, bytes) when a count changed
         self._last_occ: dict[tuple, int] = {}
@@ -192,7 +193,7 @@ class PfcPorts:
                 if state.paused:
                     return                  # _tick saw this transition first
                 if worker is not None and not state.dropping:
-                    worker.submit(self._close, worker.gates, e["prio"], e["t_ns"])
+                    worker.submit(self._close, worker.gates, e["prio"], e["t_ns"], time.monotonic_ns())
                 for ev in state.update(e["bytes"], self._t_rel(e["t_ns"])):
                     self._after(ev, key, link)
             else:
@@ -210,11 +211,19 @@ class PfcPorts:
             self.errors.append(str(err))
             LOG.error("PFC: %s", err)
 
-    def _close(self, gates, prio: int, t_event_ns: int) -> None:
+    def _close(self, gates, prio: int, t_event_ns: int, t_submit_ns: int | None = None) -> None:
+        """Close ``prio``'s gate; record the reaction latency and, when ``t_submit_ns`` is given
+        (the pauser handed the XOFF over then), its three parts: kernel event -> pauser,
+        pauser -> this gate thread, the netlink change itself."""
+        t_start = time.monotonic_ns()
         gates.close_gate(prio)
+        t_done = time.monotonic_ns()
         with self._lock:
-            self.reaction_s.append((time.monotonic_ns() - t_event_ns) / 1e9)
+            self.reaction_s.append((t_done - t_event_ns) / 1e9)
             self.reactions.append((self._t_rel(t_event_ns), self.reaction_s[-1]))
+            if t_submit_ns is not None:
+                self.reaction_parts.append(((t_submit_ns - t_event_ns) / 1e9, (t_start - t_submit_ns) / 1e9,
+                                            (t_done - t_start) / 1e9))
 
     def _after(self, ev, key, link) -> None:
         if ev.kind == "xon":
@@ -298,7 +307,8 @@ class PfcPorts:
     # -- results --------------------------------------------------------------------------
     def report(self) -> dict:
         """Pauses (closed and open), storms, reaction latencies (``reactions``: [t_s of the XOFF,
-        latency_s]), per-(port, priority) counters, and ``occupancy``: every change of a lossless
+        latency_s]; ``reaction_parts_s``: p50/p99/max of its parts since the start: kernel event ->
+        pauser thread, pauser -> gate thread, the netlink gate change), per-(port, priority) counters, and ``occupancy``: every change of a lossless
         (ingress port, priority)'s held bytes the pauser saw (one read per poll, ~10 ms), times in
         seconds from ``t0_unix_s``."""
         now = self._t_rel(time.monotonic_ns())
@@ -306,6 +316,7 @@ class PfcPorts:
             pauses = list(self.pauses)
             storms = list(self.storms)
             reactions = list(self.reactions)
+            parts = np.array(self.reaction_parts) if self.reaction_parts else None
             occupancy = [{"t_s": t, "switch": self.links[(sw, idx)]["switch"], "port": self.links[(sw, idx)]["intf"],
                           "priority": prio, "bytes": b} for t, sw, idx, prio, b in self.occupancy]
         for key, st in self.states.items():
@@ -333,7 +344,11 @@ class PfcPorts:
                 "corrected_bytes": self.corrected_bytes, "counters": counters, "errors": self.errors[:20],
                 "now_s": now, "enabled": self.enabled, "xoff_bytes": self.plan["xoff_bytes"],
                 "xon_bytes": self.plan["xon_bytes"], "cap_bytes": self.plan["cap_bytes"],
-                "reactions": reactions, "occupancy": occupancy}
+                "reactions": reactions, "occupancy": occupancy,
+                "reaction_parts_s": None if parts is None else {
+                    name: {"p50": float(np.percentile(parts[:, i], 50)), "p99": float(np.percentile(parts[:, i], 99)),
+                           "max": float(parts[:, i].max())}
+                    for i, name in enumerate(("event_to_pauser", "pauser_to_gate_thread", "gate_change"))}}
 
     def set_enabled(self, on: bool) -> int:
         """Turn PFC on or off for every lossless (ingress port, priority); returns how many.
