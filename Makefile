@@ -20,7 +20,7 @@ help:
 	@echo "sudo make bench                           time the default experiment and the queue sampler"
 	@echo "sudo make bench-ecn                       forwarding throughput of a port with the ECN marker on vs off"
 	@echo "sudo make bench-pfc                       PFC reaction latency (XOFF -> upstream paused) during incasts, vs a bare gate change"
-	@echo "make bpf                                  compile the BPF ECN marker to build/ecn_marker.bpf.o (setup does it)"
+	@echo "make bpf                                  compile the BPF programs (ECN marker, PFC accounting) to build/ (setup does it)"
 	@echo "sudo make bench-fabric                    time from nothing to all-pairs reachable (Fat-Tree k=4,6,8; Spine-Leaf 4x8)"
 	@echo "sudo make vm-image                        build (or reuse) the stock-kernel VM image (cached in /var/cache/fabriclab/vm)"
 	@echo "sudo make vm-test                         run the test suite inside the stock-kernel VM"

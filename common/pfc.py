@@ -347,11 +347,13 @@ def parse_pfc(priorities: dict | None, pfc: dict | None, buffer_bytes: int, fram
         xoff = buffer_bytes // 2
     if xon is None:
         xon = max(0, xoff - 2 * frame_bytes)
+    xoff_key = "pfc.xoff_packets" if pf.get("xoff_packets") is not None else "pfc.xoff_bytes"
+    xon_key = "pfc.xon_packets" if pf.get("xon_packets") is not None else "pfc.xon_bytes"
     if xoff <= 0 or xoff >= buffer_bytes:
-        raise ScenarioError("pfc.xoff_bytes", f"XOFF {xoff} B must be above 0 and below the buffer "
-                                              f"({buffer_bytes} B), or it can never take effect")
+        raise ScenarioError(xoff_key, f"XOFF {xoff} B must be above 0 and below the buffer "
+                                      f"({buffer_bytes} B), or it can never take effect")
     if xon >= xoff:
-        raise ScenarioError("pfc.xon_bytes", f"XON {xon} B must be below XOFF {xoff} B")
+        raise ScenarioError(xon_key, f"XON {xon} B must be below XOFF {xoff} B")
     wd = pf.get("watchdog")
     wd_s, action = None, "keep"
     if wd is not None:

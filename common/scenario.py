@@ -223,6 +223,10 @@ def validate(data: Any) -> dict:
     from common.ecn import resolve_ecn
     sc["ecn"] = resolve_ecn(ecn_data, kind, buffer_bytes(q))
     sc["priorities"], sc["pfc"] = _resolve_pfc(prio_data, pfc_data, rounds_data, buffer_bytes(q))
+    if sc["pfc"] is not None and sc["ecn"]["marker"] == "red":
+        raise ScenarioError("ecn.marker", "red: kernel RED replaces a port's one FIFO, and this scenario has "
+                                          "per-priority queues (priorities/pfc); use bpf or auto (the BPF marker "
+                                          "sits in front of every queue)")
     sc["rounds"] = _resolve_rounds(rounds_data, sc)
     n_hosts = host_count(sc["topology"])
     t = sc["traffic"]

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 
-from common.errors import CapabilityError
 from common.pfc import PfcConfig, parse_pfc
 from common.scenario import FRAME_BYTES, buffer_bytes
 
@@ -36,18 +35,6 @@ def pfc_config(sc: dict) -> PfcConfig | None:
     if sc.get("pfc") is None:
         return None
     return parse_pfc(sc["priorities"], sc["pfc"], buffer_bytes(sc["queues"]), FRAME_BYTES)
-
-
-def check_marker(marker_asked: str, cfg: PfcConfig | None) -> None:
-    """Kernel RED replaces a port's single FIFO; it cannot sit under the per-priority gates.
-
-    Raises:
-        CapabilityError: naming ``ecn.marker`` when ``red`` is asked together with priorities/PFC.
-    """
-    if cfg is not None and marker_asked == "red":
-        raise CapabilityError("ecn.marker: red: kernel RED replaces a port's one FIFO, and this scenario has "
-                              "per-priority queues (priorities/pfc); use bpf or auto (the BPF marker sits in "
-                              "front of every queue)")
 
 
 def pfc_plan(fabric_map: dict, cfg, buffer_bytes: int, burst_bytes: int, host_fifo_bytes: int) -> dict:
@@ -126,7 +113,7 @@ def round_results(out: Path, report: dict, before: dict | None, begin_unix_s: fl
         "per_port": [{"switch", "port", "upstream", "pauses", "paused_time_s"}], "pausing_switches",
         "paused_upstreams", "reaction_s": {count, p50, p99, max}, "headroom", "storms", "cap_drops",
         "storm_drops", "xoff_events", "lost_events", "pauser_realtime", "blocked_sends",
-        "host_queue_full", "datagrams_lost", "errors"}`` (bytes, seconds); :func:`add_to_summary`
+        "host_queue_full", "datagrams_lost", "sender_done_s": {median, max}, "errors"}`` (bytes, seconds); :func:`add_to_summary`
         adds ``receiver_udp_drops`` (per receiving host, from its agent).
     """
     shift = report["t0_unix_s"] - start_unix_s      # controller-relative -> traffic-relative seconds
@@ -170,6 +157,10 @@ def round_results(out: Path, report: dict, before: dict | None, begin_unix_s: fl
         "blocked_sends": sum(f.get("blocked_sends") or 0 for f in udp) if udp else None,
         "host_queue_full": sum(f.get("host_queue_full") or 0 for f in udp) if udp else None,
         "datagrams_lost": sum(f.get("datagrams_lost") or 0 for f in udp) if udp else None,
+        # how long the senders took to hand over their bytes: paused NICs make it the congested port's pace
+        "sender_done_s": {"median": _pct([f["sender_done_s"] for f in done], 50),
+                          "max": max(f["sender_done_s"] for f in done)} if (done := [
+                              f for f in flows if f.get("sender_done_s") is not None]) else None,
         "errors": report["errors"],
     }
 
@@ -181,40 +172,46 @@ def tx_budget_bytes(n_switch_ports: int, cfg: PfcConfig, buf_bytes: int, frame_t
     return n_switch_ports * frames * (1 + len(cfg.lossless)) * frame_truesize_bytes
 
 
-def format_line(p: dict | None) -> str:
+def format_line(p: dict | None, total_drops: int | None = None) -> str:
     """One terminal line about a round's PFC, or '' without PFC."""
     if p is None:
         return ""
+    lost = f", {p['datagrams_lost']} datagrams lost" if p["datagrams_lost"] is not None else ""
     if not p["enabled"]:
-        return "PFC: off (lossless class drops like a lossy one)"
+        drops = f": {total_drops} drops in the fabric" if total_drops is not None else ""
+        return f"PFC: off (the lossless class drops like a lossy one){drops}{lost}"
     r = p["reaction_s"]
     rt = f"reaction p50 {r['p50'] * 1e3:.1f} ms, p99 {r['p99'] * 1e3:.1f} ms" if r["count"] else "no pause"
-    blocked = f", {p['blocked_sends']} blocked sends" if p["blocked_sends"] is not None else ""
     return (f"PFC: {p['pauses']} pauses ({p['paused_time_s']:.2f} s paused) by {', '.join(p['pausing_switches']) or '-'};"
-            f" {rt}; cap drops {p['cap_drops']}{blocked}")
+            f" {rt}; cap drops {p['cap_drops']}{lost}")
 
 
-def add_to_summary(out: Path, summary: dict, pfc_round: dict, flows: list[dict], receiver: str | None = None) -> dict:
+def receiver_bottleneck(out: Path, summary: dict, receiver: str | None) -> dict:
+    """With PFC on in an incast, make ``summary["bottleneck"]`` the port toward ``receiver`` (from
+    ``ports.csv``): paused queues upstream can hold more, but they wait; they are not where the
+    congestion is. Call it before anything reads the bottleneck (the ECN figures)."""
+    from experiments.analysis import bottleneck_summary
+    if not receiver:
+        return summary
+    with open(Path(out) / "ports.csv", newline="") as f:
+        row = next((r for r in csv.DictReader(f) if r["peer"] == receiver), None)
+    if row is not None:
+        for k in ("peak_backlog_bytes", "peak_backlog_packets", "drops", "buffer_bytes", "buffer_packets"):
+            row[k] = int(row[k]) if row[k] not in ("", None) else None
+        for k in ("mean_backlog_bytes", "mean_tx_mbps", "rate_mbps"):
+            row[k] = float(row[k])
+        summary["bottleneck"] = dict(bottleneck_summary(row, receiver), chosen="the receiver's port (PFC on)")
+    return summary
+
+
+def add_to_summary(out: Path, summary: dict, pfc_round: dict, flows: list[dict]) -> dict:
     """Add ``summary["pfc"]`` (:func:`round_results`) for one round, count the lossless class's
     cap drops into ``total_drops`` (they happen in front of the queues, not in them), and
-    rewrite ``summary.json``. With PFC on in an incast, the bottleneck is the port toward the
-    ``receiver``: paused queues upstream can hold more, but they wait; they are not where the
-    congestion is.
+    rewrite ``summary.json``.
 
     Args:
         pfc_round: ``{"enabled", "begin_unix_s", "before", "after"}`` as the runner kept them.
-        receiver: the incast's receiver, None for other patterns.
     """
-    from experiments.analysis import bottleneck_summary
-    if pfc_round["enabled"] and receiver:
-        with open(Path(out) / "ports.csv", newline="") as f:
-            row = next((r for r in csv.DictReader(f) if r["peer"] == receiver), None)
-        if row is not None:
-            for k in ("peak_backlog_bytes", "peak_backlog_packets", "drops", "buffer_bytes", "buffer_packets"):
-                row[k] = int(row[k]) if row[k] not in ("", None) else None
-            for k in ("mean_backlog_bytes", "mean_tx_mbps", "rate_mbps"):
-                row[k] = float(row[k])
-            summary["bottleneck"] = dict(bottleneck_summary(row, receiver), chosen="the receiver's port (PFC on)")
     starts = [f["start_at_unix_s"] for f in flows if f["start_at_unix_s"] is not None]
     start = min(starts) if starts else pfc_round["begin_unix_s"]
     summary["pfc"] = round_results(Path(out), pfc_round["after"], pfc_round["before"], pfc_round["begin_unix_s"],

@@ -187,11 +187,13 @@ def plot_pfc(out: Path, summary: dict, max_counters: int = 6, max_links: int = 2
         ax.step(t, np.asarray(b) / 1e3, where="post", lw=1, label=f"ingress {k}")
     for v, name, style in ((p["xoff_bytes"], "XOFF", "--"), (p["xon_bytes"], "XON", ":"),
                            (p["buffer_bytes"], "buffer (cap)", "-")):
-        ax.axhline(v / 1e3, color="k", ls=style, lw=1, label=f"{name} = {v} B")
+        ax.axhline(v / 1e3, color="k", ls=style, lw=1, label=f"{name} = {v / 1e3:.1f} kB")
     ax.axvline(0, color="grey", ls=":", lw=1)
     ax.set_xlabel("time since the start (s)")
     ax.set_ylabel("bytes held per (ingress port, priority) (kB)")
-    ax.set_title(f"{summary['scenario']}: PFC {state}: switch buffer per ingress port and lossless priority", fontsize=9)
+    shown = f" (the {len(top)} of {len(series)} that held most)" if len(series) > len(top) else ""
+    ax.set_title(f"{summary['scenario']}: PFC {state}: switch buffer per ingress port and lossless priority{shown}",
+                 fontsize=9)
     ax.set_ylim(0, max([p["buffer_bytes"]] + [max(b for _, b in series[k]) for k in top]) / 1e3 * 1.1)
     return [out / "pfc_pauses.png", _save(fig, ax, out / "pfc_buffer.png", legend_cols=3)]
 

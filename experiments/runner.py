@@ -289,9 +289,6 @@ def choose_marker(sc: dict, env: dict, needed: bool, priority_queues: bool = Fal
         return "none", "no round asks for ECN marking"
     asked = sc["ecn"]["marker"]
     has_red = bool(env["qdiscs"].get("red"))
-    if priority_queues:
-        from experiments.pfcrun import check_marker
-        check_marker(asked, True)
     from controller.bpfmarker import OBJECT
     if asked == "red" and not has_red:
         raise CapabilityError("ecn.marker: red: this kernel has no sch_red (use bpf or auto)")
@@ -394,6 +391,10 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
                                 priority_queues=pfc_cfg is not None)
     plan_pfc = None
     if pfc_cfg is not None:
+        from controller.pfcbpf import OBJECT as PFC_OBJECT
+        if not PFC_OBJECT.exists():
+            raise CapabilityError(f"pfc: {PFC_OBJECT} is not built (run 'sudo make setup'; needs clang and "
+                                  "libbpf-dev): the priority queues' accounting needs it")
         from dataclasses import replace
         plan_pfc = pfcrun.pfc_plan(fabric_map, replace(pfc_cfg, enabled=rounds[0]["pfc"]["enabled"]),
                                    buffer_bytes(sc["queues"]), sc["queues"]["burst_bytes"],
@@ -474,9 +475,10 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
                                 round={"index": i, "name": r["name"], "of": len(rounds), "profiles": labels[i]})
                     (rdir / "environment.json").write_text(json.dumps(renv, indent=2))
                     if multi:
-                        _say(quiet, f"round {i + 1}/{len(rounds)} {r['name']}: "
-                                    f"{'; '.join(labels[i])}, {r['hosts']['tcp_congestion_control']}"
-                                    f" tcp_ecn={r['hosts']['tcp_ecn']}")
+                        traffic = (f"UDP DSCP {t['dscp']}" if t["transport"] == "udp" else
+                                   f"{r['hosts']['tcp_congestion_control']} tcp_ecn={r['hosts']['tcp_ecn']}")
+                        pfc_state = f", PFC {'on' if r['pfc']['enabled'] else 'off'}" if plan_pfc is not None else ""
+                        _say(quiet, f"round {i + 1}/{len(rounds)} {r['name']}: {'; '.join(labels[i])}{pfc_state}, {traffic}")
                     pfc_round = None
                     if plan_pfc is not None:
                         if r["pfc"]["enabled"] != pfc_on:
@@ -507,10 +509,11 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
         d.timings.update(teardown_s=timings["teardown_s"], total_s=timings["total_s"])
         flows = analysis.collect_flows(d.dir / "agents", plan, d.codes)
         summary = analysis.write_results(d.dir, sc, fabric_map, flows, d.timings, d.host_cfg, plan)
+        if d.pfc is not None and d.pfc["enabled"] and sc["traffic"]["pattern"] == "incast":
+            summary = pfcrun.receiver_bottleneck(d.dir, summary, sc["traffic"]["receiver"])
         summary = analysis.add_ecn(d.dir, summary, env, d.profiles, d.counters, flows, marker)
         if d.pfc is not None:
-            summary = pfcrun.add_to_summary(d.dir, summary, d.pfc, flows, receiver=sc["traffic"]["receiver"]
-                                            if sc["traffic"]["pattern"] == "incast" else None)
+            summary = pfcrun.add_to_summary(d.dir, summary, d.pfc, flows)
         summaries.append(summary)
         plot.plot_all(d.dir)
     draw.draw(fabric_map, out / "topology.png", title=sc["name"])

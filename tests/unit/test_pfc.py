@@ -154,6 +154,8 @@ def test_config_in_packets_and_weighted():
     (None, {"xof_bytes": 3}, "pfc.xof_bytes"),
     (None, {"xoff_bytes": 151400}, "pfc.xoff_bytes"),
     (None, {"xoff_bytes": 30000, "xon_bytes": 30000}, "pfc.xon_bytes"),
+    (None, {"xoff_packets": 200}, "pfc.xoff_packets"),             # the key the user wrote
+    (None, {"xoff_packets": 20, "xon_packets": 20}, "pfc.xon_packets"),
     (None, {"xoff_bytes": 30000, "xoff_packets": 20}, "pfc.xoff_bytes"),
     (None, {"lossless": [9]}, "pfc.lossless"),
     (None, {"enabled": "yes"}, "pfc.enabled"),

@@ -108,3 +108,33 @@ def test_traffic_patterns_checked_against_the_fabric():
     with pytest.raises(ScenarioError) as e:
         validate({"name": "p", "traffic": {"pattern": "incast", "duration_s": 3}})
     assert e.value.key == "traffic.duration_s"
+
+
+def _pfc_scenario(**over):
+    sc = {"name": "p", "pfc": {"xoff_packets": 24}, "traffic": {"transport": "udp", "dscp": 26}}
+    sc.update(over)
+    return sc
+
+
+def test_pfc_sections_resolve_and_rounds_turn_pfc_on_and_off():
+    sc = validate(_pfc_scenario(rounds=[{"name": "off", "pfc": {"enabled": False}}, {"name": "on"}]))
+    assert sc["pfc"]["enabled"] and sc["pfc"]["xoff_bytes"] == 24 * 1514 and sc["priorities"]["dscp"][26] == 3
+    assert [r["pfc"]["enabled"] for r in sc["rounds"]] == [False, True]
+    assert sc["traffic"]["transport"] == "udp" and sc["traffic"]["dscp"] == 26
+    plain = validate({"name": "x"})
+    assert plain["pfc"] is None and plain["priorities"] is None       # one FIFO per port, as before
+    only_round = validate({"name": "y", "rounds": [{"name": "a"}, {"name": "b", "pfc": {"enabled": True}}]})
+    assert only_round["pfc"]["enabled"] is False and only_round["rounds"][1]["pfc"]["enabled"]
+
+
+@pytest.mark.parametrize("over,key", [
+    ({"ecn": {"marker": "red"}}, "ecn.marker"),              # kernel RED cannot sit under priority queues
+    ({"rounds": [{"name": "a", "pfc": {"enabled": "maybe"}}]}, "rounds[0].pfc.enabled"),
+    ({"rounds": [{"name": "a", "pfc": {"xoff_bytes": 3}}]}, "rounds[0].pfc"),
+    ({"traffic": {"transport": "sctp"}}, "traffic.transport"),
+    ({"traffic": {"dscp": 64}}, "traffic.dscp"),
+])
+def test_pfc_scenario_errors_name_the_key(over, key):
+    with pytest.raises(ScenarioError) as e:
+        validate(_pfc_scenario(**over))
+    assert e.value.key == key
