@@ -308,9 +308,9 @@ class PfcPorts:
     def report(self) -> dict:
         """Pauses (closed and open), storms, reaction latencies (``reactions``: [t_s of the XOFF,
         latency_s]; ``reaction_parts_s``: p50/p99/max of its parts since the start: kernel event ->
-        pauser thread, pauser -> gate thread, the netlink gate change), per-(port, priority) counters, and ``occupancy``: every change of a lossless
-        (ingress port, priority)'s held bytes the pauser saw (one read per poll, ~10 ms), times in
-        seconds from ``t0_unix_s``."""
+        pauser thread, pauser -> gate thread, the netlink gate change), per-(port, priority)
+        counters, and ``occupancy``: every change of a lossless (ingress port, priority)'s held
+        bytes the pauser saw (one read per poll, ~10 ms), times in seconds from ``t0_unix_s``."""
         now = self._t_rel(time.monotonic_ns())
         with self._lock:
             pauses = list(self.pauses)
