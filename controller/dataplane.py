@@ -8,6 +8,7 @@ Commands are argv lists built from validated values.
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 from dataclasses import dataclass
 
@@ -572,7 +573,6 @@ class PriorityQueues:
         return max(self.burst_bytes, OPEN_GATE_BURST_FRAMES * 1514)
 
 
-NETLINK_ROUTE = 0
 NLMSG_ERROR = 2          # the kernel's answer to a request with NLM_F_ACK (error 0: done)
 
 #: Burst of an open pause gate in full frames (see PriorityQueues.gate_burst_bytes).
@@ -632,7 +632,8 @@ class PauseGates:
         with _ipr(netns_pid) as ipr:
             self.idx = _link_index(ipr, ifname, "pause gate")
         self.sock = None
-        self.nl = _in_netns(netns_pid, lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE))
+        self.nl = _in_netns(netns_pid, lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW,
+                                                               socket.NETLINK_ROUTE))
         self.nl.bind((0, 0))
         self._msgs: dict[tuple, bytes] = {}
         self._seq = 0
@@ -641,16 +642,16 @@ class PauseGates:
             self.sock.bind((ifname, 0))
             self.sock.setblocking(False)
 
-    def _message(self, prio: int, rate_bps: int, burst: int, limit: int) -> bytes:
+    def _message(self, prio: int, rate_bps: int, burst_bytes: int, limit_bytes: int) -> bytes:
         """The RTM_NEWQDISC change of ``prio``'s TBF gate, encoded by pyroute2 once and kept."""
-        key = (prio, rate_bps, burst, limit)
+        key = (prio, rate_bps, burst_bytes, limit_bytes)
         if key not in self._msgs:
             from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
             from pyroute2.netlink.rtnl import RTM_NEWQDISC
             from pyroute2.netlink.rtnl.tcmsg import plugins, tcmsg
             msg = tcmsg()
             msg["index"], msg["handle"], msg["parent"] = self.idx, prio_gate_handle(prio), prio_class(prio)
-            opts = plugins["tbf"].get_parameters({"rate": f"{rate_bps}bit", "burst": burst, "limit": limit})
+            opts = plugins["tbf"].get_parameters({"rate": f"{rate_bps}bit", "burst": burst_bytes, "limit": limit_bytes})
             msg["attrs"] = [["TCA_KIND", "tbf"], ["TCA_OPTIONS", opts]]
             msg["header"]["type"] = RTM_NEWQDISC
             msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
@@ -658,9 +659,8 @@ class PauseGates:
             self._msgs[key] = bytes(msg.data)
         return self._msgs[key]
 
-    def _set(self, prio: int, rate_bps: int, burst: int) -> None:
-        import struct
-        msg = bytearray(self._message(prio, rate_bps, burst, int(self.limits[prio])))
+    def _set(self, prio: int, rate_bps: int, burst_bytes: int) -> None:
+        msg = bytearray(self._message(prio, rate_bps, burst_bytes, int(self.limits[prio])))
         self._seq += 1
         struct.pack_into("=I", msg, 8, self._seq)              # nlmsghdr.nlmsg_seq
         try:

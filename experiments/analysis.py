@@ -270,8 +270,12 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
 
 
 def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timings: dict, host_cfg: dict,
-                  plan: list[dict]) -> dict:
-    """Write flows.csv, flow_samples.csv, queues.csv, ports.csv and summary.json into ``out``; return the summary."""
+                  plan: list[dict], receiver_is_bottleneck: bool = False) -> dict:
+    """Write flows.csv, flow_samples.csv, queues.csv, ports.csv and summary.json into ``out``; return the summary.
+
+    ``receiver_is_bottleneck`` (an incast round with PFC on): the bottleneck is the port toward the
+    receiver, not the one that held the most (paused queues upstream can hold more, but they wait;
+    they are not where the congestion is); ``bottleneck.chosen`` then says so."""
     out = Path(out)
     starts = [f["start_at_unix_s"] for f in flows if f["start_at_unix_s"] is not None]
     t0 = min(starts) if starts else 0.0
@@ -303,6 +307,11 @@ def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timi
     bn = bottleneck(ports)
     incast = sc["traffic"]["pattern"] == "incast"
     receiver = sc["traffic"]["receiver"] if incast else None
+    chosen = None
+    if receiver_is_bottleneck and incast:
+        toward = next((p for p in ports if p["peer"] == receiver), None)
+        if toward is not None:
+            bn, chosen = toward, "the receiver's port (PFC on)"
     receiver_leaf = next((h["switch"] for h in fabric_map["hosts"] if h["name"] == receiver), None)
     sampler = json.loads((out / "sampler.json").read_text())
     env = json.loads((out / "environment.json").read_text())
@@ -330,7 +339,8 @@ def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timi
             "congestion_control_on_live_flows": ccs,
             "errors": [f["error"] for f in flows if f["error"]],
         },
-        "bottleneck": bottleneck_summary(bn, receiver),
+        "bottleneck": bottleneck_summary(bn, receiver) if chosen is None else dict(bottleneck_summary(bn, receiver),
+                                                                                  chosen=chosen),
         # bytes each spine carried down to the receiver's leaf: shows how ECMP split the incast
         "ecmp_split_tx_bytes": {p["intf"]: p["tx_bytes"] for p in ports if p["peer"] == receiver_leaf} if incast else {},
         "throughput": throughput_summary(flows, fabric_map, plan, sc, samples),

@@ -14,15 +14,13 @@ drop at the egress port's buffer, as without PFC.
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import time
 from pathlib import Path
 
-import numpy as np
-
 from common.pfc import PfcConfig, parse_pfc
 from common.scenario import FRAME_BYTES, buffer_bytes
+from experiments.analysis import _percentile, _write_csv
 
 #: What every result records as the PFC mechanism.
 MECHANISM = ("per-priority HTB classes with a TBF gate each on every switch port and host NIC; bytes held "
@@ -72,7 +70,8 @@ def pfc_plan(fabric_map: dict, cfg, buffer_bytes: int, burst_bytes: int, host_fi
             "xoff_bytes": cfg.xoff_bytes or 0, "xon_bytes": cfg.xon_bytes or 0, "cap_bytes": buffer_bytes,
             "watchdog_s": cfg.watchdog_s, "watchdog_action": cfg.watchdog_action,
             "weights": {str(p): w for p, w in cfg.weights.items()} if cfg.scheduling == "weighted" else None,
-            "burst_bytes": burst_bytes, "lossy_fifo_bytes": buffer_bytes, "switch_fifo_bytes": {str(p): v for p, v in switch_fifo.items()},
+            "burst_bytes": burst_bytes, "lossy_fifo_bytes": buffer_bytes,
+            "switch_fifo_bytes": {str(p): v for p, v in switch_fifo.items()},
             "host_fifo_bytes": {str(p): host_fifo_bytes for p in prios},
             "switches": switches,
             "hosts": [{"name": h["name"], "intf": h["intf"], "rate_bps": h["rate_mbps"] * 1e6}
@@ -81,17 +80,6 @@ def pfc_plan(fabric_map: dict, cfg, buffer_bytes: int, burst_bytes: int, host_fi
 
 PAUSE_COLUMNS = ("start_s", "end_s", "duration_s", "switch", "port", "priority", "upstream", "upstream_port", "storm")
 OCCUPANCY_COLUMNS = ("t_s", "switch", "port", "priority", "bytes")
-
-
-def _pct(values, q):
-    return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else None
-
-
-def _write_csv(path: Path, columns, rows) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
 
 
 def round_results(out: Path, report: dict, before: dict | None, begin_unix_s: float, start_unix_s: float,
@@ -113,8 +101,8 @@ def round_results(out: Path, report: dict, before: dict | None, begin_unix_s: fl
         "per_port": [{"switch", "port", "upstream", "pauses", "paused_time_s"}], "pausing_switches",
         "paused_upstreams", "reaction_s": {count, p50, p99, max}, "headroom", "storms", "cap_drops",
         "storm_drops", "xoff_events", "lost_events", "pauser_realtime", "blocked_sends",
-        "host_queue_full", "datagrams_lost", "sender_done_s": {median, max}, "errors"}`` (bytes, seconds); :func:`add_to_summary`
-        adds ``receiver_udp_drops`` (per receiving host, from its agent).
+        "host_queue_full", "datagrams_lost", "sender_done_s": {median, max}, "errors"}`` (bytes,
+        seconds); :func:`add_to_summary` adds ``receiver_udp_drops`` (per receiving host, from its agent).
     """
     shift = report["t0_unix_s"] - start_unix_s      # controller-relative -> traffic-relative seconds
     begin = begin_unix_s - report["t0_unix_s"]
@@ -141,6 +129,7 @@ def round_results(out: Path, report: dict, before: dict | None, begin_unix_s: fl
                    for c in report["counters"])
     reactions = [r for t, r in report["reactions"] if t >= begin]
     udp = [f for f in flows if f.get("transport") == "udp"]
+    done_s = [f["sender_done_s"] for f in flows if f.get("sender_done_s") is not None]
     return {
         "enabled": enabled, "mechanism": MECHANISM, "xoff_bytes": report["xoff_bytes"], "xon_bytes": report["xon_bytes"],
         "buffer_bytes": report["cap_bytes"], "pauses": len(pauses),
@@ -148,7 +137,7 @@ def round_results(out: Path, report: dict, before: dict | None, begin_unix_s: fl
         "per_port": sorted(per_port.values(), key=lambda d: -d["paused_time_s"]),
         "pausing_switches": sorted({p["switch"] for p in pauses}),
         "paused_upstreams": sorted({p["upstream"] for p in pauses}),
-        "reaction_s": {"count": len(reactions), "p50": _pct(reactions, 50), "p99": _pct(reactions, 99),
+        "reaction_s": {"count": len(reactions), "p50": _percentile(reactions, 50), "p99": _percentile(reactions, 99),
                        "max": max(reactions) if reactions else None},
         "headroom": report["headroom"],
         "storms": [{**s, "t_s": s["t_s"] + shift} for s in report["storms"] if s["t_s"] >= begin],
@@ -158,18 +147,9 @@ def round_results(out: Path, report: dict, before: dict | None, begin_unix_s: fl
         "host_queue_full": sum(f.get("host_queue_full") or 0 for f in udp) if udp else None,
         "datagrams_lost": sum(f.get("datagrams_lost") or 0 for f in udp) if udp else None,
         # how long the senders took to hand over their bytes: paused NICs make it the congested port's pace
-        "sender_done_s": {"median": _pct([f["sender_done_s"] for f in done], 50),
-                          "max": max(f["sender_done_s"] for f in done)} if (done := [
-                              f for f in flows if f.get("sender_done_s") is not None]) else None,
+        "sender_done_s": {"median": _percentile(done_s, 50), "max": max(done_s)} if done_s else None,
         "errors": report["errors"],
     }
-
-
-def tx_budget_bytes(n_switch_ports: int, cfg: PfcConfig, buf_bytes: int, frame_truesize_bytes: int) -> int:
-    """OVS userspace transmit-buffer budget with priority queues: every switch port may hold its
-    lossy buffer plus, per lossless priority, every ingress port's cap (bounded by the caps)."""
-    frames = -(-buf_bytes // FRAME_BYTES) + 2
-    return n_switch_ports * frames * (1 + len(cfg.lossless)) * frame_truesize_bytes
 
 
 def format_line(p: dict | None, total_drops: int | None = None) -> str:
@@ -184,24 +164,6 @@ def format_line(p: dict | None, total_drops: int | None = None) -> str:
     rt = f"reaction p50 {r['p50'] * 1e3:.1f} ms, p99 {r['p99'] * 1e3:.1f} ms" if r["count"] else "no pause"
     return (f"PFC: {p['pauses']} pauses ({p['paused_time_s']:.2f} s paused) by {', '.join(p['pausing_switches']) or '-'};"
             f" {rt}; cap drops {p['cap_drops']}{lost}")
-
-
-def receiver_bottleneck(out: Path, summary: dict, receiver: str | None) -> dict:
-    """With PFC on in an incast, make ``summary["bottleneck"]`` the port toward ``receiver`` (from
-    ``ports.csv``): paused queues upstream can hold more, but they wait; they are not where the
-    congestion is. Call it before anything reads the bottleneck (the ECN figures)."""
-    from experiments.analysis import bottleneck_summary
-    if not receiver:
-        return summary
-    with open(Path(out) / "ports.csv", newline="") as f:
-        row = next((r for r in csv.DictReader(f) if r["peer"] == receiver), None)
-    if row is not None:
-        for k in ("peak_backlog_bytes", "peak_backlog_packets", "drops", "buffer_bytes", "buffer_packets"):
-            row[k] = int(row[k]) if row[k] not in ("", None) else None
-        for k in ("mean_backlog_bytes", "mean_tx_mbps", "rate_mbps"):
-            row[k] = float(row[k])
-        summary["bottleneck"] = dict(bottleneck_summary(row, receiver), chosen="the receiver's port (PFC on)")
-    return summary
 
 
 def add_to_summary(out: Path, summary: dict, pfc_round: dict, flows: list[dict]) -> dict:

@@ -452,9 +452,10 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
                                                         * env["scale"]["measured_rtt_s"] / 8 / FRAME_BYTES)
             txbuf = contextlib.nullcontext()
             if env["datapath"] == "user":
-                budget = userspace_tx_budget_bytes(sc, fabric) if pfc_cfg is None else pfcrun.tx_budget_bytes(
-                    len(fabric.switch_interfaces()), pfc_cfg, buffer_bytes(sc["queues"]), dataplane.FRAME_TRUESIZE_BYTES)
-                txbuf = dataplane.OvsTxBuffer(budget, state)
+                # with priority queues a port may hold its lossy buffer plus, per lossless priority,
+                # up to one buffer per ingress port (bounded by the caps)
+                queues = 1 + (len(pfc_cfg.lossless) if pfc_cfg is not None else 0)
+                txbuf = dataplane.OvsTxBuffer(userspace_tx_budget_bytes(sc, fabric, queues), state)
             with txbuf:
                 if env["datapath"] == "user":
                     env["ovs_userspace_tx_buffer"] = txbuf.record()
@@ -508,9 +509,8 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
     for d in done:
         d.timings.update(teardown_s=timings["teardown_s"], total_s=timings["total_s"])
         flows = analysis.collect_flows(d.dir / "agents", plan, d.codes)
-        summary = analysis.write_results(d.dir, sc, fabric_map, flows, d.timings, d.host_cfg, plan)
-        if d.pfc is not None and d.pfc["enabled"] and sc["traffic"]["pattern"] == "incast":
-            summary = pfcrun.receiver_bottleneck(d.dir, summary, sc["traffic"]["receiver"])
+        summary = analysis.write_results(d.dir, sc, fabric_map, flows, d.timings, d.host_cfg, plan,
+                                         receiver_is_bottleneck=d.pfc is not None and d.pfc["enabled"])
         summary = analysis.add_ecn(d.dir, summary, env, d.profiles, d.counters, flows, marker)
         if d.pfc is not None:
             summary = pfcrun.add_to_summary(d.dir, summary, d.pfc, flows)
@@ -532,11 +532,12 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
     return out
 
 
-def userspace_tx_budget_bytes(sc: dict, fabric) -> int:
-    """Send buffer OVS's shared transmit socket needs so every switch FIFO can fill at once (see dataplane)."""
+def userspace_tx_budget_bytes(sc: dict, fabric, queues_per_port: int = 1) -> int:
+    """Send buffer OVS's shared transmit socket needs (bytes) so every switch FIFO can fill at once
+    (see dataplane): ``queues_per_port`` buffers of the scenario's size per switch port."""
     q = sc["queues"]
     per_port_frames = q["buffer_packets"] if q["buffer_packets"] is not None else -(-q["buffer_bytes"] // FRAME_BYTES)
-    return len(fabric.switch_interfaces()) * (per_port_frames + 2) * dataplane.FRAME_TRUESIZE_BYTES
+    return len(fabric.switch_interfaces()) * (per_port_frames + 2) * queues_per_port * dataplane.FRAME_TRUESIZE_BYTES
 
 
 def _traffic(lf, state, sc, out, agent_dir, plan, quiet, count_ecn=False):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from common.pfc import parse_pfc
+from common.pfc import parse_pfc, pfc_frame
 from common.state import RunState
 from controller import dataplane
 from experiments.pfcrun import live_fabric, start_udp_flows, udp_flow_records
@@ -44,7 +44,7 @@ def stuck_receiver_run(lf, st, plan, out):
     q = dataplane.PriorityQueues(rate_bps=RATE_MBPS * 1e6,
                                  fifo_bytes={int(p): v for p, v in plan["switch_fifo_bytes"].items()},
                                  default_prio=0, weights=None, burst_bytes=3028)
-    gates = dataplane.PauseGates("leaf1-eth1", q, kick_frame=b"\x01\x80\xc2\x00\x00\x01" + bytes(54))
+    gates = dataplane.PauseGates("leaf1-eth1", q, kick_frame=pfc_frame("02:fa:b1:ab:00:01", {3: 0}))
     flows = [{"src": "h3", "dst": "h1", "dscp": 26, "bytes": DATAGRAMS * 1460}]
     deadline = time.time() + HOLD_S + 90
     agents = None
