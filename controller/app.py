@@ -70,6 +70,7 @@ class FabricController(BaseApp):
         self.pending: dict[int, int] = {}   # dpid -> barrier xid
         self.ready: set[int] = set()
         self.arp_replies = 0
+        self.dpid_of = {}          # id(datapath object) -> dpid, as its features reply said
         self.ecn = None
         self.pfc = None
         LOG.info("fabric map: %d switches, %d hosts", len(self.by_dpid), len(self.mac_of))
@@ -79,9 +80,13 @@ class FabricController(BaseApp):
     def on_features(self, ev):
         """Install the complete forwarding state of a connecting switch."""
         dp = ev.msg.datapath
-        sw = self.by_dpid.get(dp.id)
+        # the id from the message itself: os-ken runs apps on native threads, and its own handler,
+        # which copies it into the datapath object, may not have run yet (that id was None here
+        # once in the VM lane, and the switch was never configured)
+        dpid = ev.msg.datapath_id
+        sw = self.by_dpid.get(dpid)
         if sw is None:
-            LOG.warning("ignoring unknown datapath %016x", dp.id)
+            LOG.warning("ignoring unknown datapath %016x", dpid)
             return
         ofp, parser = dp.ofproto, dp.ofproto_parser
         dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
@@ -91,7 +96,7 @@ class FabricController(BaseApp):
                    [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)])
         routes = self.routes[sw["name"]]
         set_of, port_sets = ecmp_tables(routes)
-        basis = hash_basis(self.index_of[dp.id])
+        basis = hash_basis(self.index_of[dpid])
         self._flow(dp, PRIO_DROP, parser.OFPMatch(), [], table_id=ECMP_TABLE)
         for set_id, ports in port_sets.items():
             for link, port in enumerate(ports):
@@ -110,10 +115,11 @@ class FabricController(BaseApp):
             self._flow(dp, PRIO_ROUTE, match, actions, goto_table=ECMP_TABLE)
         req = parser.OFPBarrierRequest(dp)
         dp.set_xid(req)
-        self.pending[dp.id] = req.xid
+        self.pending[dpid] = req.xid
+        self.dpid_of[id(dp)] = dpid
         dp.send_msg(req)
         LOG.info("configured %s (%016x): %d routes, %d ECMP port sets, hash basis %d",
-                 sw["name"], dp.id, len(routes), len(port_sets), basis)
+                 sw["name"], dpid, len(routes), len(port_sets), basis)
 
     @staticmethod
     def _flow(dp, priority, match, actions, table_id=0, goto_table=None):
@@ -129,11 +135,11 @@ class FabricController(BaseApp):
     @set_ev_cls(ofp_event.EventOFPBarrierReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def on_barrier(self, ev):
         """Mark a switch ready once its set-up barrier returns; write the ready file when all are."""
-        dp = ev.msg.datapath
-        if self.pending.get(dp.id) != ev.msg.xid:
+        dpid = self.dpid_of.get(id(ev.msg.datapath))
+        if dpid is None or self.pending.get(dpid) != ev.msg.xid:
             return
-        del self.pending[dp.id]
-        self.ready.add(dp.id)
+        del self.pending[dpid]
+        self.ready.add(dpid)
         if self.ready >= set(self.by_dpid):
             if self.config.get("ecn_plan") and self.ecn is None:
                 from controller.ecnports import EcnPorts

@@ -42,12 +42,12 @@ RATE_BPS = 10e6
 BOTTLENECK = "leaf1-eth1"          # leaf1's port toward h1
 
 
-def guard_bytes(lf, tmp_path) -> float:
+def guard_bytes(lf, tmp_path, rate_bps: float = RATE_BPS) -> float:
     """The band around a threshold that the delay reckoning cannot resolve, measured on this
-    fabric: one frame plus the p99 of the backlog it computes when no queue builds (one sender at
-    4 Mbit/s: two senders would sometimes collide and queue for real)."""
+    fabric (ports at ``rate_bps``): one frame plus the p99 of the backlog it computes when no queue
+    builds (one sender at 4 Mbit/s: two senders would sometimes collide and queue for real)."""
     noise = marking.reckoning_noise_bytes(overload(lf, tmp_path, "idle", packets=150, rate_mbps=4.0,
-                                                   senders=("h2",)), RATE_BPS)
+                                                   senders=("h2",), port_mbps=rate_bps / 1e6), rate_bps)
     print(f"delay reckoning noise p99: {noise:.0f} B")
     return FRAME_BYTES + noise
 
@@ -166,7 +166,9 @@ def test_not_ect_packets_are_never_marked_and_meet_only_the_buffer(tmp_path):
 def test_red_profile_marks_on_the_configured_line(tmp_path, marker):
     """RED profile (Kmin 10, Kmax 60 packets, Pmax 0.2) on a 5 Mbit/s port: measured marking probability per
     queue-length bucket between Kmin and Kmax within 0.05 of the configured line (on kernel RED
-    through the probability compensation of controller.dataplane.red_tc_probability)."""
+    through the probability compensation of controller.dataplane.red_tc_probability), beyond what
+    the queue reckoning resolves: a packet reckoned at q found q +- guard, whose line values differ
+    by up to Pmax x guard / (Kmax - Kmin) (guard measured on the fabric, as for the step tests)."""
     env = _env()
     if marker == "bpf" and not bpf_marker_usable(env):
         pytest.skip("the BPF marker cannot run here (object not built or no clsact)")
@@ -178,13 +180,18 @@ def test_red_profile_marks_on_the_configured_line(tmp_path, marker):
     with marking_fabric(tmp_path, {"red": {"kmin_bytes": kmin, "kmax_bytes": kmax, "pmax": pmax}},
                         marker=marker, rate_mbps=port_mbps) as (lf, kind):
         assert kind == marker
-        for i in range(8):
+        guard = guard_bytes(lf, tmp_path, port_mbps * 1e6)
+        # 12 rounds: ~750 packets per bucket, a binomial 95% half-width near 0.028 at the top
+        # bucket (8 rounds gave 0.033, and a CI run with 0.052 off there)
+        for i in range(12):
             # 2 x 3 Mbit/s into 5: the queue rises by one packet per 6 arrivals, through the RED
             # region to past Kmax
             rows += overload(lf, tmp_path, f"red{i}", packets=260, rate_mbps=3.0, port_mbps=port_mbps)
             time.sleep(0.5)
     buckets = marking.red_buckets(rows, port_mbps * 1e6, kmin, kmax, pmax, buckets=5)
     print(json.dumps(buckets, indent=1))
+    slack = pmax * guard / (kmax - kmin)
+    print(f"guard {guard:.0f} B: tolerance 0.05 + {slack:.3f}")
     for b in buckets:
-        assert b["packets"] >= 300, b
-        assert abs(b["measured"] - b["expected"]) <= 0.05, b
+        assert b["packets"] >= 450, b
+        assert abs(b["measured"] - b["expected"]) <= 0.05 + slack, b
