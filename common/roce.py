@@ -132,11 +132,19 @@ class FrameTemplate:
             t = self._cache[key] = (raw, zlib.crc32(_masked_prefix(raw)))
         return t
 
-    def patch(self, opcode: int, psn: int, ackreq: bool, payload_bytes: int) -> bytearray:
+    def prebuild(self, shapes) -> None:
+        """Build the templates of ``shapes`` ((opcode, payload_bytes) pairs) now rather than at first use."""
+        for opcode, payload_bytes in shapes:
+            self._template(opcode, payload_bytes)
+
+    def patch(self, opcode: int, psn: int, ackreq: bool, payload_bytes: int, aeth: int | None = None) -> bytearray:
         """The template's own buffer patched in place (the fast path: send it before the next ``patch``
-        of the same opcode and length); ``len`` = payload (padded to 4) + :data:`OVERHEAD_BYTES`."""
+        of the same opcode and length); ``len`` = payload (padded to 4) + :data:`OVERHEAD_BYTES`.
+        ``aeth`` (an ACKNOWLEDGE's 32-bit AETH, with ``payload_bytes`` 4) is written after the BTH."""
         raw, prefix_crc = self._template(opcode, payload_bytes)
         struct.pack_into("!I", raw, BTH_OFFSET + 8, (psn & PSN_MASK) | (0x80000000 if ackreq else 0))
+        if aeth is not None:
+            struct.pack_into("!I", raw, BTH_OFFSET + BTH_BYTES, aeth)
         crc = zlib.crc32(memoryview(raw)[BTH_OFFSET + 8:-ICRC_BYTES], prefix_crc)
         struct.pack_into("<I", raw, len(raw) - ICRC_BYTES, crc)
         return raw
@@ -146,12 +154,17 @@ class FrameTemplate:
         return bytes(self.patch(opcode, psn, ackreq, payload_bytes))
 
 
+def aeth(nak: bool = False, msn: int = 0) -> int:
+    """The 32-bit AETH: syndrome (ACK with no credit limit, or NAK PSN sequence error) and MSN."""
+    return ((AETH_NAK_SEQ if nak else AETH_ACK) << 24) | (msn & PSN_MASK)
+
+
 def ack_frame(src: Endpoint, dst: Endpoint, tos: int, psn: int, nak: bool = False, msn: int = 0) -> bytes:
     """An RC ACKNOWLEDGE frame to ``dst`` (the requester) for ``psn``: with ``nak`` a NAK, PSN sequence
     error, whose ``psn`` is the one the responder expects (go-back-N restarts there), else a
-    cumulative ACK of every PSN up to ``psn``. AETH = syndrome (1 B) + MSN (3 B)."""
-    aeth = struct.pack("!I", ((AETH_NAK_SEQ if nak else AETH_ACK) << 24) | (msn & PSN_MASK))
-    return _scapy_frame(src, dst, tos, ACKNOWLEDGE, psn, b"", aeth=aeth)
+    cumulative ACK of every PSN up to ``psn``. Built by scapy (the reference for
+    ``FrameTemplate.patch(ACKNOWLEDGE, psn, False, AETH_BYTES, aeth(nak, msn))``)."""
+    return _scapy_frame(src, dst, tos, ACKNOWLEDGE, psn, b"", aeth=struct.pack("!I", aeth(nak, msn)))
 
 
 def cnp_frame(src: Endpoint, dst: Endpoint, tos: int) -> bytes:
@@ -194,6 +207,17 @@ def psn_diff(a: int, b: int) -> int:
     """``a - b`` in 24-bit serial arithmetic (IBA 9.7.1): in -2^23 .. 2^23 - 1."""
     d = (a - b) & PSN_MASK
     return d - (1 << 24) if d & 0x800000 else d
+
+
+def message_shapes(size_bytes: int, mtu_bytes: int) -> set[tuple[int, int]]:
+    """The distinct (opcode, payload_bytes) of a message of ``size_bytes`` (>= 1) cut into ``mtu_bytes`` packets."""
+    n = -(-size_bytes // mtu_bytes)
+    if n == 1:
+        return {(SEND_ONLY, size_bytes)}
+    shapes = {(SEND_FIRST, mtu_bytes), (SEND_LAST, size_bytes - (n - 1) * mtu_bytes)}
+    if n > 2:
+        shapes.add((SEND_MIDDLE, mtu_bytes))
+    return shapes
 
 
 def message_opcodes(packets: int) -> list[int]:

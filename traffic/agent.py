@@ -30,6 +30,8 @@ Roles (``job["role"]``):
   also reports its namespace's UDP receive drops over the run (``host_udp_drops``), so a
   loss at the receiving host is told apart from one in the fabric.
 
+- ``roce``: RoCEv2 queue pairs with DCQCN and go-back-N over real frames (traffic.roce, issue 7).
+
 ``dscp`` (0-63, default 0) goes into every packet's IP header (IP_TOS; the kernel keeps
 the ECN bits of TCP), which is how a flow picks its priority class (issue 6).
 """
@@ -417,6 +419,12 @@ def run_udp_sender(job: dict) -> dict:
     return {"role": "udp-sender", "flows": recs}
 
 
+def _ready_then_start_time() -> float:
+    """Print READY, then read the start time (Unix seconds) from stdin."""
+    print("READY", flush=True)
+    return float(sys.stdin.readline())
+
+
 def main(argv=None) -> int:
     """``python -m traffic.agent JOB_JSON``: run the job, write its result, exit 0 (1 on error)."""
     argv = sys.argv[1:] if argv is None else argv
@@ -430,6 +438,9 @@ def main(argv=None) -> int:
             res = run_udp_receiver(job)
         elif job["role"] == "udp-sender":
             res = run_udp_sender(job)
+        elif job["role"] == "roce":
+            from traffic.roce import run_roce
+            res = run_roce(job, ready=_ready_then_start_time)
         else:
             raise ValueError(f"unknown role {job['role']!r}")
         rc = 0

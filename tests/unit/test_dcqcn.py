@@ -61,12 +61,13 @@ def test_late_advance_fires_timers_in_time_order_and_rates_stay_in_bounds():
 
 
 def test_scaled_defaults_keep_fractions_of_the_line_and_multiples_of_the_round_trip():
-    p = DcqcnParams.scaled(10e6)                  # 40 Gbit/s testbed -> 10 Mbit/s, round trip x 1000
-    assert p.rate_scale == 4000 and p.time_scale == 1000
+    p = DcqcnParams.scaled(10e6)                  # 40 Gbit/s testbed -> 10 Mbit/s; timers x 4000 / 40
+    assert p.rate_scale == 4000 and p.time_scale == 100
     assert p.rate_ai_bps == pytest.approx(10e3) and p.rate_hai_bps == pytest.approx(100e3)
-    assert p.timer_s == pytest.approx(0.055) and p.alpha_timer_s == pytest.approx(0.055)
-    assert p.cnp_interval_s == pytest.approx(0.050) and p.g == 1 / 256 and p.fast_recovery_stages == 5
-    assert p.byte_counter_bytes == pytest.approx(10e6 * 1000 / 4000)
+    assert p.timer_s == pytest.approx(0.0055) and p.alpha_timer_s == pytest.approx(0.0055)
+    assert p.cnp_interval_s == pytest.approx(0.0050) and p.g == 1 / 256 and p.fast_recovery_stages == 5
+    assert p.byte_counter_bytes == pytest.approx(10e6 * 100 / 4000)
+    assert DcqcnParams.scaled(100e6).time_scale == 10 and DcqcnParams.scaled(10e6, time_scale=1000).timer_s == 0.055
     assert DcqcnParams.scaled(10e6, time_scale=100, g=1 / 16).g == 1 / 16
     with pytest.raises(ValueError, match="g must"):
         DcqcnParams.scaled(10e6, g=0)

@@ -90,3 +90,17 @@ def test_psn_serial_arithmetic_and_message_opcodes():
     assert roce.message_opcodes(3) == [roce.SEND_FIRST, roce.SEND_MIDDLE, roce.SEND_LAST]
     with pytest.raises(ValueError):
         roce.message_opcodes(0)
+
+
+def test_ack_template_patched_per_psn_equals_scapys_ack():
+    t = roce.FrameTemplate(DST, SRC, tos=48 << 2)
+    for psn, nak in [(0, False), (5, True), (roce.PSN_MASK, False)]:
+        f = bytes(t.patch(roce.ACKNOWLEDGE, psn, False, roce.AETH_BYTES, roce.aeth(nak)))
+        assert f == roce.ack_frame(DST, SRC, 48 << 2, psn, nak=nak)
+
+
+def test_message_shapes():
+    assert roce.message_shapes(100, 1024) == {(roce.SEND_ONLY, 100)}
+    assert roce.message_shapes(2048, 1024) == {(roce.SEND_FIRST, 1024), (roce.SEND_LAST, 1024)}
+    assert roce.message_shapes(3000, 1024) == {(roce.SEND_FIRST, 1024), (roce.SEND_MIDDLE, 1024),
+                                               (roce.SEND_LAST, 952)}

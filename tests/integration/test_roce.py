@@ -1,0 +1,94 @@
+"""Issue 7: RoCEv2 queue pairs with DCQCN through a real fabric.
+
+Two hosts (h2, h3) send long-lived RoCEv2 flows to h1 through one leaf whose port
+toward h1 (10 Mbit/s, 100-packet buffer) carries a RED ECN profile. With DCQCN
+the two reaction points share the port: Jain's index of their delivered rates
+over the last half of the run, and the port's queue held between Kmin and Kmax.
+With ``none`` both send at line rate: the buffer fills and drops, and go-back-N
+retransmits until every byte is delivered once.
+"""
+import csv
+import time
+
+import pytest
+
+from common.dcqcn import DcqcnParams
+from common.scenario import FRAME_BYTES
+from experiments import rocerun
+from experiments.runner import start_sampler, stop_sampler
+
+from .test_ecn_marking import BOTTLENECK, marking_fabric
+
+RUN_S = 10.0
+# DCQCN's RED profile, in packets at this scale: Kmin about one bandwidth-delay product (10 Mbit/s x
+# ~3 ms), Kmax 40 of the 100-packet buffer, Pmax 0.2 (measured here with 10 s runs: Kmin 2 held the
+# queue between Kmin and Kmax 63-71% of the last half; Kmin 5, 46-73%; Pmax 0.05 let it swing
+# empty-to-25 packets, 15%)
+KMIN, KMAX, PMAX = 2 * FRAME_BYTES, 40 * FRAME_BYTES, 0.2
+
+
+def run_flows(lf, tmp_path, tag, flows, run_s, **job):
+    """Run ``flows`` with the queue sampler on; returns (flow records, bottleneck queue rows)."""
+    out = tmp_path / tag
+    out.mkdir()
+    sampler = start_sampler(lf, lf.state, out, 100)
+    try:
+        deadline = time.time() + run_s + 60
+        agents = rocerun.start_roce_flows(lf, lf.state, flows, out, deadline, **job)
+        try:
+            codes = agents.wait(deadline)
+        finally:
+            agents.kill()
+    finally:
+        stop_sampler(sampler)
+    assert not any(codes.values()), (codes, [p.stderr.read()[-2000:] for _, p in agents.procs])
+    with open(out / "queues_raw.csv") as fh:
+        q = [r for r in csv.DictReader(fh) if r["intf"] == BOTTLENECK]
+    return rocerun.flow_records(flows, out), q
+
+
+def test_two_dcqcn_senders_converge_to_a_fair_share_with_the_queue_between_kmin_and_kmax(tmp_path):
+    flows = [{"flow_id": i, "src": h, "dst": "h1", "duration_s": RUN_S} for i, h in enumerate(("h2", "h3"))]
+    params = DcqcnParams.scaled(10e6)          # time_scale 100: T = K = 5.5 ms, N = 5 ms
+    with marking_fabric(tmp_path, {"red": {"kmin_bytes": KMIN, "kmax_bytes": KMAX, "pmax": PMAX}}) as (lf, kind):
+        recs, q = run_flows(lf, tmp_path, "dcqcn", flows, RUN_S, mode="dcqcn", line_rate_mbps=10, dcqcn=params,
+                            rto_s=rocerun.default_rto_s(100 * FRAME_BYTES, 10e6))
+    for r in recs:
+        assert r["tx"] and r["rx"] and not r["errors"], r
+        assert 0 < r["tx"]["cnps_received"] <= r["rx"]["cnps_sent"], r      # CNPs travel the idle reverse path
+        assert r["rx"]["ce_packets"] > 0 and r["rx"]["not_ect_packets"] == 0
+        assert r["rx"]["duplicates"] == 0 or r["tx"]["retransmitted_packets"] > 0
+        assert r["rx"]["bytes_delivered"] == r["tx"]["message_bytes"], r       # every byte, once, in order
+        assert "pacing_warning" not in r["tx"], r["tx"]["pacing_warning"]
+    t0 = max(r["rx"]["first_byte_unix_s"] for r in recs)
+    t1 = min(r["rx"]["last_byte_unix_s"] for r in recs)
+    half = t0 + (t1 - t0) / 2
+    rates = [rocerun.rate_series_bps(r["rx"]["samples"], half, t1) for r in recs]
+    jain = rocerun.jain_index(rates)
+    back = [int(r["backlog_bytes"]) for r in q if half <= float(r["t_unix_s"]) <= t1]
+    inside = sum(KMIN <= b <= KMAX for b in back) / len(back)
+    print(f"marker {kind}: rates over the last half {[round(x / 1e6, 2) for x in rates]} Mbit/s, Jain {jain:.3f}; "
+          f"queue between Kmin and Kmax {inside:.0%} of {len(back)} samples (median "
+          f"{sorted(back)[len(back) // 2] / FRAME_BYTES:.1f} packets); CNPs "
+          f"{[r['tx']['cnps_received'] for r in recs]}")
+    assert jain >= 0.95, rates
+    assert sum(rates) >= 0.85 * 10e6, rates
+    assert inside >= 0.5, back
+
+
+def test_open_loop_senders_fill_the_buffer_and_go_back_n_delivers_every_byte(tmp_path):
+    flows = [{"flow_id": i, "src": h, "dst": "h1", "bytes": 1_500_000} for i, h in enumerate(("h2", "h3"))]
+    with marking_fabric(tmp_path, {"red": {"kmin_bytes": KMIN, "kmax_bytes": KMAX, "pmax": PMAX}}) as (lf, kind):
+        recs, q = run_flows(lf, tmp_path, "none", flows, 10, mode="none", line_rate_mbps=10, rate_mbps=10,
+                            rto_s=rocerun.default_rto_s(100 * FRAME_BYTES, 10e6))
+    drops = int(q[-1]["drops_total"]) - int(q[0]["drops_total"])
+    peak = max(int(r["backlog_packets"]) for r in q)
+    for r in recs:
+        assert r["tx"]["all_complete"], r["tx"]
+        assert r["rx"]["bytes_delivered"] == 1_500_000 and r["rx"]["complete"]
+        assert r["rx"]["ce_packets"] > 0 and r["rx"]["cnps_sent"] > 0       # marked and notified, but
+        assert r["tx"]["final_rate_bps"] == 10e6                              # no reaction in mode none
+    retx = sum(r["tx"]["retransmitted_packets"] for r in recs)
+    print(f"mode none: peak queue {peak} packets, drops {drops}, retransmitted {retx}, NAKs "
+          f"{[r['tx']['naks'] for r in recs]}, timeouts {[r['tx']['timeouts'] for r in recs]}")
+    assert peak >= 95 and drops > 0 and retx > 0

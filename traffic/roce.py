@@ -1,0 +1,472 @@
+"""RoCEv2 traffic agent: queue pairs over real frames, DCQCN, go-back-N (issue 7).
+
+Runs inside one Mininet host (role ``roce`` of traffic.agent: the same
+READY / start-time protocol). One process serves every QP of its host, in one
+thread:
+
+- Transmit: one persistent AF_PACKET socket on the host's interface sends
+  frames built once per QP with scapy and patched per packet
+  (common.roce.FrameTemplate). Each sender QP is paced by a token bucket on the
+  monotonic clock at its current rate: the DCQCN rate (mode ``dcqcn``,
+  common.dcqcn.ReactionPoint) or a fixed rate (mode ``none``). A send the host
+  cannot take (socket buffer full: EAGAIN; the NIC queue full or paused:
+  ENOBUFS) is counted (``blocked_sends``, ``host_queue_full``) and the same
+  frame is sent again: back-pressure, never a silent drop.
+- Receive: one UDP socket bound to port 4791 (the kernel demultiplexes; it also
+  keeps the host from answering RoCE frames with ICMP port unreachable) with
+  IP_RECVTOS, so the ECN field of every packet is seen. Data packets go to the
+  responder of their QP (common.rc: ePSN, coalesced ACKs, NAK on a gap); a
+  CE-marked packet triggers a CNP when the notification point allows
+  (common.dcqcn.NotificationPoint). ACKs, NAKs and CNPs go to the requester
+  QP named in their BTH.
+
+Job (JSON)::
+
+  {"role": "roce", "ifname", "mac", "ip", "out", "deadline_unix_s",
+   "mode": "dcqcn" | "none", "line_rate_mbps", "rate_mbps" (mode none),
+   "dcqcn": {DcqcnParams fields} (mode dcqcn; scaled defaults when absent),
+   "dscp", "cnp_dscp", "mtu_bytes", "ack_every", "rto_s", "sample_interval_s",
+   "pcap": path or null,
+   "send": [{"flow_id", "qpn", "udp_sport", "peer": {"mac", "ip", "qpn"},
+             "messages": [{"at_s", "bytes"}, ...] | "duration_s" + "message_bytes"}],
+   "receive": [{"flow_id", "qpn", "peer": {"mac", "ip", "qpn", "udp_sport"}, "expect_bytes" | null}]}
+
+``at_s`` is seconds after the common start time. The result (``out``) has one
+record per sender QP (bytes, message completion times, CNPs received,
+retransmitted packets, NAKs, timeouts, back-pressure counts, rate over time,
+target vs achieved rate with a loud ``pacing_warning`` below 90%: case T5) and
+per receiver QP (bytes delivered once and in order, duplicates, out-of-order
+packets, CE packets, CNPs / ACKs / NAKs sent).
+"""
+from __future__ import annotations
+
+import errno
+import math
+import os
+import select
+import socket
+import struct
+import threading
+import time
+
+from common import roce
+from common.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
+from common.rc import Requester, Responder
+
+ETH_P_ALL = 0x0003
+IP_RECVTOS = 13
+BURST_FRAMES = 4
+SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32
+PACING_WARN_FRACTION = 0.9
+
+
+class TokenBucket:
+    """Token bucket on a monotonic clock: ``rate_bps`` refill, at most ``burst_bytes`` saved up.
+    A frame may go when the bucket is not in debt; sending takes its bytes (the bucket may go
+    negative by one frame). Source: the classic token bucket (e.g. RFC 2697's committed bucket)."""
+
+    def __init__(self, rate_bps: float, burst_bytes: float, now_s: float):
+        self.rate_bps, self.burst_bytes = rate_bps, burst_bytes
+        self.tokens, self.t_s = burst_bytes, now_s
+        self.busy = False
+        self.allowed_bytes = 0.0      # integral of the rate over the time the sender had frames waiting
+
+    def _refill(self, now_s: float) -> None:
+        add = (now_s - self.t_s) * self.rate_bps / 8
+        if self.busy:
+            self.allowed_bytes += add
+        self.tokens = min(self.burst_bytes, self.tokens + add)
+        self.t_s = now_s
+
+    def set_busy(self, busy: bool, now_s: float) -> None:
+        """Whether frames are waiting for the pacer from ``now_s`` on: the time they wait counts
+        toward :attr:`allowed_bytes` (what the sender should have sent), at the rate then in force."""
+        self._refill(now_s)
+        self.busy = busy
+
+    def set_rate(self, rate_bps: float, now_s: float) -> None:
+        """Change the rate from ``now_s`` on (tokens saved so far are kept)."""
+        self._refill(now_s)
+        self.rate_bps = rate_bps
+
+    def wait_s(self, now_s: float) -> float:
+        """Seconds until a frame may go (0 when it may go now)."""
+        self._refill(now_s)
+        return 0.0 if self.tokens >= 0 else -self.tokens * 8 / self.rate_bps
+
+    def take(self, nbytes: int) -> None:
+        self.tokens -= nbytes
+
+
+class SenderQp:
+    """One requester QP: messages, go-back-N, pacing, DCQCN reaction point, statistics."""
+
+    def __init__(self, flow: dict, job: dict, local_mac: str, local_ip: str):
+        peer = flow["peer"]
+        self.flow_id = flow["flow_id"]
+        self.qpn = flow["qpn"]
+        src = roce.Endpoint(local_mac, local_ip, flow["udp_sport"], flow["qpn"])
+        dst = roce.Endpoint(peer["mac"], peer["ip"], 0, peer["qpn"])
+        self.tmpl = roce.FrameTemplate(src, dst, (job.get("dscp", 0) << 2) | roce.ECT0)
+        self.req = Requester(mtu_bytes=job.get("mtu_bytes", 1024), rto_s=job.get("rto_s", 0.1))
+        self.mode = job.get("mode", "dcqcn")
+        line_bps = job["line_rate_mbps"] * 1e6
+        self.params = (DcqcnParams(**job["dcqcn"]) if job.get("dcqcn") else DcqcnParams.scaled(line_bps)) \
+            if self.mode == "dcqcn" else None
+        self.target_bps = self.params.line_rate_bps if self.params else job.get("rate_mbps", job["line_rate_mbps"]) * 1e6
+        self.schedule = sorted(((m["at_s"], m["bytes"]) for m in flow.get("messages", [])), reverse=True)
+        self.duration_s = flow.get("duration_s")
+        self.message_bytes = flow.get("message_bytes", 1 << 20)
+        # every frame shape this QP will send, built now (scapy takes ~1 ms a frame, and its first
+        # import far longer): nothing is built while the pacer runs
+        sizes = {b for _, b in self.schedule} | ({self.message_bytes} if self.duration_s is not None else set())
+        for size in sizes:
+            self.tmpl.prebuild(roce.message_shapes(size, self.req.mtu_bytes))
+        self.pending: bytes | None = None
+        self.pending_payload = 0
+        self.stats = {"packets_sent": 0, "wire_bytes_sent": 0, "payload_bytes_sent": 0, "cnps_received": 0,
+                      "acks_received": 0, "naks_received": 0, "blocked_sends": 0, "host_queue_full": 0}
+        self.samples = []           # (t_unix_s, wire_bytes_sent, rate_bps, target_bps)
+        self.rp = self.bucket = None
+
+    def start(self, now_s: float, unix_offset_s: float) -> None:
+        """Start the clock: message times count from ``now_s`` (monotonic); ``unix_offset_s`` converts
+        monotonic to Unix seconds in the records. The QP starts at line rate (``dcqcn``) or its rate."""
+        self.start_s, self.unix_offset_s = now_s, unix_offset_s
+        self.rp = ReactionPoint(self.params, now_s=now_s, record=False) if self.params else None
+        frame_bytes = self.req.mtu_bytes + roce.OVERHEAD_BYTES
+        self.bucket = TokenBucket(self.rate_bps(), BURST_FRAMES * frame_bytes, now_s)
+
+    # -- messages --
+    def post_due(self, now_s: float) -> None:
+        """Post the messages whose time has come (and keep a long-lived flow fed)."""
+        t = now_s - self.start_s
+        while self.schedule and self.schedule[-1][0] <= t:
+            self.req.post(self.schedule.pop()[1], now_s)
+        if self.duration_s is not None and t < self.duration_s and \
+                self.req.outstanding_packets + self._unsent_packets() < 64:
+            self.req.post(self.message_bytes, now_s)
+
+    def _unsent_packets(self) -> int:
+        return self.req._next_new - self.req._send
+
+    @property
+    def finished(self) -> bool:
+        more = self.schedule or (self.duration_s is not None and time.monotonic() - self.start_s < self.duration_s)
+        return not more and self.req.done and self.pending is None
+
+    # -- pacing and transmission --
+    def rate_bps(self) -> float:
+        """The QP's sending rate now (bit/s)."""
+        return self.rp.rate_bps if self.rp is not None else self.target_bps
+
+    def next_frame(self, now_s: float):
+        """The frame to send now, or (None, wait_s) until one may go (inf when nothing is to send)."""
+        if self.rp is not None:
+            self.rp.advance(now_s)
+            if self.rp.rate_bps != self.bucket.rate_bps:
+                self.bucket.set_rate(self.rp.rate_bps, now_s)
+        if self.pending is not None:
+            return self.pending, 0.0
+        self.bucket.set_busy(self._unsent_packets() > 0, now_s)
+        w = self.bucket.wait_s(now_s)
+        if w > 0:
+            return None, w
+        pkt = self.req.next_packet(now_s)
+        if pkt is None:
+            return None, (self.req.rto_s if self.req.outstanding_packets else math.inf)
+        self.pending = self.tmpl.patch(pkt.opcode, pkt.psn, pkt.ackreq, pkt.payload_bytes)
+        self.pending_payload = pkt.payload_bytes
+        return self.pending, 0.0
+
+    def pump(self, tx: socket.socket, max_frames: int | None = None) -> tuple[float, bool]:
+        """Send on ``tx`` every frame the pacer allows now (at most ``max_frames``). Returns (seconds until the next frame may
+        go, inf when nothing is to send; whether the socket buffer is full: EAGAIN). Back-pressure is
+        counted: EAGAIN in ``blocked_sends``, ENOBUFS (NIC queue full) in ``host_queue_full``."""
+        sent = 0
+        while max_frames is None or sent < max_frames:
+            now = time.monotonic()
+            frame, w = self.next_frame(now)
+            if frame is None:
+                return w, False
+            try:
+                n = tx.send(frame)
+            except BlockingIOError:
+                self.stats["blocked_sends"] += 1
+                self.pushed_back(now)
+                return 0.0, True
+            except OSError as e:
+                if e.errno != errno.ENOBUFS:
+                    raise
+                self.stats["host_queue_full"] += 1      # the NIC queue is full (or paused): send it again
+                self.pushed_back(now)                   # in a moment (the socket itself stays writable)
+                return 0.001, False
+            self.sent(n, now)
+            sent += 1
+        return 0.0, False
+
+    def sent(self, nbytes: int, now_s: float) -> None:
+        self.pending = None
+        self.bucket.take(nbytes)
+        st = self.stats
+        st["packets_sent"] += 1
+        st["wire_bytes_sent"] += nbytes
+        st["payload_bytes_sent"] += self.pending_payload
+        if self.rp is not None:
+            self.rp.on_sent(nbytes, now_s)
+
+    def pushed_back(self, now_s: float) -> None:
+        """The host did not take the frame: keep it (copied: the template buffer is reused), pause accounting."""
+        if self.pending is not None and not isinstance(self.pending, bytes):
+            self.pending = bytes(self.pending)
+        self.bucket.set_busy(False, now_s)
+
+    # -- feedback --
+    def on_feedback(self, b: roce.Bth, now_s: float) -> None:
+        if b.opcode == roce.CNP:
+            self.stats["cnps_received"] += 1
+            if self.rp is not None:
+                self.rp.on_cnp(now_s)
+                self.bucket.set_rate(self.rp.rate_bps, now_s)
+        elif b.opcode == roce.ACKNOWLEDGE and b.syndrome is not None:
+            if b.syndrome >> 5 == 0:
+                self.stats["acks_received"] += 1
+                self.req.on_ack(b.psn, now_s)
+            elif b.syndrome == roce.AETH_NAK_SEQ:
+                self.stats["naks_received"] += 1
+                self.req.on_nak(b.psn, now_s)
+
+    def sample(self, now_s: float) -> None:
+        self.samples.append((round(now_s + self.unix_offset_s, 6), self.stats["wire_bytes_sent"],
+                             round(self.rate_bps()), round(self.rp.target_bps if self.rp else self.target_bps)))
+
+    def record(self) -> dict:
+        req = self.req
+        msgs = [{"bytes": m.size_bytes, "posted_unix_s": m.posted_s + self.unix_offset_s,
+                 "first_sent_unix_s": None if m.first_sent_s is None else m.first_sent_s + self.unix_offset_s,
+                 "completed_unix_s": None if m.completed_s is None else m.completed_s + self.unix_offset_s,
+                 "fct_s": None if m.completed_s is None else m.completed_s - m.posted_s} for m in req.messages]
+        busy_s = None
+        if self.samples:
+            busy_s = self.samples[-1][0] - self.samples[0][0]
+        allowed = self.bucket.allowed_bytes
+        achieved_fraction = self.stats["wire_bytes_sent"] / allowed if allowed > 0 else None
+        rec = {"flow_id": self.flow_id, "qpn": self.qpn, "mode": self.mode, **self.stats,
+               "message_bytes": sum(m.size_bytes for m in req.messages),
+               "messages": msgs, "all_complete": all(m["completed_unix_s"] is not None for m in msgs) and bool(msgs),
+               "retransmitted_packets": req.retransmitted_packets, "naks": req.naks, "timeouts": req.timeouts,
+               "target_rate_bps": self.target_bps if self.rp is None else None,
+               "allowed_bytes": round(allowed), "achieved_fraction_of_pacer": achieved_fraction,
+               "final_rate_bps": self.rate_bps(), "cnps_reacted": self.rp.cnps if self.rp else 0,
+               "alpha": self.rp.alpha if self.rp else None, "samples": self.samples, "sampled_s": busy_s}
+        if achieved_fraction is not None and achieved_fraction < PACING_WARN_FRACTION:
+            rec["pacing_warning"] = (f"SENDER BELOW TARGET: flow {self.flow_id} sent {achieved_fraction:.0%} of the "
+                                     f"bytes its pacer allowed (case T5): its rates are not what was asked")
+        return rec
+
+
+class ReceiverQp:
+    """One responder QP with its notification point's bookkeeping and prebuilt reply frames."""
+
+    def __init__(self, flow: dict, job: dict, local_mac: str, local_ip: str):
+        peer = flow["peer"]
+        self.flow_id, self.qpn = flow["flow_id"], flow["qpn"]
+        src = roce.Endpoint(local_mac, local_ip, peer.get("udp_sport", 49152), flow["qpn"])
+        dst = roce.Endpoint(peer["mac"], peer["ip"], 0, peer["qpn"])
+        tos = job.get("cnp_dscp", 48) << 2
+        self.acks = roce.FrameTemplate(src, dst, tos)
+        self.acks.prebuild([(roce.ACKNOWLEDGE, roce.AETH_BYTES)])
+        self.cnp = roce.cnp_frame(src, dst, tos)
+        self.resp = Responder(ack_every=job.get("ack_every", 16))
+        self.expect_bytes = flow.get("expect_bytes")
+        self.unix_offset_s = 0.0
+        self.ce_packets = self.ect_packets = self.not_ect_packets = self.cnps_sent = 0
+        self.first_s = self.last_s = None
+        self.samples = []
+
+    @property
+    def complete(self) -> bool:
+        return self.expect_bytes is not None and self.resp.delivered_bytes >= self.expect_bytes
+
+    def record(self) -> dict:
+        r, off = self.resp, self.unix_offset_s
+        return {"flow_id": self.flow_id, "qpn": self.qpn, "bytes_delivered": r.delivered_bytes,
+                "packets_delivered": r.delivered_packets, "messages_done": r.messages_done,
+                "duplicates": r.duplicates, "out_of_order": r.out_of_order, "naks_sent": r.naks_sent,
+                "acks_sent": r.acks_sent, "ce_packets": self.ce_packets, "ect_packets": self.ect_packets,
+                "not_ect_packets": self.not_ect_packets, "cnps_sent": self.cnps_sent,
+                "expect_bytes": self.expect_bytes, "complete": self.complete,
+                "first_byte_unix_s": None if self.first_s is None else self.first_s + off,
+                "last_byte_unix_s": None if self.last_s is None else self.last_s + off, "samples": self.samples}
+
+
+class PcapThread(threading.Thread):
+    """Capture every frame on ``ifname`` into a pcap file (scapy's PcapWriter) until stopped."""
+
+    def __init__(self, ifname: str, path: str):
+        super().__init__(daemon=True)
+        from scapy.utils import PcapWriter
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        self.sock.bind((ifname, 0))
+        self.sock.settimeout(0.1)
+        self.writer = PcapWriter(path, linktype=1, sync=False)
+        self.stop = threading.Event()
+        self.frames = 0
+
+    def run(self):
+        while not self.stop.is_set():
+            try:
+                data = self.sock.recv(65535)
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            self.writer.write(data)
+            self.frames += 1
+        self.writer.close()
+        self.sock.close()
+
+
+def open_sockets(ifname: str) -> tuple[socket.socket, socket.socket]:
+    """The transmit AF_PACKET socket on ``ifname`` and the receive UDP 4791 socket (IP_RECVTOS)."""
+    tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    tx.bind((ifname, 0))
+    tx.setblocking(False)
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)
+    except OSError:
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    rx.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
+    rx.bind(("0.0.0.0", roce.ROCE_UDP_PORT))
+    rx.setblocking(False)
+    return tx, rx
+
+
+def run_roce(job: dict, ready=None, start_at_unix_s: float | None = None) -> dict:
+    """Run one host's QPs (module docstring); returns the result record. ``ready`` is called once the
+    sockets are open (the agent prints READY there) and must return the start time (Unix s)."""
+    tx, rx = open_sockets(job["ifname"])
+    pcap = PcapThread(job["ifname"], job["pcap"]) if job.get("pcap") else None
+    senders = {f["qpn"]: SenderQp(f, job, job["mac"], job["ip"]) for f in job.get("send", [])}
+    receivers = {f["qpn"]: ReceiverQp(f, job, job["mac"], job["ip"]) for f in job.get("receive", [])}
+    start_unix = ready() if ready is not None else (start_at_unix_s or time.time())
+    if pcap:
+        pcap.start()
+    while time.time() < start_unix:
+        time.sleep(min(0.01, max(0.0, start_unix - time.time())))
+    now = time.monotonic()
+    off = time.time() - now
+    for q in senders.values():
+        q.start(now, off)
+    for q in receivers.values():
+        q.unix_offset_s = off
+    nps = NotificationPoint(job.get("dcqcn", {}).get("cnp_interval_s") or
+                            DcqcnParams.scaled(job["line_rate_mbps"] * 1e6).cnp_interval_s)
+    interval = job.get("sample_interval_s", 0.05)
+    linger_s = 3 * job.get("rto_s", 0.1)
+    deadline_mono = job["deadline_unix_s"] - off
+    buf = bytearray(4200)
+    cmsg_space = socket.CMSG_SPACE(4)
+    replies: list[bytes] = []
+    order = list(senders.values())
+    next_sample = now
+    last_rx = now
+    stats = {"rx_frames": 0, "rx_unknown_qp": 0, "reply_blocked": 0, "loops": 0}
+    error = None
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= deadline_mono:
+                error = "deadline passed"
+                break
+            stats["loops"] += 1
+            # -- receive everything waiting --
+            while True:
+                try:
+                    n, anc, _flags, _addr = rx.recvmsg_into([buf], cmsg_space)
+                except BlockingIOError:
+                    break
+                last_rx = now
+                stats["rx_frames"] += 1
+                try:
+                    b = roce.parse_bth(memoryview(buf)[:n])
+                except ValueError:
+                    continue
+                if b.opcode in roce.DATA_OPCODES:
+                    q = receivers.get(b.dqpn)
+                    if q is None:
+                        stats["rx_unknown_qp"] += 1
+                        continue
+                    tos = anc[0][2][0] if anc else 0
+                    ecn = tos & 3
+                    if ecn == roce.CE:
+                        q.ce_packets += 1
+                    elif ecn:
+                        q.ect_packets += 1
+                    else:
+                        q.not_ect_packets += 1
+                    if q.first_s is None:
+                        q.first_s = now
+                    q.last_s = now
+                    if nps.on_packet(b.dqpn, ecn == roce.CE, now):
+                        q.cnps_sent += 1
+                        replies.append(q.cnp)
+                    r = q.resp.on_packet(b.psn, b.payload_bytes, b.ackreq, b.opcode in (roce.SEND_LAST, roce.SEND_ONLY))
+                    if r.reply is not None:
+                        kind, psn = r.reply
+                        replies.append(bytes(q.acks.patch(roce.ACKNOWLEDGE, psn, False, roce.AETH_BYTES,
+                                                          roce.aeth(kind == "nak", q.resp.messages_done))))
+                else:
+                    q = senders.get(b.dqpn)
+                    if q is None:
+                        stats["rx_unknown_qp"] += 1
+                        continue
+                    q.on_feedback(b, now)
+            # -- replies first (ACK/NAK/CNP), then data --
+            while replies:
+                try:
+                    tx.send(replies[0])
+                    replies.pop(0)
+                except (BlockingIOError, OSError) as e:
+                    if isinstance(e, BlockingIOError) or e.errno == errno.ENOBUFS:
+                        stats["reply_blocked"] += 1
+                        break
+                    raise
+            wait = math.inf
+            blocked = bool(replies)
+            if not blocked:
+                for q in order:
+                    q.post_due(now)
+                    w, blocked = q.pump(tx)
+                    wait = min(wait, w)
+                    if blocked:
+                        break
+                if order:
+                    order.append(order.pop(0))
+            now = time.monotonic()
+            for q in receivers.values():
+                if q.first_s is not None and now >= next_sample:
+                    q.samples.append((round(now + off, 6), q.resp.delivered_bytes))
+            if now >= next_sample:
+                for q in senders.values():
+                    q.sample(now)
+                next_sample = now + interval
+            senders_done = all(q.finished for q in senders.values())
+            receivers_done = all(q.complete or (q.expect_bytes is None and q.last_s is not None and
+                                                now - q.last_s > 1.0) for q in receivers.values())
+            if senders_done and receivers_done and not replies and now - last_rx >= linger_s:
+                break
+            timeout = min(wait, next_sample - now, linger_s, deadline_mono - now)
+            if senders_done and receivers_done:
+                timeout = min(timeout, linger_s - (now - last_rx))
+            select.select([rx], [tx] if blocked else [], [], max(0.0, timeout))
+    finally:
+        if pcap:
+            pcap.stop.set()
+            pcap.join(2)
+        tx.close()
+        rx.close()
+    return {"role": "roce", "host_ip": job["ip"], "start_at_unix_s": start_unix, "mode": job.get("mode", "dcqcn"),
+            "senders": [q.record() for q in senders.values()], "receivers": [q.record() for q in receivers.values()],
+            "loop": stats, "pcap_frames": pcap.frames if pcap else None, "error": error}
