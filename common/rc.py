@@ -43,7 +43,7 @@ class Message:
     completed_s: float | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Packet:
     """What to send next: sequence number (PSN = seq mod 2^24), opcode, ack-request bit, payload bytes,
     and whether it is a retransmission."""
@@ -81,6 +81,7 @@ class Requester:
         self._last_progress_s = None
         self._pkts: dict[int, tuple[int, bool, int]] = {}   # seq -> opcode, ackreq, payload
         self._open = 0                         # index of the oldest incomplete message
+        self._unstarted = 0                    # index of the first message none of whose packets was sent
 
     def post(self, size_bytes: int, now_s: float) -> Message:
         """Queue a message of ``size_bytes`` (>= 1) for sending; returns its record."""
@@ -120,18 +121,13 @@ class Requester:
             self.retransmitted_packets += 1
         else:
             self._highest_sent = seq
-            m = self._message_of(seq)
-            if m.first_sent_s is None:
-                m.first_sent_s = now_s
+            ms = self.messages
+            if self._unstarted < len(ms) and ms[self._unstarted].first_seq == seq:
+                ms[self._unstarted].first_sent_s = now_s
+                self._unstarted += 1
         if self._last_progress_s is None:
             self._last_progress_s = now_s
         return Packet(seq, op, ackreq, size, retx)
-
-    def _message_of(self, seq: int) -> Message:
-        for m in self.messages[self._open:]:
-            if m.first_seq <= seq <= m.last_seq:
-                return m
-        raise KeyError(seq)
 
     def _acked_through(self, seq_exclusive: int, now_s: float) -> None:
         if seq_exclusive <= self._una:

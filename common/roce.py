@@ -141,7 +141,7 @@ class FrameTemplate:
         """The template's own buffer patched in place (the fast path: send it before the next ``patch``
         of the same opcode and length); ``len`` = payload (padded to 4) + :data:`OVERHEAD_BYTES`.
         ``aeth`` (an ACKNOWLEDGE's 32-bit AETH, with ``payload_bytes`` 4) is written after the BTH."""
-        raw, prefix_crc = self._template(opcode, payload_bytes)
+        raw, prefix_crc = self._cache.get((opcode, payload_bytes)) or self._template(opcode, payload_bytes)
         struct.pack_into("!I", raw, BTH_OFFSET + 8, (psn & PSN_MASK) | (0x80000000 if ackreq else 0))
         if aeth is not None:
             struct.pack_into("!I", raw, BTH_OFFSET + BTH_BYTES, aeth)

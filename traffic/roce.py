@@ -84,6 +84,12 @@ class TokenBucket:
         self._refill(now_s)
         self.busy = busy
 
+    def ready_wait_s(self, busy: bool, now_s: float) -> float:
+        """:meth:`set_busy` then :meth:`wait_s` in one refill (the sender's per-frame call)."""
+        self._refill(now_s)
+        self.busy = busy
+        return 0.0 if self.tokens >= 0 else -self.tokens * 8 / self.rate_bps
+
     def set_rate(self, rate_bps: float, now_s: float) -> None:
         """Change the rate from ``now_s`` on (tokens saved so far are kept)."""
         self._refill(now_s)
@@ -168,8 +174,8 @@ class SenderQp:
                 self.bucket.set_rate(self.rp.rate_bps, now_s)
         if self.pending is not None:
             return self.pending, 0.0
-        self.bucket.set_busy(self._unsent_packets() > 0, now_s)
-        w = self.bucket.wait_s(now_s)
+        req = self.req
+        w = self.bucket.ready_wait_s(req._next_new > req._send, now_s)
         if w > 0:
             return None, w
         pkt = self.req.next_packet(now_s)
