@@ -123,12 +123,44 @@ SCHEMA: dict = {
         "duration_s": F(NUM, None, lo=0.5, hi=3600),
         "port": F((int,), 5001, lo=1024, hi=65535),
         # tcp: kernel TCP; udp: sequence-numbered datagrams as fast as the host NIC takes them
-        # (a full socket or a paused NIC blocks the send, counted; nothing is dropped at the host)
-        "transport": F((str,), "tcp", choices=("tcp", "udp")),
-        # the DSCP every flow carries: priorities.dscp maps it to a priority (26: lossless by default)
-        "dscp": F((int,), 0, lo=0, hi=63),
+        # (a full socket or a paused NIC blocks the send, counted; nothing is dropped at the host);
+        # roce: RoCEv2 queue pairs with DCQCN or a fixed rate (the roce section; traffic.roce)
+        "transport": F((str,), "tcp", choices=("tcp", "udp", "roce")),
+        # incast responses (roce): how many each sender sends, and when: all at once
+        # (synchronized; several: one round per load-worth of the receiver's link) or as Poisson
+        # arrivals adding up to `load` of the receiver's link (case R4)
+        "responses": F((int,), 1, lo=1, hi=100000),
+        "arrival": F((str,), "synchronized", choices=("synchronized", "poisson")),
+        "load": F(NUM, None, lo=0.001, hi=1.0),
+        # the DSCP every flow carries: priorities.dscp maps it to a priority (26: lossless by default);
+        # default 26 for roce (RoCE runs in the lossless class), else 0
+        "dscp": F((int,), None, lo=0, hi=63),
         "start_delay_s": F(NUM, 0.5, lo=0.05, hi=60),
         "timeout_s": F(NUM, 120, lo=1, hi=3600),
+    },
+    "roce": {
+        # dcqcn: DCQCN reaction point per QP (rates from common.dcqcn); none: a fixed rate, CNPs ignored
+        "mode": F((str,), "dcqcn", choices=("dcqcn", "none")),
+        "rate_mbps": F(NUM, None, lo=0.01, hi=1000),        # mode none; default: the host link rate
+        "mtu_bytes": F((int,), 1024, choices=(256, 512, 1024, 2048, 4096)),
+        "ack_every": F((int,), 16, lo=1, hi=4096),
+        "rto_s": F(NUM, None, lo=0.001, hi=60),             # default: experiments.rocerun.default_rto_s
+        "cnp_dscp": F((int,), 48, lo=0, hi=63),
+        "pcap_hosts": ListOf(F((str,), pattern=HOST), None),
+        # DCQCN parameters (names as in Zhu et al. 2015); absent = the paper's NIC defaults scaled
+        # to the host link rate (common.dcqcn.DcqcnParams.scaled)
+        "dcqcn": {
+            "time_scale": F(NUM, None, lo=1e-3, hi=1e6),
+            "g": F(NUM, None, lo=1e-6, hi=1.0),
+            "alpha_timer_s": F(NUM, None, lo=1e-6, hi=60),
+            "cnp_interval_s": F(NUM, None, lo=0.0, hi=60),
+            "timer_s": F(NUM, None, lo=1e-6, hi=60),
+            "byte_counter_bytes": F(NUM, None, lo=1, hi=1e12),
+            "fast_recovery_stages": F((int,), None, lo=1, hi=1000),
+            "rate_ai_mbps": F(NUM, None, lo=1e-6, hi=1000),
+            "rate_hai_mbps": F(NUM, None, lo=1e-6, hi=1000),
+            "min_rate_mbps": F(NUM, None, lo=1e-6, hi=1000),
+        },
     },
     "measurement": {
         "sample_hz": F(NUM, 200, lo=1, hi=2000),
@@ -243,6 +275,20 @@ def validate(data: Any) -> dict:
             raise ScenarioError("traffic.flows_per_pair", f"{t['pattern']} on {n_hosts} hosts with "
                                 f"{t['flows_per_pair']} flow(s) per pair is {pairs * t['flows_per_pair']} flows; "
                                 f"at most {MAX_FLOWS} (fewer hosts, or fewer flows per pair)")
+    if t["dscp"] is None:
+        t["dscp"] = 26 if t["transport"] == "roce" else 0
+    if t["transport"] != "roce":
+        for k, default in (("responses", 1), ("arrival", "synchronized"), ("load", None)):
+            if t[k] != default:
+                raise ScenarioError(f"traffic.{k}", "applies to transport roce (the tcp and udp agents send one "
+                                                    "flow per sender)")
+    elif t["arrival"] == "poisson" and t["load"] is None:
+        raise ScenarioError("traffic.load", "poisson arrivals need a load (a fraction of the receiver's link)")
+    if t["transport"] == "roce" and t["pattern"] != "incast" and t["responses"] != 1:
+        raise ScenarioError("traffic.responses", "applies to the incast pattern")
+    for i, h in enumerate(sc["roce"]["pcap_hosts"] or []):
+        if h not in hosts:
+            raise ScenarioError(f"roce.pcap_hosts[{i}]", f"no host {h!r} in a fabric of {n_hosts} hosts")
     if t["pattern"] == "incast" and t["duration_s"] is not None:
         raise ScenarioError("traffic.duration_s", "applies to the permutation and all-to-all patterns, "
                                                   "not incast (an incast sends response_bytes per sender)")
@@ -282,7 +328,7 @@ def _resolve_pfc(prio_data, pfc_data, rounds_data, buf_bytes: int) -> tuple[dict
     return config_sections(cfg)
 
 
-ROUND_KEYS = ("name", "ecn", "hosts", "pfc")
+ROUND_KEYS = ("name", "ecn", "hosts", "pfc", "roce")
 #: Most rounds one run may have.
 MAX_ROUNDS = 32
 
@@ -294,8 +340,10 @@ def _resolve_rounds(data, sc: dict) -> list[dict] | None:
 
     A round's ``pfc: {enabled}`` turns PFC on or off for it (the scenario's other PFC settings hold).
 
+    A round's ``roce: {mode}`` sets the RoCE mode for it (A/B runs of dcqcn against none).
+
     Returns None (no rounds) or ``[{"name", "ecn": {profile, layers, ports}, "hosts": {...},
-    "pfc": {"enabled"}}]``.
+    "pfc": {"enabled"}, "roce": {"mode"}}]``.
     Raises ScenarioError naming e.g. ``rounds[1].ecn.profile.step.k_bytes``.
     """
     from common.ecn import resolve_ecn
@@ -332,7 +380,13 @@ def _resolve_rounds(data, sc: dict) -> list[dict] | None:
             if not isinstance(rp, dict) or set(rp) - {"enabled"}:
                 raise ScenarioError(f"{key}.pfc", "a round can only turn PFC on or off: {enabled: true|false}")
             pfc_on = F((bool,)).check(f"{key}.pfc.enabled", rp.get("enabled", pfc_on))
-        out.append({"name": name, "ecn": merged, "hosts": hosts, "pfc": {"enabled": pfc_on}})
+        mode = sc["roce"]["mode"]
+        if "roce" in r:
+            rr = r["roce"]
+            if not isinstance(rr, dict) or set(rr) - {"mode"}:
+                raise ScenarioError(f"{key}.roce", "a round can only set the RoCE mode: {mode: dcqcn|none}")
+            mode = SCHEMA["roce"]["mode"].check(f"{key}.roce.mode", rr.get("mode", mode))
+        out.append({"name": name, "ecn": merged, "hosts": hosts, "pfc": {"enabled": pfc_on}, "roce": {"mode": mode}})
     return out
 
 

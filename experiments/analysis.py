@@ -370,7 +370,8 @@ def format_summary(summary: dict, out: Path) -> str:
             f"{k} {v / 1e6:.2f} MB" for k, v in summary["ecmp_split_tx_bytes"].items())) if summary.get("ecmp_split_tx_bytes")
         else _throughput_line(summary.get("throughput")),
         _ecn_line(summary.get("ecn")) + ("\n" + _pfc_line(summary["pfc"], summary["total_drops"])
-                                         if summary.get("pfc") else ""),
+                                         if summary.get("pfc") else "")
+        + ("\n" + _roce_line(summary) if summary.get("roce") else ""),
         f"sampler: {summary['sampler']['achieved_hz']:.0f} Hz on {summary['sampler']['interfaces']} ports, "
         f"{100 * summary['sampler']['cpu_fraction_of_one_core']:.1f}% of one core",
         f"time: set-up {summary['timings_s'].get('setup_s', 0):.1f} s, traffic {summary['timings_s'].get('traffic_s', 0):.1f} s, "
@@ -378,6 +379,11 @@ def format_summary(summary: dict, out: Path) -> str:
         f"results: {out}",
     ]
     return "\n".join(lines)
+
+
+def _roce_line(summary: dict) -> str:
+    from experiments.rocerun import format_line
+    return format_line(summary)
 
 
 def _pfc_line(p: dict | None, total_drops: int | None = None) -> str:

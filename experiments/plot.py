@@ -139,7 +139,45 @@ def plot_all(out: Path) -> list[Path]:
     paths = [plot_queue_depth(out, summary, samples), plot_throughput(out, summary, samples)]
     if summary.get("pfc") and (out / "pauses.csv").exists():
         paths += plot_pfc(out, summary)
+    if summary.get("roce") and (out / "roce_rates.csv").exists():
+        paths.append(plot_roce(out, summary))
     return paths
+
+
+def plot_roce(out: Path, summary: dict) -> Path:
+    """``roce_rates.png`` (issue 7): each RoCE sender's rate over time (its DCQCN current rate, or
+    its fixed rate in mode none; solid) beside what it put on the wire per sample interval (dots),
+    above the completion times of its messages, from ``roce_rates.csv`` and ``roce_messages.csv``."""
+    r = summary["roce"]
+    rates = _read_csv(out / "roce_rates.csv")
+    msgs = _read_csv(out / "roce_messages.csv")
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    by_flow: dict[str, list] = {}
+    for row in rates:
+        by_flow.setdefault(row["flow_id"], []).append(row)
+    for i, (fid, rows) in enumerate(sorted(by_flow.items(), key=lambda kv: int(kv[0]))):
+        t = [float(x["t_s"]) for x in rows]
+        c = f"C{i % 10}"
+        ax.plot(t, [float(x["rate_bps"]) / 1e6 for x in rows], color=c, lw=1.2,
+                label=f"flow {fid} ({rows[0]['src']})")
+        sent = [float(x["wire_bytes_sent"]) for x in rows]
+        wire = [(b - a) * 8 / (tb - ta) / 1e6 if tb > ta else 0.0
+                for a, b, ta, tb in zip(sent, sent[1:], t, t[1:])]
+        ax.plot(t[1:], wire, ".", color=c, ms=2, alpha=0.5)
+    ax.set_ylabel("rate (Mbit/s)")
+    ax.set_title(f"RoCEv2 senders, mode {r['mode']}: rate (line) and sent per interval (dots); "
+                 f"{r['cnps_received']} CNPs, {r['retransmitted_packets']} retransmitted", fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    done = [(float(m["posted_s"]), float(m["fct_s"])) for m in msgs if m["fct_s"] not in ("", None)]
+    if done:
+        bx.plot([p for p, _ in done], [f * 1e3 for _, f in done], "o", ms=3)
+    bx.set_ylabel("message completion (ms)")
+    bx.set_xlabel("time since the start (s), by message posting time below")
+    fig.tight_layout()
+    path = out / "roce_rates.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def plot_pfc(out: Path, summary: dict, max_counters: int = 6, max_links: int = 24) -> list[Path]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -142,3 +143,166 @@ def rate_series_bps(samples: list, t0_unix_s: float, t1_unix_s: float) -> float:
                 return ba + (bb - ba) * ((t - ta) / (tb - ta) if tb > ta else 0)
         return samples[-1][1]
     return (at(t1_unix_s) - at(t0_unix_s)) * 8 / (t1_unix_s - t0_unix_s) if t1_unix_s > t0_unix_s else math.nan
+
+
+def scenario_flows(sc: dict, plan: list[dict]) -> list[dict]:
+    """The RoCE flows of a resolved scenario's traffic ``plan`` (traffic.patterns.flow_plan): incast
+    senders carry ``traffic.responses`` messages of ``response_bytes`` at the times of
+    traffic.patterns.message_schedule (``arrival``, ``load`` of the receiver's link, the scenario's
+    seed); other patterns one message of ``flow_bytes``, or a long-lived flow for ``duration_s``."""
+    from traffic.patterns import message_schedule
+    t = sc["traffic"]
+    if t["pattern"] != "incast":
+        return [{"flow_id": f["flow_id"], "src": f["src"], "dst": f["dst"],
+                 **({"bytes": f["bytes"]} if f["bytes"] is not None else {"duration_s": f["duration_s"]})}
+                for f in plan]
+    times = message_schedule(len(plan), t["responses"], t["response_bytes"], t["arrival"], t["load"],
+                             sc["topology"]["host_rate_mbps"] * 1e6, sc["seed"])
+    return [{"flow_id": f["flow_id"], "src": f["src"], "dst": f["dst"],
+             "messages": [{"at_s": round(at, 6), "bytes": t["response_bytes"]} for at in ts]}
+            for f, ts in zip(plan, times)]
+
+
+def dcqcn_params(sc: dict) -> DcqcnParams:
+    """The scenario's DCQCN parameters: the scaled NIC defaults for the host link rate, with the
+    ``roce.dcqcn`` keys given replacing them (``*_mbps`` keys in bit/s). Raises ScenarioError
+    naming ``roce.dcqcn.<key>`` when the result is inconsistent."""
+    from common.errors import ScenarioError
+    d = {k: v for k, v in sc["roce"]["dcqcn"].items() if v is not None}
+    ts = d.pop("time_scale", None)
+    over = {(k[:-5] + "_bps" if k.endswith("_mbps") else k): (v * 1e6 if k.endswith("_mbps") else v)
+            for k, v in d.items()}
+    try:
+        return DcqcnParams.scaled(sc["topology"]["host_rate_mbps"] * 1e6, time_scale=ts, **over)
+    except ValueError as e:
+        name = str(e).split(" ")[0]
+        key = next((k for k in sc["roce"]["dcqcn"] if k.replace("_mbps", "_bps") == name), name)
+        raise ScenarioError(f"roce.dcqcn.{key}", str(e)) from None
+
+
+def scenario_job_args(sc: dict, mode: str, sample_interval_s: float = 0.05) -> dict:
+    """Keyword arguments of :func:`start_roce_flows` for a resolved scenario in RoCE ``mode``."""
+    from common.scenario import buffer_bytes
+    r, host_mbps = sc["roce"], sc["topology"]["host_rate_mbps"]
+    return {"mode": mode, "line_rate_mbps": host_mbps, "rate_mbps": r["rate_mbps"] or host_mbps,
+            "dcqcn": dcqcn_params(sc), "dscp": sc["traffic"]["dscp"], "cnp_dscp": r["cnp_dscp"],
+            "mtu_bytes": r["mtu_bytes"], "ack_every": r["ack_every"],
+            "rto_s": r["rto_s"] or default_rto_s(buffer_bytes(sc["queues"]), host_mbps * 1e6),
+            "sample_interval_s": sample_interval_s, "pcap_hosts": tuple(r["pcap_hosts"] or ())}
+
+
+def collect_rows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> list[dict]:
+    """One experiments.analysis row per planned RoCE flow (its FLOW_COLUMNS, times from the common
+    start), plus ``roce``: the sender's and receiver's QP records (CNPs, retransmissions, messages,
+    rate samples). ``bytes_sent`` is message bytes (each counted once); ``complete`` means every
+    message was acknowledged and every byte delivered once, in order; ``fct_s`` is the receiver's
+    last byte."""
+    from experiments.analysis import FLOW_COLUMNS
+    rows = []
+    for rec in flow_records(plan, agent_dir):
+        p, tx, rx = rec["flow"], rec["tx"], rec["rx"]
+        row = {k: None for k in FLOW_COLUMNS}
+        row.update(flow_id=p["flow_id"], src=p["src"], dst=p["dst"], src_ip=p.get("src_ip"), transport="roce",
+                   complete=False)
+        errs = rec["errors"] + [f"agent {h} exit {codes.get(h + '.roce')}" for h in (p["src"], p["dst"])
+                                if codes.get(h + ".roce")]
+        if tx is None or rx is None:
+            errs.append(f"no record of flow {p['flow_id']} from {'sender' if tx is None else 'receiver'}")
+        if tx is not None:
+            start = tx["start_at_unix_s"]
+            row.update(src_port=SPORT_BASE + p["flow_id"], bytes_planned=tx["message_bytes"],
+                       bytes_sent=tx["message_bytes"] if tx["all_complete"] else tx["payload_bytes_sent"],
+                       start_at_unix_s=start, total_retrans=tx["retransmitted_packets"],
+                       blocked_sends=tx["blocked_sends"], host_queue_full=tx["host_queue_full"],
+                       sender_done_s=max((m["completed_unix_s"] for m in tx["messages"] if m["completed_unix_s"]),
+                                         default=None))
+            if row["sender_done_s"] is not None:
+                row["sender_done_s"] -= start
+        if rx is not None and tx is not None:
+            start = tx["start_at_unix_s"]
+            row.update(bytes_received=rx["bytes_delivered"], ce_received=rx["ce_packets"],
+                       ect_received=rx["ect_packets"], not_ect_received=rx["not_ect_packets"],
+                       first_byte_s=rx["first_byte_unix_s"] - start if rx["first_byte_unix_s"] else None,
+                       fct_s=rx["last_byte_unix_s"] - start if rx["last_byte_unix_s"] else None,
+                       _samples=[(ts - start, b) for ts, b in rx["samples"]])
+            row["complete"] = (not errs and tx["all_complete"] and rx["bytes_delivered"] == tx["message_bytes"])
+        row["error"] = "; ".join(e for e in errs if e) or None
+        row["roce"] = {"tx": tx, "rx": rx}
+        rows.append(row)
+    return rows
+
+
+def _median_ci(xs: list[float], z: float = 1.96) -> tuple[float, float] | None:
+    """Distribution-free ~95% confidence interval of the median: the order statistics at
+    n/2 -+ z sqrt(n)/2 (binomial approximation). None below 6 values."""
+    n = len(xs)
+    if n < 6:
+        return None
+    s = sorted(xs)
+    lo, hi = int(math.floor(n / 2 - z * math.sqrt(n) / 2)), int(math.ceil(n / 2 + z * math.sqrt(n) / 2))
+    return s[max(lo, 0)], s[min(hi, n - 1)]
+
+
+def add_to_summary(out: Path, summary: dict, rows: list[dict], mode: str, params: DcqcnParams | None) -> dict:
+    """Add ``summary["roce"]`` and write ``roce_messages.csv`` (every message: flow, bytes, posted,
+    completed, completion time) and ``roce_rates.csv`` (each sender's rate over time) into ``out``.
+
+    ``roce``: mode, DCQCN parameters (mode dcqcn), CNPs sent and received, retransmitted packets,
+    NAKs, timeouts, host back-pressure, message completion times (count, median with its ~95%
+    confidence interval, p99, max; case R4), pacing warnings (case T5) and the senders' last rates."""
+    from experiments.analysis import _percentile, _write_csv
+    out = Path(out)
+    msgs, rates = [], []
+    for r in rows:
+        tx = (r["roce"] or {}).get("tx")
+        if not tx:
+            continue
+        start = tx["start_at_unix_s"]
+        for i, m in enumerate(tx["messages"]):
+            msgs.append({"flow_id": r["flow_id"], "src": r["src"], "dst": r["dst"], "message": i, "bytes": m["bytes"],
+                         "posted_s": m["posted_unix_s"] - start,
+                         "completed_s": None if m["completed_unix_s"] is None else m["completed_unix_s"] - start,
+                         "fct_s": m["fct_s"]})
+        for t_s, wire, rate, target in tx["samples"]:
+            rates.append({"t_s": round(t_s - start, 6), "flow_id": r["flow_id"], "src": r["src"], "rate_bps": rate,
+                          "target_bps": target, "wire_bytes_sent": wire})
+    _write_csv(out / "roce_messages.csv", ("flow_id", "src", "dst", "message", "bytes", "posted_s", "completed_s",
+                                           "fct_s"), msgs)
+    _write_csv(out / "roce_rates.csv", ("t_s", "flow_id", "src", "rate_bps", "target_bps", "wire_bytes_sent"), rates)
+    fcts = [m["fct_s"] for m in msgs if m["fct_s"] is not None]
+    txs = [(r["roce"] or {}).get("tx") or {} for r in rows]
+    rxs = [(r["roce"] or {}).get("rx") or {} for r in rows]
+    summary["roce"] = {
+        "mode": mode, "dcqcn": params.as_dict() if (params is not None and mode == "dcqcn") else None,
+        "flows": len(rows), "messages": len(msgs), "messages_complete": len(fcts),
+        "message_fct_s": {"median": _percentile(fcts, 50) if fcts else None, "median_ci95": _median_ci(fcts),
+                          "p99": _percentile(fcts, 99) if fcts else None, "max": max(fcts) if fcts else None},
+        "cnps_sent": sum(x.get("cnps_sent", 0) for x in rxs),
+        "cnps_received": sum(x.get("cnps_received", 0) for x in txs),
+        "ce_packets": sum(x.get("ce_packets", 0) for x in rxs),
+        "retransmitted_packets": sum(x.get("retransmitted_packets", 0) for x in txs),
+        "naks": sum(x.get("naks", 0) for x in txs), "timeouts": sum(x.get("timeouts", 0) for x in txs),
+        "duplicates_dropped": sum(x.get("duplicates", 0) for x in rxs),
+        "blocked_sends": sum(x.get("blocked_sends", 0) for x in txs),
+        "host_queue_full": sum(x.get("host_queue_full", 0) for x in txs),
+        "delivered_exactly_once": all(r["complete"] for r in rows),
+        "pacing_warnings": [x["pacing_warning"] for x in txs if x.get("pacing_warning")],
+        "final_rate_bps": {r["flow_id"]: t.get("final_rate_bps") for r, t in zip(rows, txs) if t},
+    }
+    for w in summary["roce"]["pacing_warnings"]:
+        print(f"fabriclab: WARNING: {w}", file=sys.stderr)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def format_line(summary: dict) -> str | None:
+    """The terminal line of a round's RoCE results, or None without RoCE traffic."""
+    r = summary.get("roce")
+    if not r:
+        return None
+    f = r["message_fct_s"]
+    fct = (f"message FCT median {f['median'] * 1e3:.0f} ms, p99 {f['p99'] * 1e3:.0f} ms"
+           if f["median"] is not None else "no message completed")
+    return (f"RoCE {r['mode']}: {r['messages_complete']}/{r['messages']} messages, {fct}; CNPs {r['cnps_received']}, "
+            f"retransmitted {r['retransmitted_packets']} packets (NAKs {r['naks']}, timeouts {r['timeouts']}); "
+            f"every byte once: {'yes' if r['delivered_exactly_once'] else 'NO'}")

@@ -272,7 +272,8 @@ def resolve_rounds(sc: dict) -> list[dict]:
     if sc["rounds"]:
         return sc["rounds"]
     return [{"name": sc["name"], "ecn": {k: sc["ecn"][k] for k in ("profile", "layers", "ports")},
-             "hosts": sc["hosts"], "pfc": {"enabled": bool(sc["pfc"] and sc["pfc"]["enabled"])}}]
+             "hosts": sc["hosts"], "pfc": {"enabled": bool(sc["pfc"] and sc["pfc"]["enabled"])},
+             "roce": {"mode": sc["roce"]["mode"]}}]
 
 
 def choose_marker(sc: dict, env: dict, needed: bool, priority_queues: bool = False) -> tuple[str, str]:
@@ -477,6 +478,7 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
                     (rdir / "environment.json").write_text(json.dumps(renv, indent=2))
                     if multi:
                         traffic = (f"UDP DSCP {t['dscp']}" if t["transport"] == "udp" else
+                                   f"RoCEv2 {r['roce']['mode']} DSCP {t['dscp']}" if t["transport"] == "roce" else
                                    f"{r['hosts']['tcp_congestion_control']} tcp_ecn={r['hosts']['tcp_ecn']}")
                         pfc_state = f", PFC {'on' if r['pfc']['enabled'] else 'off'}" if plan_pfc is not None else ""
                         _say(quiet, f"round {i + 1}/{len(rounds)} {r['name']}: {'; '.join(labels[i])}{pfc_state}, {traffic}")
@@ -490,7 +492,8 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
                     before = lf.ecn_counters()
                     t_round = time.monotonic()
                     codes = _traffic(lf, state, sc, rdir, rdir / "agents", plan, quiet,
-                                     count_ecn=marker != "none" or r["hosts"]["tcp_ecn"] != 0)
+                                     count_ecn=marker != "none" or r["hosts"]["tcp_ecn"] != 0,
+                                     roce_mode=r["roce"]["mode"])
                     rtimings = dict(timings, traffic_s=time.monotonic() - t_round)
                     counters = analysis.counter_deltas(before, lf.ecn_counters())
                     if pfc_round is not None:
@@ -508,12 +511,20 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
     summaries = []
     for d in done:
         d.timings.update(teardown_s=timings["teardown_s"], total_s=timings["total_s"])
-        flows = analysis.collect_flows(d.dir / "agents", plan, d.codes)
+        roce = t["transport"] == "roce"
+        if roce:
+            from experiments import rocerun
+            flows = rocerun.collect_rows(d.dir / "agents", plan, d.codes)
+        else:
+            flows = analysis.collect_flows(d.dir / "agents", plan, d.codes)
         summary = analysis.write_results(d.dir, sc, fabric_map, flows, d.timings, d.host_cfg, plan,
                                          receiver_is_bottleneck=d.pfc is not None and d.pfc["enabled"])
         summary = analysis.add_ecn(d.dir, summary, env, d.profiles, d.counters, flows, marker)
         if d.pfc is not None:
             summary = pfcrun.add_to_summary(d.dir, summary, d.pfc, flows)
+        if roce:
+            mode = d.round["roce"]["mode"]
+            summary = rocerun.add_to_summary(d.dir, summary, flows, mode, rocerun.dcqcn_params(sc))
         summaries.append(summary)
         plot.plot_all(d.dir)
     draw.draw(fabric_map, out / "topology.png", title=sc["name"])
@@ -540,13 +551,19 @@ def userspace_tx_budget_bytes(sc: dict, fabric, queues_per_port: int = 1) -> int
     return len(fabric.switch_interfaces()) * (per_port_frames + 2) * queues_per_port * dataplane.FRAME_TRUESIZE_BYTES
 
 
-def _traffic(lf, state, sc, out, agent_dir, plan, quiet, count_ecn=False):
+def _traffic(lf, state, sc, out, agent_dir, plan, quiet, count_ecn=False, roce_mode="dcqcn"):
     """Start the sampler, one receiver agent per destination and one sender agent per source,
     release the synchronized start, take one ``ss -tin`` snapshot of the first sender's live flows
     (case H1: the algorithm really in use) into ``ss_tin.txt``, wait; returns exit codes by
-    ``host.rx``/``host.tx``."""
+    ``host.rx``/``host.tx``. RoCE (``traffic.transport`` roce): one agent per host
+    (experiments.rocerun) in ``roce_mode``, codes by ``host.roce``."""
     t = sc["traffic"]
     sampler = start_sampler(lf, state, out, sc["measurement"]["sample_hz"])
+    if t["transport"] == "roce":
+        try:
+            return _roce_traffic(lf, state, sc, agent_dir, plan, quiet, roce_mode)
+        finally:
+            stop_sampler(sampler)
     agents = _Agents(lf, state)
     by_dst, by_src = {}, {}
     for f in plan:
@@ -582,6 +599,29 @@ def _traffic(lf, state, sc, out, agent_dir, plan, quiet, count_ecn=False):
     finally:
         agents.kill()
         stop_sampler(sampler)
+    return codes
+
+
+def _roce_traffic(lf, state, sc, agent_dir, plan, quiet, mode: str) -> dict[str, int]:
+    """The RoCE agents of one round (see :func:`_traffic`)."""
+    from experiments import rocerun
+    t = sc["traffic"]
+    flows = rocerun.scenario_flows(sc, plan)
+    last_post = max((m["at_s"] for f in flows for m in f.get("messages", [])), default=0.0)
+    run_s = max(t["duration_s"] or 0.0, last_post) + t["timeout_s"]
+    deadline = time.time() + run_s + t["start_delay_s"] + 30
+    agents = rocerun.start_roce_flows(lf, state, flows, agent_dir, deadline, start_in_s=t["start_delay_s"],
+                                      **rocerun.scenario_job_args(sc, mode))
+    try:
+        what = (f"{len(flows)} senders x {t['responses']} x {t['response_bytes']} B -> {t['receiver']} "
+                f"({t['arrival']}{', load ' + format(t['load'], 'g') if t['load'] else ''})"
+                if t["pattern"] == "incast" else f"{len(flows)} flows")
+        _say(quiet, f"{t['pattern']} over RoCEv2 ({mode}): {what}")
+        _maybe_fault("after_traffic_start")
+        codes = agents.wait(deadline)
+        time.sleep(sc["measurement"]["post_s"])
+    finally:
+        agents.kill()
     return codes
 
 

@@ -106,3 +106,38 @@ def flow_plan(traffic: dict, fabric, seed: int) -> list[dict]:
             plan.append({"flow_id": len(plan), "src": src, "dst": dst, "src_ip": ip[src], "dst_ip": ip[dst],
                          "bytes": size, "duration_s": duration})
     return plan
+
+
+def message_schedule(senders: int, responses: int, size_bytes: int, arrival: str, load: float | None,
+                     rate_bps: float, seed: int) -> list[list[float]]:
+    """When each incast sender posts each of its ``responses`` messages (seconds after the start).
+
+    ``synchronized``: every sender posts message k at the same time, all at 0 for one response;
+    with several, one round of responses every time the receiver's link could carry a round at
+    ``load`` (the partition-aggregate query rate), i.e. ``senders x size_bytes x 8 / (load x rate_bps)``
+    seconds apart (back to back, ``load`` None = 1).
+    ``poisson``: each sender's messages arrive as a Poisson process whose rates add up to ``load``
+    of the receiver's link: mean gap ``senders x size_bytes x 8 / (load x rate_bps)`` per sender
+    (case R4: short responses arriving at a load, not long flows).
+
+    Returns one sorted list of times per sender. Raises ValueError on an unknown arrival, or a
+    ``load`` outside (0, 1] where one is needed.
+    """
+    import random
+    if arrival not in ("synchronized", "poisson"):
+        raise ValueError(f"unknown arrival {arrival!r} (synchronized or poisson)")
+    lo = 1.0 if load is None and arrival == "synchronized" else load
+    if lo is None or not 0 < lo <= 1:
+        raise ValueError(f"load must be in (0, 1] for {arrival} arrivals, not {load!r}")
+    gap_s = senders * size_bytes * 8 / (lo * rate_bps)
+    if arrival == "synchronized":
+        return [[k * gap_s if responses > 1 else 0.0 for k in range(responses)] for _ in range(senders)]
+    rng = random.Random(seed)
+    out = []
+    for _ in range(senders):
+        t, times = 0.0, []
+        for _ in range(responses):
+            t += rng.expovariate(1 / gap_s)
+            times.append(t)
+        out.append(times)
+    return out

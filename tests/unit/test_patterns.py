@@ -49,3 +49,22 @@ def test_all_to_all():
     from traffic.patterns import all_to_all_pairs
     pairs = all_to_all_pairs(["h1", "h2", "h3"])
     assert len(pairs) == 6 and ("h1", "h1") not in pairs and len(set(pairs)) == 6
+
+
+def test_message_schedule_synchronized_and_poisson_at_a_load():
+    from traffic.patterns import message_schedule
+    assert message_schedule(8, 1, 500_000, "synchronized", None, 10e6, 1) == [[0.0]] * 8
+    # 4 senders x 125 kB at 10 Mbit/s and load 0.5: a round every 0.8 s
+    s = message_schedule(4, 3, 125_000, "synchronized", 0.5, 10e6, 1)
+    assert all(t == pytest.approx([0, 0.8, 1.6]) for t in s)
+    p = message_schedule(8, 2000, 10_000, "poisson", 0.4, 10e6, 7)
+    assert p == message_schedule(8, 2000, 10_000, "poisson", 0.4, 10e6, 7)      # seeded
+    gaps = [b - a for times in p for a, b in zip([0] + times, times)]
+    mean_gap = sum(gaps) / len(gaps)
+    assert mean_gap == pytest.approx(8 * 10_000 * 8 / (0.4 * 10e6), rel=0.05)   # offered load 0.4
+    import statistics
+    assert statistics.pstdev(gaps) == pytest.approx(mean_gap, rel=0.1)          # exponential gaps
+    with pytest.raises(ValueError, match="load"):
+        message_schedule(8, 10, 10_000, "poisson", None, 10e6, 1)
+    with pytest.raises(ValueError, match="arrival"):
+        message_schedule(8, 10, 10_000, "burst", 0.5, 10e6, 1)
