@@ -17,8 +17,9 @@ it without selective retransmission:
   A packet ahead of it is dropped and answered with one NAK per gap (no
   further NAK until the ePSN arrives); a duplicate (behind it) is dropped and
   answered with an ACK of ePSN - 1 so a requester that rewound moves on.
-  ACKs are coalesced: one every ``ack_every`` accepted packets, and one for
-  every packet that asks (the last of a message).
+  ACKs are coalesced: one every ``ack_every`` accepted packets, one for
+  every packet that asks (the last of a message), and one when accepted
+  packets have waited a while unacknowledged (:meth:`Responder.flush`).
 
 PSNs are tracked internally as unbounded sequence numbers (the PSN is the
 sequence number mod 2^24), so wrap-around needs no special case.
@@ -237,3 +238,13 @@ class Responder:
             self.acks_sent += 1
             reply = ("ack", psn)
         return Response(payload_bytes, reply, last_of_message)
+
+    def flush(self) -> tuple | None:
+        """The coalescing timer's ACK: ("ack", ePSN - 1) when accepted packets wait for one, else None
+        (the caller calls it after a quiet spell, so a slow requester's packets are acknowledged
+        before its timeout would resend them)."""
+        if self._since_ack == 0:
+            return None
+        self._since_ack = 0
+        self.acks_sent += 1
+        return ("ack", (self._expected - 1) & PSN_MASK)

@@ -35,7 +35,21 @@ def test_default_experiment_end_to_end(tmp_path):
     throughput is within 10% of drop-tail's. PFC rounds (issue 6): nothing dropped anywhere,
     pauses on record, and ECN keeps the queues below XOFF, so ECN + PFC pauses far less."""
     results = tmp_path / "results"
-    p = run_cli("run", "--results", str(results), timeout=900)
+    args = ["run", "--results", str(results)]
+    rate_bps, size = 10e6, 500000
+    if os.environ.get("FABRICLAB_LANE") == "vm":
+        # the VM lane's emulated CPU cannot keep 8 TCP senders and the forwarding at 10 Mbit/s (a
+        # drop-tail round reached 8.3 Mbit/s with no drop, and no ingress port's count reached
+        # XOFF): the same scenario at 5 Mbit/s with 250 kB each (the same 3.2 s incast), so the
+        # fabric, not the CPU, is the bottleneck
+        import yaml
+        sc = yaml.safe_load((ROOT / "experiments" / "scenarios" / "incast.yaml").read_text())
+        sc["topology"].update(host_rate_mbps=5, uplink_rate_mbps=5)
+        sc["traffic"]["response_bytes"] = size = 250000
+        rate_bps = 5e6
+        (tmp_path / "incast-vm.yaml").write_text(yaml.safe_dump(sc))
+        args.insert(1, str(tmp_path / "incast-vm.yaml"))
+    p = run_cli(*args, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     top = only_run_dir(results)
     for name in ("scenario.yaml", "environment.json", "fabric_map.json", "rounds.json", "rounds.csv",
@@ -59,10 +73,10 @@ def test_default_experiment_end_to_end(tmp_path):
     f = s["flows"]
     assert f["count"] == 8 and f["all_complete"]
     for flow in f["per_flow"]:
-        assert flow["bytes_sent"] == flow["bytes_received"] == 500000
+        assert flow["bytes_sent"] == flow["bytes_received"] == size
         assert flow["fct_s"] is not None and flow["fct_s"] > 0
     # 8 x 500 kB through one 10 Mbit/s port cannot finish faster than 3.2 s
-    assert f["fct_max_s"] >= 8 * 500000 * 8 / 10e6 * 0.97
+    assert f["fct_max_s"] >= 8 * size * 8 / rate_bps * 0.97
     assert f["congestion_control_on_live_flows"] == ["cubic"]
     bn = s["bottleneck"]
     split = s["ecmp_split_tx_bytes"]

@@ -73,3 +73,17 @@ def test_bad_parameters_are_named():
         Requester().post(0, 0.0)
     with pytest.raises(ValueError, match="ack_every"):
         Responder(ack_every=0)
+
+
+def test_coalescing_timer_acknowledges_what_waits():
+    resp = Responder(ack_every=16)
+    assert resp.flush() is None
+    for psn in range(3):
+        assert resp.on_packet(psn, 1024, False, False).reply is None
+    assert resp.flush() == ("ack", 2) and resp.flush() is None
+    req = Requester(mtu_bytes=1024, rto_s=0.05)
+    req.post(5 * 1024, 0.0)
+    for _ in range(3):
+        req.next_packet(0.0)
+    req.on_ack(2, 0.01)                      # the flushed ACK: no timeout resends the first three
+    assert req.outstanding_packets == 0 and not req.check_timeout(1.0)
