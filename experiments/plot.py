@@ -161,11 +161,12 @@ def plot_roce(out: Path, summary: dict) -> Path:
         ax.plot(t, [float(x["rate_bps"]) / 1e6 for x in rows], color=c, lw=1.2,
                 label=f"flow {fid} ({rows[0]['src']})")
         sent = [float(x["wire_bytes_sent"]) for x in rows]
-        wire = [(b - a) * 8 / (tb - ta) / 1e6 if tb > ta else 0.0
-                for a, b, ta, tb in zip(sent, sent[1:], t, t[1:])]
-        ax.plot(t[1:], wire, ".", color=c, ms=2, alpha=0.5)
+        k = 4                      # what went on the wire over 4 sample intervals, where anything did
+        pts = [(tb, (b - a) * 8 / (tb - ta) / 1e6) for a, b, ta, tb in zip(sent, sent[k:], t, t[k:])
+               if tb > ta and b > a]
+        ax.plot([p for p, _ in pts], [w for _, w in pts], ".", color=c, ms=2, alpha=0.5)
     ax.set_ylabel("rate (Mbit/s)")
-    ax.set_title(f"RoCEv2 senders, mode {r['mode']}: rate (line) and sent per interval (dots); "
+    ax.set_title(f"RoCEv2 senders, mode {r['mode']}: rate (line) and sent over 4 samples (dots); "
                  f"{r['cnps_received']} CNPs, {r['retransmitted_packets']} retransmitted", fontsize=9)
     ax.legend(fontsize=7, ncol=2)
     done = [(float(m["posted_s"]), float(m["fct_s"])) for m in msgs if m["fct_s"] not in ("", None)]
