@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast, drop-tail / ECN / PFC / ECN+PFC), results in $(RESULTS)/"
 	@echo "sudo make pfc                             PFC: an 8:1 lossless-class UDP incast, PFC off then on (pauses.csv, pause plots)"
-	@echo "sudo make roce                            RoCEv2: an 8:1 incast of Poisson responses, DCQCN then open loop (CNPs, rates, retransmissions)"
+	@echo "sudo make roce                            RoCEv2: an 8:1 incast of Poisson responses, DCQCN then open loop, 3 seeds each"
 	@echo "sudo make k-sweep                         ECN K sweep: the incast at K = 5..65 packets on one fabric"
 	@echo "sudo make compare [COMPARISON=file.yaml]  same traffic on Fat-Tree k=4 and 3:1 Spine-Leaf, side-by-side plots"
 	@echo "make draw [SCENARIO=file.yaml]            draw the scenario's fabric to $(RESULTS)/topology.png (no root)"

@@ -328,7 +328,7 @@ def _resolve_pfc(prio_data, pfc_data, rounds_data, buf_bytes: int) -> tuple[dict
     return config_sections(cfg)
 
 
-ROUND_KEYS = ("name", "ecn", "hosts", "pfc", "roce")
+ROUND_KEYS = ("name", "ecn", "hosts", "pfc", "roce", "seed")
 #: Most rounds one run may have.
 MAX_ROUNDS = 32
 
@@ -340,10 +340,12 @@ def _resolve_rounds(data, sc: dict) -> list[dict] | None:
 
     A round's ``pfc: {enabled}`` turns PFC on or off for it (the scenario's other PFC settings hold).
 
-    A round's ``roce: {mode}`` sets the RoCE mode for it (A/B runs of dcqcn against none).
+    A round's ``roce: {mode}`` sets the RoCE mode for it (A/B runs of dcqcn against none), and its
+    ``seed`` the seed of its random choices (Poisson arrivals): rounds that differ only in their
+    seed repeat an experiment (case R4).
 
     Returns None (no rounds) or ``[{"name", "ecn": {profile, layers, ports}, "hosts": {...},
-    "pfc": {"enabled"}, "roce": {"mode"}}]``.
+    "pfc": {"enabled"}, "roce": {"mode"}, "seed"}]``.
     Raises ScenarioError naming e.g. ``rounds[1].ecn.profile.step.k_bytes``.
     """
     from common.ecn import resolve_ecn
@@ -386,7 +388,9 @@ def _resolve_rounds(data, sc: dict) -> list[dict] | None:
             if not isinstance(rr, dict) or set(rr) - {"mode"}:
                 raise ScenarioError(f"{key}.roce", "a round can only set the RoCE mode: {mode: dcqcn|none}")
             mode = SCHEMA["roce"]["mode"].check(f"{key}.roce.mode", rr.get("mode", mode))
-        out.append({"name": name, "ecn": merged, "hosts": hosts, "pfc": {"enabled": pfc_on}, "roce": {"mode": mode}})
+        seed = SCHEMA["seed"].check(f"{key}.seed", r["seed"]) if "seed" in r else sc["seed"]
+        out.append({"name": name, "ecn": merged, "hosts": hosts, "pfc": {"enabled": pfc_on}, "roce": {"mode": mode},
+                    "seed": seed})
     return out
 
 

@@ -564,7 +564,8 @@ ROUND_COLUMNS = ("round", "name", "bottleneck_profile", "congestion_control", "t
                  "fct_median_s", "fct_p99_s", "bottleneck_drops", "total_drops", "ce_marked_bottleneck",
                  "ce_received_packets", "queue_median_packets", "queue_p99_packets", "peak_backlog_packets",
                  "bottleneck_mean_tx_mbps", "bottleneck_intf", "pfc", "pauses", "paused_time_s", "pfc_cap_drops",
-                 "reaction_p99_s")
+                 "reaction_p99_s", "roce_mode", "seed", "message_fct_median_s", "message_fct_median_ci95",
+                 "message_fct_p99_s", "cnps", "retransmitted_packets")
 
 
 def round_row(i: int, name: str, s: dict) -> dict:
@@ -581,7 +582,17 @@ def round_row(i: int, name: str, s: dict) -> dict:
             "queue_median_packets": q.get("median_packets"), "queue_p99_packets": q.get("p99_packets"),
             "peak_backlog_packets": bn.get("peak_backlog_packets"),
             "bottleneck_mean_tx_mbps": bn.get("mean_tx_mbps"), "bottleneck_intf": bn.get("intf"),
-            **_pfc_columns(s.get("pfc"))}
+            **_pfc_columns(s.get("pfc")), **_roce_columns(s.get("roce"))}
+
+
+def _roce_columns(r: dict | None) -> dict:
+    if r is None:
+        return dict.fromkeys(("roce_mode", "seed", "message_fct_median_s", "message_fct_median_ci95",
+                              "message_fct_p99_s", "cnps", "retransmitted_packets"))
+    m = r["message_fct_s"]
+    return {"roce_mode": r["mode"], "seed": r.get("seed"), "message_fct_median_s": m["median"],
+            "message_fct_median_ci95": m["median_ci95"], "message_fct_p99_s": m["p99"],
+            "cnps": r["cnps_received"], "retransmitted_packets": r["retransmitted_packets"]}
 
 
 def _pfc_columns(p: dict | None) -> dict:
@@ -592,13 +603,19 @@ def _pfc_columns(p: dict | None) -> dict:
 
 
 def write_rounds(out: Path, summaries: list[dict]) -> list[dict]:
-    """rounds.json and rounds.csv: one row per round (:func:`round_row`), folders under ``rounds/``."""
+    """rounds.json and rounds.csv: one row per round (:func:`round_row`), folders under ``rounds/``;
+    with RoCE rounds, rounds.json also compares the rounds of each mode across their seeds
+    (``roce_across_seeds``, experiments.rocerun.across_seeds)."""
     out = Path(out)
     dirs = sorted((out / "rounds").iterdir())
     rows = [dict(round_row(i, d.name.split("-", 1)[1], s), folder=f"rounds/{d.name}")
             for i, (d, s) in enumerate(zip(dirs, summaries))]
     _write_csv(out / "rounds.csv", list(ROUND_COLUMNS) + ["folder"], rows)
-    (out / "rounds.json").write_text(json.dumps({"rounds": rows}, indent=2, default=str))
+    doc = {"rounds": rows}
+    if any(r["roce_mode"] for r in rows):
+        from experiments.rocerun import across_seeds
+        doc["roce_across_seeds"] = across_seeds(rows)
+    (out / "rounds.json").write_text(json.dumps(doc, indent=2, default=str))
     return rows
 
 

@@ -145,11 +145,12 @@ def rate_series_bps(samples: list, t0_unix_s: float, t1_unix_s: float) -> float:
     return (at(t1_unix_s) - at(t0_unix_s)) * 8 / (t1_unix_s - t0_unix_s) if t1_unix_s > t0_unix_s else math.nan
 
 
-def scenario_flows(sc: dict, plan: list[dict]) -> list[dict]:
+def scenario_flows(sc: dict, plan: list[dict], seed: int | None = None) -> list[dict]:
     """The RoCE flows of a resolved scenario's traffic ``plan`` (traffic.patterns.flow_plan): incast
     senders carry ``traffic.responses`` messages of ``response_bytes`` at the times of
-    traffic.patterns.message_schedule (``arrival``, ``load`` of the receiver's link, the scenario's
-    seed); other patterns one message of ``flow_bytes``, or a long-lived flow for ``duration_s``."""
+    traffic.patterns.message_schedule (``arrival``, ``load`` of the receiver's link, ``seed``: the
+    round's, default the scenario's); other patterns one message of ``flow_bytes``, or a
+    long-lived flow for ``duration_s``."""
     from traffic.patterns import message_schedule
     t = sc["traffic"]
     if t["pattern"] != "incast":
@@ -157,7 +158,7 @@ def scenario_flows(sc: dict, plan: list[dict]) -> list[dict]:
                  **({"bytes": f["bytes"]} if f["bytes"] is not None else {"duration_s": f["duration_s"]})}
                 for f in plan]
     times = message_schedule(len(plan), t["responses"], t["response_bytes"], t["arrival"], t["load"],
-                             sc["topology"]["host_rate_mbps"] * 1e6, sc["seed"])
+                             sc["topology"]["host_rate_mbps"] * 1e6, sc["seed"] if seed is None else seed)
     return [{"flow_id": f["flow_id"], "src": f["src"], "dst": f["dst"],
              "messages": [{"at_s": round(at, 6), "bytes": t["response_bytes"]} for at in ts]}
             for f, ts in zip(plan, times)]
@@ -243,9 +244,12 @@ def _median_ci(xs: list[float], z: float = 1.96) -> tuple[float, float] | None:
     return s[max(lo, 0)], s[min(hi, n - 1)]
 
 
-def add_to_summary(out: Path, summary: dict, rows: list[dict], mode: str, params: DcqcnParams | None) -> dict:
+def add_to_summary(out: Path, summary: dict, rows: list[dict], mode: str, params: DcqcnParams | None,
+                   seed: int | None = None) -> dict:
     """Add ``summary["roce"]`` and write ``roce_messages.csv`` (every message: flow, bytes, posted,
-    completed, completion time) and ``roce_rates.csv`` (each sender's rate over time) into ``out``.
+    completed, completion time), ``roce_rates.csv`` (each sender's rate over time) and
+    ``roce_flows.csv`` (per queue pair: bytes, completion, CE, CNPs sent and received,
+    retransmitted packets, NAKs, timeouts, back-pressure, last rate, pacing) into ``out``.
 
     ``roce``: mode, DCQCN parameters (mode dcqcn), CNPs sent and received, retransmitted packets,
     NAKs, timeouts, host back-pressure, message completion times (count, median with its ~95%
@@ -269,11 +273,23 @@ def add_to_summary(out: Path, summary: dict, rows: list[dict], mode: str, params
     _write_csv(out / "roce_messages.csv", ("flow_id", "src", "dst", "message", "bytes", "posted_s", "completed_s",
                                            "fct_s"), msgs)
     _write_csv(out / "roce_rates.csv", ("t_s", "flow_id", "src", "rate_bps", "target_bps", "wire_bytes_sent"), rates)
+    per_flow = []
+    for r in rows:
+        tx, rx = ((r["roce"] or {}).get(k) or {} for k in ("tx", "rx"))
+        per_flow.append({"flow_id": r["flow_id"], "src": r["src"], "dst": r["dst"], "message_bytes": tx.get("message_bytes"),
+                         "bytes_delivered": rx.get("bytes_delivered"), "fct_s": r["fct_s"], "complete": r["complete"],
+                         "packets_sent": tx.get("packets_sent"), "retransmitted_packets": tx.get("retransmitted_packets"),
+                         "naks": tx.get("naks"), "timeouts": tx.get("timeouts"), "ce_packets": rx.get("ce_packets"),
+                         "cnps_sent": rx.get("cnps_sent"), "cnps_received": tx.get("cnps_received"),
+                         "duplicates_dropped": rx.get("duplicates"), "blocked_sends": tx.get("blocked_sends"),
+                         "host_queue_full": tx.get("host_queue_full"), "final_rate_bps": tx.get("final_rate_bps"),
+                         "achieved_fraction_of_pacer": tx.get("achieved_fraction_of_pacer")})
+    _write_csv(out / "roce_flows.csv", list(per_flow[0]) if per_flow else ["flow_id"], per_flow)
     fcts = [m["fct_s"] for m in msgs if m["fct_s"] is not None]
     txs = [(r["roce"] or {}).get("tx") or {} for r in rows]
     rxs = [(r["roce"] or {}).get("rx") or {} for r in rows]
     summary["roce"] = {
-        "mode": mode, "dcqcn": params.as_dict() if (params is not None and mode == "dcqcn") else None,
+        "mode": mode, "seed": seed, "dcqcn": params.as_dict() if (params is not None and mode == "dcqcn") else None,
         "flows": len(rows), "messages": len(msgs), "messages_complete": len(fcts),
         "message_fct_s": {"median": _percentile(fcts, 50) if fcts else None, "median_ci95": _median_ci(fcts),
                           "p99": _percentile(fcts, 99) if fcts else None, "max": max(fcts) if fcts else None},
@@ -306,3 +322,21 @@ def format_line(summary: dict) -> str | None:
     return (f"RoCE {r['mode']}: {r['messages_complete']}/{r['messages']} messages, {fct}; CNPs {r['cnps_received']}, "
             f"retransmitted {r['retransmitted_packets']} packets (NAKs {r['naks']}, timeouts {r['timeouts']}); "
             f"every byte once: {'yes' if r['delivered_exactly_once'] else 'NO'}")
+
+
+def across_seeds(round_rows: list[dict]) -> dict:
+    """Rounds that share a RoCE mode, told apart by their seeds (case R4): per mode, the rounds, their
+    seeds, and the median, smallest and largest of the rounds' message completion medians
+    (``median_s``) and p99s (``p99_s``), from :func:`experiments.analysis.round_row` rows."""
+    import statistics
+    out: dict[str, dict] = {}
+    for r in round_rows:
+        if r.get("roce_mode"):
+            out.setdefault(r["roce_mode"], []).append(r)
+
+    def spread(xs):
+        xs = [x for x in xs if x is not None]
+        return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)} if xs else None
+    return {mode: {"rounds": [r["name"] for r in rs], "seeds": [r["seed"] for r in rs],
+                   "median_s": spread(r["message_fct_median_s"] for r in rs),
+                   "p99_s": spread(r["message_fct_p99_s"] for r in rs)} for mode, rs in out.items()}

@@ -273,7 +273,7 @@ def resolve_rounds(sc: dict) -> list[dict]:
         return sc["rounds"]
     return [{"name": sc["name"], "ecn": {k: sc["ecn"][k] for k in ("profile", "layers", "ports")},
              "hosts": sc["hosts"], "pfc": {"enabled": bool(sc["pfc"] and sc["pfc"]["enabled"])},
-             "roce": {"mode": sc["roce"]["mode"]}}]
+             "roce": {"mode": sc["roce"]["mode"]}, "seed": sc["seed"]}]
 
 
 def choose_marker(sc: dict, env: dict, needed: bool, priority_queues: bool = False) -> tuple[str, str]:
@@ -493,7 +493,7 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
                     t_round = time.monotonic()
                     codes = _traffic(lf, state, sc, rdir, rdir / "agents", plan, quiet,
                                      count_ecn=marker != "none" or r["hosts"]["tcp_ecn"] != 0,
-                                     roce_mode=r["roce"]["mode"])
+                                     roce_mode=r["roce"]["mode"], seed=r["seed"])
                     rtimings = dict(timings, traffic_s=time.monotonic() - t_round)
                     counters = analysis.counter_deltas(before, lf.ecn_counters())
                     if pfc_round is not None:
@@ -524,7 +524,7 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
             summary = pfcrun.add_to_summary(d.dir, summary, d.pfc, flows)
         if roce:
             mode = d.round["roce"]["mode"]
-            summary = rocerun.add_to_summary(d.dir, summary, flows, mode, rocerun.dcqcn_params(sc))
+            summary = rocerun.add_to_summary(d.dir, summary, flows, mode, rocerun.dcqcn_params(sc), d.round["seed"])
         summaries.append(summary)
         plot.plot_all(d.dir)
     draw.draw(fabric_map, out / "topology.png", title=sc["name"])
@@ -551,17 +551,17 @@ def userspace_tx_budget_bytes(sc: dict, fabric, queues_per_port: int = 1) -> int
     return len(fabric.switch_interfaces()) * (per_port_frames + 2) * queues_per_port * dataplane.FRAME_TRUESIZE_BYTES
 
 
-def _traffic(lf, state, sc, out, agent_dir, plan, quiet, count_ecn=False, roce_mode="dcqcn"):
+def _traffic(lf, state, sc, out, agent_dir, plan, quiet, count_ecn=False, roce_mode="dcqcn", seed=None):
     """Start the sampler, one receiver agent per destination and one sender agent per source,
     release the synchronized start, take one ``ss -tin`` snapshot of the first sender's live flows
     (case H1: the algorithm really in use) into ``ss_tin.txt``, wait; returns exit codes by
     ``host.rx``/``host.tx``. RoCE (``traffic.transport`` roce): one agent per host
-    (experiments.rocerun) in ``roce_mode``, codes by ``host.roce``."""
+    (experiments.rocerun) in ``roce_mode``, arrivals drawn with ``seed``, codes by ``host.roce``."""
     t = sc["traffic"]
     sampler = start_sampler(lf, state, out, sc["measurement"]["sample_hz"])
     if t["transport"] == "roce":
         try:
-            return _roce_traffic(lf, state, sc, agent_dir, plan, quiet, roce_mode)
+            return _roce_traffic(lf, state, sc, agent_dir, plan, quiet, roce_mode, sc["seed"] if seed is None else seed)
         finally:
             stop_sampler(sampler)
     agents = _Agents(lf, state)
@@ -602,11 +602,11 @@ def _traffic(lf, state, sc, out, agent_dir, plan, quiet, count_ecn=False, roce_m
     return codes
 
 
-def _roce_traffic(lf, state, sc, agent_dir, plan, quiet, mode: str) -> dict[str, int]:
+def _roce_traffic(lf, state, sc, agent_dir, plan, quiet, mode: str, seed: int) -> dict[str, int]:
     """The RoCE agents of one round (see :func:`_traffic`)."""
     from experiments import rocerun
     t = sc["traffic"]
-    flows = rocerun.scenario_flows(sc, plan)
+    flows = rocerun.scenario_flows(sc, plan, seed)
     last_post = max((m["at_s"] for f in flows for m in f.get("messages", [])), default=0.0)
     run_s = max(t["duration_s"] or 0.0, last_post) + t["timeout_s"]
     deadline = time.time() + run_s + t["start_delay_s"] + 30

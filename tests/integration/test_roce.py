@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from common import roce
 from common.dcqcn import DcqcnParams
 from common.scenario import FRAME_BYTES
 from experiments import rocerun
@@ -87,7 +88,7 @@ def test_open_loop_senders_fill_the_buffer_and_go_back_n_delivers_every_byte(tmp
     with marking_fabric(tmp_path, {"red": {"kmin_bytes": KMIN, "kmax_bytes": KMAX, "pmax": PMAX}},
                         rate_mbps=RATE_MBPS) as (lf, kind):
         recs, q = run_flows(lf, tmp_path, "none", flows, 10, mode="none", line_rate_mbps=RATE_MBPS, rate_mbps=RATE_MBPS,
-                            rto_s=rocerun.default_rto_s(100 * FRAME_BYTES, RATE_MBPS * 1e6))
+                            rto_s=rocerun.default_rto_s(100 * FRAME_BYTES, RATE_MBPS * 1e6), pcap_hosts=("h2",))
     drops = int(q[-1]["drops_total"]) - int(q[0]["drops_total"])
     peak = max(int(r["backlog_packets"]) for r in q)
     for r in recs:
@@ -99,3 +100,15 @@ def test_open_loop_senders_fill_the_buffer_and_go_back_n_delivers_every_byte(tmp
     print(f"mode none: peak queue {peak} packets, drops {drops}, retransmitted {retx}, NAKs "
           f"{[r['tx']['naks'] for r in recs]}, timeouts {[r['tx']['timeouts'] for r in recs]}")
     assert peak >= 95 and drops > 0 and retx > 0
+    # the capture on h2 holds real RoCEv2: data frames out (ECT(0), DSCP 26, a correct ICRC), ACKs,
+    # NAKs and CNPs in, as scapy's RoCE layers (and Wireshark) decode them
+    from scapy.contrib.roce import BTH
+    from scapy.layers.inet import IP, UDP
+    from scapy.utils import rdpcap
+    frames = [f for f in rdpcap(str(tmp_path / "none" / "h2.pcap")) if UDP in f and f[UDP].dport == 4791]
+    out = [f for f in frames if BTH in f and f[BTH].opcode in roce.DATA_OPCODES]
+    back = [f for f in frames if BTH in f and f[BTH].opcode not in roce.DATA_OPCODES]
+    assert len(out) >= recs[0]["tx"]["packets_sent"] * 0.99 and back
+    assert all(f[IP].tos == (26 << 2) | 2 and BTH in f and roce.icrc(bytes(f)) == bytes(f)[-4:] for f in out)
+    assert {f[BTH].opcode for f in back} >= {roce.ACKNOWLEDGE, roce.CNP}
+    assert all(roce.icrc(bytes(f)) == bytes(f)[-4:] for f in back)

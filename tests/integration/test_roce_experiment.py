@@ -60,14 +60,14 @@ def test_roce_incast_every_byte_once_with_and_without_ecn_and_pfc(tmp_path):
         assert s["roce"]["retransmitted_packets"] == 0
     assert both["roce"]["cnps_received"] > 0
     for d in dirs:
-        for name in ("roce_messages.csv", "roce_rates.csv", "roce_rates.png", "flows.csv"):
+        for name in ("roce_messages.csv", "roce_rates.csv", "roce_flows.csv", "roce_rates.png", "flows.csv"):
             assert (d / name).stat().st_size > 0, (d, name)
         assert str(d) in p.stdout
     assert "RoCE dcqcn: 8/8 messages" in p.stdout
     assert_clean(str(out))
 
 
-def test_shipped_roce_incast_scenario_dcqcn_against_open_loop(tmp_path):
+def test_shipped_roce_incast_scenario_dcqcn_against_open_loop_over_three_seeds(tmp_path):
     scenario = ROOT / "experiments" / "scenarios" / "roce-incast.yaml"
     if LANE == "vm":
         sc = yaml.safe_load(scenario.read_text())
@@ -78,20 +78,26 @@ def test_shipped_roce_incast_scenario_dcqcn_against_open_loop(tmp_path):
     results = tmp_path / "results"
     p = run_cli("run", str(scenario), "--results", str(results), timeout=1500)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    out, dirs, (dc, none) = _summaries(results)
-    print(f"dcqcn: {dc['roce']['message_fct_s']}, drops {dc['total_drops']}, CNPs {dc['roce']['cnps_received']}, "
-          f"retransmitted {dc['roce']['retransmitted_packets']}; none: {none['roce']['message_fct_s']}, drops "
-          f"{none['total_drops']}, retransmitted {none['roce']['retransmitted_packets']}")
-    for s, mode in ((dc, "dcqcn"), (none, "none")):
+    out, dirs, summaries = _summaries(results)
+    dcs, nones = summaries[:3], summaries[3:]
+    for s, mode in [(x, "dcqcn") for x in dcs] + [(x, "none") for x in nones]:
         r = s["roce"]
+        print(f"{mode} seed {r['seed']}: message FCT {r['message_fct_s']}, drops {s['total_drops']}, "
+              f"CNPs {r['cnps_received']}, retransmitted {r['retransmitted_packets']}")
         assert r["mode"] == mode and r["delivered_exactly_once"] and r["messages_complete"] == r["messages"] == 96
         assert r["message_fct_s"]["median"] > 0 and r["message_fct_s"]["p99"] >= r["message_fct_s"]["median"]
         lo, hi = r["message_fct_s"]["median_ci95"]
         assert lo <= r["message_fct_s"]["median"] <= hi
-    assert dc["roce"]["cnps_received"] > 0 and dc["roce"]["dcqcn"]["time_scale"] > 0
-    assert none["roce"]["dcqcn"] is None and none["roce"]["cnps_sent"] > 0       # marked and notified, ignored
-    # Poisson arrivals: posting times spread over the run, not all at 0
-    with open(dirs[0] / "roce_messages.csv") as fh:
-        posted = sorted(float(r["posted_s"]) for r in csv.DictReader(fh))
-    assert posted[0] > 0 and posted[-1] > 1.0
+    assert [s["roce"]["seed"] for s in summaries] == [1, 2, 3, 1, 2, 3]
+    assert all(s["roce"]["cnps_received"] > 0 and s["roce"]["dcqcn"]["time_scale"] > 0 for s in dcs)
+    assert all(s["roce"]["dcqcn"] is None and s["roce"]["cnps_sent"] > 0 for s in nones)   # notified, ignored
+    # the seeds draw different Poisson arrivals (the same three for both modes), spread over the run
+    posted = []
+    for d in dirs[:3]:
+        with open(d / "roce_messages.csv") as fh:
+            posted.append(sorted(float(r["posted_s"]) for r in csv.DictReader(fh)))
+    assert posted[0] != posted[1] != posted[2] and all(p[0] > 0 and p[-1] > 1.0 for p in posted)
+    across = json.loads((out / "rounds.json").read_text())["roce_across_seeds"]
+    assert across["dcqcn"]["seeds"] == across["none"]["seeds"] == [1, 2, 3]
+    print(f"across seeds: {across}")
     assert_clean(str(out))

@@ -75,3 +75,26 @@ def test_jain_rates_and_median_interval():
     lo, hi = rocerun._median_ci(list(range(100)))
     assert lo < 50 < hi and hi - lo < 25
     assert rocerun._median_ci([1, 2, 3]) is None
+
+
+def test_rounds_repeat_with_their_own_seeds_and_compare_across_them():
+    sc = validate({**roce(responses=5, arrival="poisson", load=0.5),
+                   "rounds": [{"name": "a", "seed": 1}, {"name": "b", "seed": 2}, {"name": "c", "roce": {"mode": "none"}}]})
+    r = resolve_rounds(sc)
+    assert [x["seed"] for x in r] == [1, 2, sc["seed"]]
+    _, _, plan, _, _ = check_against_fabric(sc)
+    one, two = (rocerun.scenario_flows(sc, plan, s) for s in (1, 2))
+    assert one != two and one == rocerun.scenario_flows(sc, plan, 1)
+    with pytest.raises(ScenarioError) as e:
+        validate({**roce(), "rounds": [{"name": "a", "seed": -1}]})
+    assert e.value.key == "rounds[0].seed"
+    rows = [{"name": "a", "roce_mode": "dcqcn", "seed": 1, "message_fct_median_s": 0.2, "message_fct_p99_s": 1.0},
+            {"name": "b", "roce_mode": "dcqcn", "seed": 2, "message_fct_median_s": 0.4, "message_fct_p99_s": 2.0},
+            {"name": "c", "roce_mode": "none", "seed": 1, "message_fct_median_s": None, "message_fct_p99_s": None},
+            {"name": "tcp", "roce_mode": None}]
+    got = rocerun.across_seeds(rows)
+    d = got["dcqcn"]
+    assert d["rounds"] == ["a", "b"] and d["seeds"] == [1, 2]
+    assert d["median_s"] == pytest.approx({"median": 0.3, "min": 0.2, "max": 0.4})
+    assert d["p99_s"] == pytest.approx({"median": 1.5, "min": 1.0, "max": 2.0})
+    assert got["none"]["median_s"] is None and set(got) == {"dcqcn", "none"}
