@@ -251,12 +251,7 @@ def start_udp_flows(lf, state, flows: list[dict], out: Path, port: int, deadline
                                       "out": str(Path(out) / f"{f['src']}.tx.json"),
                                       "flows": [{"dst_ip": lf.fabric.node(f["dst"]).ip, "port": port, "flow_id": i,
                                                  **size}]})
-    try:
-        agents.wait_ready()
-    except BaseException:
-        agents.kill()
-        raise
-    agents.release(time.time() + start_in_s)
+    agents.ready_then_release(start_in_s)
     return agents
 
 

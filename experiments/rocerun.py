@@ -101,12 +101,7 @@ def start_roce_flows(lf, state, flows: list[dict], out: Path, deadline_unix_s: f
     agents = _Agents(lf, state)
     for h, j in host_jobs(lf, flows, out, deadline_unix_s, **job_args).items():
         agents.start(h, "roce", j)
-    try:
-        agents.wait_ready()
-    except BaseException:
-        agents.kill()
-        raise
-    agents.release(time.time() + start_in_s)
+    agents.ready_then_release(start_in_s)
     return agents
 
 

@@ -119,6 +119,16 @@ class _Agents:
                 err = p.stderr.read() if p.poll() is not None else ""
                 raise SetupError(f"agent {name} not ready within {timeout_s:.0f} s: {err.strip()[-400:]}")
 
+    def ready_then_release(self, start_in_s: float):
+        """:meth:`wait_ready`, then release every agent ``start_in_s`` from now; on any failure
+        the agents are killed first (then the error propagates)."""
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.kill()
+            raise
+        self.release(time.time() + start_in_s)
+
     def release(self, start_at_unix_s: float):
         for _, p in self.procs:
             p.stdin.write(f"{start_at_unix_s:.6f}\n")
