@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from pathlib import Path
 
 from common.pfc import PfcConfig, parse_pfc
