@@ -318,6 +318,10 @@ class PcapThread(threading.Thread):
         super().__init__(daemon=True)
         from scapy.utils import PcapWriter
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        try:                              # a burst must not overflow the capture while the sender runs
+            self.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
+        except OSError:
+            pass
         self.sock.bind((ifname, 0))
         self.sock.settimeout(0.1)
         self.writer = PcapWriter(path, linktype=1, sync=False)

