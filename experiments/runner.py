@@ -355,7 +355,8 @@ def check_against_fabric(sc: dict):
     every round's per-port ECN profiles. Returns ``(fabric, fabric_map, plan, rounds, profiles)``.
 
     Raises:
-        ScenarioError: naming the key (``traffic.pattern``, ``ecn.ports.<name>``, ``rounds[i].ecn.ports...``).
+        ScenarioError: naming the key (``traffic.pattern``, ``ecn.ports.<name>``, ``rounds[i].ecn.ports...``,
+            ``roce.dcqcn.<key>``).
     """
     from common.ecn import port_profiles
     fabric = build_fabric(sc)
@@ -367,6 +368,9 @@ def check_against_fabric(sc: dict):
     rounds = resolve_rounds(sc)
     profiles = [port_profiles(r["ecn"], fabric_map, key=f"rounds[{i}].ecn" if sc["rounds"] else "ecn")
                 for i, r in enumerate(rounds)]
+    if sc["traffic"]["transport"] == "roce":
+        from experiments import rocerun
+        rocerun.dcqcn_params(sc)          # DCQCN overrides that contradict each other: named before anything starts
     return fabric, fabric_map, plan, rounds, profiles
 
 

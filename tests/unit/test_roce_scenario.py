@@ -98,3 +98,10 @@ def test_rounds_repeat_with_their_own_seeds_and_compare_across_them():
     assert d["median_s"] == pytest.approx({"median": 0.3, "min": 0.2, "max": 0.4})
     assert d["p99_s"] == pytest.approx({"median": 1.5, "min": 1.0, "max": 2.0})
     assert got["none"]["median_s"] is None and set(got) == {"dcqcn", "none"}
+
+
+def test_contradicting_dcqcn_overrides_are_named_before_anything_starts():
+    sc = validate({**roce(), "roce": {"dcqcn": {"min_rate_mbps": 50}}})
+    with pytest.raises(ScenarioError) as e:
+        check_against_fabric(sc)
+    assert e.value.key == "roce.dcqcn.min_rate_mbps"
