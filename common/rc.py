@@ -56,6 +56,7 @@ class Packet:
 
     @property
     def psn(self) -> int:
+        """The 24-bit PSN on the wire."""
         return self.seq & PSN_MASK
 
 
@@ -209,6 +210,7 @@ class Responder:
 
     @property
     def expected_psn(self) -> int:
+        """The PSN the responder accepts next (ePSN)."""
         return self._expected & PSN_MASK
 
     def on_packet(self, psn: int, payload_bytes: int, ackreq: bool, last_of_message: bool) -> Response:

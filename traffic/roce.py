@@ -105,6 +105,7 @@ class TokenBucket:
         return 0.0 if self.tokens >= 0 else -self.tokens * 8 / self.rate_bps
 
     def take(self, nbytes: int) -> None:
+        """A frame of ``nbytes`` left: take its tokens (the bucket may go into debt by one frame)."""
         self.tokens -= nbytes
 
 
@@ -162,6 +163,7 @@ class SenderQp:
 
     @property
     def finished(self) -> bool:
+        """Every message posted and acknowledged, none left to post, nothing waiting to go."""
         more = self.schedule or (self.duration_s is not None and time.monotonic() - self.start_s < self.duration_s)
         return not more and self.req.done and self.pending is None
 
@@ -216,6 +218,7 @@ class SenderQp:
         return 0.0, False
 
     def sent(self, nbytes: int, now_s: float) -> None:
+        """The pending frame (``nbytes`` on the wire) left at ``now_s``: pacer, counters, byte counter."""
         self.pending = None
         self.bucket.take(nbytes)
         st = self.stats
@@ -233,6 +236,7 @@ class SenderQp:
 
     # -- feedback --
     def on_feedback(self, b: roce.Bth, now_s: float) -> None:
+        """A CNP (DCQCN cut, mode dcqcn), ACK or NAK (go-back-N) for this QP arrived at ``now_s``."""
         if b.opcode == roce.CNP:
             self.stats["cnps_received"] += 1
             if self.rp is not None:
@@ -247,10 +251,12 @@ class SenderQp:
                 self.req.on_nak(b.psn, now_s)
 
     def sample(self, now_s: float) -> None:
+        """Record (Unix time, wire bytes sent, rate, target rate) for the rate-over-time results."""
         self.samples.append((round(now_s + self.unix_offset_s, 6), self.stats["wire_bytes_sent"],
                              round(self.rate_bps()), round(self.rp.target_bps if self.rp else self.target_bps)))
 
     def record(self) -> dict:
+        """The sender QP's result record (see the module docstring)."""
         req = self.req
         msgs = [{"bytes": m.size_bytes, "posted_unix_s": m.posted_s + self.unix_offset_s,
                  "first_sent_unix_s": None if m.first_sent_s is None else m.first_sent_s + self.unix_offset_s,
@@ -297,9 +303,11 @@ class ReceiverQp:
 
     @property
     def complete(self) -> bool:
+        """Every expected byte arrived (never true for a long-lived flow, whose size is unknown)."""
         return self.expect_bytes is not None and self.resp.delivered_bytes >= self.expect_bytes
 
     def record(self) -> dict:
+        """The receiver QP's result record (see the module docstring)."""
         r, off = self.resp, self.unix_offset_s
         return {"flow_id": self.flow_id, "qpn": self.qpn, "bytes_delivered": r.delivered_bytes,
                 "packets_delivered": r.delivered_packets, "messages_done": r.messages_done,
@@ -329,6 +337,7 @@ class PcapThread(threading.Thread):
         self.frames = 0
 
     def run(self):
+        """Write every frame seen until :attr:`stop` is set; then close the file and the socket."""
         while not self.stop.is_set():
             try:
                 data = self.sock.recv(65535)
