@@ -105,6 +105,11 @@ class Requester:
         return self._highest_sent + 1 - self._una
 
     @property
+    def unsent_packets(self) -> int:
+        """Packets posted (or rewound by go-back-N) that wait to be transmitted."""
+        return self._next_new - self._send
+
+    @property
     def done(self) -> bool:
         """Every posted message is complete."""
         return self._una == self._next_new

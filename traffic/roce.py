@@ -155,11 +155,9 @@ class SenderQp:
         while self.schedule and self.schedule[-1][0] <= t:
             self.req.post(self.schedule.pop()[1], now_s)
         if self.duration_s is not None and t < self.duration_s and \
-                self.req.outstanding_packets + self._unsent_packets() < 64:
+                self.req.outstanding_packets + self.req.unsent_packets < 64:
             self.req.post(self.message_bytes, now_s)
 
-    def _unsent_packets(self) -> int:
-        return self.req._next_new - self.req._send
 
     @property
     def finished(self) -> bool:
@@ -180,8 +178,7 @@ class SenderQp:
                 self.bucket.set_rate(self.rp.rate_bps, now_s)
         if self.pending is not None:
             return self.pending, 0.0
-        req = self.req
-        w = self.bucket.ready_wait_s(req._next_new > req._send, now_s)
+        w = self.bucket.ready_wait_s(self.req.unsent_packets > 0, now_s)
         if w > 0:
             return None, w
         pkt = self.req.next_packet(now_s)
@@ -300,6 +297,32 @@ class ReceiverQp:
         self.ce_packets = self.ect_packets = self.not_ect_packets = self.cnps_sent = 0
         self.first_s = self.last_s = None
         self.samples = []
+
+    def reply_frame(self, kind: str, psn: int) -> bytes:
+        """The ACK (``kind`` "ack") or NAK ("nak") frame for ``psn`` to this QP's requester."""
+        return bytes(self.acks.patch(roce.ACKNOWLEDGE, psn, False, roce.AETH_BYTES,
+                                     roce.aeth(kind == "nak", self.resp.messages_done)))
+
+    def on_data(self, b: roce.Bth, ecn: int, nps: NotificationPoint, now_s: float) -> list[bytes]:
+        """One data packet (its BTH, the IP ECN field it arrived with) at ``now_s``: counts it,
+        asks the notification point for a CNP, runs the responder; returns the frames to send back."""
+        if ecn == roce.CE:
+            self.ce_packets += 1
+        elif ecn:
+            self.ect_packets += 1
+        else:
+            self.not_ect_packets += 1
+        if self.first_s is None:
+            self.first_s = now_s
+        self.last_s = now_s
+        out = []
+        if nps.on_packet(b.dqpn, ecn == roce.CE, now_s):
+            self.cnps_sent += 1
+            out.append(self.cnp)
+        r = self.resp.on_packet(b.psn, b.payload_bytes, b.ackreq, b.opcode in (roce.SEND_LAST, roce.SEND_ONLY))
+        if r.reply is not None:
+            out.append(self.reply_frame(*r.reply))
+        return out
 
     @property
     def complete(self) -> bool:
@@ -423,25 +446,7 @@ def run_roce(job: dict, ready=None, start_at_unix_s: float | None = None) -> dic
                     if q is None:
                         stats["rx_unknown_qp"] += 1
                         continue
-                    tos = anc[0][2][0] if anc else 0
-                    ecn = tos & 3
-                    if ecn == roce.CE:
-                        q.ce_packets += 1
-                    elif ecn:
-                        q.ect_packets += 1
-                    else:
-                        q.not_ect_packets += 1
-                    if q.first_s is None:
-                        q.first_s = now
-                    q.last_s = now
-                    if nps.on_packet(b.dqpn, ecn == roce.CE, now):
-                        q.cnps_sent += 1
-                        replies.append(q.cnp)
-                    r = q.resp.on_packet(b.psn, b.payload_bytes, b.ackreq, b.opcode in (roce.SEND_LAST, roce.SEND_ONLY))
-                    if r.reply is not None:
-                        kind, psn = r.reply
-                        replies.append(bytes(q.acks.patch(roce.ACKNOWLEDGE, psn, False, roce.AETH_BYTES,
-                                                          roce.aeth(kind == "nak", q.resp.messages_done))))
+                    replies += q.on_data(b, (anc[0][2][0] if anc else 0) & 3, nps, now)
                 else:
                     q = senders.get(b.dqpn)
                     if q is None:
@@ -474,8 +479,7 @@ def run_roce(job: dict, ready=None, start_at_unix_s: float | None = None) -> dic
                 if q.last_s is not None and now - q.last_s >= ack_delay_s:
                     r = q.resp.flush()
                     if r is not None:
-                        replies.append(bytes(q.acks.patch(roce.ACKNOWLEDGE, r[1], False, roce.AETH_BYTES,
-                                                          roce.aeth(False, q.resp.messages_done))))
+                        replies.append(q.reply_frame(*r))
                 if q.first_s is not None and now >= next_sample:
                     q.samples.append((round(now + off, 6), q.resp.delivered_bytes))
             if now >= next_sample:
