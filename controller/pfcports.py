@@ -87,6 +87,12 @@ class GateWorker:
                 self.errors.append(str(err))
                 LOG.error("PFC gate %s: %s", self.gates.ifname, err)
 
+    def wait(self, timeout_s: float = 5.0) -> bool:
+        """Block until what was submitted before has run (at most ``timeout_s``); False on timeout."""
+        done = threading.Event()
+        self.submit(done.set)
+        return done.wait(timeout_s)
+
     def stop(self) -> None:
         """Finish what was submitted, then end the thread."""
         self.q.put(None)
@@ -112,7 +118,7 @@ class PfcPorts:
         self.pauses: list[dict] = []
         self.reaction_s: list[float] = []
         self.reactions: list[tuple] = []    # (t_s of the XOFF, reaction_s)
-        self.reaction_parts: list[tuple] = []  # (event -> pauser, pauser -> gate thread, netlink) seconds
+        self.reaction_parts: list[tuple] = []  # (t_s of the XOFF, event -> pauser, pauser -> gate thread, netlink) s
         self.enabled = False
         self.occupancy: list[tuple] = []    # (t_s, sw, ingress index, prio, bytes) when a count changed
         self._last_occ: dict[tuple, int] = {}
@@ -222,8 +228,8 @@ class PfcPorts:
             self.reaction_s.append((t_done - t_event_ns) / 1e9)
             self.reactions.append((self._t_rel(t_event_ns), self.reaction_s[-1]))
             if t_submit_ns is not None:
-                self.reaction_parts.append(((t_submit_ns - t_event_ns) / 1e9, (t_start - t_submit_ns) / 1e9,
-                                            (t_done - t_start) / 1e9))
+                self.reaction_parts.append((self._t_rel(t_event_ns), (t_submit_ns - t_event_ns) / 1e9,
+                                            (t_start - t_submit_ns) / 1e9, (t_done - t_start) / 1e9))
 
     def _after(self, ev, key, link) -> None:
         if ev.kind == "xon":
@@ -308,7 +314,8 @@ class PfcPorts:
     def report(self) -> dict:
         """Pauses (closed and open), storms, reaction latencies (``reactions``: [t_s of the XOFF,
         latency_s]; ``reaction_parts_s``: p50/p99/max of its parts since the start: kernel event ->
-        pauser thread, pauser -> gate thread, the netlink gate change), per-(port, priority)
+        pauser thread, pauser -> gate thread, the netlink gate change; ``reaction_parts``: each
+        reaction's [t_s of the XOFF, those three parts]), per-(port, priority)
         counters, and ``occupancy``: every change of a lossless (ingress port, priority)'s held
         bytes the pauser saw (one read per poll, ~10 ms), times in seconds from ``t0_unix_s``."""
         now = self._t_rel(time.monotonic_ns())
@@ -345,9 +352,10 @@ class PfcPorts:
                 "now_s": now, "enabled": self.enabled, "xoff_bytes": self.plan["xoff_bytes"],
                 "xon_bytes": self.plan["xon_bytes"], "cap_bytes": self.plan["cap_bytes"],
                 "reactions": reactions, "occupancy": occupancy,
+                "reaction_parts": [list(x) for x in self.reaction_parts] if parts is not None else [],
                 "reaction_parts_s": None if parts is None else {
-                    name: {"p50": float(np.percentile(parts[:, i], 50)), "p99": float(np.percentile(parts[:, i], 99)),
-                           "max": float(parts[:, i].max())}
+                    name: {"p50": float(np.percentile(parts[:, i + 1], 50)),
+                           "p99": float(np.percentile(parts[:, i + 1], 99)), "max": float(parts[:, i + 1].max())}
                     for i, name in enumerate(("event_to_pauser", "pauser_to_gate_thread", "gate_change"))}}
 
     def set_enabled(self, on: bool) -> int:
@@ -381,6 +389,7 @@ class PfcPorts:
                 for prio in {k[2] for k in self.states}:
                     worker.submit(worker.gates.set_limit, prio,
                                   p["cap_bytes"] * len(s["ports"]) if self.enabled else lossy)
+        self._wait_workers("PFC on" if self.enabled else "PFC off")
         LOG.info("PFC %s on %d (ingress port, priority) counters", "on" if self.enabled else "off", len(self.states))
         return len(self.states)
 
@@ -400,9 +409,18 @@ class PfcPorts:
                 worker = self.workers[port["intf"]]
                 for prio in lossless:
                     worker.submit(worker.gates.set_limit, prio, cap_bytes * len(s["ports"]))
+        self._wait_workers("new limits")
         LOG.info("PFC: XOFF %d B, XON %d B, buffer %d B on %d counters", xoff_bytes, xon_bytes, cap_bytes,
                  len(self.states))
         return len(self.states)
+
+    def _wait_workers(self, what: str) -> None:
+        """Return once every gate thread has applied what was submitted (the runner starts the
+        traffic after the answer: a lossless FIFO still at the lossy limit would drop)."""
+        late = [w.gates.ifname for w in self.workers.values() if not w.wait()]
+        if late:
+            self.errors.append(f"{what}: gate threads of {late} did not finish within 5 s")
+            LOG.error("PFC: %s: gate threads of %s did not finish within 5 s", what, late)
 
     def headroom(self) -> list[dict]:
         """Per link rate: the headroom the measured reaction latency needs (rate x (p99 reaction + link

@@ -100,8 +100,8 @@ def round_results(out: Path, report: dict, before: dict | None, begin_unix_s: fl
         "per_port": [{"switch", "port", "upstream", "pauses", "paused_time_s"}], "pausing_switches",
         "paused_upstreams", "reaction_s": {count, p50, p99, max}, "headroom", "storms", "cap_drops",
         "storm_drops", "xoff_events", "lost_events", "pauser_realtime", "blocked_sends",
-        "host_queue_full", "datagrams_lost", "sender_done_s": {median, max}, "errors"}`` (bytes,
-        seconds); :func:`add_to_summary` adds ``receiver_udp_drops`` (per receiving host, from its agent).
+        "host_queue_full", "datagrams_lost", "sender_done_s": {median, max}, "errors",
+        "slowest_reactions": the 5 slowest XOFF reactions of the round with their parts}`` (bytes, seconds); :func:`add_to_summary` adds ``receiver_udp_drops`` (per receiving host, from its agent).
     """
     shift = report["t0_unix_s"] - start_unix_s      # controller-relative -> traffic-relative seconds
     begin = begin_unix_s - report["t0_unix_s"]
@@ -148,6 +148,11 @@ def round_results(out: Path, report: dict, before: dict | None, begin_unix_s: fl
         # how long the senders took to hand over their bytes: paused NICs make it the congested port's pace
         "sender_done_s": {"median": _percentile(done_s, 50), "max": max(done_s)} if done_s else None,
         "errors": report["errors"],
+        # where the time of the round's slowest pause reactions went (case: a late reaction overruns the headroom)
+        "slowest_reactions": [{"t_s": t + shift, "reaction_s": a + b + c, "event_to_pauser_s": a,
+                               "pauser_to_gate_thread_s": b, "gate_change_s": c}
+                              for t, a, b, c in sorted((x for x in report.get("reaction_parts", []) if x[0] >= begin),
+                                                       key=lambda x: -(x[1] + x[2] + x[3]))[:5]],
     }
 
 

@@ -122,7 +122,8 @@ def flow_records(flows: list[dict], out: Path) -> list[dict]:
         tx = next((r for r in (tx_all or {}).get("senders", []) if r["flow_id"] == f["flow_id"]), None)
         rx = next((r for r in (rx_all or {}).get("receivers", []) if r["flow_id"] == f["flow_id"]), None)
         res.append({"flow": f, "tx": tx, "rx": rx,
-                    "errors": [x.get("error") for x in (tx_all, rx_all) if x and x.get("error")]})
+                    "errors": [x.get("error") for x in (tx_all, rx_all) if x and x.get("error")],
+                    "rx_host_udp_drops": (rx_all or {}).get("host_udp_drops")})
     return res
 
 
@@ -223,7 +224,7 @@ def collect_rows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> li
                        _samples=[(ts - start, b) for ts, b in rx["samples"]])
             row["complete"] = (not errs and tx["all_complete"] and rx["bytes_delivered"] == tx["message_bytes"])
         row["error"] = "; ".join(e for e in errs if e) or None
-        row["roce"] = {"tx": tx, "rx": rx}
+        row["roce"] = {"tx": tx, "rx": rx, "rx_host_udp_drops": rec["rx_host_udp_drops"]}
         rows.append(row)
     return rows
 
@@ -247,7 +248,8 @@ def add_to_summary(out: Path, summary: dict, rows: list[dict], mode: str, params
     retransmitted packets, NAKs, timeouts, back-pressure, last rate, pacing) into ``out``.
 
     ``roce``: mode, DCQCN parameters (mode dcqcn), CNPs sent and received, retransmitted packets,
-    NAKs, timeouts, host back-pressure, message completion times (count, median with its ~95%
+    NAKs, timeouts, host back-pressure, the receiving hosts' UDP receive drops
+    (``host_udp_drops``), message completion times (count, median with its ~95%
     confidence interval, p99, max; case R4), pacing warnings (case T5) and the senders' last rates."""
     from experiments.analysis import _percentile, _write_csv
     out = Path(out)
@@ -296,6 +298,7 @@ def add_to_summary(out: Path, summary: dict, rows: list[dict], mode: str, params
         "duplicates_dropped": sum(x.get("duplicates", 0) for x in rxs),
         "blocked_sends": sum(x.get("blocked_sends", 0) for x in txs),
         "host_queue_full": sum(x.get("host_queue_full", 0) for x in txs),
+        "host_udp_drops": _host_udp_drops(rows),
         "delivered_exactly_once": all(r["complete"] for r in rows),
         "pacing_warnings": [x["pacing_warning"] for x in txs if x.get("pacing_warning")],
         "final_rate_bps": {r["flow_id"]: t.get("final_rate_bps") for r, t in zip(rows, txs) if t},
@@ -304,6 +307,17 @@ def add_to_summary(out: Path, summary: dict, rows: list[dict], mode: str, params
         print(f"fabriclab: WARNING: {w}", file=sys.stderr)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
+
+
+def _host_udp_drops(rows: list[dict]) -> dict:
+    """Per receiving host: the RoCE frames its kernel dropped before the agent read them
+    (``/proc/net/snmp`` Udp RcvbufErrors and InErrors over the run), summed over hosts."""
+    per_host = {r["dst"]: (r["roce"] or {}).get("rx_host_udp_drops") for r in rows}
+    tot = {"RcvbufErrors": 0, "InErrors": 0}
+    for d in per_host.values():
+        for k in tot:
+            tot[k] += (d or {}).get(k, 0)
+    return tot
 
 
 def format_line(summary: dict) -> str | None:

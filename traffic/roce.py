@@ -53,6 +53,7 @@ import time
 from common import roce
 from common.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
 from common.rc import Requester, Responder
+from traffic.agent import udp_receive_errors
 
 ETH_P_ALL = 0x0003
 IP_RECVTOS = 13
@@ -394,6 +395,7 @@ def run_roce(job: dict, ready=None, start_at_unix_s: float | None = None) -> dic
     """Run one host's QPs (module docstring); returns the result record. ``ready`` is called once the
     sockets are open (the agent prints READY there) and must return the start time (Unix s)."""
     tx, rx = open_sockets(job["ifname"])
+    udp_before = udp_receive_errors()
     pcap = PcapThread(job["ifname"], job["pcap"]) if job.get("pcap") else None
     senders = {f["qpn"]: SenderQp(f, job, job["mac"], job["ip"]) for f in job.get("send", [])}
     receivers = {f["qpn"]: ReceiverQp(f, job, job["mac"], job["ip"]) for f in job.get("receive", [])}
@@ -503,4 +505,5 @@ def run_roce(job: dict, ready=None, start_at_unix_s: float | None = None) -> dic
         rx.close()
     return {"role": "roce", "host_ip": job["ip"], "start_at_unix_s": start_unix, "mode": job.get("mode", "dcqcn"),
             "senders": [q.record() for q in senders.values()], "receivers": [q.record() for q in receivers.values()],
-            "loop": stats, "pcap_frames": pcap.frames if pcap else None, "error": error}
+            "loop": stats, "pcap_frames": pcap.frames if pcap else None, "error": error,
+            "host_udp_drops": {k: v - udp_before[k] for k, v in udp_receive_errors().items()}}
