@@ -149,9 +149,10 @@ class FabricController(BaseApp):
             if self.config.get("pfc_plan") and self.pfc is None:
                 from pathlib import Path
 
-                from controller.pfcports import PfcPorts
+                from controller.pfcports import PfcPorts, share_gil_realtime
                 with open(self.config["pfc_plan"]) as f:
                     self.pfc = PfcPorts(json.load(f), Path(self.config["control_dir"]) / "pfc")
+                self.pfc.hub_realtime = share_gil_realtime()
                 hub.spawn(self._request_loop, self.pfc, "PFC")
             self._write_ready()
 

@@ -48,14 +48,32 @@ RECONCILE_INTERVAL_S = 0.1
 RT_PRIORITY = 10
 
 
-def _realtime() -> bool:
-    """Make the calling thread SCHED_FIFO at RT_PRIORITY; False (kept normal) if the kernel refuses."""
+#: Real-time priority given to the controller's main thread (os-ken's hub) when PFC runs in its
+#: process: below the pauser's, above every normal process (see :func:`share_gil_realtime`).
+HUB_RT_PRIORITY = RT_PRIORITY - 1
+
+
+def _realtime(priority: int = RT_PRIORITY) -> bool:
+    """Make the calling thread SCHED_FIFO at ``priority`` (children it forks start normal again:
+    SCHED_RESET_ON_FORK); False (kept normal) if the kernel refuses."""
     import os
     try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(RT_PRIORITY))
+        os.sched_setscheduler(0, os.SCHED_FIFO | getattr(os, "SCHED_RESET_ON_FORK", 0), os.sched_param(priority))
         return True
     except (OSError, AttributeError):
         return False
+
+
+def share_gil_realtime() -> bool:
+    """Make the calling (os-ken main) thread real-time too, at HUB_RT_PRIORITY.
+
+    The pauser and the gate threads share the interpreter lock with os-ken's hub thread. At
+    normal priority the hub thread was preempted by the traffic processes while it held the lock,
+    and the real-time pauser waited for it: XOFF reactions of 87 and 117 ms in a RoCE incast (the
+    event -> pauser part; p50 0.5 ms), 265 ms once, enough to overrun the headroom and drop. A
+    real-time holder is not preempted by normal processes, so it hands the lock on within the
+    interpreter's switch interval. The hub sleeps in epoll between OpenFlow messages and requests."""
+    return _realtime(HUB_RT_PRIORITY)
 
 
 class GateWorker:
@@ -126,10 +144,12 @@ class PfcPorts:
         self.corrected_bytes = 0
         self._idle_seen: dict[tuple, int] = {}
         self.realtime = None
+        self.hub_realtime = None   # set by the app: its hub thread shares the interpreter lock (share_gil_realtime)
         self.lost_events = 0       # transitions found by _tick before (or without) their ring-buffer event
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = None
+        self._reconciler = None
         self._lock = threading.Lock()
         self.t0_mono_ns = time.monotonic_ns()
         self.t0_unix_s = time.time()
@@ -177,6 +197,8 @@ class PfcPorts:
         self.bpf.on_events(self._on_event)
         self._thread = threading.Thread(target=self._run, name="pfc-pauser", daemon=True)
         self._thread.start()
+        self._reconciler = threading.Thread(target=self._run_reconciler, name="pfc-reconciler", daemon=True)
+        self._reconciler.start()
         record = {"ports": sum(len(s["ports"]) for s in p["switches"]), "hosts": len(p["hosts"]),
                   "lossless": sorted(lossless), "enabled": self.enabled, **self.bpf.ids()}
         LOG.info("PFC: queues on %d switch ports and %d host NICs; lossless priorities %s",
@@ -296,19 +318,28 @@ class PfcPorts:
 
     def _run(self) -> None:
         self.realtime = _realtime()
-        last_reconcile = time.monotonic()
-        lossless = self.plan["lossless"]
         while not self._stop.is_set():
             try:
                 self.bpf.poll(10)
                 self._tick()
-                if time.monotonic() - last_reconcile >= RECONCILE_INTERVAL_S:
-                    last_reconcile = time.monotonic()
-                    self._reconcile_idle(lossless)
             except SetupError as err:
                 self.errors.append(str(err))
                 LOG.error("PFC pauser: %s", err)
                 time.sleep(0.1)
+
+    def _run_reconciler(self) -> None:
+        """Every RECONCILE_INTERVAL_S, :meth:`_reconcile_idle`, on a thread of its own: it reads
+        queues through netlink dumps (a new pyroute2 socket per port), which took the pauser
+        thread 0.13-0.26 s under a RoCE incast's pauses, and the XOFF events waited meanwhile.
+        Real-time below the pauser, so it hands the interpreter lock on when the pauser wants it."""
+        _realtime(HUB_RT_PRIORITY)
+        lossless = self.plan["lossless"]
+        while not self._stop.wait(RECONCILE_INTERVAL_S):
+            try:
+                self._reconcile_idle(lossless)
+            except SetupError as err:
+                self.errors.append(str(err))
+                LOG.error("PFC reconciler: %s", err)
 
     # -- results --------------------------------------------------------------------------
     def report(self) -> dict:
@@ -347,7 +378,8 @@ class PfcPorts:
                                "p50": float(np.percentile(r, 50)) if r is not None else None,
                                "p99": float(np.percentile(r, 99)) if r is not None else None,
                                "max": float(r.max()) if r is not None else None},
-                "headroom": self.headroom(), "pauser_realtime": self.realtime, "lost_events": self.lost_events,
+                "headroom": self.headroom(), "pauser_realtime": self.realtime, "hub_realtime": self.hub_realtime,
+                "lost_events": self.lost_events,
                 "corrected_bytes": self.corrected_bytes, "counters": counters, "errors": self.errors[:20],
                 "now_s": now, "enabled": self.enabled, "xoff_bytes": self.plan["xoff_bytes"],
                 "xon_bytes": self.plan["xon_bytes"], "cap_bytes": self.plan["cap_bytes"],
@@ -445,8 +477,9 @@ class PfcPorts:
     def stop(self) -> None:
         """Stop the pauser, close sockets and the BPF object (queues stay with their ports)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
+        for t in (self._thread, self._reconciler):
+            if t is not None:
+                t.join(timeout=2)
         for w in self.workers.values():
             w.stop()
         for w in self.workers.values():

@@ -99,7 +99,7 @@ def round_results(out: Path, report: dict, before: dict | None, begin_unix_s: fl
         ``{"enabled", "mechanism", "xoff_bytes", "xon_bytes", "buffer_bytes", "pauses", "paused_time_s",
         "per_port": [{"switch", "port", "upstream", "pauses", "paused_time_s"}], "pausing_switches",
         "paused_upstreams", "reaction_s": {count, p50, p99, max}, "headroom", "storms", "cap_drops",
-        "storm_drops", "xoff_events", "lost_events", "pauser_realtime", "blocked_sends",
+        "storm_drops", "xoff_events", "lost_events", "pauser_realtime", "hub_realtime", "blocked_sends",
         "host_queue_full", "datagrams_lost", "sender_done_s": {median, max}, "errors",
         "slowest_reactions": the 5 slowest XOFF reactions of the round with their parts}`` (bytes, seconds); :func:`add_to_summary` adds ``receiver_udp_drops`` (per receiving host, from its agent).
     """
@@ -142,6 +142,7 @@ def round_results(out: Path, report: dict, before: dict | None, begin_unix_s: fl
         "storms": [{**s, "t_s": s["t_s"] + shift} for s in report["storms"] if s["t_s"] >= begin],
         "cap_drops": delta("drops"), "storm_drops": delta("storm_drops"), "xoff_events": delta("xoff_events"),
         "lost_events": report["lost_events"], "pauser_realtime": report["pauser_realtime"],
+        "hub_realtime": report.get("hub_realtime"),
         "blocked_sends": sum(f.get("blocked_sends") or 0 for f in udp) if udp else None,
         "host_queue_full": sum(f.get("host_queue_full") or 0 for f in udp) if udp else None,
         "datagrams_lost": sum(f.get("datagrams_lost") or 0 for f in udp) if udp else None,
