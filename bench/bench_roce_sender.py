@@ -104,7 +104,7 @@ def fabriclab_sender(seconds: float) -> tuple[float, dict]:
         q.pump(tx, 16)
         sent = q.stats["packets_sent"]
         if sent - acked >= 16:                       # the responder's coalesced ACK
-            q.req.on_ack((q.req._highest_sent) & roce.PSN_MASK, time.monotonic())
+            q.req.on_ack(q.req.highest_sent_psn, time.monotonic())
             acked = sent
     dt = time.perf_counter() - t0
     tx.close()

@@ -105,6 +105,11 @@ class Requester:
         return self._highest_sent + 1 - self._una
 
     @property
+    def highest_sent_psn(self) -> int:
+        """The PSN of the newest packet sent so far (wrapped to 24 bits)."""
+        return self._highest_sent & PSN_MASK
+
+    @property
     def unsent_packets(self) -> int:
         """Packets posted (or rewound by go-back-N) that wait to be transmitted."""
         return self._next_new - self._send

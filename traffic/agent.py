@@ -278,10 +278,7 @@ def run_udp_receiver(job: dict) -> dict:
     sender's count from its end marker. Ends when every flow's end marker came, or
     :data:`UDP_IDLE_S` after the last datagram, or at the deadline."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:                                  # root may exceed net.core.rmem_max
-        s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)
-    except OSError:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    big_receive_buffer(s)
     s.bind(("0.0.0.0", job["port"]))
     s.settimeout(0.05)
     errors_before = udp_receive_errors()
@@ -337,6 +334,15 @@ def run_udp_receiver(job: dict) -> dict:
 
 
 SO_RCVBUFFORCE = 33
+
+
+def big_receive_buffer(sock: socket.socket, size_bytes: int = 8 << 20) -> None:
+    """Give ``sock`` a ``size_bytes`` receive buffer: SO_RCVBUFFORCE (root may exceed
+    net.core.rmem_max), else SO_RCVBUF (capped by rmem_max)."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, size_bytes)
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size_bytes)
 
 
 def udp_receive_errors() -> dict:

@@ -53,7 +53,7 @@ import time
 from common import roce
 from common.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
 from common.rc import Requester, Responder
-from traffic.agent import udp_receive_errors
+from traffic.agent import big_receive_buffer, udp_receive_errors
 
 ETH_P_ALL = 0x0003
 IP_RECVTOS = 13
@@ -61,7 +61,6 @@ IP_RECVTOS = 13
 #: 2 cores in an 8:1 incast) catches up instead of losing its turn; the host NIC's own shaper still
 #: holds the line rate (4 frames lost ~10% of the allowed bytes in a PFC incast here)
 BURST_FRAMES = 16
-SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32
 PACING_WARN_FRACTION = 0.9
 
 
@@ -350,10 +349,7 @@ class PcapThread(threading.Thread):
         super().__init__(daemon=True)
         from scapy.utils import PcapWriter
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-        try:                              # a burst must not overflow the capture while the sender runs
-            self.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
-        except OSError:
-            pass
+        big_receive_buffer(self.sock, 16 << 20)   # a burst must not overflow the capture while the sender runs
         self.sock.bind((ifname, 0))
         self.sock.settimeout(0.1)
         self.writer = PcapWriter(path, linktype=1, sync=False)
@@ -381,10 +377,7 @@ def open_sockets(ifname: str) -> tuple[socket.socket, socket.socket]:
     tx.bind((ifname, 0))
     tx.setblocking(False)
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)
-    except OSError:
-        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    big_receive_buffer(rx)
     rx.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
     rx.bind(("0.0.0.0", roce.ROCE_UDP_PORT))
     rx.setblocking(False)
