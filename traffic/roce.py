@@ -384,6 +384,51 @@ def open_sockets(ifname: str) -> tuple[socket.socket, socket.socket]:
     return tx, rx
 
 
+def receive_waiting(rx: socket.socket, buf: bytearray, cmsg_space: int, senders: dict, receivers: dict,
+                    nps: NotificationPoint, now_s: float, replies: list, stats: dict) -> bool:
+    """Read every RoCE datagram waiting on ``rx``: data to its receiver QP (ECN field from
+    IP_RECVTOS; the ACK/NAK/CNP frames it answers with are appended to ``replies``), feedback to
+    its sender QP (by destination QP number). Counts ``rx_frames`` and ``rx_unknown_qp`` in
+    ``stats``; returns whether anything arrived."""
+    got = False
+    while True:
+        try:
+            n, anc, _flags, _addr = rx.recvmsg_into([buf], cmsg_space)
+        except BlockingIOError:
+            return got
+        got = True
+        stats["rx_frames"] += 1
+        try:
+            b = roce.parse_bth(memoryview(buf)[:n])
+        except ValueError:
+            continue
+        q = (receivers if b.opcode in roce.DATA_OPCODES else senders).get(b.dqpn)
+        if q is None:
+            stats["rx_unknown_qp"] += 1
+        elif b.opcode in roce.DATA_OPCODES:
+            replies += q.on_data(b, (anc[0][2][0] if anc else 0) & 3, nps, now_s)
+        else:
+            q.on_feedback(b, now_s)
+
+
+def send_replies(tx: socket.socket, replies: list, stats: dict) -> None:
+    """Send ``replies`` in order on ``tx``, removing what went; stop at back-pressure (EAGAIN or
+    ENOBUFS, counted in ``stats["reply_blocked"]``): the rest waits for the next loop.
+    Raises OSError for any other send error."""
+    while replies:
+        try:
+            tx.send(replies[0])
+        except BlockingIOError:
+            stats["reply_blocked"] += 1
+            return
+        except OSError as e:
+            if e.errno != errno.ENOBUFS:
+                raise
+            stats["reply_blocked"] += 1
+            return
+        replies.pop(0)
+
+
 def run_roce(job: dict, ready=None, start_at_unix_s: float | None = None) -> dict:
     """Run one host's QPs (module docstring); returns the result record. ``ready`` is called once the
     sockets are open (the agent prints READY there) and must return the start time (Unix s)."""
@@ -424,40 +469,9 @@ def run_roce(job: dict, ready=None, start_at_unix_s: float | None = None) -> dic
                 error = "deadline passed"
                 break
             stats["loops"] += 1
-            # -- receive everything waiting --
-            while True:
-                try:
-                    n, anc, _flags, _addr = rx.recvmsg_into([buf], cmsg_space)
-                except BlockingIOError:
-                    break
+            if receive_waiting(rx, buf, cmsg_space, senders, receivers, nps, now, replies, stats):
                 last_rx = now
-                stats["rx_frames"] += 1
-                try:
-                    b = roce.parse_bth(memoryview(buf)[:n])
-                except ValueError:
-                    continue
-                if b.opcode in roce.DATA_OPCODES:
-                    q = receivers.get(b.dqpn)
-                    if q is None:
-                        stats["rx_unknown_qp"] += 1
-                        continue
-                    replies += q.on_data(b, (anc[0][2][0] if anc else 0) & 3, nps, now)
-                else:
-                    q = senders.get(b.dqpn)
-                    if q is None:
-                        stats["rx_unknown_qp"] += 1
-                        continue
-                    q.on_feedback(b, now)
-            # -- replies first (ACK/NAK/CNP), then data --
-            while replies:
-                try:
-                    tx.send(replies[0])
-                    replies.pop(0)
-                except (BlockingIOError, OSError) as e:
-                    if isinstance(e, BlockingIOError) or e.errno == errno.ENOBUFS:
-                        stats["reply_blocked"] += 1
-                        break
-                    raise
+            send_replies(tx, replies, stats)         # replies first (ACK/NAK/CNP), then data
             wait = math.inf
             blocked = bool(replies)
             if not blocked:
