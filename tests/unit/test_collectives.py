@@ -1,0 +1,111 @@
+"""Issue 8: the collectives' schedules, bandwidth factors and alpha-beta model (pure logic)."""
+import numpy as np
+import pytest
+
+from common import collectives as C
+
+
+def test_textbook_example_four_ranks_chunks_of_three():
+    # rank g starts with g*12 + i, i = 0..11; every rank ends with 72 + 4i after 24 chunk transfers
+    inputs = [np.array([g * 12 + i for i in range(12)], dtype=np.float32) for g in range(4)]
+    out, count = C.simulate(inputs, "allreduce")
+    assert count == 24
+    for a in out:
+        assert a.tolist() == [72 + 4 * i for i in range(12)]
+    assert C.chunk_bounds(12, 4) == [0, 3, 6, 9, 12]
+
+
+def test_textbook_example_reduce_scatter_step_by_step():
+    # after the reduce-scatter (3 steps) rank r holds chunk (r + 1) % 4 fully reduced
+    inputs = [np.array([g * 12 + i for i in range(12)], dtype=np.float32) for g in range(4)]
+    out, count = C.simulate(inputs, "reduce_scatter")
+    assert count == 12
+    for r, a in enumerate(out):
+        c = C.owned_chunk_after_reduce_scatter(r, 4)
+        assert a[3 * c:3 * c + 3].tolist() == [72 + 4 * i for i in range(3 * c, 3 * c + 3)]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 16, 31, 64])
+def test_ring_schedule_every_step_is_a_ring_shift_and_every_chunk_travels_right(n):
+    steps = C.ring_schedule(n, "allreduce")
+    assert len(steps) == 2 * (n - 1) and sum(len(s) for s in steps) == 2 * n * (n - 1)
+    for k, step in enumerate(steps):
+        assert sorted(t.src for t in step) == list(range(n))
+        assert all(t.dst == (t.src + 1) % n and t.step == k for t in step)
+        # every chunk moves exactly once per step
+        assert sorted(t.chunk for t in step) == list(range(n))
+        # what a rank sends at step k+1 is what it received at step k (the pipeline)
+        if k + 1 < len(steps):      # across the phase boundary too: the owned chunk came last
+            got = {t.dst: t.chunk for t in step}
+            nxt = {t.src: t.chunk for t in steps[k + 1]}
+            assert got == nxt
+    # rank r's reduce-scatter sends: (r - s) % n; the reduced chunk it owns then starts the all-gather
+    for r in range(n):
+        assert [steps[s][r].chunk for s in range(n - 1)] == [(r - s) % n for s in range(n - 1)]
+        assert steps[n - 1][r].chunk == C.owned_chunk_after_reduce_scatter(r, n)
+    assert all(t.reduce for s in steps[:n - 1] for t in s) and not any(t.reduce for s in steps[n - 1:] for t in s)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 7, 8, 16, 64])
+def test_simulated_allreduce_equals_numpy_sum_with_uneven_chunks(n):
+    rng = np.random.default_rng(n)
+    length = 10 * n + 3                                # chunks of uneven size
+    inputs = [rng.integers(-1000, 1000, length).astype(np.float32) for _ in range(n)]
+    kept = [a.copy() for a in inputs]
+    out, count = C.simulate(inputs, "allreduce")
+    want = np.sum(inputs, axis=0)
+    assert count == 2 * n * (n - 1)
+    assert all(np.array_equal(a, want) for a in out)
+    assert all(np.array_equal(a, b) for a, b in zip(inputs, kept))      # the inputs are left alone
+
+
+@pytest.mark.parametrize("n", [2, 4, 5, 16])
+def test_all_gather_and_all_to_all(n):
+    length = 3 * n
+    b = C.chunk_bounds(length, n)
+    inputs = [np.arange(length, dtype=np.float32) + 1000 * r for r in range(n)]
+    gathered, count = C.simulate(inputs, "all_gather")
+    assert count == n * (n - 1)
+    for a in gathered:
+        for c in range(n):
+            assert np.array_equal(a[b[c]:b[c + 1]], inputs[c][b[c]:b[c + 1]])
+    exchanged, count = C.simulate(inputs, "all_to_all")
+    assert count == n * (n - 1) and len(C.ring_schedule(n, "all_to_all")) == n - 1
+    for r, a in enumerate(exchanged):
+        for c in range(n):
+            assert np.array_equal(a[b[c]:b[c + 1]], inputs[c][b[r]:b[r + 1]])
+    for s, step in enumerate(C.ring_schedule(n, "all_to_all"), start=1):
+        assert sorted(t.dst for t in step) == list(range(n)) and all(t.dst == (t.src + s) % n for t in step)
+
+
+def test_busbw_factors_match_nccl_tests():
+    assert C.busbw_factor("allreduce", 16) == pytest.approx(2 * 15 / 16)
+    assert C.busbw_factor("allreduce", 2) == 1.0
+    for kind in ("reduce_scatter", "all_gather", "all_to_all"):
+        assert C.busbw_factor(kind, 8) == pytest.approx(7 / 8)
+    bw = C.bandwidths("allreduce", 4, 1_000_000, 2.0)
+    assert bw["algbw_bps"] == 4e6 and bw["busbw_bps"] == pytest.approx(4e6 * 1.5)
+
+
+def test_alpha_beta_model():
+    # 2(N-1)(alpha + D/(N B)): N = 4, D = 1 MB, B = 10 Mbit/s, alpha = 1 ms -> 6 x (1 ms + 0.2 s)
+    assert C.model_time_s("allreduce", 4, 1_000_000, 0.001, 10e6) == pytest.approx(6 * (0.001 + 0.2))
+    assert C.model_time_s("all_gather", 4, 1_000_000, 0.0, 10e6) == pytest.approx(3 * 0.2)
+    # busbw of the model's time with alpha 0 equals the link rate, whatever N
+    for n in (2, 4, 16, 64):
+        t = C.model_time_s("allreduce", n, 8_000_000, 0.0, 10e6)
+        assert C.bandwidths("allreduce", n, 8_000_000, t)["busbw_bps"] == pytest.approx(10e6)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: C.ring_schedule(1), "ranks"),
+    (lambda: C.ring_schedule(4, "broadcast"), "broadcast"),
+    (lambda: C.chunk_bounds(3, 4), "3 elements"),
+    (lambda: C.busbw_factor("gather", 4), "gather"),
+    (lambda: C.model_time_s("allreduce", 4, 1, 0.0, 0), "rate_bps"),
+    (lambda: C.bandwidths("allreduce", 4, 1, 0), "time_s"),
+    (lambda: C.simulate([np.zeros(4), np.zeros(5)]), "one length"),
+])
+def test_bad_input_is_named(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
