@@ -235,6 +235,26 @@ def delete_root_links(names: list[str]) -> list[str]:
     return deleted
 
 
+def ovs_interface_drops(names: list[str] | None = None) -> dict[str, dict]:
+    """Open vSwitch's own drop counters per interface: ``{name: {"rx_dropped", "tx_dropped"}}``
+    (``ovs-vsctl list Interface``; absent counters are 0). On the userspace datapath
+    ``tx_dropped`` counts frames OVS could not hand to a port's socket (they never reach a
+    qdisc, so no qdisc counter has them). ``names`` None: every interface.
+
+    Raises:
+        SetupError: ovs-vsctl failed.
+    """
+    import json as _json
+    out = _json.loads(run(["ovs-vsctl", "--format=json", "--columns=name,statistics", "list", "Interface"]))
+    res = {}
+    for name, stats in out.get("data", []):
+        if names is not None and name not in names:
+            continue
+        d = dict(stats[1]) if isinstance(stats, list) and stats and stats[0] == "map" else {}
+        res[name] = {"rx_dropped": int(d.get("rx_dropped", 0)), "tx_dropped": int(d.get("tx_dropped", 0))}
+    return res
+
+
 # -- Open vSwitch userspace datapath: its shared transmit socket ---------------
 #
 # With datapath_type=netdev, ovs-vswitchd transmits on every Linux port through

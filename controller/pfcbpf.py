@@ -68,6 +68,7 @@ class PfcBpf:
         self.lib, self.obj, self.progs, self.maps = lib, obj, progs, maps
         self.links: list = []
         self._ctl_lock = threading.Lock()
+        self._ctl_cache: dict[bytes, dict] = {}
         self._rb = None
         self._rb_cb = None
 
@@ -148,10 +149,16 @@ class PfcBpf:
         with self._ctl_lock:
             self._update("fl_pfc_ctl", key, CTL.pack(xoff_bytes, xon_bytes, cap_bytes, 0, 0),
                          f"settings of switch {sw} port {port} priority {prio}")
+            self._ctl_cache[key] = dict(zip(CTL_FIELDS, (xoff_bytes, xon_bytes, cap_bytes, 0, 0)))
             self._update("fl_pfc_occ", key, OCC.pack(0, 0, 0, 0, 0, 0, 0, 0),
                          f"counter of switch {sw} port {port} priority {prio}")
 
     def _ctl(self, key: bytes) -> dict | None:
+        """A counter's settings: userspace is their only writer, so the copy kept at each write
+        serves reads (one syscall less per :meth:`read`); the map for a key not written here."""
+        cached = self._ctl_cache.get(key)
+        if cached is not None:
+            return dict(cached)
         k = ctypes.create_string_buffer(key, OCC_KEY.size)
         v = ctypes.create_string_buffer(CTL.size)
         if self.lib.lib.bpf_map_lookup_elem(self.maps["fl_pfc_ctl"], k, v) < 0:
@@ -169,6 +176,7 @@ class PfcBpf:
             ctl.update(fields)
             self._update("fl_pfc_ctl", key, CTL.pack(*(ctl[f] for f in CTL_FIELDS)),
                          f"settings of switch {sw} port {port} priority {prio}")
+            self._ctl_cache[key] = ctl
 
     def set_limits(self, sw: int, port: int, prio: int, xoff_bytes: int, xon_bytes: int, cap_bytes: int = 0) -> None:
         """Change a counter's limits now, keeping its count: pause at ``xoff_bytes`` (0: never),

@@ -38,6 +38,20 @@ def watchdog_fabric(tmp_path, action):
     assert_clean(str(tmp_path / "run"))
 
 
+def qdisc_drops(lf) -> dict:
+    """Root qdisc drops (every class and FIFO below it included) of every switch port and host NIC."""
+    import json
+    out = {}
+    where = [(i, None) for i in lf.fabric.switch_interfaces()]
+    where += [(lf.fabric.host_attachment(h.name).b_intf, lf.host(h.name).pid) for h in lf.fabric.hosts]
+    for intf, pid in where:
+        q = json.loads(dataplane.run(["tc", "-s", "-j", "qdisc", "show", "dev", intf, "root"], pid) or "[]")
+        drops = sum(x.get("drops", 0) for x in q)
+        if drops:
+            out[intf] = drops
+    return out
+
+
 def stuck_receiver_run(lf, st, plan, out):
     """h3 sends DATAGRAMS lossless datagrams to h1 while leaf1's priority-3 gate toward h1 is shut for
     HOLD_S; returns (datagrams sent, received, the PFC report while held, the final one)."""
@@ -61,7 +75,10 @@ def stuck_receiver_run(lf, st, plan, out):
         gates.close()
     assert all(c == 0 for c in codes.values()), codes
     (tx, rx), = udp_flow_records(lf, flows, out)
-    return tx["datagrams_sent"], (rx["datagrams_received"] if rx else 0), rep_held, lf.pfc_report(out / "pfc.json")
+    rep = lf.pfc_report(out / "pfc.json")
+    rep["ovs_drops"] = dataplane.ovs_interface_drops()
+    rep["qdisc_drops"] = qdisc_drops(lf)
+    return tx["datagrams_sent"], (rx["datagrams_received"] if rx else 0), rep_held, rep
 
 
 @pytest.mark.parametrize("action", ["keep", "drop"])
@@ -71,8 +88,10 @@ def test_watchdog_reports_a_pause_storm_and_applies_its_action(tmp_path, action)
     storms = [s for s in rep["storms"] if s["switch"] == "leaf1"]
     storm_drops = sum(c["storm_drops"] for c in rep["counters"])
     cap_drops = sum(c["drops"] for c in rep["counters"])
+    ovs = {k: v for k, v in rep["ovs_drops"].items() if v["rx_dropped"] or v["tx_dropped"]}
     print(f"action {action}: sent {sent}, received {got}, storms {rep['storms']}, storm drops {storm_drops}, "
-          f"cap drops {cap_drops}; paused while held: {[(p['switch'], p['upstream']) for p in held['pauses']]}")
+          f"cap drops {cap_drops}, OVS's own drops {ovs}, qdisc drops {rep['qdisc_drops']}; paused while held: "
+          f"{[(p['switch'], p['upstream']) for p in held['pauses']]}")
     assert sent == DATAGRAMS and storms and all(s["action"] == action for s in storms), rep["storms"]
     assert storms[0]["upstream_port"].startswith("spine1")
     assert cap_drops == 0 and not rep["errors"]
@@ -84,8 +103,11 @@ def test_watchdog_reports_a_pause_storm_and_applies_its_action(tmp_path, action)
         assert stormed and all(p["end_s"] is not None for p in stormed)
     else:
         # leaf1 stopped obeying: spine1 sends again, leaf1 drops those frames and counts them. The
-        # count includes the flow's 3 end markers when they came after the storm began; on the
-        # userspace datapath OVS's transmit into the stuck port was seen to drop 1 frame
-        # (tx_dropped), and 1-2 more went uncounted: at most 5 frames may be lost elsewhere
+        # count includes the flow's 3 end markers when they came after the storm began. Open
+        # vSwitch's own transmit drops (tx_dropped; 1 frame once, 0 in later runs) count too. On the
+        # userspace datapath 3-11 of ~270 lost frames were in no counter at all (2026-11-30 to
+        # 12-01, 7 runs; OVS's rx_dropped there are the pause gates' MAC-control kick frames): at
+        # most 10 may be lost elsewhere
         lost = sent - got
-        assert storm_drops > 0 and lost - 5 <= storm_drops <= lost + 3, (sent, got, storm_drops)
+        ovs_tx = sum(v["tx_dropped"] for v in rep["ovs_drops"].values())
+        assert storm_drops > 0 and lost - 10 <= storm_drops + ovs_tx <= lost + 3, (sent, got, storm_drops, ovs)
