@@ -95,12 +95,14 @@ class Reachability:
 
 
 def all_pairs(hosts: list[tuple[str, int, str]], timeout_s: float = 10.0, retry_s: float = 0.5,
-              step_gap_s: float = 0.0005) -> Reachability:
+              step_gap_s: float = 0.0005, stall_s: float | None = None) -> Reachability:
     """Probe every ordered pair of ``hosts`` with ICMP echo until all answer or ``timeout_s``.
 
     Args:
         hosts: ``[(name, pid of a process in the host's namespace, IPv4 address), ...]``.
         timeout_s: give up on the pairs still unanswered after this long.
+        stall_s: if given, give up earlier once no new pair has answered for this long (a
+            slow machine keeps probing while pairs keep answering, up to ``timeout_s``).
         retry_s: re-send to unanswered pairs after this long without progress.
         step_gap_s: pause between permutation rounds (spreads the probes).
 
@@ -123,7 +125,9 @@ def all_pairs(hosts: list[tuple[str, int, str]], timeout_s: float = 10.0, retry_
             socks[-1].setblocking(False)
         by_fd = {s.fileno(): i for i, s in enumerate(socks)}
         t0 = time.monotonic()
-        while pending and time.monotonic() - t0 < timeout_s:
+        last_answer = t0
+        while pending and time.monotonic() - t0 < timeout_s and \
+                (stall_s is None or time.monotonic() - last_answer < stall_s):
             rounds += 1
             for r in range(1, n):
                 for i in range(n):
@@ -143,7 +147,7 @@ def all_pairs(hosts: list[tuple[str, int, str]], timeout_s: float = 10.0, retry_
                     answered = {(i, j) for j in _echo_replies(s, ident_base + i, index_of_ip)} & pending
                     if answered:
                         pending -= answered
-                        last_progress = time.monotonic()
+                        last_progress = last_answer = time.monotonic()
         elapsed = time.monotonic() - t0
     finally:
         for s in socks:

@@ -233,9 +233,10 @@ def warm_up_reachability(lf: LiveFabric) -> float:
     """Probe every host pair once (ARP resolved before the synchronized start); return seconds taken.
 
     Raises:
-        SetupError: some pair does not answer within 20 s.
+        SetupError: some pair has not answered when 20 s passed without a new pair answering (or
+            after 300 s in all: a slow machine, e.g. an emulated CPU, resolves 552 pairs' ARP slowly).
     """
-    res = reach.all_pairs(reach.live_fabric_hosts(lf), timeout_s=20)
+    res = reach.all_pairs(reach.live_fabric_hosts(lf), timeout_s=300, stall_s=20)
     if res.missing:
         raise SetupError(f"no connectivity before traffic: {len(res.missing)} of {res.pairs} host pairs "
                          f"unreachable, e.g. {', '.join(f'{s}->{d}' for s, d in res.missing[:5])}")
