@@ -31,6 +31,8 @@ Roles (``job["role"]``):
   loss at the receiving host is told apart from one in the fabric.
 
 - ``roce``: RoCEv2 queue pairs with DCQCN and go-back-N over real frames (traffic.roce, issue 7).
+- ``collective``: ranks of a ring AllReduce, reduce-scatter, all-gather or all-to-all over
+  TCP, reducing real float32 arrays (traffic.collective, issue 8).
 
 ``dscp`` (0-63, default 0) goes into every packet's IP header (IP_TOS; the kernel keeps
 the ECN bits of TCP), which is how a flow picks its priority class (issue 6).
@@ -444,6 +446,9 @@ def main(argv=None) -> int:
             res = run_udp_receiver(job)
         elif job["role"] == "udp-sender":
             res = run_udp_sender(job)
+        elif job["role"] == "collective":
+            from traffic.collective import run_collective
+            res = run_collective(job, ready=_ready_then_start_time)
         elif job["role"] == "roce":
             from traffic.roce import run_roce
             res = run_roce(job, ready=_ready_then_start_time)

@@ -1,0 +1,220 @@
+"""Collective ranks over kernel TCP (issue 8): role ``collective`` of :mod:`traffic.agent`.
+
+One agent per host runs that host's ranks (a thread each). Every rank holds a float32
+array of ``elements`` values, seeded (``init: seeded``: integers drawn from
+``numpy.random.default_rng(seed + rank)`` in [-1000, 1000), so every sum is exact in
+float32) or the textbook's (``init: textbook``: rank g holds g * elements + i). It runs the
+schedule of :mod:`common.collectives` for ``kind`` over TCP: at each step it sends its
+chunk to the step's destination (on a sender thread) while it receives the step's chunk
+from its source, then reduces (adds) or stores it. A rank cannot start step s + 1 before it
+has the data of step s, exactly as in NCCL's ring.
+
+Job (``job["role"] == "collective"``)::
+
+    {"kind": "allreduce" | "reduce_scatter" | "all_gather" | "all_to_all",
+     "ranks": [{"rank", "host", "ip", "port"}, ...],   # every rank, in ring order
+     "local_ranks": [rank, ...],                        # the ranks this agent runs
+     "elements": int, "init": "seeded" | "textbook", "seed": int, "repeat": int,
+     "dscp": int, "out": path, "out_dir": path, "deadline_unix_s": float}
+
+Protocol: the agent listens on every local rank's port, prints READY, reads the start time;
+at the start every rank connects to the peers it sends to (all of them for all-to-all, its
+successor on a ring) and accepts from those it receives from; then all ranks wait for the
+common ``begin`` time (start + :data:`CONNECT_GRACE_S`) and run ``repeat`` iterations of
+the collective (each from the initial array). Times are Unix seconds on the shared clock.
+
+Result: per rank, per iteration: ``steps`` ([step, phase, chunk sent, bytes sent, start,
+send done, receive done, end]), ``begin_unix_s``, ``end_unix_s``, transfers sent and
+received; the final array of the last iteration is saved as ``<out_dir>/rank<r>.npy`` and
+its float64 sum is in the record.
+"""
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from common.collectives import chunk_bounds, ring_schedule
+
+#: Seconds from the start time to the collective's first step: the ranks connect meanwhile.
+CONNECT_GRACE_S = 1.0
+HELLO = struct.Struct("!I")          # the connecting rank's number, first on every connection
+
+
+def initial_array(rank: int, elements: int, init: str, seed: int) -> np.ndarray:
+    """Rank ``rank``'s input (float32, ``elements`` long); see the module docstring.
+    Raises ValueError for an unknown ``init``."""
+    if init == "textbook":
+        return (np.arange(elements, dtype=np.float64) + rank * elements).astype(np.float32)
+    if init == "seeded":
+        return np.random.default_rng(seed + rank).integers(-1000, 1000, elements).astype(np.float32)
+    raise ValueError(f"collective init must be seeded or textbook, not {init!r}")
+
+
+def _recv_exact(sock: socket.socket, view: memoryview) -> None:
+    got = 0
+    while got < len(view):
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            raise ConnectionError("peer closed the connection mid-chunk")
+        got += n
+
+
+class Rank:
+    """One rank: its array, its connections and its step timings."""
+
+    def __init__(self, rank: int, job: dict, listener: socket.socket):
+        self.rank, self.job, self.listener = rank, job, listener
+        self.n = len(job["ranks"])
+        self.kind = job["kind"]
+        self.steps = ring_schedule(self.n, self.kind)
+        self.bounds = chunk_bounds(job["elements"], self.n)
+        self.out_peers: dict[int, socket.socket] = {}
+        self.in_peers: dict[int, socket.socket] = {}
+        self.iterations: list[dict] = []
+        self.error: str | None = None
+        self.final: np.ndarray | None = None
+
+    def peers(self) -> tuple[set, set]:
+        """(ranks this rank sends to, ranks it receives from) over the whole schedule."""
+        outs = {t.dst for s in self.steps for t in s if t.src == self.rank}
+        ins = {t.src for s in self.steps for t in s if t.dst == self.rank}
+        return outs, ins
+
+    def connect(self, deadline_unix_s: float) -> None:
+        """Connect to every destination (retrying while it is not listening yet) and accept every source."""
+        outs, ins = self.peers()
+        by_rank = {r["rank"]: r for r in self.job["ranks"]}
+        for d in sorted(outs):
+            while True:
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, self.job.get("dscp", 0) << 2)
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                try:
+                    s.connect((by_rank[d]["ip"], by_rank[d]["port"]))
+                    break
+                except OSError:
+                    s.close()
+                    if time.time() > deadline_unix_s:
+                        raise
+                    time.sleep(0.02)
+            s.sendall(HELLO.pack(self.rank))
+            self.out_peers[d] = s
+        self.listener.settimeout(max(0.1, deadline_unix_s - time.time()))
+        while set(self.in_peers) != ins:
+            c, _ = self.listener.accept()
+            buf = bytearray(HELLO.size)
+            _recv_exact(c, memoryview(buf))
+            self.in_peers[HELLO.unpack(buf)[0]] = c
+
+    def run(self, begin_unix_s: float) -> None:
+        """Run ``repeat`` iterations from ``begin_unix_s`` (the first waits for it)."""
+        job = self.job
+        x0 = initial_array(self.rank, job["elements"], job.get("init", "seeded"), job.get("seed", 0))
+        for it in range(job.get("repeat", 1)):
+            if it == 0:
+                while time.time() < begin_unix_s:
+                    time.sleep(min(0.005, max(0.0, begin_unix_s - time.time())))
+            self.final = self._iteration(x0.copy(), it)
+
+    def _iteration(self, buf: np.ndarray, it: int) -> np.ndarray:
+        b = self.bounds
+        out = buf.copy() if self.kind == "all_to_all" else buf
+        rec = {"iteration": it, "begin_unix_s": time.time(), "steps": [], "sent": 0, "received": 0}
+        scratch = np.empty(max(b[i + 1] - b[i] for i in range(self.n)), dtype=np.float32)
+        for step in self.steps:
+            mine = [t for t in step if t.src == self.rank]
+            theirs = [t for t in step if t.dst == self.rank]
+            t0 = time.time()
+            done: dict[str, float] = {}
+
+            def send(t=mine[0] if mine else None):
+                if t is not None:
+                    self.out_peers[t.dst].sendall(memoryview(buf[b[t.chunk]:b[t.chunk + 1]]).cast("B"))
+                done["send"] = time.time()
+            sender = threading.Thread(target=send, daemon=True)
+            sender.start()
+            for t in theirs:
+                # all-to-all: the source sends its chunk number "dst"; it lands in slot "src"
+                n_el = b[t.chunk + 1] - b[t.chunk]
+                view = memoryview(scratch[:n_el]).cast("B")
+                _recv_exact(self.in_peers[t.src], view)
+                if self.kind == "all_to_all":
+                    out[b[t.src]:b[t.src + 1]] = scratch[:n_el]
+                elif t.reduce:
+                    buf[b[t.chunk]:b[t.chunk + 1]] += scratch[:n_el]
+                else:
+                    buf[b[t.chunk]:b[t.chunk + 1]] = scratch[:n_el]
+                rec["received"] += 1
+            done["recv"] = time.time()
+            sender.join()
+            if mine:
+                rec["sent"] += 1
+            t = mine[0] if mine else None
+            rec["steps"].append([t.step if t else step[0].step, step[0].phase, t.chunk if t else None,
+                                 4 * (b[t.chunk + 1] - b[t.chunk]) if t else 0, t0, done["send"], done["recv"],
+                                 max(done["send"], done["recv"])])
+        rec["end_unix_s"] = rec["steps"][-1][-1] if rec["steps"] else time.time()
+        self.iterations.append(rec)
+        return out
+
+    def close(self) -> None:
+        """Close every connection and the listener."""
+        for s in list(self.out_peers.values()) + list(self.in_peers.values()) + [self.listener]:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def record(self) -> dict:
+        """The rank's result record (module docstring)."""
+        path = None
+        if self.final is not None and self.job.get("out_dir"):
+            path = str(Path(self.job["out_dir"]) / f"rank{self.rank}.npy")
+            np.save(path, self.final)
+        return {"rank": self.rank, "iterations": self.iterations, "error": self.error, "array": path,
+                "array_sum": float(self.final.astype(np.float64).sum()) if self.final is not None else None,
+                "elements": self.job["elements"]}
+
+
+def run_collective(job: dict, ready) -> dict:
+    """Run this host's ranks of ``job`` (module docstring). ``ready()`` prints READY and returns
+    the start time (Unix s). Returns ``{"role", "ranks": [record, ...]}``."""
+    by_rank = {r["rank"]: r for r in job["ranks"]}
+    ranks = []
+    for r in job["local_ranks"]:
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind(("0.0.0.0", by_rank[r]["port"]))
+        ls.listen(64)
+        ranks.append(Rank(r, job, ls))
+    start = ready()
+    begin = start + CONNECT_GRACE_S
+    deadline = job["deadline_unix_s"]
+
+    def go(rk: Rank):
+        try:
+            while time.time() < start:
+                time.sleep(min(0.01, max(0.0, start - time.time())))
+            rk.connect(min(deadline, begin + 30))
+            for s in list(rk.out_peers.values()) + list(rk.in_peers.values()):
+                s.settimeout(max(0.1, deadline - time.time()))
+            rk.run(begin)
+        except Exception as e:  # recorded per rank; the runner reports it
+            rk.error = f"{type(e).__name__}: {e}"
+    threads = [threading.Thread(target=go, args=(rk,), daemon=True) for rk in ranks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.1, deadline - time.time()))
+    for rk, t in zip(ranks, threads):
+        if t.is_alive():
+            rk.error = rk.error or "deadline passed"
+    out = {"role": "collective", "begin_unix_s": begin, "ranks": [rk.record() for rk in ranks]}
+    for rk in ranks:
+        rk.close()
+    return out
