@@ -173,6 +173,41 @@ def step_rows(recs: list[dict], t0_unix_s: float) -> list[dict]:
     return rows
 
 
+def step_pairs(hosts: list[str], kind: str) -> list[list[tuple[str, str]]]:
+    """The (source host, destination host) transfers of each step of ``kind`` with ranks on ``hosts``
+    (transfers between ranks on one host are left out: they do not use the fabric)."""
+    return [[(hosts[t.src], hosts[t.dst]) for t in step if hosts[t.src] != hosts[t.dst]]
+            for step in C.ring_schedule(len(hosts), kind)]
+
+
+def bottleneck_rate_bps(fabric_map: dict, hosts: list[str], kind: str, routing: str = "ecmp") -> float:
+    """B of the alpha-beta model: the slowest transfer's max-min fair rate (bit/s) in the step
+    that gives the lowest, every transfer of a step running at once over ideal ECMP
+    (:func:`experiments.fluid.max_min_rates`). A ring's steps all use the same host pairs, so
+    its B is its ring's bottleneck; an all-to-all's steps differ. Raises ValueError when no
+    transfer crosses the fabric (every rank on one host)."""
+    from experiments.fluid import max_min_rates
+    rates = []
+    seen: dict[tuple, float] = {}
+    for pairs in step_pairs(hosts, kind):
+        if not pairs:
+            continue
+        key = tuple(sorted(pairs))
+        if key not in seen:
+            seen[key] = min(max_min_rates(fabric_map, pairs, routing))
+        rates.append(seen[key])
+    if not rates:
+        raise ValueError("no transfer crosses the fabric: every rank is on one host")
+    return min(rates) * 1e6
+
+
+def alpha_from_run(time_s: float, kind: str, n: int, size_bytes: float, rate_bps: float) -> float:
+    """alpha (s per step) from a measured time: (T - steps x size/(N B)) / steps, never below 0.
+    Run it on a small message, where T is mostly alpha (common.collectives.model_time_s)."""
+    steps = 2 * (n - 1) if kind == "allreduce" else n - 1
+    return max(0.0, (time_s - C.model_time_s(kind, n, size_bytes, 0.0, rate_bps)) / steps)
+
+
 def wait_done(agents, deadline_unix_s: float) -> dict:
     """Wait for the agents (see ``_Agents.wait``), kill what is left; their exit codes."""
     try:

@@ -109,3 +109,24 @@ def test_alpha_beta_model():
 def test_bad_input_is_named(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_ring_bottleneck_from_the_fluid_model():
+    # Spine-Leaf 2 spines x 2 leaves x 4 hosts, 10 Mbit/s everywhere (4 hosts down, 2 uplinks up: 2:1)
+    from experiments import collrun
+    from topologies.spineleaf import SpineLeaf
+    fab = SpineLeaf(spines=2, leaves=2, hosts_per_leaf=4, host_rate_mbps=10, uplink_rate_mbps=10).build()
+    fmap = fab.to_map()
+    local = collrun.place_ranks(fab, 8, "local")        # h1..h4 on leaf1, h5..h8 on leaf2
+    spread = collrun.place_ranks(fab, 8, "spread")      # alternating leaves
+    assert local == [f"h{i}" for i in range(1, 9)]
+    assert [fab.node(h).leaf for h in spread] == ["leaf1", "leaf2"] * 4
+    # rack-local ring: 2 of its 8 transfers cross the 2 x 10 Mbit/s uplinks, one each way: the
+    # host links bound it at 10 Mbit/s; spread: all 8 cross, 4 each way over 20 Mbit/s: 5 Mbit/s
+    assert collrun.bottleneck_rate_bps(fmap, local, "allreduce") == pytest.approx(10e6)
+    assert collrun.bottleneck_rate_bps(fmap, spread, "allreduce") == pytest.approx(5e6)
+    with pytest.raises(ValueError, match="one host"):
+        collrun.bottleneck_rate_bps(fmap, ["h1", "h1"], "allreduce")
+    # alpha from a measured time: T = 14 x (alpha + D / (N B))
+    t = C.model_time_s("allreduce", 8, 80_000, 0.002, 10e6)
+    assert collrun.alpha_from_run(t, "allreduce", 8, 80_000, 10e6) == pytest.approx(0.002)
