@@ -398,3 +398,54 @@ def plot_comparison(cmp_dir: Path) -> list[Path]:
 def _read_csv(path: Path) -> list[dict]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
+
+
+def plot_collective_timeline(rows: list[dict], path: Path, title: str = "") -> Path:
+    """The textbook's ring picture: one lane per rank, one bar per step (start -> end, seconds),
+    reduce-scatter steps in one colour and all-gather (or all-to-all) steps in another, each bar
+    labelled with the chunk it sent. ``rows``: :func:`experiments.collrun.step_rows` of one
+    iteration. Raises ValueError for no rows."""
+    if not rows:
+        raise ValueError("no collective steps to plot")
+    ranks = sorted({r["rank"] for r in rows})
+    colors = {"reduce_scatter": "C0", "all_gather": "C1", "all_to_all": "C2"}
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(ranks) + 1.8))
+    seen = set()
+    for r in rows:
+        y = ranks.index(r["rank"])
+        label = r["phase"].replace("_", "-") if r["phase"] not in seen else None
+        seen.add(r["phase"])
+        ax.barh(y, r["end_s"] - r["start_s"], left=r["start_s"], height=0.7, color=colors.get(r["phase"], "C3"),
+                edgecolor="white", linewidth=0.5, label=label)
+        if len(ranks) <= 16 and r["chunk"] is not None:
+            ax.text(r["start_s"] + (r["end_s"] - r["start_s"]) / 2, y, str(r["chunk"]), ha="center", va="center",
+                    fontsize=6, color="white")
+    ax.set_yticks(range(len(ranks)), [f"rank {k}" for k in ranks], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("time from the collective's start (s); number = chunk sent")
+    ax.set_title(title or "collective: each rank's steps")
+    return _save(fig, ax, Path(path), 3)
+
+
+def plot_busbw_vs_size(rows: list[dict], path: Path, link_rate_bps: float | None = None, title: str = "") -> Path:
+    """busbw against message size, measured beside the alpha-beta model. ``rows``: ``[{"size_bytes",
+    "busbw_bps", "model_busbw_bps" (optional), "label" (optional)}]``; one line per label; the
+    link rate as a dashed line when given. Raises ValueError for no rows."""
+    if not rows:
+        raise ValueError("no sizes to plot")
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    labels = list(dict.fromkeys(r.get("label", "measured") for r in rows))
+    for i, lab in enumerate(labels):
+        rs = sorted((r for r in rows if r.get("label", "measured") == lab), key=lambda r: r["size_bytes"])
+        x = [r["size_bytes"] for r in rs]
+        ax.plot(x, [r["busbw_bps"] / 1e6 for r in rs], "o-", color=f"C{i}", label=f"{lab} measured")
+        if any(r.get("model_busbw_bps") for r in rs):
+            ax.plot(x, [(r.get("model_busbw_bps") or np.nan) / 1e6 for r in rs], "--", color=f"C{i}",
+                    label=f"{lab} alpha-beta model")
+    if link_rate_bps:
+        ax.axhline(link_rate_bps / 1e6, color="grey", ls=":", label="host link rate")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size per rank (bytes)")
+    ax.set_ylabel("busbw (Mbit/s)")
+    ax.set_title(title or "bus bandwidth against message size")
+    return _save(fig, ax, Path(path), 3)

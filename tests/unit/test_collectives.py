@@ -130,3 +130,20 @@ def test_ring_bottleneck_from_the_fluid_model():
     # alpha from a measured time: T = 14 x (alpha + D / (N B))
     t = C.model_time_s("allreduce", 8, 80_000, 0.002, 10e6)
     assert collrun.alpha_from_run(t, "allreduce", 8, 80_000, 10e6) == pytest.approx(0.002)
+
+
+def test_plots_of_a_collective(tmp_path):
+    from experiments import plot
+    rows = []
+    for step in C.ring_schedule(4, "allreduce"):
+        for t in step:
+            rows.append({"rank": t.src, "step": t.step, "phase": t.phase, "chunk": t.chunk,
+                         "start_s": 0.1 * t.step, "end_s": 0.1 * t.step + 0.09})
+    p = plot.plot_collective_timeline(rows, tmp_path / "timeline.png")
+    assert p.stat().st_size > 10_000
+    sizes = [{"size_bytes": s, "busbw_bps": 8e6 * s / (s + 65536), "model_busbw_bps": 9e6 * s / (s + 32768),
+              "label": lab} for s in (65536, 1 << 20, 4 << 20) for lab in ("local", "spread")]
+    p = plot.plot_busbw_vs_size(sizes, tmp_path / "busbw.png", link_rate_bps=10e6)
+    assert p.stat().st_size > 10_000
+    with pytest.raises(ValueError):
+        plot.plot_collective_timeline([], tmp_path / "x.png")
