@@ -209,7 +209,7 @@ def main(argv=None) -> int:
     ap.add_argument("kind", choices=("test", "experiment", "shell"))
     ap.add_argument("--scenario", default=None, help="scenario path relative to the checkout (experiment)")
     ap.add_argument("--results", default=str(ROOT / "results"))
-    ap.add_argument("--timeout-s", type=float, default=None, help="whole VM run (default: 40 min test, 15 min experiment)")
+    ap.add_argument("--timeout-s", type=float, default=None, help="whole VM run (default: 65 min test, 15 min experiment)")
     ap.add_argument("--quiet", action="store_true", help="do not echo the guest console")
     argv = sys.argv[1:] if argv is None else list(argv)
     rest = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -222,7 +222,7 @@ def main(argv=None) -> int:
     if args.scenario and not (ROOT / args.scenario).is_file():
         print(f"fabriclab: scenario {args.scenario} not found in the checkout", file=sys.stderr)
         return 2
-    timeout_s = args.timeout_s or {"test": 2400, "experiment": 900, "shell": 600}[args.kind]
+    timeout_s = args.timeout_s or {"test": 3900, "experiment": 900, "shell": 600}[args.kind]
     image = build_image()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     report_dir = Path(args.results) / f"{stamp}-vm-{args.kind}"
