@@ -19,7 +19,6 @@ where it can run.
 """
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import time
@@ -41,9 +40,6 @@ from .conftest import assert_clean
 
 RATE_BPS = 10e6
 BOTTLENECK = "leaf1-eth1"          # leaf1's port toward h1
-# The step test's port and senders: in the VM lane 5 Mbit/s and 2 x 3.3 (on 2026-12-01 its emulated
-# CPU paced two Python senders at 4.85 + 4.31 of the 6 Mbit/s each asked: no overload of 10 Mbit/s)
-STEP_PORT_MBPS, STEP_SENDER_MBPS = (5, 3.3) if os.environ.get("FABRICLAB_LANE") == "vm" else (10, 6.0)
 
 
 def guard_bytes(lf, tmp_path, rate_bps: float = RATE_BPS) -> float:
@@ -129,8 +125,8 @@ def overload(lf, tmp_path, tag, tos=2, packets=400, rate_mbps=6.0, senders=("h2"
     return [r for r in json.loads(out.read_text())["packets"] if not r[0] & WARMUP_FLAG]
 
 
-def check_step(rows, k_bytes, guard, rate_bps=RATE_BPS):
-    res = marking.step_check(rows, rate_bps, k_bytes, guard)
+def check_step(rows, k_bytes, guard):
+    res = marking.step_check(rows, RATE_BPS, k_bytes, guard)
     assert res["max_queue_bytes"] > k_bytes + 10 * FRAME_BYTES, res      # the overload really built a queue
     assert res["above"] >= 50 and res["below"] >= 10, res
     assert res["frac_above_ce"] >= 0.99, res
@@ -142,16 +138,14 @@ def test_step_marks_every_packet_above_k_and_none_below_and_k_changes_mid_run(tm
     """Step profile: of packets that found more than K queued, >= 99% arrive CE; below K, none.
     Then the controller moves K on the running fabric and the marks follow the new K."""
     k1, k2 = 20 * FRAME_BYTES, 45 * FRAME_BYTES
-    rate_bps = STEP_PORT_MBPS * 1e6
-    with marking_fabric(tmp_path, {"step": {"k_bytes": k1}}, rate_mbps=STEP_PORT_MBPS) as (lf, kind):
-        guard = guard_bytes(lf, tmp_path, rate_bps)
+    with marking_fabric(tmp_path, {"step": {"k_bytes": k1}}) as (lf, kind):
+        guard = guard_bytes(lf, tmp_path)
         assert guard < 5 * FRAME_BYTES, guard       # the reckoning can still tell K1 from K2
-        load = dict(rate_mbps=STEP_SENDER_MBPS, port_mbps=STEP_PORT_MBPS)
-        first = check_step(overload(lf, tmp_path, "k1", **load), k1, guard, rate_bps)
+        first = check_step(overload(lf, tmp_path, "k1"), k1, guard)
         c = lf.ecn_counters()[BOTTLENECK]
         assert (c.get("marked") or 0) > 0, c
         lf.ecn_request({BOTTLENECK: {"step": {"k_bytes": k2}}})
-        second = check_step(overload(lf, tmp_path, "k2", **load), k2, guard, rate_bps)
+        second = check_step(overload(lf, tmp_path, "k2"), k2, guard)
     print(f"marker {kind}: guard {guard:.0f} B; K={k1} B: {first}; K={k2} B: {second}")
 
 
