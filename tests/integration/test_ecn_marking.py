@@ -19,6 +19,7 @@ where it can run.
 """
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -113,9 +114,14 @@ def overload(lf, tmp_path, tag, tos=2, packets=400, rate_mbps=6.0, senders=("h2"
             assert f"sent {packets} " in text, text + err
             achieved.append(float(text.split("achieved_mbps")[1]))
         print(f"{tag}: senders achieved {achieved} of {rate_mbps} Mbit/s each")
-        if rate_mbps * len(senders) > port_mbps:
-            assert sum(achieved) >= 1.05 * port_mbps, \
-                f"senders paced {achieved} Mbit/s: no overload of the {port_mbps} Mbit/s port (case T5)"
+        if rate_mbps * len(senders) > port_mbps and sum(achieved) < 1.05 * port_mbps:
+            why = f"senders paced {achieved} Mbit/s: no overload of the {port_mbps} Mbit/s port (case T5)"
+            if os.environ.get("FABRICLAB_LANE") == "vm":
+                # the emulated CPU's speed follows the host's: on 2026-12-01 it paced 4.85 + 4.31 of
+                # 6 Mbit/s each (a 5 Mbit/s port with 2 x 3.3 built no queue above K either); the
+                # test cannot measure there, which is a skip, not a pass
+                pytest.skip(f"VM lane: {why}")
+            raise AssertionError(why)
         assert rx.wait(30) == 0
     finally:
         for p in txs + [rx]:
