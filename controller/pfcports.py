@@ -147,7 +147,7 @@ class PfcPorts:
         self.storms: list[dict] = []
         self.corrected_bytes = 0
         self._idle_seen: dict[tuple, int] = {}
-        self._tried: dict[tuple, int | None] = {}   # (sw, prio) -> its packet count when a reconcile found queues busy
+        self._tried: dict[tuple, tuple | None] = {}   # (sw, prio) -> (packets, bytes held) when a reconcile found queues busy
         self.realtime = None
         self.hub_realtime = None   # set by the app: its hub thread shares the interpreter lock (share_gil_realtime)
         self.lost_events = 0       # transitions found by _tick before (or without) their ring-buffer event
@@ -318,13 +318,14 @@ class PfcPorts:
                 key = (s["sw"], prio)
                 last = self._idle_seen.get(key)
                 self._idle_seen[key] = packets
-                # once per idle spell: a switch held by a pause downstream keeps its bytes and its
-                # count for as long as the pause lasts, and its queues stay non-empty meanwhile
-                if held and last == packets and self._tried.get(key) != packets:
+                # not again while nothing moved: a switch held by a pause downstream keeps its bytes
+                # and its count for as long as the pause lasts, and its queues stay non-empty; once
+                # they drain (the held bytes change) it is tried again
+                if held and last == packets and self._tried.get(key) != (packets, held):
                     fixed = self.bpf.reconcile(s["sw"], prio, idx,
                                                lambda s=s, prio=prio: self._queues_empty(s["ports"], prio))
                     self.corrected_bytes += fixed
-                    self._tried[key] = None if fixed else packets
+                    self._tried[key] = None if fixed else (packets, held)
 
     def _run(self) -> None:
         self.realtime = _realtime()
