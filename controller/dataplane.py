@@ -657,6 +657,8 @@ class PauseGates:
         self.nl.bind((0, 0))
         self._msgs: dict[tuple, bytes] = {}
         self._seq = 0
+        import threading
+        self._lock = threading.RLock()   # the pauser and the port's gate thread both change gates
         if kick_frame:
             self.sock = _in_netns(netns_pid, lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW))
             self.sock.bind((ifname, 0))
@@ -680,18 +682,19 @@ class PauseGates:
         return self._msgs[key]
 
     def _set(self, prio: int, rate_bps: int, burst_bytes: int) -> None:
-        msg = bytearray(self._message(prio, rate_bps, burst_bytes, int(self.limits[prio])))
-        self._seq += 1
-        struct.pack_into("=I", msg, 8, self._seq)              # nlmsghdr.nlmsg_seq
-        try:
-            self.nl.send(msg)
-            while True:
-                reply = self.nl.recv(65536)
-                kind, seq = struct.unpack_from("=H", reply, 4)[0], struct.unpack_from("=I", reply, 8)[0]
-                if kind == NLMSG_ERROR and seq == self._seq:
-                    break
-        except OSError as e:
-            raise SetupError(f"pause gate {self.ifname} priority {prio}: netlink: {e}") from None
+        with self._lock:      # the pauser and the port's gate thread share the socket: one request at a time
+            msg = bytearray(self._message(prio, rate_bps, burst_bytes, int(self.limits[prio])))
+            self._seq += 1
+            struct.pack_into("=I", msg, 8, self._seq)              # nlmsghdr.nlmsg_seq
+            try:
+                self.nl.send(msg)
+                while True:
+                    reply = self.nl.recv(65536)
+                    kind, seq = struct.unpack_from("=H", reply, 4)[0], struct.unpack_from("=I", reply, 8)[0]
+                    if kind == NLMSG_ERROR and seq == self._seq:
+                        break
+            except OSError as e:
+                raise SetupError(f"pause gate {self.ifname} priority {prio}: netlink: {e}") from None
         err = -struct.unpack_from("=i", reply, 16)[0]
         if err:
             raise SetupError(f"pause gate {self.ifname} priority {prio}: kernel refused ({err}: "
@@ -699,21 +702,24 @@ class PauseGates:
 
     def close_gate(self, prio: int) -> None:
         """Pause ``prio``: its packets wait in its bfifo (at most the frame already granted leaves)."""
-        self._set(prio, PAUSED_RATE_BPS, PAUSED_BURST_BYTES)
-        self.closed.add(prio)
+        with self._lock:
+            self._set(prio, PAUSED_RATE_BPS, PAUSED_BURST_BYTES)
+            self.closed.add(prio)
 
     def set_limit(self, prio: int, limit_bytes: int) -> None:
         """Change ``prio``'s FIFO limit, keeping the gate as it is (TBF passes a change's limit to its FIFO)."""
-        self.limits[prio] = int(limit_bytes)
-        if prio in self.closed:
-            self._set(prio, PAUSED_RATE_BPS, PAUSED_BURST_BYTES)
-        else:
-            self._set(prio, int(round(self.q.rate_bps)), self.q.gate_burst_bytes())
+        with self._lock:
+            self.limits[prio] = int(limit_bytes)
+            if prio in self.closed:
+                self._set(prio, PAUSED_RATE_BPS, PAUSED_BURST_BYTES)
+            else:
+                self._set(prio, int(round(self.q.rate_bps)), self.q.gate_burst_bytes())
 
     def open_gate(self, prio: int) -> None:
         """Resume ``prio`` at the link rate and make the port's qdisc run now."""
-        self._set(prio, int(round(self.q.rate_bps)), self.q.gate_burst_bytes())
-        self.closed.discard(prio)
+        with self._lock:
+            self._set(prio, int(round(self.q.rate_bps)), self.q.gate_burst_bytes())
+            self.closed.discard(prio)
         if self.sock is not None:
             try:
                 self.sock.send(self.kick_frame)

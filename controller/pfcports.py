@@ -55,6 +55,8 @@ RT_PRIORITY = 10
 #: Real-time priority given to the controller's main thread (os-ken's hub) when PFC runs in its
 #: process: below the pauser's, above every normal process (see :func:`share_gil_realtime`).
 HUB_RT_PRIORITY = RT_PRIORITY - 1
+#: The controller's interpreter switch interval when PFC runs in it (see :func:`share_gil_realtime`).
+SWITCH_INTERVAL_S = 0.0005
 
 
 def _realtime(priority: int = RT_PRIORITY) -> bool:
@@ -76,7 +78,13 @@ def share_gil_realtime() -> bool:
     and the real-time pauser waited for it: XOFF reactions of 87 and 117 ms in a RoCE incast (the
     event -> pauser part; p50 0.5 ms), 265 ms once, enough to overrun the headroom and drop. A
     real-time holder is not preempted by normal processes, so it hands the lock on within the
-    interpreter's switch interval. The hub sleeps in epoll between OpenFlow messages and requests."""
+    interpreter's switch interval. The hub sleeps in epoll between OpenFlow messages and requests.
+
+    The switch interval itself drops to :data:`SWITCH_INTERVAL_S`: the reconciler thread parses
+    netlink dumps in Python, and with the default 5 ms a pauser that wanted the lock waited up to
+    that long (`make bench-pfc`: reaction p99 11.0 ms with 5 ms)."""
+    import sys
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     return _realtime(HUB_RT_PRIORITY)
 
 
@@ -155,6 +163,7 @@ class PfcPorts:
         self._stop = threading.Event()
         self._thread = None
         self._reconciler = None
+        self._gate_readers: dict = {}     # prio -> controller.qstats.QdiscStatsReader of the switches' gates
         self._lock = threading.Lock()
         self.t0_mono_ns = time.monotonic_ns()
         self.t0_unix_s = time.time()
@@ -226,7 +235,11 @@ class PfcPorts:
                 if state.paused:
                     return                  # _tick saw this transition first
                 if worker is not None and not state.dropping:
-                    worker.submit(self._close, worker.gates, e["prio"], e["t_ns"], time.monotonic_ns())
+                    # inline, not on the port's gate thread: a change is one pre-encoded netlink
+                    # round trip (~4 us), and the hand-over to another thread cost more than that
+                    # under load (pauser -> gate thread p99 1.95 ms, `make bench-pfc`, 2026-12-01)
+                    t_now = time.monotonic_ns()
+                    self._close(worker.gates, e["prio"], e["t_ns"], t_now)
                 for ev in state.update(e["bytes"], self._t_rel(e["t_ns"])):
                     self._after(ev, key, link)
             else:
@@ -235,7 +248,7 @@ class PfcPorts:
                 was_storm = state.storm
                 events = state.update(min(e["bytes"], state.xon_bytes), self._t_rel(e["t_ns"]))
                 if worker is not None:
-                    worker.submit(worker.gates.open_gate, e["prio"])
+                    worker.gates.open_gate(e["prio"])
                 if was_storm and state.action == "drop":
                     self.bpf.set_storm_drop(*key, False)
                 for ev in events:
@@ -246,8 +259,8 @@ class PfcPorts:
 
     def _close(self, gates, prio: int, t_event_ns: int, t_submit_ns: int | None = None) -> None:
         """Close ``prio``'s gate; record the reaction latency and, when ``t_submit_ns`` is given
-        (the pauser handed the XOFF over then), its three parts: kernel event -> pauser,
-        pauser -> this gate thread, the netlink change itself."""
+        (when the pauser took the XOFF up), its three parts: kernel event -> pauser, pauser ->
+        the change's start (~0 since the pauser changes gates itself), the netlink change itself."""
         t_start = time.monotonic_ns()
         gates.close_gate(prio)
         t_done = time.monotonic_ns()
@@ -277,9 +290,18 @@ class PfcPorts:
                 if worker is not None:     # stop obeying the pause; the packets are dropped downstream
                     worker.submit(worker.gates.open_gate, key[2])
 
-    @staticmethod
-    def _queues_empty(ports: list[dict], prio: int) -> bool:
-        return all(dataplane.gate_backlog_bytes(port["intf"], prio) == 0 for port in ports)
+    def _queues_empty(self, ports: list[dict], prio: int) -> bool:
+        """Whether priority ``prio``'s gate holds nothing on every one of ``ports``: one raw netlink
+        dump of the switches' namespace (controller.qstats; a pyroute2 socket per port made the
+        reconciler hold the interpreter lock for milliseconds: `make bench-pfc` reaction p99 7.5-11 ms
+        instead of 1.9 without it)."""
+        from controller.qstats import QdiscStatsReader, ifindexes_for
+        reader = self._gate_readers.get(prio)
+        if reader is None:
+            names = [port["intf"] for s in self.plan["switches"] for port in s["ports"]]
+            reader = self._gate_readers[prio] = QdiscStatsReader(ifindexes_for(names), dataplane.prio_gate_handle(prio))
+        stats = reader.read()
+        return all(port["intf"] in stats and stats[port["intf"]][0] == 0 for port in ports)
 
     def _tick(self) -> None:
         """Every poll: follow the kernel's paused flags (an event the ring buffer could not take
@@ -508,6 +530,8 @@ class PfcPorts:
             w.stop()
         for w in self.workers.values():
             w.gates.close()
+        for r in self._gate_readers.values():
+            r.close()
         if self.bpf is not None:
             self.bpf.close()
 

@@ -55,11 +55,14 @@ class QdiscStatsReader:
 
     :meth:`read` returns ``{ifname: (backlog_bytes, backlog_packets,
     drops_total, tx_bytes_total, tx_packets_total)}``; interfaces without a
-    root qdisc are absent. Raises OSError on a netlink error.
+    root qdisc are absent. With ``handle`` the counters are those of each
+    interface's qdisc with that handle instead of its root. Raises OSError on a
+    netlink error.
     """
 
-    def __init__(self, ifindexes: dict[int, str]):
+    def __init__(self, ifindexes: dict[int, str], handle: int | None = None):
         self.ifindexes = dict(ifindexes)
+        self.handle = handle
         self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 2**20)
         self.sock.bind((0, 0))
@@ -82,16 +85,17 @@ class QdiscStatsReader:
         out: dict = {}
         while True:
             n = self.sock.recv_into(self.buf)
-            if parse_qdisc_dump(memoryview(self.buf)[:n], self.seq, self.ifindexes, out):
+            if parse_qdisc_dump(memoryview(self.buf)[:n], self.seq, self.ifindexes, out, self.handle):
                 return out
 
 
-def parse_qdisc_dump(mv, seq: int, watched: dict[int, str], out: dict) -> bool:
+def parse_qdisc_dump(mv, seq: int, watched: dict[int, str], out: dict, handle: int | None = None) -> bool:
     """Parse one netlink datagram of an RTM_GETQDISC dump.
 
     Adds ``{ifname: (backlog_bytes, backlog_packets, drops_total,
     tx_bytes_total, tx_packets_total)}`` for root qdiscs of ``watched``
-    interfaces to ``out``. Returns True when the dump's NLMSG_DONE was seen.
+    interfaces to ``out`` (or, with ``handle``, for their qdiscs of that handle,
+    e.g. a PFC pause gate). Returns True when the dump's NLMSG_DONE was seen.
     Raises OSError on an NLMSG_ERROR or a malformed message.
     """
     off, n = 0, len(mv)
@@ -106,8 +110,8 @@ def parse_qdisc_dump(mv, seq: int, watched: dict[int, str], out: dict) -> bool:
             if err:
                 raise OSError(-err, os.strerror(-err))
         elif msg_type == RTM_NEWQDISC and mseq == seq:
-            _fam, ifindex, _handle, parent, _info = _TCM.unpack_from(mv, off + 16)
-            if parent == TC_H_ROOT and ifindex in watched:
+            _fam, ifindex, qhandle, parent, _info = _TCM.unpack_from(mv, off + 16)
+            if (qhandle == handle if handle is not None else parent == TC_H_ROOT) and ifindex in watched:
                 a = off + 16 + _TCM.size
                 end = off + msg_len
                 while a + 4 <= end:
