@@ -162,6 +162,21 @@ SCHEMA: dict = {
             "min_rate_mbps": F(NUM, None, lo=1e-6, hi=1000),
         },
     },
+    # a collective (issue 8) instead of the traffic section's flows: ranks on hosts, real arrays
+    # reduced over kernel TCP (traffic.collective); kind absent = no collective
+    "collective": {
+        "kind": F((str,), None, choices=("allreduce", "reduce_scatter", "all_gather", "all_to_all")),
+        "ranks": F((int,), 8, lo=2, hi=1024),
+        # local: consecutive ranks on a rack; spread: round-robin over leaves (pods); or `hosts`
+        "placement": F((str,), "local", choices=("local", "spread")),
+        "hosts": ListOf(F((str,), pattern=HOST), None, min_len=2),
+        # bytes per rank (D); sizes_bytes: a sweep (busbw against size), size_bytes ignored then
+        "size_bytes": F((int,), 1_000_000, lo=4, hi=2**31),
+        "sizes_bytes": ListOf(F((int,), lo=4, hi=2**31), None, min_len=1),
+        "repeat": F((int,), 1, lo=1, hi=100),
+        "init": F((str,), "seeded", choices=("seeded", "textbook")),
+        "timeout_s": F(NUM, 300, lo=1, hi=7200),
+    },
     "measurement": {
         "sample_hz": F(NUM, 200, lo=1, hi=2000),
         "post_s": F(NUM, 0.5, lo=0, hi=10),
@@ -261,6 +276,9 @@ def validate(data: Any) -> dict:
                                           "sits in front of every queue)")
     sc["rounds"] = _resolve_rounds(rounds_data, sc)
     n_hosts = host_count(sc["topology"])
+    for key, c in [("collective", sc["collective"])] + [(f"rounds[{i}].collective", r["collective"])
+                                                         for i, r in enumerate(sc["rounds"] or [])]:
+        _check_collective(key, c, n_hosts)
     t = sc["traffic"]
     hosts = {f"h{i}" for i in range(1, n_hosts + 1)}
     if t["receiver"] not in hosts:
@@ -306,6 +324,25 @@ def validate(data: Any) -> dict:
     return sc
 
 
+def _check_collective(key: str, c: dict, n_hosts: int) -> None:
+    """A collective section against the fabric's hosts (ScenarioError naming the key)."""
+    if c["kind"] is None:
+        return
+    if c["hosts"] is not None:
+        for i, h in enumerate(c["hosts"]):
+            if not re.fullmatch(r"h[0-9]+", h) or not 1 <= int(h[1:]) <= n_hosts:
+                raise ScenarioError(f"{key}.hosts[{i}]", f"no host {h!r} in a fabric of {n_hosts} hosts")
+        if len(c["hosts"]) != c["ranks"]:
+            c["ranks"] = len(c["hosts"])
+    elif c["ranks"] > n_hosts:
+        raise ScenarioError(f"{key}.ranks", f"{c['ranks']} ranks, one per host, on a fabric of {n_hosts} hosts "
+                                            "(list hosts to put several ranks on one)")
+    for s_bytes in c["sizes_bytes"] or [c["size_bytes"]]:
+        if s_bytes // 4 < c["ranks"]:
+            raise ScenarioError(f"{key}.{'sizes_bytes' if c['sizes_bytes'] else 'size_bytes'}",
+                                f"{s_bytes} bytes is fewer float32 elements than {c['ranks']} ranks' chunks")
+
+
 def buffer_bytes(queues: dict) -> int:
     """A resolved ``queues`` section's buffer in bytes (packets x FRAME_BYTES for a packet limit)."""
     return queues["buffer_bytes"] if queues["buffer_bytes"] is not None else queues["buffer_packets"] * FRAME_BYTES
@@ -328,7 +365,9 @@ def _resolve_pfc(prio_data, pfc_data, rounds_data, buf_bytes: int) -> tuple[dict
     return config_sections(cfg)
 
 
-ROUND_KEYS = ("name", "ecn", "hosts", "pfc", "roce", "seed")
+ROUND_KEYS = ("name", "ecn", "hosts", "pfc", "roce", "seed", "collective")
+#: What a round may change of the collective section.
+ROUND_COLLECTIVE_KEYS = ("placement", "hosts", "ranks", "kind")
 #: Most rounds one run may have.
 MAX_ROUNDS = 32
 
@@ -389,8 +428,20 @@ def _resolve_rounds(data, sc: dict) -> list[dict] | None:
                 raise ScenarioError(f"{key}.roce", "a round can only set the RoCE mode: {mode: dcqcn|none}")
             mode = SCHEMA["roce"]["mode"].check(f"{key}.roce.mode", rr.get("mode", mode))
         seed = SCHEMA["seed"].check(f"{key}.seed", r["seed"]) if "seed" in r else sc["seed"]
+        coll = dict(sc["collective"])
+        if "collective" in r:
+            rc = r["collective"]
+            if not isinstance(rc, dict) or set(rc) - set(ROUND_COLLECTIVE_KEYS):
+                raise ScenarioError(f"{key}.collective", "a round can set the collective's "
+                                                         f"{', '.join(ROUND_COLLECTIVE_KEYS)}")
+            if sc["collective"]["kind"] is None and "kind" not in rc:
+                raise ScenarioError(f"{key}.collective", "the scenario has no collective (collective.kind)")
+            coll = {**coll, **_resolve(SCHEMA["collective"], {**{k: v for k, v in coll.items()}, **rc},
+                                       f"{key}.collective")}
+            if "hosts" not in rc and "placement" in rc:
+                coll["hosts"] = None
         out.append({"name": name, "ecn": merged, "hosts": hosts, "pfc": {"enabled": pfc_on}, "roce": {"mode": mode},
-                    "seed": seed})
+                    "seed": seed, "collective": coll})
     return out
 
 

@@ -223,3 +223,104 @@ def run(lf, state, hosts: list[str], kind: str, elements: int, out: Path, timeou
     agents = start(lf, state, hosts, kind, elements, out, deadline, **job_args)
     codes = wait_done(agents, deadline + 5)
     return load_records(out, hosts), codes
+
+
+#: Elements per rank of the small run that measures alpha (a few per chunk: T is mostly per-step cost).
+ALPHA_PROBE_ELEMENTS_PER_RANK = 4
+
+
+def run_round(lf, state, coll: dict, out: Path, sample_hz: float, quiet: bool = True, say=print) -> dict:
+    """Run one round's collective on a live fabric: a small run for alpha, then every size of
+    ``coll`` (``sizes_bytes`` or ``size_bytes``), each ``repeat`` times, with the queue sampler on.
+
+    Returns ``{"hosts", "alpha_s", "rate_bps", "runs": [{"size_bytes", "elements", "exact",
+    "transfers", "expected_transfers", "iterations": [timings], "errors", "dir"}]}``.
+    Raises SetupError when the agents cannot start.
+    """
+    from experiments.runner import start_sampler, stop_sampler
+    hosts = coll["hosts"] or place_ranks(lf.fabric, coll["ranks"], coll["placement"])
+    n, kind = len(hosts), coll["kind"]
+    rate = bottleneck_rate_bps(lf.fabric.to_map(), hosts, kind)
+    res = {"hosts": hosts, "kind": kind, "ranks": n, "placement": coll["hosts"] and "list" or coll["placement"],
+           "rate_bps": rate, "runs": []}
+    sampler = start_sampler(lf, state, out, sample_hz)
+    try:
+        probe_el = max(n * ALPHA_PROBE_ELEMENTS_PER_RANK, 4)
+        recs, _ = run(lf, state, hosts, kind, probe_el, out / "alpha", timeout_s=coll["timeout_s"], repeat=3)
+        probe = timings([r for r in recs if r], kind, probe_el) if all(recs) else []
+        res["alpha_s"] = (float(np.median([alpha_from_run(t["time_s"], kind, n, 4 * probe_el, rate) for t in probe]))
+                          if probe else None)
+        for size in coll["sizes_bytes"] or [coll["size_bytes"]]:
+            el = size // 4
+            d = out / f"size-{size}"
+            recs, codes = run(lf, state, hosts, kind, el, d, timeout_s=coll["timeout_s"], init=coll["init"],
+                              seed=coll.get("seed", 0), repeat=coll["repeat"])
+            chk = check_results(recs, kind, el, init=coll["init"], seed=coll.get("seed", 0))
+            tim = timings(recs, kind, el) if chk["exact"] else []
+            res["runs"].append({"size_bytes": 4 * el, "elements": el, **chk, "iterations": tim, "dir": str(d),
+                                "agent_exit_codes": codes})
+            if not quiet:
+                best = min((t["time_s"] for t in tim), default=None)
+                say(f"{kind} of {4 * el} B on {n} ranks ({res['placement']}): "
+                    + (f"T {best:.3f} s, exact {chk['exact']}" if best else f"FAILED {chk['errors'][:2]}"))
+    finally:
+        stop_sampler(sampler)
+    return res
+
+
+def summarize(res: dict, out: Path) -> dict:
+    """Write ``collective.csv`` (one row per size: T median over the iterations, algbw, busbw,
+    the model's T and busbw, balance, exactness), ``collective_steps.csv`` (every rank's steps of
+    every size) and the plots (step timeline of the largest size, busbw against size); returns
+    the ``collective`` summary section."""
+    from experiments import plot
+    from experiments.analysis import _write_csv
+    n, kind, rate, alpha = res["ranks"], res["kind"], res["rate_bps"], res["alpha_s"] or 0.0
+    rows, steps = [], []
+    for r in res["runs"]:
+        its = r["iterations"]
+        t = float(np.median([i["time_s"] for i in its])) if its else None
+        model_t = C.model_time_s(kind, n, r["size_bytes"], alpha, rate)
+        row = {"size_bytes": r["size_bytes"], "ranks": n, "kind": kind, "placement": res["placement"],
+               "exact": r["exact"], "transfers": r["transfers"], "expected_transfers": r["expected_transfers"],
+               "time_s": t, "model_time_s": model_t, "measured_over_model": t / model_t if t else None,
+               "alpha_s": res["alpha_s"], "rate_bps": rate,
+               "balance": float(np.median([i["balance"] for i in its])) if its else None}
+        if t:
+            row.update({k: v for k, v in C.bandwidths(kind, n, r["size_bytes"], t).items()})
+            row["model_busbw_bps"] = C.bandwidths(kind, n, r["size_bytes"], model_t)["busbw_bps"]
+        rows.append(row)
+        recs = load_records(Path(r["dir"]), res["hosts"])
+        if all(recs) and its:
+            for s in step_rows(recs, its[0]["begin_unix_s"]):
+                steps.append({"size_bytes": r["size_bytes"], **s})
+    cols = ["size_bytes", "ranks", "kind", "placement", "exact", "transfers", "expected_transfers", "time_s",
+            "algbw_bps", "busbw_bps", "model_time_s", "model_busbw_bps", "measured_over_model", "alpha_s",
+            "rate_bps", "balance"]
+    _write_csv(out / "collective.csv", cols, rows)
+    _write_csv(out / "collective_steps.csv", ["size_bytes", "iteration", "rank", "host", "step", "phase", "chunk",
+                                               "bytes", "start_s", "send_done_s", "recv_done_s", "end_s"], steps)
+    good = [r for r in rows if r.get("busbw_bps")]
+    if good:
+        big = max(good, key=lambda r: r["size_bytes"])
+        first = [s for s in steps if s["size_bytes"] == big["size_bytes"] and s["iteration"] == 0]
+        if first:
+            plot.plot_collective_timeline(first, out / "collective_timeline.png",
+                                          title=f"{kind}, {n} ranks ({res['placement']}), {big['size_bytes']} B per rank")
+        plot.plot_busbw_vs_size([{**r, "label": res["placement"]} for r in good], out / "collective_busbw.png",
+                                link_rate_bps=rate)
+    return {"kind": kind, "ranks": n, "placement": res["placement"], "hosts": res["hosts"], "alpha_s": res["alpha_s"],
+            "rate_bps": rate, "all_exact": all(r["exact"] for r in rows), "sizes": rows}
+
+
+def format_line(c: dict) -> str:
+    """The terminal line of a round's collective results."""
+    parts = []
+    for r in c["sizes"]:
+        if r.get("busbw_bps"):
+            parts.append(f"{r['size_bytes']} B: T {r['time_s']:.3f} s (model {r['model_time_s']:.3f}), "
+                         f"busbw {r['busbw_bps'] / 1e6:.2f} Mbit/s")
+        else:
+            parts.append(f"{r['size_bytes']} B: FAILED")
+    return (f"collective {c['kind']} on {c['ranks']} ranks ({c['placement']}), B {c['rate_bps'] / 1e6:.2f} Mbit/s, "
+            f"alpha {1e3 * (c['alpha_s'] or 0):.1f} ms, exact: {'yes' if c['all_exact'] else 'NO'}; " + "; ".join(parts))

@@ -284,7 +284,7 @@ def resolve_rounds(sc: dict) -> list[dict]:
         return sc["rounds"]
     return [{"name": sc["name"], "ecn": {k: sc["ecn"][k] for k in ("profile", "layers", "ports")},
              "hosts": sc["hosts"], "pfc": {"enabled": bool(sc["pfc"] and sc["pfc"]["enabled"])},
-             "roce": {"mode": sc["roce"]["mode"]}, "seed": sc["seed"]}]
+             "roce": {"mode": sc["roce"]["mode"]}, "seed": sc["seed"], "collective": sc["collective"]}]
 
 
 def choose_marker(sc: dict, env: dict, needed: bool, priority_queues: bool = False) -> tuple[str, str]:
@@ -506,9 +506,16 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
                                      "before": lf.pfc_report(out / ".pfc_report.json")}
                     before = lf.ecn_counters()
                     t_round = time.monotonic()
-                    codes = _traffic(lf, state, sc, rdir, rdir / "agents", plan, quiet,
-                                     count_ecn=marker != "none" or r["hosts"]["tcp_ecn"] != 0,
-                                     roce_mode=r["roce"]["mode"], seed=r["seed"])
+                    coll = r["collective"]
+                    if coll["kind"] is not None:
+                        from experiments import collrun
+                        coll_res = collrun.run_round(lf, state, {**coll, "seed": r["seed"]}, rdir / "agents",
+                                                     sc["measurement"]["sample_hz"], quiet, say=lambda m: _say(quiet, m))
+                        codes = {"collective": coll_res}
+                    else:
+                        codes = _traffic(lf, state, sc, rdir, rdir / "agents", plan, quiet,
+                                         count_ecn=marker != "none" or r["hosts"]["tcp_ecn"] != 0,
+                                         roce_mode=r["roce"]["mode"], seed=r["seed"])
                     rtimings = dict(timings, traffic_s=time.monotonic() - t_round)
                     counters = analysis.counter_deltas(before, lf.ecn_counters())
                     if pfc_round is not None:
@@ -524,6 +531,8 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
 
     from experiments import draw, plot
     summaries = []
+    if "collective" in done[0].codes:
+        return _collective_results(out, sc, env, fabric_map, done, timings, multi, quiet)
     for d in done:
         d.timings.update(teardown_s=timings["teardown_s"], total_s=timings["total_s"])
         roce = t["transport"] == "roce"
@@ -555,6 +564,28 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
             print(analysis.format_summary(summary, d.dir))
         if multi:
             print(analysis.format_rounds(out))
+    return out
+
+
+def _collective_results(out: Path, sc: dict, env: dict, fabric_map: dict, done: list, timings: dict, multi: bool,
+                        quiet: bool) -> Path:
+    """Results of a collective scenario: per round collective.csv, collective_steps.csv, plots and
+    summary.json (``collective`` section); with rounds, collective_rounds.csv side by side."""
+    from experiments import collrun, draw
+    from experiments.analysis import _write_csv
+    rows = []
+    for d in done:
+        c = collrun.summarize(d.codes["collective"], d.dir)
+        summary = {"scenario": sc["name"], "round": d.round["name"] if multi else None, "datapath": env["datapath"],
+                   "kernel": env["kernel"], "timings_s": dict(d.timings, teardown_s=timings["teardown_s"],
+                                                              total_s=timings["total_s"]), "collective": c}
+        (d.dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        rows += [{"round": d.round["name"] if multi else sc["name"], **r} for r in c["sizes"]]
+        if not quiet:
+            print(f"{d.dir}\n  {collrun.format_line(c)}")
+    draw.draw(fabric_map, out / "topology.png", title=sc["name"])
+    if multi:
+        _write_csv(out / "collective_rounds.csv", list(rows[0]), rows)
     return out
 
 
