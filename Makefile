@@ -6,12 +6,13 @@ COMPARISON ?= experiments/scenarios/compare-topologies.yaml
 RESULTS ?= results
 PYTEST_ARGS ?=
 
-.PHONY: help setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-ecn bench-pfc bench-roce check-root distclean vm-image vm-test vm-experiment
+.PHONY: allreduce help setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-ecn bench-pfc bench-roce check-root distclean vm-image vm-test vm-experiment
 
 help:
 	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast, drop-tail / ECN / PFC / ECN+PFC), results in $(RESULTS)/"
 	@echo "sudo make pfc                             PFC: an 8:1 lossless-class UDP incast, PFC off then on (pauses.csv, pause plots)"
 	@echo "sudo make roce                            RoCEv2: an 8:1 incast of Poisson responses, DCQCN then open loop, 3 seeds each"
+	@echo "sudo make allreduce                       ring AllReduce of real arrays, rack-local vs spread ranks on a 3:1 Spine-Leaf"
 	@echo "sudo make k-sweep                         ECN K sweep: the incast at K = 5..65 packets on one fabric"
 	@echo "sudo make compare [COMPARISON=file.yaml]  same traffic on Fat-Tree k=4 and 3:1 Spine-Leaf, side-by-side plots"
 	@echo "make draw [SCENARIO=file.yaml]            draw the scenario's fabric to $(RESULTS)/topology.png (no root)"
@@ -44,6 +45,9 @@ pfc: check-root setup
 
 roce: check-root setup
 	$(PY) -m experiments run experiments/scenarios/roce-incast.yaml --results $(RESULTS)
+
+allreduce: check-root setup
+	$(PY) -m experiments run experiments/scenarios/allreduce-placement.yaml --results $(RESULTS)
 
 k-sweep: check-root setup
 	$(PY) -m experiments run experiments/scenarios/k-sweep.yaml --results $(RESULTS)

@@ -276,9 +276,16 @@ def validate(data: Any) -> dict:
                                           "sits in front of every queue)")
     sc["rounds"] = _resolve_rounds(rounds_data, sc)
     n_hosts = host_count(sc["topology"])
-    for key, c in [("collective", sc["collective"])] + [(f"rounds[{i}].collective", r["collective"])
-                                                         for i, r in enumerate(sc["rounds"] or [])]:
+    colls = [("collective", sc["collective"])] + [(f"rounds[{i}].collective", r["collective"])
+                                                  for i, r in enumerate(sc["rounds"] or [])]
+    for key, c in colls:
         _check_collective(key, c, n_hosts)
+    if any(c["kind"] for _, c in colls):
+        if isinstance(data, dict) and "traffic" in data:
+            raise ScenarioError("traffic", "a collective scenario moves its own data (the collective section); "
+                                           "it has no traffic section")
+        # unused by a collective run; only the warm-up's RTT probe reads its receiver and first sender
+        sc["traffic"]["senders"] = min(sc["traffic"]["senders"], n_hosts - 1)
     t = sc["traffic"]
     hosts = {f"h{i}" for i in range(1, n_hosts + 1)}
     if t["receiver"] not in hosts:

@@ -147,3 +147,25 @@ def test_plots_of_a_collective(tmp_path):
     assert p.stat().st_size > 10_000
     with pytest.raises(ValueError):
         plot.plot_collective_timeline([], tmp_path / "x.png")
+
+
+def test_collective_scenario_section_is_validated():
+    from common.errors import ScenarioError
+    from common.scenario import validate
+    base = {"name": "c", "topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 4}}
+    sc = validate({**base, "collective": {"kind": "allreduce", "ranks": 4},
+                   "rounds": [{"name": "a", "collective": {"placement": "spread"}}, {"name": "b"}]})
+    assert [r["collective"]["placement"] for r in sc["rounds"]] == ["spread", "local"]
+    sc = validate({**base, "collective": {"kind": "all_to_all", "hosts": ["h1", "h1", "h2"]}})
+    assert sc["collective"]["ranks"] == 3
+    for bad, key in [({"collective": {"kind": "broadcast"}}, "collective.kind"),
+                     ({"collective": {"kind": "allreduce", "ranks": 9}}, "collective.ranks"),
+                     ({"collective": {"kind": "allreduce", "hosts": ["h1", "h99"]}}, "collective.hosts[1]"),
+                     ({"collective": {"kind": "allreduce", "ranks": 8, "size_bytes": 16}}, "collective.size_bytes"),
+                     ({"collective": {"kind": "allreduce", "rnaks": 4}}, "collective.rnaks"),
+                     ({"rounds": [{"name": "a", "collective": {"placement": "local"}}]}, "rounds[0].collective"),
+                     ({"collective": {"kind": "allreduce"}, "rounds": [{"name": "a", "collective": {"repeat": 2}}]},
+                      "rounds[0].collective")]:
+        with pytest.raises(ScenarioError) as e:
+            validate({**base, **bad})
+        assert e.value.key == key, (e.value.key, key)
