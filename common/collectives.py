@@ -179,6 +179,13 @@ def bandwidths(kind: str, n: int, size_bytes: float, time_s: float) -> dict:
     return {"algbw_bps": alg, "busbw_bps": alg * busbw_factor(kind, n)}
 
 
+def step_count(kind: str, n: int) -> int:
+    """Steps of ``kind`` on ``n`` ranks: 2(N-1) for AllReduce, N-1 for the others (the length of
+    :func:`ring_schedule`). Raises ValueError for a bad kind or n (named)."""
+    busbw_factor(kind, n)      # validates kind and n
+    return 2 * (n - 1) if kind == "allreduce" else n - 1
+
+
 def model_time_s(kind: str, n: int, size_bytes: float, alpha_s: float, rate_bps: float) -> float:
     """The alpha-beta model's time for ``kind`` on ``n`` ranks moving ``size_bytes`` per rank over
     links of ``rate_bps`` with a per-step latency ``alpha_s`` (module docstring):
@@ -191,6 +198,4 @@ def model_time_s(kind: str, n: int, size_bytes: float, alpha_s: float, rate_bps:
         raise ValueError(f"rate_bps must be > 0, not {rate_bps}")
     if alpha_s < 0 or size_bytes < 0:
         raise ValueError(f"alpha_s and size_bytes must be >= 0, not {alpha_s}, {size_bytes}")
-    steps = 2 * (n - 1) if kind == "allreduce" else (n - 1)
-    busbw_factor(kind, n)      # validates kind and n
-    return steps * (alpha_s + 8 * size_bytes / n / rate_bps)
+    return step_count(kind, n) * (alpha_s + 8 * size_bytes / n / rate_bps)

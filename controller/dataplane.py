@@ -7,6 +7,7 @@ Commands are argv lists built from validated values.
 """
 from __future__ import annotations
 
+import json
 import os
 import struct
 import subprocess
@@ -244,8 +245,7 @@ def ovs_interface_drops(names: list[str] | None = None) -> dict[str, dict]:
     Raises:
         SetupError: ovs-vsctl failed.
     """
-    import json as _json
-    out = _json.loads(run(["ovs-vsctl", "--format=json", "--columns=name,statistics", "list", "Interface"]))
+    out = json.loads(run(["ovs-vsctl", "--format=json", "--columns=name,statistics", "list", "Interface"]))
     res = {}
     for name, stats in out.get("data", []):
         if names is not None and name not in names:
@@ -491,9 +491,8 @@ def install_red(ifname: str, rate_bps: float, limit_bytes: int, profile) -> None
     ``ecn``/``nodrop`` (case L2). RED's probability does not read back as written, so it is
     checked by behaviour in the tests.
     """
-    import json as _json
     run(red_argv(ifname, rate_bps, limit_bytes, profile))
-    shown = _json.loads(run(["tc", "-d", "-j", "qdisc", "show", "dev", ifname, "parent", "1:1"]) or "[]")
+    shown = json.loads(run(["tc", "-d", "-j", "qdisc", "show", "dev", ifname, "parent", "1:1"]) or "[]")
     red = [q for q in shown if q.get("kind") == "red"]
     if not red:
         raise SetupError(f"tc on {ifname}: RED did not take effect (read back {shown})")
@@ -529,8 +528,7 @@ def install_fifo_leaf(ifname: str, fifo_kind: str, limit: int) -> None:
 def red_counters(ifname: str) -> dict | None:
     """RED's counters on ``ifname`` from ``tc -s -j``: marked, early (dropped early), pdrop (over limit),
     other; None if the port has no RED."""
-    import json as _json
-    for q in _json.loads(run(["tc", "-s", "-j", "qdisc", "show", "dev", ifname]) or "[]"):
+    for q in json.loads(run(["tc", "-s", "-j", "qdisc", "show", "dev", ifname]) or "[]"):
         if q.get("kind") == "red":
             return {k: q.get(k) for k in ("marked", "early", "pdrop", "other", "drops", "packets")}
     return None
@@ -757,23 +755,6 @@ def _in_netns(netns_pid: int | None, make):
             os.close(target)
     finally:
         os.close(own)
-
-
-def gate_backlog_bytes(ifname: str, prio: int, netns_pid: int | None = None) -> int | None:
-    """Bytes waiting behind priority ``prio``'s pause gate on ``ifname`` (None: no such gate).
-
-    Raises:
-        SetupError: the interface is missing or the kernel refused the dump.
-    """
-    try:
-        with _ipr(netns_pid) as ipr:
-            idx = _link_index(ipr, ifname)
-            for m in ipr.get_qdiscs(index=idx):
-                if m["handle"] == prio_gate_handle(prio):
-                    return m.get_attr("TCA_STATS2").get_attr("TCA_STATS_QUEUE")["backlog"]
-    except NetlinkError as e:
-        raise SetupError(f"tc on {ifname}: kernel refused ({e.code})") from None
-    return None
 
 
 #: tc parents of a clsact qdisc's two hooks.

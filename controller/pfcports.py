@@ -89,9 +89,9 @@ def share_gil_realtime() -> bool:
 
 
 class GateWorker:
-    """One thread per upstream transmitter: its gate changes run in order, and gates of different
-    ports change at the same time (an incast's XOFFs arrive together; one netlink round trip
-    after another would add up to the last one's reaction latency)."""
+    """One thread per upstream transmitter for the gate changes that may wait: FIFO limits when
+    PFC is turned on or off, and reopening a gate for a pause storm's drop action. XOFF and XON
+    are not handed over: the pauser changes those gates itself (:meth:`PfcPorts._on_event`)."""
 
     def __init__(self, gates: dataplane.PauseGates, errors: list):
         import queue
@@ -238,8 +238,7 @@ class PfcPorts:
                     # inline, not on the port's gate thread: a change is one pre-encoded netlink
                     # round trip (~4 us), and the hand-over to another thread cost more than that
                     # under load (pauser -> gate thread p99 1.95 ms, `make bench-pfc`, 2026-12-01)
-                    t_now = time.monotonic_ns()
-                    self._close(worker.gates, e["prio"], e["t_ns"], t_now)
+                    self._close(worker.gates, e["prio"], e["t_ns"], time.monotonic_ns())
                 for ev in state.update(e["bytes"], self._t_rel(e["t_ns"])):
                     self._after(ev, key, link)
             else:
@@ -257,19 +256,19 @@ class PfcPorts:
             self.errors.append(str(err))
             LOG.error("PFC: %s", err)
 
-    def _close(self, gates, prio: int, t_event_ns: int, t_submit_ns: int | None = None) -> None:
-        """Close ``prio``'s gate; record the reaction latency and, when ``t_submit_ns`` is given
-        (when the pauser took the XOFF up), its three parts: kernel event -> pauser, pauser ->
-        the change's start (~0 since the pauser changes gates itself), the netlink change itself."""
+    def _close(self, gates, prio: int, t_event_ns: int, t_submit_ns: int) -> None:
+        """Close ``prio``'s gate; record the reaction latency and its three parts: kernel event ->
+        pauser (``t_submit_ns``: when the pauser took the XOFF up), pauser -> the change's start
+        (~0 since the pauser changes gates itself; the key keeps its old name,
+        ``pauser_to_gate_thread``), the netlink change itself."""
         t_start = time.monotonic_ns()
         gates.close_gate(prio)
         t_done = time.monotonic_ns()
         with self._lock:
             self.reaction_s.append((t_done - t_event_ns) / 1e9)
             self.reactions.append((self._t_rel(t_event_ns), self.reaction_s[-1]))
-            if t_submit_ns is not None:
-                self.reaction_parts.append((self._t_rel(t_event_ns), (t_submit_ns - t_event_ns) / 1e9,
-                                            (t_start - t_submit_ns) / 1e9, (t_done - t_start) / 1e9))
+            self.reaction_parts.append((self._t_rel(t_event_ns), (t_submit_ns - t_event_ns) / 1e9,
+                                        (t_start - t_submit_ns) / 1e9, (t_done - t_start) / 1e9))
 
     def _after(self, ev, key, link) -> None:
         if ev.kind == "xon":
@@ -371,10 +370,11 @@ class PfcPorts:
                 time.sleep(0.1)
 
     def _run_reconciler(self) -> None:
-        """Every RECONCILE_INTERVAL_S, :meth:`_reconcile_idle`, on a thread of its own: it reads
-        queues through netlink dumps (a new pyroute2 socket per port), which took the pauser
-        thread 0.13-0.26 s under a RoCE incast's pauses, and the XOFF events waited meanwhile.
-        Real-time below the pauser, so it hands the interpreter lock on when the pauser wants it."""
+        """Every RECONCILE_INTERVAL_S (or 2 x TICK_SHARE_DIVISOR times its own duration, if longer),
+        :meth:`_reconcile_idle`, on a thread of its own: on the pauser's thread its queue reads (then
+        a pyroute2 socket per port) took 0.13-0.26 s under a RoCE incast's pauses, and the XOFF
+        events waited meanwhile. Real-time below the pauser, so it hands the interpreter lock on
+        when the pauser wants it."""
         _realtime(HUB_RT_PRIORITY)
         lossless = self.plan["lossless"]
         wait_s = RECONCILE_INTERVAL_S

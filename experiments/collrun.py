@@ -204,8 +204,7 @@ def bottleneck_rate_bps(fabric_map: dict, hosts: list[str], kind: str, routing: 
 def alpha_from_run(time_s: float, kind: str, n: int, size_bytes: float, rate_bps: float) -> float:
     """alpha (s per step) from a measured time: (T - steps x size/(N B)) / steps, never below 0.
     Run it on a small message, where T is mostly alpha (common.collectives.model_time_s)."""
-    steps = 2 * (n - 1) if kind == "allreduce" else n - 1
-    return max(0.0, (time_s - C.model_time_s(kind, n, size_bytes, 0.0, rate_bps)) / steps)
+    return max(0.0, (time_s - C.model_time_s(kind, n, size_bytes, 0.0, rate_bps)) / C.step_count(kind, n))
 
 
 def wait_done(agents, deadline_unix_s: float) -> dict:
@@ -241,7 +240,7 @@ def run_round(lf, state, coll: dict, out: Path, sample_hz: float, quiet: bool = 
     hosts = coll["hosts"] or place_ranks(lf.fabric, coll["ranks"], coll["placement"])
     n, kind = len(hosts), coll["kind"]
     rate = bottleneck_rate_bps(lf.fabric.to_map(), hosts, kind)
-    res = {"hosts": hosts, "kind": kind, "ranks": n, "placement": coll["hosts"] and "list" or coll["placement"],
+    res = {"hosts": hosts, "kind": kind, "ranks": n, "placement": "list" if coll["hosts"] else coll["placement"],
            "rate_bps": rate, "runs": []}
     sampler = start_sampler(lf, state, out, sample_hz)
     try:
@@ -287,7 +286,7 @@ def summarize(res: dict, out: Path) -> dict:
                "alpha_s": res["alpha_s"], "rate_bps": rate,
                "balance": float(np.median([i["balance"] for i in its])) if its else None}
         if t:
-            row.update({k: v for k, v in C.bandwidths(kind, n, r["size_bytes"], t).items()})
+            row.update(C.bandwidths(kind, n, r["size_bytes"], t))
             row["model_busbw_bps"] = C.bandwidths(kind, n, r["size_bytes"], model_t)["busbw_bps"]
         rows.append(row)
         recs = load_records(Path(r["dir"]), res["hosts"])

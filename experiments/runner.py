@@ -385,6 +385,7 @@ class _RoundRun(NamedTuple):
     counters: dict        # marker counters over the round, per port
     timings: dict         # seconds
     pfc: dict | None      # PFC reports before/after the round, its begin time and state (None: no PFC)
+    collective: dict | None = None   # experiments.collrun.run_round's result (None: flows, not a collective)
 
 
 def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
@@ -506,12 +507,12 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
                                      "before": lf.pfc_report(out / ".pfc_report.json")}
                     before = lf.ecn_counters()
                     t_round = time.monotonic()
-                    coll = r["collective"]
+                    coll, coll_res = r["collective"], None
                     if coll["kind"] is not None:
                         from experiments import collrun
                         coll_res = collrun.run_round(lf, state, {**coll, "seed": r["seed"]}, rdir / "agents",
                                                      sc["measurement"]["sample_hz"], quiet, say=lambda m: _say(quiet, m))
-                        codes = {"collective": coll_res}
+                        codes = {}
                     else:
                         codes = _traffic(lf, state, sc, rdir, rdir / "agents", plan, quiet,
                                          count_ecn=marker != "none" or r["hosts"]["tcp_ecn"] != 0,
@@ -521,7 +522,7 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
                     if pfc_round is not None:
                         pfc_round["after"] = lf.pfc_report(out / ".pfc_report.json")
                         (out / ".pfc_report.json").unlink()
-                    done.append(_RoundRun(rdir, r, pr, host_cfg, codes, counters, rtimings, pfc_round))
+                    done.append(_RoundRun(rdir, r, pr, host_cfg, codes, counters, rtimings, pfc_round, coll_res))
             t_down = time.monotonic()
         timings["teardown_s"] = time.monotonic() - t_down
     timings["total_s"] = time.monotonic() - t_begin
@@ -531,7 +532,7 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
 
     from experiments import draw, plot
     summaries = []
-    if "collective" in done[0].codes:
+    if done[0].collective is not None:
         return _collective_results(out, sc, env, fabric_map, done, timings, multi, quiet)
     for d in done:
         d.timings.update(teardown_s=timings["teardown_s"], total_s=timings["total_s"])
@@ -575,7 +576,7 @@ def _collective_results(out: Path, sc: dict, env: dict, fabric_map: dict, done: 
     from experiments.analysis import _write_csv
     rows = []
     for d in done:
-        c = collrun.summarize(d.codes["collective"], d.dir)
+        c = collrun.summarize(d.collective, d.dir)
         summary = {"scenario": sc["name"], "round": d.round["name"] if multi else None, "datapath": env["datapath"],
                    "kernel": env["kernel"], "timings_s": dict(d.timings, teardown_s=timings["teardown_s"],
                                                               total_s=timings["total_s"]), "collective": c}

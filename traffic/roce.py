@@ -158,7 +158,6 @@ class SenderQp:
                 self.req.outstanding_packets + self.req.unsent_packets < 64:
             self.req.post(self.message_bytes, now_s)
 
-
     @property
     def finished(self) -> bool:
         """Every message posted and acknowledged, none left to post, nothing waiting to go."""

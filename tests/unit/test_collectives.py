@@ -169,3 +169,9 @@ def test_collective_scenario_section_is_validated():
         with pytest.raises(ScenarioError) as e:
             validate({**base, **bad})
         assert e.value.key == key, (e.value.key, key)
+
+
+def test_step_count_is_the_schedule_length():
+    for kind in C.KINDS:
+        for n in (2, 5, 16):
+            assert C.step_count(kind, n) == len(C.ring_schedule(n, kind))
