@@ -1,10 +1,16 @@
 """Issue 8 through the CLI: a collective scenario with two placements as rounds on one fabric."""
 import csv
 import json
+import os
 
+import pytest
 import yaml
 
 from .conftest import assert_clean, run_cli
+
+# kernel TCP between namespaces, as in test_collective.py: host lane only
+pytestmark = pytest.mark.skipif(os.environ.get("FABRICLAB_LANE") == "vm",
+                                reason="VM lane: datapath-independent (kernel TCP); run in the host lane")
 
 
 def test_allreduce_rounds_through_the_cli(tmp_path):

@@ -81,6 +81,20 @@ def _backlog(handle: str) -> int:
     return next(x["backlog"] for x in q if x["handle"] == handle)
 
 
+def _held_and_backlog(bpf) -> tuple[dict, int]:
+    """Priority 3's counter and its gate's backlog at one moment. A paused gate still passes one
+    frame every 1.5 s (:data:`controller.dataplane.PAUSED_RATE_BPS`); under the VM lane's emulated
+    CPU the ``tc`` read takes long enough for one to leave between the two reads (seen: the counter
+    one frame above the backlog). Read again until the counter did not move around the backlog read."""
+    for _ in range(10):
+        before = bpf.read(SW, IN_PORT, 3)
+        backlog = _backlog("13:")
+        after = bpf.read(SW, IN_PORT, 3)
+        if before["bytes"] == after["bytes"]:
+            return after, backlog
+    pytest.fail(f"priority 3's counter moved during each of 10 backlog reads (last {before} -> {after})")
+
+
 def test_counter_follows_the_held_queue_with_one_xoff_and_one_xon(router):
     from pyroute2 import IPRoute
 
@@ -101,12 +115,14 @@ def test_counter_follows_the_held_queue_with_one_xoff_and_one_xon(router):
             # close priority 3's gate (what a pause does), send lossless and lossy traffic
             gates = dataplane.PauseGates("flpb0", QUEUES, router, kick_frame=pfc_frame("02:00:00:00:00:01", {3: 0}))
             gates.close_gate(3)
+            t_close = time.monotonic()
             lossless, lossy = _send(26, 8e6, 1.0), _send(0, 1e6, 1.0)
             n_lossless, n_lossy = int(lossless.communicate()[0]), int(lossy.communicate()[0])
             time.sleep(0.3)
             bpf.poll(10)
-            held = bpf.read(SW, IN_PORT, 3)
-            backlog = _backlog("13:")
+            held, backlog = _held_and_backlog(bpf)
+            # a paused gate passes the frame it had granted, then one every 1.5 s (8 kbit/s)
+            passed_max = 2 + int((time.monotonic() - t_close) * dataplane.PAUSED_RATE_BPS / 8 / 1514)
             lossy_now = bpf.read(SW, IN_PORT, 0)
             t_open = time.monotonic()
             gates.open_gate(3)       # nothing else arrives: the gate's kick frame makes the qdisc run
@@ -125,7 +141,7 @@ def test_counter_follows_the_held_queue_with_one_xoff_and_one_xon(router):
     assert n_lossless > 500 and n_lossy > 50
     # the counter is the queue, byte for byte (the sender has stopped; one frame passed the gate)
     assert held["bytes"] == backlog, (held, backlog)
-    assert backlog >= (n_lossless - 2) * 1514
+    assert backlog >= (n_lossless - passed_max) * 1514, (backlog, n_lossless, passed_max)
     assert held["paused"] == 1 and held["xoff_events"] == 1 and held["underflows"] == 0
     assert lossy_now["bytes"] == 0 and lossy_now["packets"] >= n_lossy and lossy_now["xoff_events"] == 0
     kinds = [(e["kind"], e["sw"], e["port"], e["prio"]) for e in events]
