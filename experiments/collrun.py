@@ -181,12 +181,21 @@ def step_pairs(hosts: list[str], kind: str) -> list[list[tuple[str, str]]]:
 
 
 def bottleneck_rate_bps(fabric_map: dict, hosts: list[str], kind: str, routing: str = "ecmp") -> float:
-    """B of the alpha-beta model: the slowest transfer's max-min fair rate (bit/s) in the step
-    that gives the lowest, every transfer of a step running at once over ideal ECMP
-    (:func:`experiments.fluid.max_min_rates`). A ring's steps all use the same host pairs, so
-    its B is its ring's bottleneck; an all-to-all's steps differ. Raises ValueError when no
-    transfer crosses the fabric (every rank on one host)."""
-    from experiments.fluid import max_min_rates
+    """B of the alpha-beta model (bit/s): the slowest transfer's max-min fair rate in the step that
+    gives the lowest, every transfer of a step running at once. ``routing``: ``"ecmp"`` splits
+    each transfer ideally over its equal-cost paths (:func:`experiments.fluid.max_min_rates`; the
+    best any hash can do); ``"single"``: one fixed path per destination; ``"hash"``: each
+    transfer pinned to one random equal-cost path, the median over random placements
+    (:func:`experiments.fluid.hash_ecmp_min_rate`), what long-lived TCP connections meet. A
+    ring's steps all use the same host pairs, so its B is its ring's bottleneck; an all-to-all's
+    steps differ.
+
+    Raises:
+        ValueError: no transfer crosses the fabric (every rank on one host), or an unknown ``routing``.
+    """
+    from experiments.fluid import hash_ecmp_min_rate, max_min_rates
+    if routing not in ("ecmp", "single", "hash"):
+        raise ValueError(f"routing must be ecmp, single or hash, not {routing!r}")
     rates = []
     seen: dict[tuple, float] = {}
     for pairs in step_pairs(hosts, kind):
@@ -194,7 +203,8 @@ def bottleneck_rate_bps(fabric_map: dict, hosts: list[str], kind: str, routing: 
             continue
         key = tuple(sorted(pairs))
         if key not in seen:
-            seen[key] = min(max_min_rates(fabric_map, pairs, routing))
+            seen[key] = (hash_ecmp_min_rate(fabric_map, pairs)["median"] if routing == "hash"
+                         else min(max_min_rates(fabric_map, pairs, routing)))
         rates.append(seen[key])
     if not rates:
         raise ValueError("no transfer crosses the fabric: every rank is on one host")
@@ -232,16 +242,20 @@ def run_round(lf, state, coll: dict, out: Path, sample_hz: float, quiet: bool = 
     """Run one round's collective on a live fabric: a small run for alpha, then every size of
     ``coll`` (``sizes_bytes`` or ``size_bytes``), each ``repeat`` times, with the queue sampler on.
 
-    Returns ``{"hosts", "alpha_s", "rate_bps", "runs": [{"size_bytes", "elements", "exact",
+    Returns ``{"hosts", "alpha_s", "rate_bps" (B, hash-ECMP model), "rate_ideal_ecmp_bps",
+    "runs": [{"size_bytes", "elements", "exact",
     "transfers", "expected_transfers", "iterations": [timings], "errors", "dir"}]}``.
     Raises SetupError when the agents cannot start.
     """
     from experiments.runner import start_sampler, stop_sampler
     hosts = coll["hosts"] or place_ranks(lf.fabric, coll["ranks"], coll["placement"])
     n, kind = len(hosts), coll["kind"]
-    rate = bottleneck_rate_bps(lf.fabric.to_map(), hosts, kind)
+    # B: every transfer is one TCP connection, kept for the whole run, so on one hashed path
+    fmap = lf.fabric.to_map()
+    rate = bottleneck_rate_bps(fmap, hosts, kind, "hash")
     res = {"hosts": hosts, "kind": kind, "ranks": n, "placement": "list" if coll["hosts"] else coll["placement"],
-           "rate_bps": rate, "runs": []}
+           "rate_bps": rate, "rate_model": "hash-ECMP",
+           "rate_ideal_ecmp_bps": bottleneck_rate_bps(fmap, hosts, kind, "ecmp"), "runs": []}
     sampler = start_sampler(lf, state, out, sample_hz)
     try:
         probe_el = max(n * ALPHA_PROBE_ELEMENTS_PER_RANK, 4)
@@ -309,7 +323,9 @@ def summarize(res: dict, out: Path) -> dict:
         plot.plot_busbw_vs_size([{**r, "label": res["placement"]} for r in good], out / "collective_busbw.png",
                                 link_rate_bps=rate)
     return {"kind": kind, "ranks": n, "placement": res["placement"], "hosts": res["hosts"], "alpha_s": res["alpha_s"],
-            "rate_bps": rate, "all_exact": all(r["exact"] for r in rows), "sizes": rows}
+            "rate_bps": rate, "rate_model": res.get("rate_model", "hash-ECMP"),
+            "rate_ideal_ecmp_bps": res.get("rate_ideal_ecmp_bps"), "all_exact": all(r["exact"] for r in rows),
+            "sizes": rows}
 
 
 def format_line(c: dict) -> str:
@@ -321,5 +337,8 @@ def format_line(c: dict) -> str:
                          f"busbw {r['busbw_bps'] / 1e6:.2f} Mbit/s")
         else:
             parts.append(f"{r['size_bytes']} B: FAILED")
-    return (f"collective {c['kind']} on {c['ranks']} ranks ({c['placement']}), B {c['rate_bps'] / 1e6:.2f} Mbit/s, "
+    ideal = c.get("rate_ideal_ecmp_bps")
+    b = f"B {c['rate_bps'] / 1e6:.2f} Mbit/s ({c.get('rate_model', 'hash-ECMP')}" + (
+        f"; ideal ECMP {ideal / 1e6:.2f})" if ideal else ")")
+    return (f"collective {c['kind']} on {c['ranks']} ranks ({c['placement']}), {b}, "
             f"alpha {1e3 * (c['alpha_s'] or 0):.1f} ms, exact: {'yes' if c['all_exact'] else 'NO'}; " + "; ".join(parts))

@@ -92,6 +92,31 @@ def hash_ecmp_aggregate(fabric_map: dict, pairs: list[tuple[str, str]], trials: 
             "p90": aggs[int(0.9 * (len(aggs) - 1))], "trials": trials}
 
 
+def hash_ecmp_min_rate(fabric_map: dict, pairs: list[tuple[str, str]], trials: int = 200, seed: int = 1) -> dict:
+    """The slowest flow's max-min fair rate (Mbit/s) when every flow of ``pairs`` is pinned to one
+    random equal-cost path (hash ECMP, :func:`hashed_path`), over ``trials`` random placements.
+
+    What bounds a step of a ring collective over long-lived TCP connections: each connection keeps
+    its hash (its path) for the whole run and the step ends with its slowest transfer. Returns
+    ``{"median", "p10", "p90", "trials"}`` of that minimum.
+
+    Raises:
+        ValueError: ``pairs`` empty or ``trials`` < 1; KeyError/ValueError as :func:`hashed_path`.
+    """
+    import random
+    import statistics
+    if not pairs or trials < 1:
+        raise ValueError(f"need at least one pair and one trial (pairs {len(pairs)}, trials {trials})")
+    rng = random.Random(seed)
+    routes = compute_routes(fabric_map, "ecmp")
+    peer = port_peers(fabric_map)
+    mins = sorted(min(_progressive_filling(fabric_map, [hashed_path(fabric_map, routes, s, d, rng, peer)
+                                                        for s, d in pairs]))
+                  for _ in range(trials))
+    return {"median": statistics.median(mins), "p10": mins[int(0.1 * (len(mins) - 1))],
+            "p90": mins[int(0.9 * (len(mins) - 1))], "trials": trials}
+
+
 def max_min_rates(fabric_map: dict, pairs: list[tuple[str, str]], routing: str = "ecmp") -> list[float]:
     """Max-min fair rate (Mbit/s) of one long-lived flow per entry of ``pairs`` (repeat a pair for parallel flows),
     each flow split ideally over its equal-cost paths (``routing="ecmp"``), or on the one path

@@ -127,9 +127,30 @@ def test_ring_bottleneck_from_the_fluid_model():
     assert collrun.bottleneck_rate_bps(fmap, spread, "allreduce") == pytest.approx(5e6)
     with pytest.raises(ValueError, match="one host"):
         collrun.bottleneck_rate_bps(fmap, ["h1", "h1"], "allreduce")
+    # hash ECMP (each TCP connection pinned to one uplink): the 4 spread transfers of a direction
+    # fall 2+2 on the 2 uplinks with probability 6/16, 3+1 with 8/16, 4+0 with 2/16, both
+    # directions independently, so the slowest transfer's median is 10/3 Mbit/s; rack-local
+    # stays at 10 (one crossing transfer per direction cannot collide)
+    assert collrun.bottleneck_rate_bps(fmap, local, "allreduce", "hash") == pytest.approx(10e6)
+    assert collrun.bottleneck_rate_bps(fmap, spread, "allreduce", "hash") == pytest.approx(10e6 / 3)
+    with pytest.raises(ValueError, match="routing"):
+        collrun.bottleneck_rate_bps(fmap, local, "allreduce", "random")
     # alpha from a measured time: T = 14 x (alpha + D / (N B))
     t = C.model_time_s("allreduce", 8, 80_000, 0.002, 10e6)
     assert collrun.alpha_from_run(t, "allreduce", 8, 80_000, 10e6) == pytest.approx(0.002)
+
+
+def test_hash_ecmp_slowest_flow_distribution():
+    # two flows leaf1 -> leaf2 over 2 uplinks: they share one with probability 1/2 (then 5 Mbit/s
+    # each), else 10; p10 and p90 bracket both outcomes
+    from experiments.fluid import hash_ecmp_min_rate
+    from topologies.spineleaf import SpineLeaf
+    fmap = SpineLeaf(spines=2, leaves=2, hosts_per_leaf=2, host_rate_mbps=10, uplink_rate_mbps=10).build().to_map()
+    r = hash_ecmp_min_rate(fmap, [("h1", "h3"), ("h2", "h4")], trials=400)
+    assert r["p10"] == pytest.approx(5.0) and r["p90"] == pytest.approx(10.0) and r["trials"] == 400
+    assert hash_ecmp_min_rate(fmap, [("h1", "h3")], trials=20)["median"] == pytest.approx(10.0)
+    with pytest.raises(ValueError, match="pair"):
+        hash_ecmp_min_rate(fmap, [], trials=5)
 
 
 def test_plots_of_a_collective(tmp_path):
