@@ -47,7 +47,9 @@ def settle_neighbours(hosts, timeout_s: float = 30.0) -> None:
 
     Raises:
         AssertionError: entries still busy after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
+    first = None
     while True:
         busy = {}
         for name, pid, _ in hosts:
@@ -57,7 +59,10 @@ def settle_neighbours(hosts, timeout_s: float = 30.0) -> None:
             if states:
                 busy[name] = states
         if not busy:
+            if first:
+                print(f"neighbour entries settled after {time.monotonic() - t0:.1f} s; first seen busy: {first}")
             return
+        first = first or busy
         assert time.monotonic() < deadline, f"neighbour entries still busy after {timeout_s} s: {busy}"
         time.sleep(0.5)
 
