@@ -6,7 +6,7 @@ COMPARISON ?= experiments/scenarios/compare-topologies.yaml
 RESULTS ?= results
 PYTEST_ARGS ?=
 
-.PHONY: allreduce help setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-ecn bench-pfc bench-roce check-root distclean vm-image vm-test vm-experiment
+.PHONY: allreduce help setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
 
 help:
 	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast, drop-tail / ECN / PFC / ECN+PFC), results in $(RESULTS)/"
@@ -23,6 +23,7 @@ help:
 	@echo "sudo make bench-ecn                       forwarding throughput of a port with the ECN marker on vs off"
 	@echo "sudo make bench-pfc                       PFC reaction latency (XOFF -> upstream paused) during incasts, vs a bare gate change"
 	@echo "sudo make bench-roce                      RoCEv2 sender packets/s (1 KB payloads) beside scapy's sendp, same run"
+	@echo "sudo make bench-collective                16-rank ring AllReduce busbw vs 16 plain flows on the same connections (Fat-Tree k=4)"
 	@echo "make bpf                                  compile the BPF programs (ECN marker, PFC accounting) to build/ (setup does it)"
 	@echo "sudo make bench-fabric                    time from nothing to all-pairs reachable (Fat-Tree k=4,6,8; Spine-Leaf 4x8)"
 	@echo "sudo make vm-image                        build (or reuse) the stock-kernel VM image (cached in /var/cache/fabriclab/vm)"
@@ -84,6 +85,9 @@ bench-pfc: check-root setup
 
 bench-roce: check-root setup
 	$(PY) bench/bench_roce_sender.py
+
+bench-collective: check-root setup
+	$(PY) bench/bench_collective.py
 
 clean: check-root
 	@if [ -x $(PY) ]; then $(PY) -m experiments clean; else echo "fabriclab: nothing to clean (no .venv)"; fi

@@ -62,8 +62,11 @@ def _racks(fabric) -> dict[str, list[str]]:
 
 
 def host_jobs(lf, hosts: list[str], kind: str, elements: int, out: Path, deadline_unix_s: float,
-              init: str = "seeded", seed: int = 0, repeat: int = 1, dscp: int = 0) -> dict[str, dict]:
+              init: str = "seeded", seed: int = 0, repeat: int = 1, dscp: int = 0,
+              stream: bool = False) -> dict[str, dict]:
     """The ``collective`` job of every host that runs a rank (``hosts[r]`` runs rank r).
+    ``stream``: the benchmark's baseline, the same bytes on the same connections without the
+    ring's step dependency (traffic.collective.Rank._stream_iteration).
 
     Raises:
         ValueError: an unknown kind, or fewer elements than ranks (a chunk would be empty).
@@ -77,7 +80,7 @@ def host_jobs(lf, hosts: list[str], kind: str, elements: int, out: Path, deadlin
         j = jobs.setdefault(h, {"role": "collective", "kind": kind, "ranks": ranks, "local_ranks": [],
                                 "elements": elements, "init": init, "seed": seed, "repeat": repeat, "dscp": dscp,
                                 "out": str(Path(out) / f"{h}.collective.json"), "out_dir": str(out),
-                                "deadline_unix_s": deadline_unix_s})
+                                "deadline_unix_s": deadline_unix_s, "stream": stream})
         j["local_ranks"].append(r)
     return jobs
 
@@ -180,6 +183,12 @@ def step_pairs(hosts: list[str], kind: str) -> list[list[tuple[str, str]]]:
             for step in C.ring_schedule(len(hosts), kind)]
 
 
+#: TCP payload per full-size frame on the wire: a 1448-byte segment (MSS 1460 less 12 bytes of
+#: timestamp option) in a 1514-byte Ethernet frame. The model's B for kernel-TCP ranks is the
+#: bottleneck link's rate times this (what a TCP flow can deliver to the application).
+TCP_PAYLOAD_FRACTION = 1448 / 1514
+
+
 def bottleneck_rate_bps(fabric_map: dict, hosts: list[str], kind: str, routing: str = "ecmp") -> float:
     """B of the alpha-beta model (bit/s): the slowest transfer's max-min fair rate in the step that
     gives the lowest, every transfer of a step running at once. ``routing``: ``"ecmp"`` splits
@@ -242,7 +251,8 @@ def run_round(lf, state, coll: dict, out: Path, sample_hz: float, quiet: bool = 
     """Run one round's collective on a live fabric: a small run for alpha, then every size of
     ``coll`` (``sizes_bytes`` or ``size_bytes``), each ``repeat`` times, with the queue sampler on.
 
-    Returns ``{"hosts", "alpha_s", "rate_bps" (B, hash-ECMP model), "rate_ideal_ecmp_bps",
+    Returns ``{"hosts", "alpha_s", "rate_bps" (B: hash-ECMP bottleneck x TCP_PAYLOAD_FRACTION),
+    "link_rate_bps" (that bottleneck link's rate), "rate_ideal_ecmp_bps",
     "runs": [{"size_bytes", "elements", "exact",
     "transfers", "expected_transfers", "iterations": [timings], "errors", "dir"}]}``.
     Raises SetupError when the agents cannot start.
@@ -250,12 +260,14 @@ def run_round(lf, state, coll: dict, out: Path, sample_hz: float, quiet: bool = 
     from experiments.runner import start_sampler, stop_sampler
     hosts = coll["hosts"] or place_ranks(lf.fabric, coll["ranks"], coll["placement"])
     n, kind = len(hosts), coll["kind"]
-    # B: every transfer is one TCP connection, kept for the whole run, so on one hashed path
+    # B: every transfer is one TCP connection, kept for the whole run, so on one hashed path;
+    # the model counts payload bytes, so B is the link rate's TCP payload share
     fmap = lf.fabric.to_map()
-    rate = bottleneck_rate_bps(fmap, hosts, kind, "hash")
+    link_rate = bottleneck_rate_bps(fmap, hosts, kind, "hash")
+    rate = link_rate * TCP_PAYLOAD_FRACTION
     res = {"hosts": hosts, "kind": kind, "ranks": n, "placement": "list" if coll["hosts"] else coll["placement"],
-           "rate_bps": rate, "rate_model": "hash-ECMP",
-           "rate_ideal_ecmp_bps": bottleneck_rate_bps(fmap, hosts, kind, "ecmp"), "runs": []}
+           "rate_bps": rate, "link_rate_bps": link_rate, "rate_model": "hash-ECMP, TCP payload",
+           "rate_ideal_ecmp_bps": bottleneck_rate_bps(fmap, hosts, kind, "ecmp") * TCP_PAYLOAD_FRACTION, "runs": []}
     sampler = start_sampler(lf, state, out, sample_hz)
     try:
         probe_el = max(n * ALPHA_PROBE_ELEMENTS_PER_RANK, 4)
@@ -321,9 +333,10 @@ def summarize(res: dict, out: Path) -> dict:
             plot.plot_collective_timeline(first, out / "collective_timeline.png",
                                           title=f"{kind}, {n} ranks ({res['placement']}), {big['size_bytes']} B per rank")
         plot.plot_busbw_vs_size([{**r, "label": res["placement"]} for r in good], out / "collective_busbw.png",
-                                link_rate_bps=rate)
+                                link_rate_bps=res.get("link_rate_bps") or rate,
+                                link_label="hash-ECMP share of the bottleneck link")
     return {"kind": kind, "ranks": n, "placement": res["placement"], "hosts": res["hosts"], "alpha_s": res["alpha_s"],
-            "rate_bps": rate, "rate_model": res.get("rate_model", "hash-ECMP"),
+            "rate_bps": rate, "link_rate_bps": res.get("link_rate_bps"), "rate_model": res.get("rate_model"),
             "rate_ideal_ecmp_bps": res.get("rate_ideal_ecmp_bps"), "all_exact": all(r["exact"] for r in rows),
             "sizes": rows}
 
@@ -338,7 +351,7 @@ def format_line(c: dict) -> str:
         else:
             parts.append(f"{r['size_bytes']} B: FAILED")
     ideal = c.get("rate_ideal_ecmp_bps")
-    b = f"B {c['rate_bps'] / 1e6:.2f} Mbit/s ({c.get('rate_model', 'hash-ECMP')}" + (
+    b = f"B {c['rate_bps'] / 1e6:.2f} Mbit/s ({c.get('rate_model') or 'hash-ECMP'}" + (
         f"; ideal ECMP {ideal / 1e6:.2f})" if ideal else ")")
     return (f"collective {c['kind']} on {c['ranks']} ranks ({c['placement']}), {b}, "
             f"alpha {1e3 * (c['alpha_s'] or 0):.1f} ms, exact: {'yes' if c['all_exact'] else 'NO'}; " + "; ".join(parts))

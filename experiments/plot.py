@@ -427,10 +427,11 @@ def plot_collective_timeline(rows: list[dict], path: Path, title: str = "") -> P
     return _save(fig, ax, Path(path), 3)
 
 
-def plot_busbw_vs_size(rows: list[dict], path: Path, link_rate_bps: float | None = None, title: str = "") -> Path:
+def plot_busbw_vs_size(rows: list[dict], path: Path, link_rate_bps: float | None = None, title: str = "",
+                       link_label: str = "host link rate") -> Path:
     """busbw against message size, measured beside the alpha-beta model. ``rows``: ``[{"size_bytes",
-    "busbw_bps", "model_busbw_bps" (optional), "label" (optional)}]``; one line per label; the
-    link rate as a dashed line when given. Raises ValueError for no rows."""
+    "busbw_bps", "model_busbw_bps" (optional), "label" (optional)}]``; one line per label; a rate
+    (``link_rate_bps``, named ``link_label``) as a dotted line when given. Raises ValueError for no rows."""
     if not rows:
         raise ValueError("no sizes to plot")
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -443,7 +444,7 @@ def plot_busbw_vs_size(rows: list[dict], path: Path, link_rate_bps: float | None
             ax.plot(x, [(r.get("model_busbw_bps") or np.nan) / 1e6 for r in rs], "--", color=f"C{i}",
                     label=f"{lab} alpha-beta model")
     if link_rate_bps:
-        ax.axhline(link_rate_bps / 1e6, color="grey", ls=":", label="host link rate")
+        ax.axhline(link_rate_bps / 1e6, color="grey", ls=":", label=link_label)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("message size per rank (bytes)")
     ax.set_ylabel("busbw (Mbit/s)")

@@ -15,7 +15,8 @@ Job (``job["role"] == "collective"``)::
      "ranks": [{"rank", "host", "ip", "port"}, ...],   # every rank, in ring order
      "local_ranks": [rank, ...],                        # the ranks this agent runs
      "elements": int, "init": "seeded" | "textbook", "seed": int, "repeat": int,
-     "dscp": int, "out": path, "out_dir": path, "deadline_unix_s": float}
+     "dscp": int, "out": path, "out_dir": path, "deadline_unix_s": float,
+     "stream": bool}    # optional: the benchmark's baseline (Rank._stream_iteration)
 
 Protocol: the agent listens on every local rank's port, prints READY, reads the start time;
 at the start every rank connects to the peers it sends to (all of them for all-to-all, its
@@ -122,6 +123,8 @@ class Rank:
             self.final = self._iteration(x0.copy(), it)
 
     def _iteration(self, buf: np.ndarray, it: int) -> np.ndarray:
+        if self.job.get("stream"):
+            return self._stream_iteration(buf, it)
         b = self.bounds
         out = buf.copy() if self.kind == "all_to_all" else buf
         rec = {"iteration": it, "begin_unix_s": time.time(), "steps": [], "sent": 0, "received": 0}
@@ -161,6 +164,38 @@ class Rank:
         rec["end_unix_s"] = rec["steps"][-1][-1] if rec["steps"] else time.time()
         self.iterations.append(rec)
         return out
+
+    def _stream_iteration(self, buf: np.ndarray, it: int) -> np.ndarray:
+        """The baseline of ``bench/bench_collective.py`` (job ``"stream": true``): the bytes this
+        rank sends over the whole schedule go out back to back on the same connections (so the
+        same paths) while the bytes it receives come in, with no step waiting for the previous
+        step's chunk and nothing reduced. Recorded as one step (phase ``stream``); the array
+        is returned unchanged."""
+        b = self.bounds
+        mine = [t for step in self.steps for t in step if t.src == self.rank]
+        theirs = [t for step in self.steps for t in step if t.dst == self.rank]
+        rec = {"iteration": it, "begin_unix_s": time.time(), "steps": [], "sent": 0, "received": 0}
+        scratch = np.empty(max(b[i + 1] - b[i] for i in range(self.n)), dtype=np.float32)
+        done: dict[str, float] = {}
+
+        def send():
+            for t in mine:
+                self.out_peers[t.dst].sendall(memoryview(buf[b[t.chunk]:b[t.chunk + 1]]).cast("B"))
+            done["send"] = time.time()
+        t0 = time.time()
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        for t in theirs:
+            _recv_exact(self.in_peers[t.src], memoryview(scratch[:b[t.chunk + 1] - b[t.chunk]]).cast("B"))
+            rec["received"] += 1
+        done["recv"] = time.time()
+        sender.join()
+        rec["sent"] = len(mine)
+        nbytes = sum(4 * (b[t.chunk + 1] - b[t.chunk]) for t in mine)
+        rec["steps"].append([0, "stream", None, nbytes, t0, done["send"], done["recv"], max(done["send"], done["recv"])])
+        rec["end_unix_s"] = rec["steps"][-1][-1]
+        self.iterations.append(rec)
+        return buf
 
     def close(self) -> None:
         """Close every connection and the listener."""
