@@ -141,6 +141,21 @@ def offloads_off(ifname: str, netns_pid: int | None = None) -> None:
     run(argv, netns_pid)
 
 
+def ovs_trace_output_port(bridge: str, flow: str) -> int | None:
+    """The OpenFlow port Open vSwitch's tables send ``flow`` out of on ``bridge``, by
+    ``ovs-appctl ofproto/trace`` (the ECMP ``multipath`` hash evaluated as for a real packet of
+    that flow). ``flow``: an ovs-fields match, e.g. ``in_port=1,tcp,nw_src=..,nw_dst=..,tp_src=..,tp_dst=..``.
+    Returns None when the tables output nowhere (dropped).
+
+    Raises:
+        SetupError: ovs-appctl failed (no such bridge, bad flow).
+    """
+    out = run(["ovs-appctl", "ofproto/trace", bridge, flow])
+    ports = [int(line.split("output:", 1)[1].split()[0]) for line in out.splitlines()
+             if line.strip().startswith("output:") and line.split("output:", 1)[1].split()[0].isdigit()]
+    return ports[-1] if ports else None
+
+
 def disable_ipv6(ifname: str) -> bool:
     """Switch IPv6 off on a root-namespace interface (a switch port).
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from common import collectives as C
+from common.errors import SetupError
 from traffic.collective import initial_array
 
 #: Rank r listens on BASE_PORT + r.
@@ -220,6 +221,68 @@ def bottleneck_rate_bps(fabric_map: dict, hosts: list[str], kind: str, routing: 
     return min(rates) * 1e6
 
 
+def traced_path(fabric_map: dict, src: str, dst: str, src_port: int, dst_port: int, proto: str = "tcp",
+                trace=None) -> dict[tuple[str, str], float]:
+    """The path one ``src`` -> ``dst`` connection takes on the live fabric, switch by switch, from
+    Open vSwitch's own tables (:func:`controller.dataplane.ovs_trace_output_port`: the ECMP hash of
+    this 5-tuple as the switch computes it), as link fractions of 1.0 (see
+    :func:`experiments.fluid.max_min_on_paths`). ``trace(bridge, flow) -> port`` replaces the
+    tracer (tests).
+
+    Raises:
+        ValueError: a switch drops the flow or the walk does not reach ``dst``.
+        SetupError: ovs-appctl failed.
+    """
+    from controller.dataplane import ovs_trace_output_port
+    trace = trace or ovs_trace_output_port
+    hosts = {h["name"]: h for h in fabric_map["hosts"]}
+    ends = {(sw["name"], p["port"]): (p["peer"], p["peer_port"]) for sw in fabric_map["switches"] for p in sw["ports"]}
+    s, d = hosts[src], hosts[dst]
+    out = {(src, s["switch"]): 1.0}
+    sw, in_port = s["switch"], s["switch_port"]
+    for _ in range(len(fabric_map["switches"]) + 1):
+        port = trace(sw, f"in_port={in_port},{proto},nw_src={s['ip']},nw_dst={d['ip']},tp_src={src_port},"
+                         f"tp_dst={dst_port}")
+        if port is None or (sw, port) not in ends:
+            raise ValueError(f"{sw} does not forward {src}:{src_port} -> {dst}:{dst_port} (port {port})")
+        node, in_port = ends[(sw, port)]
+        out[(sw, node)] = 1.0
+        if node == dst:
+            return out
+        sw = node
+    raise ValueError(f"{src}:{src_port} -> {dst}:{dst_port} does not reach {dst}")
+
+
+def traced_rate_bps(fabric_map: dict, recs: list[dict], hosts: list[str], kind: str, trace=None) -> float | None:
+    """B of the run that made ``recs``, from the paths its connections really took
+    (:func:`traced_path` of each rank's ``connections``): the slowest transfer's max-min fair
+    rate (bit/s, link rate) in the step that gives the lowest. What the hash-ECMP model
+    (:func:`bottleneck_rate_bps` with ``"hash"``) predicts as a median over hash outcomes, for
+    this run's one outcome. None when a record lacks its connections or no transfer crosses
+    the fabric.
+
+    Raises:
+        ValueError, SetupError: as :func:`traced_path`.
+    """
+    from experiments.fluid import max_min_on_paths
+    paths = {}
+    for r, rec in enumerate(recs):
+        if not rec or rec.get("connections") is None:
+            return None
+        for c in rec["connections"]:
+            if hosts[r] != hosts[c["dst_rank"]]:
+                paths[(r, c["dst_rank"])] = traced_path(fabric_map, hosts[r], hosts[c["dst_rank"]], c["src_port"],
+                                                        c["dst_port"], trace=trace)
+    rates = []
+    for step in C.ring_schedule(len(hosts), kind):
+        fracs = [paths.get((t.src, t.dst)) for t in step if hosts[t.src] != hosts[t.dst]]
+        if any(f is None for f in fracs):
+            return None
+        if fracs:
+            rates.append(min(max_min_on_paths(fabric_map, fracs)))
+    return min(rates) * 1e6 if rates else None
+
+
 def alpha_from_run(time_s: float, kind: str, n: int, size_bytes: float, rate_bps: float) -> float:
     """alpha (s per step) from a measured time: (T - steps x size/(N B)) / steps, never below 0.
     Run it on a small message, where T is mostly alpha (common.collectives.model_time_s)."""
@@ -282,8 +345,14 @@ def run_round(lf, state, coll: dict, out: Path, sample_hz: float, quiet: bool = 
                               seed=coll.get("seed", 0), repeat=coll["repeat"])
             chk = check_results(recs, kind, el, init=coll["init"], seed=coll.get("seed", 0))
             tim = timings(recs, kind, el) if chk["exact"] else []
+            traced, traced_error = None, None
+            try:     # this run's connections on the paths the switches really gave them
+                traced = traced_rate_bps(fmap, recs, hosts, kind) if chk["exact"] else None
+            except (ValueError, SetupError) as e:
+                traced_error = str(e)
             res["runs"].append({"size_bytes": 4 * el, "elements": el, **chk, "iterations": tim, "dir": str(d),
-                                "agent_exit_codes": codes})
+                                "agent_exit_codes": codes, "traced_link_rate_bps": traced,
+                                "traced_error": traced_error})
             if not quiet:
                 best = min((t["time_s"] for t in tim), default=None)
                 say(f"{kind} of {4 * el} B on {n} ranks ({res['placement']}): "
@@ -306,9 +375,14 @@ def summarize(res: dict, out: Path) -> dict:
         its = r["iterations"]
         t = float(np.median([i["time_s"] for i in its])) if its else None
         model_t = C.model_time_s(kind, n, r["size_bytes"], alpha, rate)
+        traced = r.get("traced_link_rate_bps")
+        traced_rate = traced * TCP_PAYLOAD_FRACTION if traced else None
+        traced_t = C.model_time_s(kind, n, r["size_bytes"], alpha, traced_rate) if traced_rate else None
         row = {"size_bytes": r["size_bytes"], "ranks": n, "kind": kind, "placement": res["placement"],
                "exact": r["exact"], "transfers": r["transfers"], "expected_transfers": r["expected_transfers"],
                "time_s": t, "model_time_s": model_t, "measured_over_model": t / model_t if t else None,
+               "traced_rate_bps": traced_rate, "traced_model_time_s": traced_t,
+               "measured_over_traced_model": t / traced_t if t and traced_t else None,
                "alpha_s": res["alpha_s"], "rate_bps": rate,
                "balance": float(np.median([i["balance"] for i in its])) if its else None}
         if t:
@@ -320,8 +394,8 @@ def summarize(res: dict, out: Path) -> dict:
             for s in step_rows(recs, its[0]["begin_unix_s"]):
                 steps.append({"size_bytes": r["size_bytes"], **s})
     cols = ["size_bytes", "ranks", "kind", "placement", "exact", "transfers", "expected_transfers", "time_s",
-            "algbw_bps", "busbw_bps", "model_time_s", "model_busbw_bps", "measured_over_model", "alpha_s",
-            "rate_bps", "balance"]
+            "algbw_bps", "busbw_bps", "model_time_s", "model_busbw_bps", "measured_over_model", "traced_rate_bps",
+            "traced_model_time_s", "measured_over_traced_model", "alpha_s", "rate_bps", "balance"]
     _write_csv(out / "collective.csv", cols, rows)
     _write_csv(out / "collective_steps.csv", ["size_bytes", "iteration", "rank", "host", "step", "phase", "chunk",
                                                "bytes", "start_s", "send_done_s", "recv_done_s", "end_s"], steps)
@@ -346,7 +420,9 @@ def format_line(c: dict) -> str:
     parts = []
     for r in c["sizes"]:
         if r.get("busbw_bps"):
-            parts.append(f"{r['size_bytes']} B: T {r['time_s']:.3f} s (model {r['model_time_s']:.3f}), "
+            traced = (f", traced paths {r['traced_model_time_s']:.3f} at B {r['traced_rate_bps'] / 1e6:.2f}"
+                      if r.get("traced_model_time_s") else "")
+            parts.append(f"{r['size_bytes']} B: T {r['time_s']:.3f} s (model {r['model_time_s']:.3f}{traced}), "
                          f"busbw {r['busbw_bps'] / 1e6:.2f} Mbit/s")
         else:
             parts.append(f"{r['size_bytes']} B: FAILED")

@@ -139,6 +139,13 @@ def max_min_rates(fabric_map: dict, pairs: list[tuple[str, str]], routing: str =
     return _progressive_filling(fabric_map, fracs)
 
 
+def max_min_on_paths(fabric_map: dict, paths: list[dict]) -> list[float]:
+    """Max-min fair rates (Mbit/s) of flows on given paths: ``paths[i]`` maps each directed link
+    ``(from node, to node)`` to flow i's fraction on it (1.0 along a single path, as
+    :func:`hashed_path` returns or a traced path). Raises KeyError for a link not in the map."""
+    return _progressive_filling(fabric_map, paths)
+
+
 def _progressive_filling(fabric_map: dict, fracs: list[dict]) -> list[float]:
     """Max-min fair rates of flows given each flow's fraction on every directed link."""
     cap: dict[tuple[str, str], float] = {}

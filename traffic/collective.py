@@ -24,7 +24,8 @@ successor on a ring) and accepts from those it receives from; then all ranks wai
 common ``begin`` time (start + :data:`CONNECT_GRACE_S`) and run ``repeat`` iterations of
 the collective (each from the initial array). Times are Unix seconds on the shared clock.
 
-Result: per rank, per iteration: ``steps`` ([step, phase, chunk sent, bytes sent, start,
+Result: per rank, the TCP connections it opened (``connections``: destination rank, source and
+destination port: what ECMP hashes), and per iteration: ``steps`` ([step, phase, chunk sent, bytes sent, start,
 send done, receive done, end]), ``begin_unix_s``, ``end_unix_s``, transfers sent and
 received; the final array of the last iteration is saved as ``<out_dir>/rank<r>.npy`` and
 its float64 sum is in the record.
@@ -76,6 +77,7 @@ class Rank:
         self.bounds = chunk_bounds(job["elements"], self.n)
         self.out_peers: dict[int, socket.socket] = {}
         self.in_peers: dict[int, socket.socket] = {}
+        self.connections: list[dict] = []     # {"dst_rank", "src_port", "dst_port"} of every connection it opened
         self.iterations: list[dict] = []
         self.error: str | None = None
         self.final: np.ndarray | None = None
@@ -105,6 +107,7 @@ class Rank:
                     time.sleep(0.02)
             s.sendall(HELLO.pack(self.rank))
             self.out_peers[d] = s
+            self.connections.append({"dst_rank": d, "src_port": s.getsockname()[1], "dst_port": by_rank[d]["port"]})
         self.listener.settimeout(max(0.1, deadline_unix_s - time.time()))
         while set(self.in_peers) != ins:
             c, _ = self.listener.accept()
@@ -212,6 +215,7 @@ class Rank:
             path = str(Path(self.job["out_dir"]) / f"rank{self.rank}.npy")
             np.save(path, self.final)
         return {"rank": self.rank, "iterations": self.iterations, "error": self.error, "array": path,
+                "connections": self.connections,
                 "array_sum": float(self.final.astype(np.float64).sum()) if self.final is not None else None,
                 "elements": self.job["elements"]}
 

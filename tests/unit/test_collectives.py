@@ -153,6 +153,42 @@ def test_hash_ecmp_slowest_flow_distribution():
         hash_ecmp_min_rate(fmap, [], trials=5)
 
 
+def test_traced_paths_give_this_runs_bottleneck():
+    # a scripted tracer stands in for ovs-appctl: leaf1 sends port 40000 up spine1 (port 3),
+    # everything else up spine2 (port 4); a 4-rank spread ring h1 h3 h2 h4 (leaf1 leaf2 leaf1 leaf2)
+    from experiments import collrun
+    from topologies.spineleaf import SpineLeaf
+    fmap = SpineLeaf(spines=2, leaves=2, hosts_per_leaf=2, host_rate_mbps=10, uplink_rate_mbps=10).build().to_map()
+    calls = []
+
+    def trace(bridge, flow):
+        f = dict(kv.split("=") for kv in flow.split(",") if "=" in kv)
+        calls.append((bridge, f["in_port"]))
+        dst = next(h for h in fmap["hosts"] if h["ip"] == f["nw_dst"])
+        if bridge == dst["switch"]:
+            return dst["switch_port"]
+        if bridge.startswith("spine"):
+            return next(p["port"] for s in fmap["switches"] if s["name"] == bridge for p in s["ports"]
+                        if p["peer"] == dst["switch"])
+        return 3 if f["tp_src"] in ("40000", "40001") else 4
+    path = collrun.traced_path(fmap, "h1", "h3", 40000, 17000, trace=trace)
+    assert path == {("h1", "leaf1"): 1.0, ("leaf1", "spine1"): 1.0, ("spine1", "leaf2"): 1.0, ("leaf2", "h3"): 1.0}
+    assert calls[0] == ("leaf1", "1") and [b for b, _ in calls] == ["leaf1", "spine1", "leaf2"]
+    hosts = ["h1", "h3", "h2", "h4"]
+    # each leaf's two transfers on one spine (leaf1's on spine1, leaf2's on spine2): shared uplinks
+    conns = {0: 40000, 1: 40002, 2: 40001, 3: 40003}
+    recs = [{"connections": [{"dst_rank": (r + 1) % 4, "src_port": conns[r], "dst_port": 17000 + (r + 1) % 4}]}
+            for r in range(4)]
+    assert collrun.traced_rate_bps(fmap, recs, hosts, "allreduce", trace=trace) == pytest.approx(5e6)
+    conns[2], conns[3] = 40005, 40001                   # now one on each spine per leaf: nothing shared
+    recs = [{"connections": [{"dst_rank": (r + 1) % 4, "src_port": conns[r], "dst_port": 17000 + (r + 1) % 4}]}
+            for r in range(4)]
+    assert collrun.traced_rate_bps(fmap, recs, hosts, "allreduce", trace=trace) == pytest.approx(10e6)
+    assert collrun.traced_rate_bps(fmap, [None] * 4, hosts, "allreduce", trace=trace) is None
+    with pytest.raises(ValueError, match="does not forward"):
+        collrun.traced_path(fmap, "h1", "h3", 40000, 17000, trace=lambda b, f: None)
+
+
 def test_plots_of_a_collective(tmp_path):
     from experiments import plot
     rows = []
