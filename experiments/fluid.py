@@ -68,6 +68,21 @@ def hashed_path(fabric_map: dict, routes: dict, src: str, dst: str, rng, peer: d
     raise ValueError(f"routes from {src} to {dst} do not terminate")
 
 
+def _hash_ecmp_trials(fabric_map: dict, pairs: list[tuple[str, str]], trials: int, seed: int, reduce) -> dict:
+    """``reduce(max-min rates)`` of ``pairs`` with every flow on one random equal-cost path
+    (:func:`hashed_path`), over ``trials`` placements: ``{"median", "p10", "p90", "trials"}``."""
+    import random
+    import statistics
+    rng = random.Random(seed)
+    routes = compute_routes(fabric_map, "ecmp")
+    peer = port_peers(fabric_map)
+    vals = sorted(reduce(_progressive_filling(fabric_map, [hashed_path(fabric_map, routes, s, d, rng, peer)
+                                                           for s, d in pairs]))
+                  for _ in range(trials))
+    return {"median": statistics.median(vals), "p10": vals[int(0.1 * (len(vals) - 1))],
+            "p90": vals[int(0.9 * (len(vals) - 1))], "trials": trials}
+
+
 def hash_ecmp_aggregate(fabric_map: dict, pairs: list[tuple[str, str]], trials: int | None = None,
                         seed: int = 1) -> dict:
     """Aggregate max-min fair throughput (Mbit/s) when every flow is pinned to one random
@@ -78,18 +93,9 @@ def hash_ecmp_aggregate(fabric_map: dict, pairs: list[tuple[str, str]], trials: 
     cost: the effect Hedera (Al-Fares et al., NSDI 2010) measured for one
     flow per host pair. Returns ``{"median", "p10", "p90", "trials"}`` of the aggregate.
     """
-    import random
-    import statistics
     if trials is None:
         trials = max(3, min(50, 100_000 // max(1, len(pairs))))
-    rng = random.Random(seed)
-    routes = compute_routes(fabric_map, "ecmp")
-    peer = port_peers(fabric_map)
-    aggs = sorted(sum(_progressive_filling(fabric_map, [hashed_path(fabric_map, routes, s, d, rng, peer)
-                                                        for s, d in pairs]))
-                  for _ in range(trials))
-    return {"median": statistics.median(aggs), "p10": aggs[int(0.1 * (len(aggs) - 1))],
-            "p90": aggs[int(0.9 * (len(aggs) - 1))], "trials": trials}
+    return _hash_ecmp_trials(fabric_map, pairs, trials, seed, sum)
 
 
 def hash_ecmp_min_rate(fabric_map: dict, pairs: list[tuple[str, str]], trials: int = 200, seed: int = 1) -> dict:
@@ -103,18 +109,9 @@ def hash_ecmp_min_rate(fabric_map: dict, pairs: list[tuple[str, str]], trials: i
     Raises:
         ValueError: ``pairs`` empty or ``trials`` < 1; KeyError/ValueError as :func:`hashed_path`.
     """
-    import random
-    import statistics
     if not pairs or trials < 1:
         raise ValueError(f"need at least one pair and one trial (pairs {len(pairs)}, trials {trials})")
-    rng = random.Random(seed)
-    routes = compute_routes(fabric_map, "ecmp")
-    peer = port_peers(fabric_map)
-    mins = sorted(min(_progressive_filling(fabric_map, [hashed_path(fabric_map, routes, s, d, rng, peer)
-                                                        for s, d in pairs]))
-                  for _ in range(trials))
-    return {"median": statistics.median(mins), "p10": mins[int(0.1 * (len(mins) - 1))],
-            "p90": mins[int(0.9 * (len(mins) - 1))], "trials": trials}
+    return _hash_ecmp_trials(fabric_map, pairs, trials, seed, min)
 
 
 def max_min_rates(fabric_map: dict, pairs: list[tuple[str, str]], routing: str = "ecmp") -> list[float]:
