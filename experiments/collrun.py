@@ -383,7 +383,7 @@ def summarize(res: dict, out: Path) -> dict:
                "time_s": t, "model_time_s": model_t, "measured_over_model": t / model_t if t else None,
                "traced_rate_bps": traced_rate, "traced_model_time_s": traced_t,
                "measured_over_traced_model": t / traced_t if t and traced_t else None,
-               "alpha_s": res["alpha_s"], "rate_bps": rate,
+               "traced_error": r.get("traced_error"), "alpha_s": res["alpha_s"], "rate_bps": rate,
                "balance": float(np.median([i["balance"] for i in its])) if its else None}
         if t:
             row.update(C.bandwidths(kind, n, r["size_bytes"], t))
