@@ -168,6 +168,7 @@ SCHEMA: dict = {
         "kind": F((str,), None, choices=("allreduce", "reduce_scatter", "all_gather", "all_to_all")),
         "ranks": F((int,), 8, lo=2, hi=1024),
         # local: consecutive ranks on a rack; spread: round-robin over leaves (pods); or `hosts`
+        # (rank r on hosts[r]; when given it sets the number of ranks and `ranks` is not used)
         "placement": F((str,), "local", choices=("local", "spread")),
         "hosts": ListOf(F((str,), pattern=HOST), None, min_len=2),
         # bytes per rank (D); sizes_bytes: a sweep (busbw against size), size_bytes ignored then
@@ -344,7 +345,10 @@ def _check_collective(key: str, c: dict, n_hosts: int) -> None:
     elif c["ranks"] > n_hosts:
         raise ScenarioError(f"{key}.ranks", f"{c['ranks']} ranks, one per host, on a fabric of {n_hosts} hosts "
                                             "(list hosts to put several ranks on one)")
-    for s_bytes in c["sizes_bytes"] or [c["size_bytes"]]:
+    for i, s_bytes in enumerate(c["sizes_bytes"] or [c["size_bytes"]]):
+        if s_bytes % 4:
+            raise ScenarioError(f"{key}.sizes_bytes[{i}]" if c["sizes_bytes"] else f"{key}.size_bytes",
+                                f"{s_bytes} is not a whole number of float32 elements (a multiple of 4 bytes)")
         if s_bytes // 4 < c["ranks"]:
             raise ScenarioError(f"{key}.{'sizes_bytes' if c['sizes_bytes'] else 'size_bytes'}",
                                 f"{s_bytes} bytes is fewer float32 elements than {c['ranks']} ranks' chunks")

@@ -112,6 +112,15 @@ def load_records(out: Path, hosts: list[str]) -> list[dict | None]:
     return [recs.get(r) for r in range(len(hosts))]
 
 
+def drop_arrays(recs: list[dict | None]) -> None:
+    """Delete the ranks' final arrays (``rank<r>.npy``) once they have been checked: the check and
+    the arrays' sums stay in the results; the arrays themselves (D bytes per rank per size) would
+    make a sweep's folder hundreds of MB."""
+    for rec in recs:
+        if rec and rec.get("array"):
+            Path(rec["array"]).unlink(missing_ok=True)
+
+
 def check_results(recs: list[dict | None], kind: str, elements: int, init: str = "seeded", seed: int = 0) -> dict:
     """Compare every rank's final array with the reference (:func:`common.collectives.simulate` on
     the same inputs; for AllReduce that is numpy's element-wise sum, exact for these
@@ -336,6 +345,7 @@ def run_round(lf, state, coll: dict, out: Path, sample_hz: float, quiet: bool = 
         probe_el = max(n * ALPHA_PROBE_ELEMENTS_PER_RANK, 4)
         recs, _ = run(lf, state, hosts, kind, probe_el, out / "alpha", timeout_s=coll["timeout_s"], repeat=3)
         probe = timings([r for r in recs if r], kind, probe_el) if all(recs) else []
+        drop_arrays(recs)
         res["alpha_s"] = (float(np.median([alpha_from_run(t["time_s"], kind, n, 4 * probe_el, rate) for t in probe]))
                           if probe else None)
         for size in coll["sizes_bytes"] or [coll["size_bytes"]]:
@@ -345,6 +355,7 @@ def run_round(lf, state, coll: dict, out: Path, sample_hz: float, quiet: bool = 
                               seed=coll.get("seed", 0), repeat=coll["repeat"])
             chk = check_results(recs, kind, el, init=coll["init"], seed=coll.get("seed", 0))
             tim = timings(recs, kind, el) if chk["exact"] else []
+            drop_arrays(recs)
             traced, traced_error = None, None
             try:     # this run's connections on the paths the switches really gave them
                 traced = traced_rate_bps(fmap, recs, hosts, kind) if chk["exact"] else None
@@ -354,9 +365,10 @@ def run_round(lf, state, coll: dict, out: Path, sample_hz: float, quiet: bool = 
                                 "agent_exit_codes": codes, "traced_link_rate_bps": traced,
                                 "traced_error": traced_error})
             if not quiet:
-                best = min((t["time_s"] for t in tim), default=None)
+                med = float(np.median([t["time_s"] for t in tim])) if tim else None
                 say(f"{kind} of {4 * el} B on {n} ranks ({res['placement']}): "
-                    + (f"T {best:.3f} s, exact {chk['exact']}" if best else f"FAILED {chk['errors'][:2]}"))
+                    + (f"T {med:.3f} s (median of {len(tim)}), exact {chk['exact']}" if med
+                       else f"FAILED {chk['errors'][:2]}"))
     finally:
         stop_sampler(sampler)
     return res
@@ -407,8 +419,7 @@ def summarize(res: dict, out: Path) -> dict:
             plot.plot_collective_timeline(first, out / "collective_timeline.png",
                                           title=f"{kind}, {n} ranks ({res['placement']}), {big['size_bytes']} B per rank")
         plot.plot_busbw_vs_size([{**r, "label": res["placement"]} for r in good], out / "collective_busbw.png",
-                                link_rate_bps=res.get("link_rate_bps") or rate,
-                                link_label="hash-ECMP share of the bottleneck link")
+                                link_rate_bps=rate, link_label="model B (TCP payload, hash ECMP)")
     return {"kind": kind, "ranks": n, "placement": res["placement"], "hosts": res["hosts"], "alpha_s": res["alpha_s"],
             "rate_bps": rate, "link_rate_bps": res.get("link_rate_bps"), "rate_model": res.get("rate_model"),
             "rate_ideal_ecmp_bps": res.get("rate_ideal_ecmp_bps"), "all_exact": all(r["exact"] for r in rows),

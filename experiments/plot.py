@@ -445,6 +445,7 @@ def plot_busbw_vs_size(rows: list[dict], path: Path, link_rate_bps: float | None
                     label=f"{lab} alpha-beta model")
     if link_rate_bps:
         ax.axhline(link_rate_bps / 1e6, color="grey", ls=":", label=link_label)
+    ax.set_ylim(bottom=0)        # from zero: a busbw a tenth below the model must look a tenth below
     ax.set_xscale("log", base=2)
     ax.set_xlabel("message size per rank (bytes)")
     ax.set_ylabel("busbw (Mbit/s)")
