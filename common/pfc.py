@@ -349,11 +349,14 @@ def parse_pfc(priorities: dict | None, pfc: dict | None, buffer_bytes: int, fram
         xon = max(0, xoff - 2 * frame_bytes)
     xoff_key = "pfc.xoff_packets" if pf.get("xoff_packets") is not None else "pfc.xoff_bytes"
     xon_key = "pfc.xon_packets" if pf.get("xon_packets") is not None else "pfc.xon_bytes"
+    def said(v: int, key: str) -> str:     # in the unit the user wrote
+        return f"{v // frame_bytes} packets ({v} B)" if key.endswith("_packets") else f"{v} B"
     if xoff <= 0 or xoff >= buffer_bytes:
-        raise ScenarioError(xoff_key, f"XOFF {xoff} B must be above 0 and below the buffer "
-                                      f"({buffer_bytes} B), or it can never take effect")
+        raise ScenarioError(xoff_key, f"XOFF {said(xoff, xoff_key)} must be above 0 and below the buffer "
+                                      f"({buffer_bytes // frame_bytes} packets, {buffer_bytes} B), or it can never "
+                                      "take effect")
     if xon >= xoff:
-        raise ScenarioError(xon_key, f"XON {xon} B must be below XOFF {xoff} B")
+        raise ScenarioError(xon_key, f"XON {said(xon, xon_key)} must be below XOFF {said(xoff, xoff_key)}")
     wd = pf.get("watchdog")
     wd_s, action = None, "keep"
     if wd is not None:
