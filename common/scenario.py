@@ -346,12 +346,11 @@ def _check_collective(key: str, c: dict, n_hosts: int) -> None:
         raise ScenarioError(f"{key}.ranks", f"{c['ranks']} ranks, one per host, on a fabric of {n_hosts} hosts "
                                             "(list hosts to put several ranks on one)")
     for i, s_bytes in enumerate(c["sizes_bytes"] or [c["size_bytes"]]):
+        skey = f"{key}.sizes_bytes[{i}]" if c["sizes_bytes"] else f"{key}.size_bytes"
         if s_bytes % 4:
-            raise ScenarioError(f"{key}.sizes_bytes[{i}]" if c["sizes_bytes"] else f"{key}.size_bytes",
-                                f"{s_bytes} is not a whole number of float32 elements (a multiple of 4 bytes)")
+            raise ScenarioError(skey, f"{s_bytes} is not a whole number of float32 elements (a multiple of 4 bytes)")
         if s_bytes // 4 < c["ranks"]:
-            raise ScenarioError(f"{key}.{'sizes_bytes' if c['sizes_bytes'] else 'size_bytes'}",
-                                f"{s_bytes} bytes is fewer float32 elements than {c['ranks']} ranks' chunks")
+            raise ScenarioError(skey, f"{s_bytes} bytes is fewer float32 elements than {c['ranks']} ranks' chunks")
 
 
 def buffer_bytes(queues: dict) -> int:
@@ -447,8 +446,7 @@ def _resolve_rounds(data, sc: dict) -> list[dict] | None:
                                                          f"{', '.join(ROUND_COLLECTIVE_KEYS)}")
             if sc["collective"]["kind"] is None and "kind" not in rc:
                 raise ScenarioError(f"{key}.collective", "the scenario has no collective (collective.kind)")
-            coll = {**coll, **_resolve(SCHEMA["collective"], {**{k: v for k, v in coll.items()}, **rc},
-                                       f"{key}.collective")}
+            coll = {**coll, **_resolve(SCHEMA["collective"], {**coll, **rc}, f"{key}.collective")}
             if "hosts" not in rc and "placement" in rc:
                 coll["hosts"] = None
         out.append({"name": name, "ecn": merged, "hosts": hosts, "pfc": {"enabled": pfc_on}, "roce": {"mode": mode},

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import subprocess
+import threading
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
@@ -150,10 +152,8 @@ def ovs_trace_output_port(bridge: str, flow: str) -> int | None:
     Raises:
         SetupError: ovs-appctl failed (no such bridge, bad flow).
     """
-    out = run(["ovs-appctl", "ofproto/trace", bridge, flow])
-    ports = [int(line.split("output:", 1)[1].split()[0]) for line in out.splitlines()
-             if line.strip().startswith("output:") and line.split("output:", 1)[1].split()[0].isdigit()]
-    return ports[-1] if ports else None
+    ports = re.findall(r"^\s*output:(\d+)", run(["ovs-appctl", "ofproto/trace", bridge, flow]), re.MULTILINE)
+    return int(ports[-1]) if ports else None
 
 
 def disable_ipv6(ifname: str) -> bool:
@@ -670,7 +670,6 @@ class PauseGates:
         self.nl.bind((0, 0))
         self._msgs: dict[tuple, bytes] = {}
         self._seq = 0
-        import threading
         self._lock = threading.RLock()   # the pauser and the port's gate thread both change gates
         if kick_frame:
             self.sock = _in_netns(netns_pid, lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -83,7 +84,6 @@ def share_gil_realtime() -> bool:
     The switch interval itself drops to :data:`SWITCH_INTERVAL_S`: the reconciler thread parses
     netlink dumps in Python, and with the default 5 ms a pauser that wanted the lock waited up to
     that long (`make bench-pfc`: reaction p99 11.0 ms with 5 ms)."""
-    import sys
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     return _realtime(HUB_RT_PRIORITY)
 

@@ -7,10 +7,8 @@
   connections, within 20%."""
 import os
 
-import numpy as np
 import pytest
 
-from common import collectives as C
 from common.state import RunState
 from controller.dataplane import PortQueue
 from experiments import collrun
@@ -45,34 +43,23 @@ def host_queue(rate_mbps: float) -> PortQueue:
 
 
 def measure(lf, st, tmp, hosts, size_bytes, repeat=2) -> dict:
-    """alpha from a small run (median of 3), then ``repeat`` iterations of ``size_bytes`` per rank:
-    the median T, busbw, the model's T (B: the hash-ECMP bottleneck's TCP payload rate, a median
-    over hash outcomes) and the model's T on the paths this run's connections took (traced from
-    Open vSwitch's tables), exactness and transfers."""
-    n = len(hosts)
-    link = collrun.bottleneck_rate_bps(lf.fabric.to_map(), hosts, "allreduce", "hash")
-    rate = link * collrun.TCP_PAYLOAD_FRACTION
-    probe_el = n * collrun.ALPHA_PROBE_ELEMENTS_PER_RANK
-    recs, codes = collrun.run(lf, st, hosts, "allreduce", probe_el, tmp / "alpha", repeat=3)
-    assert not any(codes.values()), (codes, [r and r["error"] for r in recs])
-    alpha = float(np.median([collrun.alpha_from_run(t["time_s"], "allreduce", n, 4 * probe_el, rate)
-                             for t in collrun.timings(recs, "allreduce", probe_el)]))
-    el = size_bytes // 4
-    recs, codes = collrun.run(lf, st, hosts, "allreduce", el, tmp / f"d{size_bytes}", repeat=repeat, seed=5,
-                              timeout_s=300)
-    assert not any(codes.values()), (codes, [r and r["error"] for r in recs])
-    chk = collrun.check_results(recs, "allreduce", el, seed=5)
-    tim = collrun.timings(recs, "allreduce", el)
-    t = float(np.median([x["time_s"] for x in tim]))
-    model = C.model_time_s("allreduce", n, 4 * el, alpha, rate)
-    # this run's hash outcome: the paths Open vSwitch gave its connections
-    traced = collrun.traced_rate_bps(lf.fabric.to_map(), recs, hosts, "allreduce")
-    traced_model = C.model_time_s("allreduce", n, 4 * el, alpha, traced * collrun.TCP_PAYLOAD_FRACTION)
-    return {"exact": chk["exact"], "transfers": chk["transfers"], "expected": chk["expected_transfers"],
-            "time_s": t, "model_time_s": model, "alpha_s": alpha, "rate_bps": rate, "link_rate_bps": link,
-            "traced_link_rate_bps": traced, "traced_model_time_s": traced_model,
-            "busbw_bps": C.bandwidths("allreduce", n, 4 * el, t)["busbw_bps"],
-            "balance": float(np.median([x["balance"] for x in tim])), "times_s": [x["time_s"] for x in tim]}
+    """One AllReduce round as experiments run it (:func:`experiments.collrun.run_round`: alpha from
+    a small run, then ``repeat`` iterations of ``size_bytes`` per rank, then
+    :func:`experiments.collrun.summarize`): the median T, busbw, the model's T (B: the hash-ECMP
+    bottleneck's TCP payload rate, a median over hash outcomes) and the model's T on the paths
+    this run's connections took (traced from Open vSwitch's tables), exactness and transfers."""
+    coll = {"kind": "allreduce", "hosts": hosts, "ranks": len(hosts), "placement": "local", "size_bytes": size_bytes,
+            "sizes_bytes": None, "repeat": repeat, "init": "seeded", "seed": 5, "timeout_s": 300}
+    res = collrun.run_round(lf, st, coll, tmp, sample_hz=20)
+    (row,) = collrun.summarize(res, tmp)["sizes"]
+    (run,) = res["runs"]
+    assert row["exact"] and run["traced_error"] is None, (run["errors"], run["agent_exit_codes"], run["traced_error"])
+    return {"exact": row["exact"], "transfers": row["transfers"], "expected": row["expected_transfers"],
+            "time_s": row["time_s"], "model_time_s": row["model_time_s"], "alpha_s": row["alpha_s"],
+            "rate_bps": row["rate_bps"], "link_rate_bps": res["link_rate_bps"],
+            "traced_link_rate_bps": run["traced_link_rate_bps"], "traced_model_time_s": row["traced_model_time_s"],
+            "busbw_bps": row["busbw_bps"], "balance": row["balance"],
+            "times_s": [x["time_s"] for x in run["iterations"]]}
 
 
 def test_fattree_16_ranks_exact_near_line_rate_and_the_model(tmp_path):
@@ -108,7 +95,8 @@ def test_spine_crossing_ring_is_slower_by_the_predicted_factor(tmp_path):
             warm_up_reachability(lf)
             for placement in ("local", "spread"):
                 hosts = collrun.place_ranks(fab, 8, placement)
-                res[placement] = measure(lf, st, tmp_path / placement, hosts, 1 << 20)
+                # 5 iterations, their median: one slow iteration of a 2 s ring must not decide the ratio
+                res[placement] = measure(lf, st, tmp_path / placement, hosts, 1 << 20, repeat=5)
     assert_clean(str(tmp_path / "run"))
     loc, spr = res["local"], res["spread"]
     # the prediction for this run: the model on the paths its connections took (which uplinks
@@ -119,7 +107,8 @@ def test_spine_crossing_ring_is_slower_by_the_predicted_factor(tmp_path):
           f"its paths, B {loc['traced_link_rate_bps'] / 1e6:.2f} Mbit/s on the wire), spread T {spr['time_s']:.3f} s "
           f"(model {spr['traced_model_time_s']:.3f}, B {spr['traced_link_rate_bps'] / 1e6:.2f}); spread / local "
           f"predicted {predicted:.2f}, measured {measured:.2f}; the hash model's median predicts "
-          f"{spr['model_time_s'] / loc['model_time_s']:.2f}")
+          f"{spr['model_time_s'] / loc['model_time_s']:.2f}; iterations local {[round(x, 2) for x in loc['times_s']]}, "
+          f"spread {[round(x, 2) for x in spr['times_s']]}")
     assert loc["exact"] and spr["exact"]
     assert loc["traced_link_rate_bps"] == pytest.approx(10e6)    # rack-local: one transfer per direction leaves a leaf
     assert spr["link_rate_bps"] < loc["link_rate_bps"]           # the hash model: the spread ring shares uplinks
