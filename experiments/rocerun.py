@@ -107,7 +107,8 @@ def start_roce_flows(lf, state, flows: list[dict], out: Path, deadline_unix_s: f
 
 def flow_records(flows: list[dict], out: Path) -> list[dict]:
     """Per flow of ``flows``: its sender QP's record (``tx``) and its receiver QP's (``rx``), from the
-    agents' result files in ``out``. A missing file or record gives None there."""
+    agents' result files in ``out``, with their agents' loop statistics (``tx_loop``, ``rx_loop``:
+    CPU fraction, pacer wake-up lateness). A missing file or record gives None there."""
     cache: dict[str, dict | None] = {}
 
     def load(h):
@@ -123,7 +124,8 @@ def flow_records(flows: list[dict], out: Path) -> list[dict]:
         rx = next((r for r in (rx_all or {}).get("receivers", []) if r["flow_id"] == f["flow_id"]), None)
         res.append({"flow": f, "tx": tx, "rx": rx,
                     "errors": [x.get("error") for x in (tx_all, rx_all) if x and x.get("error")],
-                    "rx_host_udp_drops": (rx_all or {}).get("host_udp_drops")})
+                    "rx_host_udp_drops": (rx_all or {}).get("host_udp_drops"),
+                    "tx_loop": (tx_all or {}).get("loop"), "rx_loop": (rx_all or {}).get("loop")})
     return res
 
 
@@ -301,9 +303,10 @@ def add_to_summary(out: Path, summary: dict, rows: list[dict], mode: str, params
         "host_udp_drops": _host_udp_drops(rows),
         "delivered_exactly_once": all(r["complete"] for r in rows),
         "pacing_warnings": [x["pacing_warning"] for x in txs if x.get("pacing_warning")],
+        "feedback_warnings": [x["feedback_warning"] for x in txs if x.get("feedback_warning")],
         "final_rate_bps": {r["flow_id"]: t.get("final_rate_bps") for r, t in zip(rows, txs) if t},
     }
-    for w in summary["roce"]["pacing_warnings"]:
+    for w in summary["roce"]["pacing_warnings"] + summary["roce"]["feedback_warnings"]:
         print(f"fabriclab: WARNING: {w}", file=sys.stderr)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary

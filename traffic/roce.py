@@ -37,7 +37,10 @@ record per sender QP (bytes, message completion times, CNPs received,
 retransmitted packets, NAKs, timeouts, back-pressure counts, rate over time,
 target vs achieved rate with a loud ``pacing_warning`` below 90%: case T5) and
 per receiver QP (bytes delivered once and in order, duplicates, out-of-order
-packets, CE packets, CNPs / ACKs / NAKs sent).
+packets, CE packets, CNPs / ACKs / NAKs sent). ``loop`` has the agent's own figures:
+its CPU share and how late its loop woke for the pacers (``pacer_late_p50_s``,
+``pacer_late_p99_s``); a DCQCN sender whose agent woke late by its timer T or more
+carries a ``feedback_warning`` (:func:`feedback_warning`).
 """
 from __future__ import annotations
 
@@ -428,6 +431,22 @@ def send_replies(tx: socket.socket, replies: list, stats: dict) -> None:
         replies.pop(0)
 
 
+def feedback_warning(q: "SenderQp", late_p99_s: float | None) -> str | None:
+    """A warning when the agent's loop woke too late for ``q``'s DCQCN timers, else None.
+
+    DCQCN's control loop is stable only while its feedback (CNPs, the sender's reaction) is fast
+    against its timers (Zhu et al., SIGCOMM 2015, section 5's fluid model: the rate-increase timer
+    T and the alpha timer K are long against the feedback delay). When the agent's pacer wake-ups
+    are late by T or more at the 99th percentile (a slow or emulated CPU: p99 ~6 ms in the VM lane
+    under TCG, 0.7 ms on a 2-core host), rates overshoot and are cut again and again and the port
+    runs below capacity; longer timers (``time_scale``) help."""
+    if q.params is None or late_p99_s is None or late_p99_s < q.params.timer_s:
+        return None
+    return (f"DCQCN FEEDBACK TOO SLOW: flow {q.flow_id}'s agent woke {late_p99_s * 1e3:.1f} ms late at the 99th "
+            f"percentile, against DCQCN's timer T {q.params.timer_s * 1e3:.1f} ms: expect rate oscillation and an "
+            f"underused port; raise roce.dcqcn.time_scale")
+
+
 def run_roce(job: dict, ready=None, start_at_unix_s: float | None = None) -> dict:
     """Run one host's QPs (module docstring); returns the result record. ``ready`` is called once the
     sockets are open (the agent prints READY there) and must return the start time (Unix s)."""
@@ -460,6 +479,8 @@ def run_roce(job: dict, ready=None, start_at_unix_s: float | None = None) -> dic
     next_sample = now
     last_rx = now
     stats = {"rx_frames": 0, "rx_unknown_qp": 0, "reply_blocked": 0, "loops": 0}
+    late = []                   # how late select() returned past a pacer's wait, seconds
+    cpu0_s, wall0_s = time.process_time(), now
     error = None
     try:
         while True:
@@ -502,14 +523,28 @@ def run_roce(job: dict, ready=None, start_at_unix_s: float | None = None) -> dic
             timeout = min(wait, next_sample - now, linger_s, deadline_mono - now)
             if senders_done and receivers_done:
                 timeout = min(timeout, linger_s - (now - last_rx))
-            select.select([rx], [tx] if blocked else [], [], max(0.0, timeout))
+            t_sel = time.monotonic()
+            ready_rx, _w, _x = select.select([rx], [tx] if blocked else [], [], max(0.0, timeout))
+            if not ready_rx and timeout == wait and 0 < wait < math.inf:
+                late.append(time.monotonic() - t_sel - wait)
     finally:
         if pcap:
             pcap.stop.set()
             pcap.join(2)
         tx.close()
         rx.close()
+    wall_s = time.monotonic() - wall0_s
+    stats["cpu_fraction"] = round((time.process_time() - cpu0_s) / wall_s, 3) if wall_s > 0 else None
+    late.sort()
+    stats["pacer_wakeups"] = len(late)
+    stats["pacer_late_p50_s"] = round(late[len(late) // 2], 6) if late else None
+    stats["pacer_late_p99_s"] = round(late[int(len(late) * 0.99)], 6) if late else None
+    sender_recs = [q.record() for q in senders.values()]
+    for q, rec in zip(senders.values(), sender_recs):
+        w = feedback_warning(q, stats["pacer_late_p99_s"])
+        if w:
+            rec["feedback_warning"] = w
     return {"role": "roce", "host_ip": job["ip"], "start_at_unix_s": start_unix, "mode": job.get("mode", "dcqcn"),
-            "senders": [q.record() for q in senders.values()], "receivers": [q.record() for q in receivers.values()],
+            "senders": sender_recs, "receivers": [q.record() for q in receivers.values()],
             "loop": stats, "pcap_frames": pcap.frames if pcap else None, "error": error,
             "host_udp_drops": {k: v - udp_before[k] for k, v in udp_receive_errors().items()}}

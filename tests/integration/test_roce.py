@@ -1,7 +1,7 @@
 """Issue 7: RoCEv2 queue pairs with DCQCN through a real fabric.
 
 Two hosts (h2, h3) send long-lived RoCEv2 flows to h1 through one leaf whose port
-toward h1 (10 Mbit/s; 5 in the VM lane; 100-packet buffer) carries a RED ECN profile. With DCQCN
+toward h1 (10 Mbit/s; 5 in the VM lane, see RATE_MBPS; 100-packet buffer) carries a RED ECN profile. With DCQCN
 the two reaction points share the port: Jain's index of their delivered rates
 over the last half of the run, and the port's queue held between Kmin and Kmax.
 With ``none`` both send at line rate: the buffer fills and drops, and go-back-N
@@ -23,15 +23,18 @@ from .test_ecn_marking import BOTTLENECK, marking_fabric
 
 RUN_S = 10.0
 LANE = os.environ.get("FABRICLAB_LANE", "host")
-# The VM lane runs at 5 Mbit/s with DCQCN's timers at the 10 Mbit/s scale (time_scale 100). Its
-# DCQCN convergence test is skipped there for now: the emulated CPU (TCG) does not let two Python
-# senders keep their pacers' rates. Measured there: at 10 Mbit/s 4.36 + 4.04 Mbit/s (Jain 0.999,
-# queue in [Kmin, Kmax] 60%) in one run and 3.43 + 2.73 in another; at 2 Mbit/s with the default
-# scaling (time_scale 500) 0.75 + 0.75; at 5 Mbit/s (time_scale 100) twice 86-87% of the pacers'
-# bytes, 1.77 + 1.71 Mbit/s, Jain 1.000, but the queue swung between empty and above Kmax (in the
-# band 19% of the time). Issue 7 asks for this test in both lanes: not met yet.
+# The VM lane (stock kernel under an emulated CPU, TCG) runs at 5 Mbit/s with DCQCN's timers twice
+# as long (time_scale 200: T = K = 11 ms, CNP interval 10 ms) and samples queues at 50 Hz (the
+# sampler took half a vCPU at 100 Hz there). DCQCN is stable only while the feedback loop is fast
+# against its timers: there the agents' loop wakes late (p99 ~6 ms, against 0.7 ms here), and with
+# the 10 Mbit/s timers (time_scale 100) the rates overshot and were cut again and again: the
+# senders kept their pacers (100%) but the port was 72-81% busy, its queue empty at the median and
+# in [Kmin, Kmax] 16-29% of the time (six runs, Kmin 2-10 packets, 3 and 5 Mbit/s). With time_scale
+# 200: 93% busy, Jain 0.998, in the band 97%. Longer still (400) recovers too slowly for a 10 s run
+# (77-78% busy).
 RATE_MBPS = 5 if LANE == "vm" else 10
-TIME_SCALE = 100
+TIME_SCALE = 200 if LANE == "vm" else 100
+SAMPLER_HZ = 50 if LANE == "vm" else 100
 # DCQCN's RED profile, in packets at this scale: Kmin about one bandwidth-delay product (10 Mbit/s x
 # ~3 ms), Kmax 40 of the 100-packet buffer, Pmax 0.2 (measured here with 10 s runs: Kmin 2 held the
 # queue between Kmin and Kmax 63-71% of the last half; Kmin 5, 46-73%; Pmax 0.05 let it swing
@@ -43,7 +46,7 @@ def run_flows(lf, tmp_path, tag, flows, run_s, **job):
     """Run ``flows`` with the queue sampler on; returns (flow records, bottleneck queue rows)."""
     out = tmp_path / tag
     out.mkdir()
-    sampler = start_sampler(lf, lf.state, out, 100)
+    sampler = start_sampler(lf, lf.state, out, SAMPLER_HZ)
     try:
         deadline = time.time() + run_s + 60
         agents = rocerun.start_roce_flows(lf, lf.state, flows, out, deadline, **job)
@@ -59,11 +62,9 @@ def run_flows(lf, tmp_path, tag, flows, run_s, **job):
     return rocerun.flow_records(flows, out), q
 
 
-@pytest.mark.skipif(LANE == "vm", reason="VM lane: the emulated CPU cannot hold two Python senders at their "
-                                         "DCQCN rates (86-87% of the pacers' bytes at 5 Mbit/s); see RATE_MBPS")
 def test_two_dcqcn_senders_converge_to_a_fair_share_with_the_queue_between_kmin_and_kmax(tmp_path):
     flows = [{"flow_id": i, "src": h, "dst": "h1", "duration_s": RUN_S} for i, h in enumerate(("h2", "h3"))]
-    params = DcqcnParams.scaled(RATE_MBPS * 1e6, time_scale=TIME_SCALE)   # T = K = 5.5 ms, N = 5 ms
+    params = DcqcnParams.scaled(RATE_MBPS * 1e6, time_scale=TIME_SCALE)   # T = K = 5.5 ms, N = 5 ms (x2 VM)
     with marking_fabric(tmp_path, {"red": {"kmin_bytes": KMIN, "kmax_bytes": KMAX, "pmax": PMAX}},
                         rate_mbps=RATE_MBPS) as (lf, kind):
         recs, q = run_flows(lf, tmp_path, "dcqcn", flows, RUN_S, mode="dcqcn", line_rate_mbps=RATE_MBPS, dcqcn=params,
@@ -72,7 +73,7 @@ def test_two_dcqcn_senders_converge_to_a_fair_share_with_the_queue_between_kmin_
         if r["tx"]:
             print(f"flow {r['flow']['flow_id']}: sent {r['tx']['wire_bytes_sent']} B, "
                   f"{r['tx']['achieved_fraction_of_pacer']} of its pacer, CNPs {r['tx']['cnps_received']}, "
-                  f"final rate {r['tx']['final_rate_bps']}")
+                  f"final rate {r['tx']['final_rate_bps']}; sender loop {r['tx_loop']}; receiver loop {r['rx_loop']}")
     for r in recs:
         assert r["tx"] and r["rx"] and not r["errors"], r
         assert 0 < r["tx"]["cnps_received"] <= r["rx"]["cnps_sent"], r      # CNPs travel the idle reverse path
@@ -88,12 +89,12 @@ def test_two_dcqcn_senders_converge_to_a_fair_share_with_the_queue_between_kmin_
     inside = sum(KMIN <= b <= KMAX for b in back) / len(back)
     print(f"marker {kind}: rates over the last half {[round(x / 1e6, 2) for x in rates]} Mbit/s, Jain {jain:.3f}; "
           f"queue between Kmin and Kmax {inside:.0%} of {len(back)} samples (median "
-          f"{sorted(back)[len(back) // 2] / FRAME_BYTES:.1f} packets); CNPs "
+          f"{sorted(back)[len(back) // 2] / FRAME_BYTES:.1f} packets, above Kmax {sum(b > KMAX for b in back)}); CNPs "
           f"{[r['tx']['cnps_received'] for r in recs]}")
     assert jain >= 0.95, rates
     for r in recs:
         assert "pacing_warning" not in r["tx"], r["tx"]["pacing_warning"]
-    assert sum(rates) >= 0.8 * RATE_MBPS * 1e6, rates      # 92-95% here, 84% in the VM lane
+    assert sum(rates) >= 0.8 * RATE_MBPS * 1e6, rates      # 92-95% here, 93% in the VM lane
     assert inside >= 0.5, back
 
 
