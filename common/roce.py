@@ -137,14 +137,22 @@ class FrameTemplate:
         for opcode, payload_bytes in shapes:
             self._template(opcode, payload_bytes)
 
-    def patch(self, opcode: int, psn: int, ackreq: bool, payload_bytes: int, aeth: int | None = None) -> bytearray:
+    def patch(self, opcode: int, psn: int, ackreq: bool, payload_bytes: int, aeth: int | None = None,
+              payload=None) -> bytearray:
         """The template's own buffer patched in place (the fast path: send it before the next ``patch``
         of the same opcode and length); ``len`` = payload (padded to 4) + :data:`OVERHEAD_BYTES`.
-        ``aeth`` (an ACKNOWLEDGE's 32-bit AETH, with ``payload_bytes`` 4) is written after the BTH."""
+        ``aeth`` (an ACKNOWLEDGE's 32-bit AETH, with ``payload_bytes`` 4) is written after the BTH.
+        ``payload`` (bytes-like of exactly ``payload_bytes``; None keeps the template's zeros, or
+        what the last patch of this shape wrote) is copied in after the BTH; the ICRC covers it.
+        Raises ValueError when ``payload`` is not ``payload_bytes`` long."""
         raw, prefix_crc = self._cache.get((opcode, payload_bytes)) or self._template(opcode, payload_bytes)
         struct.pack_into("!I", raw, BTH_OFFSET + 8, (psn & PSN_MASK) | (0x80000000 if ackreq else 0))
         if aeth is not None:
             struct.pack_into("!I", raw, BTH_OFFSET + BTH_BYTES, aeth)
+        if payload is not None:
+            if len(payload) != payload_bytes:
+                raise ValueError(f"payload of {len(payload)} B for a {payload_bytes} B packet")
+            raw[BTH_OFFSET + BTH_BYTES:BTH_OFFSET + BTH_BYTES + payload_bytes] = payload
         crc = zlib.crc32(memoryview(raw)[BTH_OFFSET + 8:-ICRC_BYTES], prefix_crc)
         struct.pack_into("<I", raw, len(raw) - ICRC_BYTES, crc)
         return raw

@@ -163,7 +163,7 @@ SCHEMA: dict = {
         },
     },
     # a collective (issue 8) instead of the traffic section's flows: ranks on hosts, real arrays
-    # reduced over kernel TCP (traffic.collective); kind absent = no collective
+    # reduced over kernel TCP or RoCEv2 (traffic.collective); kind absent = no collective
     "collective": {
         "kind": F((str,), None, choices=("allreduce", "reduce_scatter", "all_gather", "all_to_all")),
         "ranks": F((int,), 8, lo=2, hi=1024),
@@ -177,6 +177,9 @@ SCHEMA: dict = {
         "repeat": F((int,), 1, lo=1, hi=100),
         "init": F((str,), "seeded", choices=("seeded", "textbook")),
         "timeout_s": F(NUM, 300, lo=1, hi=7200),
+        # tcp: kernel TCP connections; roce: RoCEv2 queue pairs (traffic.roce: go-back-N, DCQCN
+        # or the roce section's fixed rate; the roce section's mode, dcqcn, mtu_bytes, rto_s apply)
+        "transport": F((str,), "tcp", choices=("tcp", "roce")),
     },
     "measurement": {
         "sample_hz": F(NUM, 200, lo=1, hi=2000),
@@ -377,7 +380,7 @@ def _resolve_pfc(prio_data, pfc_data, rounds_data, buf_bytes: int) -> tuple[dict
 
 ROUND_KEYS = ("name", "ecn", "hosts", "pfc", "roce", "seed", "collective")
 #: What a round may change of the collective section.
-ROUND_COLLECTIVE_KEYS = ("placement", "hosts", "ranks", "kind")
+ROUND_COLLECTIVE_KEYS = ("placement", "hosts", "ranks", "kind", "transport")
 #: Most rounds one run may have.
 MAX_ROUNDS = 32
 

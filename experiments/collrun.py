@@ -4,6 +4,7 @@ alpha-beta model (formulas and sources: :mod:`common.collectives`)."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -62,26 +63,67 @@ def _racks(fabric) -> dict[str, list[str]]:
     return out
 
 
+#: RoCE queue pair numbers of the collective's pair i: sender SEND_QPN + i, receiver RECV_QPN + i;
+#: UDP source port (RoCEv2's ECMP entropy) SPORT_BASE + i.
+SEND_QPN, RECV_QPN, SPORT_BASE = 0x1000, 0x8000, 49152
+TRANSPORTS = ("tcp", "roce")
+
+
+def roce_qps(n: int, kind: str) -> list[dict]:
+    """One RoCE queue pair per (source rank, destination rank) pair of ``kind``'s schedule on ``n``
+    ranks, in sorted order: ``[{"id", "src_rank", "dst_rank", "send_qpn", "recv_qpn", "udp_sport"}]``.
+    Raises ValueError for an unknown kind or more pairs than UDP source ports above 49152."""
+    pairs = sorted({(t.src, t.dst) for step in C.ring_schedule(n, kind) for t in step})
+    if len(pairs) > 65536 - SPORT_BASE:
+        raise ValueError(f"{len(pairs)} queue pairs: more than the {65536 - SPORT_BASE} UDP source ports")
+    return [{"id": i, "src_rank": s, "dst_rank": d, "send_qpn": SEND_QPN + i, "recv_qpn": RECV_QPN + i,
+             "udp_sport": SPORT_BASE + i} for i, (s, d) in enumerate(pairs)]
+
+
+def payload_fraction(transport: str, mtu_bytes: int = 1024) -> float:
+    """The share of a full frame's bytes on the wire that is payload: TCP 1448 of 1514 (timestamps
+    on), RoCEv2 ``mtu_bytes`` of ``mtu_bytes`` + 58 (Ethernet, IP, UDP, BTH, ICRC)."""
+    from common.roce import OVERHEAD_BYTES
+    return TCP_PAYLOAD_FRACTION if transport == "tcp" else mtu_bytes / (mtu_bytes + OVERHEAD_BYTES)
+
+
 def host_jobs(lf, hosts: list[str], kind: str, elements: int, out: Path, deadline_unix_s: float,
               init: str = "seeded", seed: int = 0, repeat: int = 1, dscp: int = 0,
-              stream: bool = False) -> dict[str, dict]:
+              stream: bool = False, transport: str = "tcp", roce: dict | None = None) -> dict[str, dict]:
     """The ``collective`` job of every host that runs a rank (``hosts[r]`` runs rank r).
     ``stream``: the benchmark's baseline, the same bytes on the same connections without the
-    ring's step dependency (traffic.collective.Rank._stream_iteration).
+    ring's step dependency (traffic.collective.Rank._stream_iteration). ``transport`` ``roce``:
+    RoCEv2 queue pairs (:func:`roce_qps`) with ``roce``'s settings (traffic.roce job fields:
+    ``mode``, ``line_rate_mbps``, ``dcqcn``, ``dscp``, ``rto_s``, ...; each host's interface and
+    addresses are added).
 
     Raises:
-        ValueError: an unknown kind, or fewer elements than ranks (a chunk would be empty).
+        ValueError: an unknown kind or transport, roce without its settings, or fewer elements
+            than ranks (a chunk would be empty).
     """
     n = len(hosts)
     C.ring_schedule(n, kind)
     C.chunk_bounds(elements, n)
-    ranks = [{"rank": r, "host": h, "ip": lf.fabric.node(h).ip, "port": BASE_PORT + r} for r, h in enumerate(hosts)]
+    if transport not in TRANSPORTS:
+        raise ValueError(f"collective transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
+    if transport == "roce" and not roce:
+        raise ValueError("collective transport roce needs its roce settings")
+    ranks = [{"rank": r, "host": h, "ip": lf.fabric.node(h).ip, "mac": lf.fabric.node(h).mac, "port": BASE_PORT + r}
+             for r, h in enumerate(hosts)]
+    qps = roce_qps(n, kind) if transport == "roce" else None
     jobs: dict[str, dict] = {}
     for r, h in enumerate(hosts):
-        j = jobs.setdefault(h, {"role": "collective", "kind": kind, "ranks": ranks, "local_ranks": [],
-                                "elements": elements, "init": init, "seed": seed, "repeat": repeat, "dscp": dscp,
-                                "out": str(Path(out) / f"{h}.collective.json"), "out_dir": str(out),
-                                "deadline_unix_s": deadline_unix_s, "stream": stream})
+        j = jobs.get(h)
+        if j is None:
+            j = jobs[h] = {"role": "collective", "kind": kind, "ranks": ranks, "local_ranks": [],
+                           "elements": elements, "init": init, "seed": seed, "repeat": repeat, "dscp": dscp,
+                           "out": str(Path(out) / f"{h}.collective.json"), "out_dir": str(out),
+                           "deadline_unix_s": deadline_unix_s, "stream": stream, "transport": transport}
+            if qps is not None:
+                node = lf.fabric.node(h)
+                j["qps"] = [c for c in qps if h in (hosts[c["src_rank"]], hosts[c["dst_rank"]])]   # its own
+                j["roce"] = {**roce, "ifname": lf.fabric.host_attachment(h).b_intf, "mac": node.mac, "ip": node.ip,
+                             "deadline_unix_s": deadline_unix_s}
         j["local_ranks"].append(r)
     return jobs
 
@@ -110,6 +152,29 @@ def load_records(out: Path, hosts: list[str]) -> list[dict | None]:
             for r in res.get("ranks", []):
                 recs[r["rank"]] = {**r, "host": h, "agent_error": res.get("error")}
     return [recs.get(r) for r in range(len(hosts))]
+
+
+def transport_totals(out: Path, hosts: list[str]) -> dict | None:
+    """The RoCE transport's figures over every agent of a run (traffic.collective.RoceLinks.close):
+    packets sent, retransmitted, NAKs, timeouts, CNPs received, duplicates dropped, and the
+    agents' errors and DCQCN/pacing warnings; None for a TCP run (or when no agent left a record)."""
+    tot = {"packets_sent": 0, "retransmitted_packets": 0, "naks": 0, "timeouts": 0, "cnps_received": 0,
+           "duplicates_dropped": 0, "errors": [], "warnings": []}
+    seen = False
+    for h in dict.fromkeys(hosts):
+        p = Path(out) / f"{h}.collective.json"
+        t = json.loads(p.read_text()).get("roce") if p.exists() else None
+        if not t:
+            continue
+        seen = True
+        if t.get("error"):
+            tot["errors"].append(f"{h}: {t['error']}")
+        for x in t["senders"]:
+            for k in ("packets_sent", "retransmitted_packets", "naks", "timeouts", "cnps_received"):
+                tot[k] += x.get(k) or 0
+            tot["warnings"] += [x[w] for w in ("pacing_warning", "feedback_warning") if x.get(w)]
+        tot["duplicates_dropped"] += sum(x.get("duplicates") or 0 for x in t["receivers"])
+    return tot if seen else None
 
 
 def drop_arrays(recs: list[dict | None]) -> None:
@@ -281,7 +346,7 @@ def traced_rate_bps(fabric_map: dict, recs: list[dict], hosts: list[str], kind: 
         for c in rec["connections"]:
             if hosts[r] != hosts[c["dst_rank"]]:
                 paths[(r, c["dst_rank"])] = traced_path(fabric_map, hosts[r], hosts[c["dst_rank"]], c["src_port"],
-                                                        c["dst_port"], trace=trace)
+                                                        c["dst_port"], proto=c.get("proto", "tcp"), trace=trace)
     rates = []
     for step in C.ring_schedule(len(hosts), kind):
         fracs = [paths.get((t.src, t.dst)) for t in step if hosts[t.src] != hosts[t.dst]]
@@ -332,18 +397,22 @@ def run_round(lf, state, coll: dict, out: Path, sample_hz: float, quiet: bool = 
     from experiments.runner import start_sampler, stop_sampler
     hosts = coll["hosts"] or place_ranks(lf.fabric, coll["ranks"], coll["placement"])
     n, kind = len(hosts), coll["kind"]
-    # B: every transfer is one TCP connection, kept for the whole run, so on one hashed path;
-    # the model counts payload bytes, so B is the link rate's TCP payload share
+    transport = coll.get("transport", "tcp")
+    tr = {"transport": transport, "roce": coll.get("roce_args")} if transport == "roce" else {}
+    # B: every transfer is one TCP connection (RoCE queue pair), kept for the whole run, so on one
+    # hashed path; the model counts payload bytes, so B is the link rate's payload share
+    frac = payload_fraction(transport, (coll.get("roce_args") or {}).get("mtu_bytes", 1024))
     fmap = lf.fabric.to_map()
     link_rate = bottleneck_rate_bps(fmap, hosts, kind, "hash")
-    rate = link_rate * TCP_PAYLOAD_FRACTION
+    rate = link_rate * frac
     res = {"hosts": hosts, "kind": kind, "ranks": n, "placement": "list" if coll["hosts"] else coll["placement"],
-           "rate_bps": rate, "link_rate_bps": link_rate, "rate_model": "hash-ECMP, TCP payload",
-           "rate_ideal_ecmp_bps": bottleneck_rate_bps(fmap, hosts, kind, "ecmp") * TCP_PAYLOAD_FRACTION, "runs": []}
+           "transport": transport, "payload_fraction": frac,
+           "rate_bps": rate, "link_rate_bps": link_rate, "rate_model": f"hash-ECMP, {transport.upper()} payload",
+           "rate_ideal_ecmp_bps": bottleneck_rate_bps(fmap, hosts, kind, "ecmp") * frac, "runs": []}
     sampler = start_sampler(lf, state, out, sample_hz)
     try:
         probe_el = max(n * ALPHA_PROBE_ELEMENTS_PER_RANK, 4)
-        recs, _ = run(lf, state, hosts, kind, probe_el, out / "alpha", timeout_s=coll["timeout_s"], repeat=3)
+        recs, _ = run(lf, state, hosts, kind, probe_el, out / "alpha", timeout_s=coll["timeout_s"], repeat=3, **tr)
         probe = timings([r for r in recs if r], kind, probe_el) if all(recs) else []
         drop_arrays(recs)
         res["alpha_s"] = (float(np.median([alpha_from_run(t["time_s"], kind, n, 4 * probe_el, rate) for t in probe]))
@@ -352,7 +421,7 @@ def run_round(lf, state, coll: dict, out: Path, sample_hz: float, quiet: bool = 
             el = size // 4
             d = out / f"size-{size}"
             recs, codes = run(lf, state, hosts, kind, el, d, timeout_s=coll["timeout_s"], init=coll["init"],
-                              seed=coll.get("seed", 0), repeat=coll["repeat"])
+                              seed=coll.get("seed", 0), repeat=coll["repeat"], **tr)
             chk = check_results(recs, kind, el, init=coll["init"], seed=coll.get("seed", 0))
             tim = timings(recs, kind, el) if chk["exact"] else []
             drop_arrays(recs)
@@ -363,7 +432,9 @@ def run_round(lf, state, coll: dict, out: Path, sample_hz: float, quiet: bool = 
                 traced_error = str(e)
             res["runs"].append({"size_bytes": 4 * el, "elements": el, **chk, "iterations": tim, "dir": str(d),
                                 "agent_exit_codes": codes, "traced_link_rate_bps": traced,
-                                "traced_error": traced_error})
+                                "traced_error": traced_error, "roce": transport_totals(d, hosts)})
+            for w in sorted(set((res["runs"][-1]["roce"] or {}).get("warnings", []))):
+                print(f"fabriclab: WARNING: {w}", file=sys.stderr)
             if not quiet:
                 med = float(np.median([t["time_s"] for t in tim])) if tim else None
                 say(f"{kind} of {4 * el} B on {n} ranks ({res['placement']}): "
@@ -372,6 +443,10 @@ def run_round(lf, state, coll: dict, out: Path, sample_hz: float, quiet: bool = 
     finally:
         stop_sampler(sampler)
     return res
+
+
+#: collective.csv's columns from the RoCE transport (empty for TCP): totals over the size's iterations.
+ROCE_COLUMNS = ("packets_sent", "retransmitted_packets", "timeouts", "cnps_received")
 
 
 def summarize(res: dict, out: Path) -> dict:
@@ -388,7 +463,7 @@ def summarize(res: dict, out: Path) -> dict:
         t = float(np.median([i["time_s"] for i in its])) if its else None
         model_t = C.model_time_s(kind, n, r["size_bytes"], alpha, rate)
         traced = r.get("traced_link_rate_bps")
-        traced_rate = traced * TCP_PAYLOAD_FRACTION if traced else None
+        traced_rate = traced * res.get("payload_fraction", TCP_PAYLOAD_FRACTION) if traced else None
         traced_t = C.model_time_s(kind, n, r["size_bytes"], alpha, traced_rate) if traced_rate else None
         row = {"size_bytes": r["size_bytes"], "ranks": n, "kind": kind, "placement": res["placement"],
                "exact": r["exact"], "transfers": r["transfers"], "expected_transfers": r["expected_transfers"],
@@ -396,7 +471,8 @@ def summarize(res: dict, out: Path) -> dict:
                "traced_rate_bps": traced_rate, "traced_model_time_s": traced_t,
                "measured_over_traced_model": t / traced_t if t and traced_t else None,
                "traced_error": r.get("traced_error"), "alpha_s": res["alpha_s"], "rate_bps": rate,
-               "balance": float(np.median([i["balance"] for i in its])) if its else None}
+               "balance": float(np.median([i["balance"] for i in its])) if its else None,
+               **{k: (r.get("roce") or {}).get(k) for k in ROCE_COLUMNS}}
         if t:
             row.update(C.bandwidths(kind, n, r["size_bytes"], t))
             row["model_busbw_bps"] = C.bandwidths(kind, n, r["size_bytes"], model_t)["busbw_bps"]
@@ -407,7 +483,7 @@ def summarize(res: dict, out: Path) -> dict:
                 steps.append({"size_bytes": r["size_bytes"], **s})
     cols = ["size_bytes", "ranks", "kind", "placement", "exact", "transfers", "expected_transfers", "time_s",
             "algbw_bps", "busbw_bps", "model_time_s", "model_busbw_bps", "measured_over_model", "traced_rate_bps",
-            "traced_model_time_s", "measured_over_traced_model", "alpha_s", "rate_bps", "balance"]
+            "traced_model_time_s", "measured_over_traced_model", "alpha_s", "rate_bps", "balance", *ROCE_COLUMNS]
     _write_csv(out / "collective.csv", cols, rows)
     _write_csv(out / "collective_steps.csv", ["size_bytes", "iteration", "rank", "host", "step", "phase", "chunk",
                                                "bytes", "start_s", "send_done_s", "recv_done_s", "end_s"], steps)
@@ -419,8 +495,10 @@ def summarize(res: dict, out: Path) -> dict:
             plot.plot_collective_timeline(first, out / "collective_timeline.png",
                                           title=f"{kind}, {n} ranks ({res['placement']}), {big['size_bytes']} B per rank")
         plot.plot_busbw_vs_size([{**r, "label": res["placement"]} for r in good], out / "collective_busbw.png",
-                                link_rate_bps=rate, link_label="model B (TCP payload, hash ECMP)")
-    return {"kind": kind, "ranks": n, "placement": res["placement"], "hosts": res["hosts"], "alpha_s": res["alpha_s"],
+                                link_rate_bps=rate,
+                                link_label=f"model B ({res.get('transport', 'tcp').upper()} payload, hash ECMP)")
+    return {"kind": kind, "ranks": n, "placement": res["placement"], "hosts": res["hosts"],
+            "transport": res.get("transport", "tcp"), "alpha_s": res["alpha_s"],
             "rate_bps": rate, "link_rate_bps": res.get("link_rate_bps"), "rate_model": res.get("rate_model"),
             "rate_ideal_ecmp_bps": res.get("rate_ideal_ecmp_bps"), "all_exact": all(r["exact"] for r in rows),
             "sizes": rows}
@@ -440,5 +518,5 @@ def format_line(c: dict) -> str:
     ideal = c.get("rate_ideal_ecmp_bps")
     b = f"B {c['rate_bps'] / 1e6:.2f} Mbit/s ({c.get('rate_model') or 'hash-ECMP'}" + (
         f"; ideal ECMP {ideal / 1e6:.2f})" if ideal else ")")
-    return (f"collective {c['kind']} on {c['ranks']} ranks ({c['placement']}), {b}, "
+    return (f"collective {c['kind']} on {c['ranks']} ranks ({c['placement']}, {c.get('transport', 'tcp')}), {b}, "
             f"alpha {1e3 * (c['alpha_s'] or 0):.1f} ms, exact: {'yes' if c['all_exact'] else 'NO'}; " + "; ".join(parts))

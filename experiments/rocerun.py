@@ -190,6 +190,17 @@ def scenario_job_args(sc: dict, mode: str, sample_interval_s: float = 0.05) -> d
             "sample_interval_s": sample_interval_s, "pcap_hosts": tuple(r["pcap_hosts"] or ())}
 
 
+def collective_job_args(sc: dict, mode: str) -> dict:
+    """The RoCE settings of a resolved scenario's collective over RoCEv2 (traffic.collective's
+    ``roce`` job field) in ``mode``: :func:`scenario_job_args` without the pcap and the traffic
+    section's DSCP: the lossless class's default, 26, as for RoCE traffic."""
+    a = scenario_job_args(sc, mode)
+    a.pop("pcap_hosts")
+    a["dcqcn"] = a["dcqcn"].as_dict()
+    a["dscp"] = 26
+    return a
+
+
 def collect_rows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> list[dict]:
     """One experiments.analysis row per planned RoCE flow (its FLOW_COLUMNS, times from the common
     start), plus ``roce``: the sender's and receiver's QP records (CNPs, retransmissions, messages,

@@ -510,7 +510,12 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
                     coll, coll_res = r["collective"], None
                     if coll["kind"] is not None:
                         from experiments import collrun
-                        coll_res = collrun.run_round(lf, state, {**coll, "seed": r["seed"]}, rdir / "agents",
+                        roce_args = None
+                        if coll["transport"] == "roce":
+                            from experiments import rocerun
+                            roce_args = rocerun.collective_job_args(sc, r["roce"]["mode"])
+                        coll_res = collrun.run_round(lf, state, {**coll, "seed": r["seed"], "roce_args": roce_args},
+                                                     rdir / "agents",
                                                      sc["measurement"]["sample_hz"], quiet, say=lambda m: _say(quiet, m))
                         codes = {}
                     else:

@@ -16,7 +16,19 @@ Job (``job["role"] == "collective"``)::
      "local_ranks": [rank, ...],                        # the ranks this agent runs
      "elements": int, "init": "seeded" | "textbook", "seed": int, "repeat": int,
      "dscp": int, "out": path, "out_dir": path, "deadline_unix_s": float,
-     "stream": bool}    # optional: the benchmark's baseline (Rank._stream_iteration)
+     "stream": bool,    # optional: the benchmark's baseline (Rank._stream_iteration)
+     "transport": "tcp" | "roce",                       # default tcp
+     "roce": {traffic.roce job fields: "ifname", "mac", "ip", "mode", "line_rate_mbps",
+              "dcqcn", "dscp", "cnp_dscp", "mtu_bytes", "rto_s", ...},   # transport roce
+     "qps": [{"id", "src_rank", "dst_rank", "send_qpn", "recv_qpn", "udp_sport"}, ...]}  # roce
+
+Transport ``roce``: every (source rank, destination rank) pair of the schedule is one
+reliable-connection queue pair of :mod:`traffic.roce` (go-back-N, DCQCN or a fixed rate),
+carrying the chunk's real bytes in its packets; each step's chunk is one SEND message, and a
+step's send is done when its last PSN is acknowledged. One :class:`traffic.roce.Engine` per
+host moves the frames of all its ranks on a thread of its own (:class:`RoceLinks`); pairs of
+ranks on the same host hand the chunk over in memory. Each rank's ``connections`` then give
+the UDP source port and 4791 (``proto`` udp), what ECMP hashes.
 
 Protocol: the agent listens on every local rank's port, prints READY, reads the start time;
 at the start every rank connects to the peers it sends to (all of them for all-to-all, its
@@ -32,6 +44,7 @@ its float64 sum is in the record.
 """
 from __future__ import annotations
 
+import queue
 import socket
 import struct
 import threading
@@ -81,6 +94,7 @@ class Rank:
         self.iterations: list[dict] = []
         self.error: str | None = None
         self.final: np.ndarray | None = None
+        self.links: RoceLinks | None = None     # transport roce (set by run_collective)
 
     def peers(self) -> tuple[set, set]:
         """(ranks this rank sends to, ranks it receives from) over the whole schedule."""
@@ -89,7 +103,11 @@ class Rank:
         return outs, ins
 
     def connect(self, deadline_unix_s: float) -> None:
-        """Connect to every destination (retrying while it is not listening yet) and accept every source."""
+        """Connect to every destination (retrying while it is not listening yet) and accept every source.
+        Over RoCE the queue pairs exist already: only their ports are recorded."""
+        if self.links is not None:
+            self.connections = self.links.connections(self.rank)
+            return
         outs, ins = self.peers()
         by_rank = {r["rank"]: r for r in self.job["ranks"]}
         for d in sorted(outs):
@@ -115,6 +133,40 @@ class Rank:
             _recv_exact(c, memoryview(buf))
             self.in_peers[HELLO.unpack(buf)[0]] = c
 
+    def _send_async(self, sends: list[tuple[int, memoryview]]):
+        """Start sending each ``(destination rank, data)`` of ``sends``, in order; returns ``wait()``
+        -> the Unix time the last was done (TCP: handed to the kernel, one after another on a
+        thread; RoCE: every message acknowledged). ``wait`` raises TimeoutError at the deadline."""
+        if self.links is not None:
+            waits = [self.links.post(self.rank, dst, bytes(data)) for dst, data in sends]
+            return lambda: max([w() for w in waits], default=time.time())
+        done: dict[str, float] = {}
+
+        def send():
+            for dst, data in sends:
+                self.out_peers[dst].sendall(data)
+            done["t"] = time.time()
+        th = threading.Thread(target=send, daemon=True)
+        th.start()
+
+        def wait() -> float:
+            th.join(max(0.1, self.job["deadline_unix_s"] - time.time()))
+            if "t" not in done:
+                raise TimeoutError(f"rank {self.rank}: sending {len(sends)} chunk(s) did not finish")
+            return done["t"]
+        return wait
+
+    def _recv(self, src: int, view: memoryview) -> None:
+        """Receive exactly ``len(view)`` bytes from rank ``src`` into ``view``.
+        Raises ConnectionError / TimeoutError / ValueError (a message of another size)."""
+        if self.links is None:
+            _recv_exact(self.in_peers[src], view)
+            return
+        data = self.links.recv(src, self.rank, max(0.1, self.job["deadline_unix_s"] - time.time()))
+        if len(data) != len(view):
+            raise ValueError(f"rank {self.rank}: a {len(data)} B message from rank {src}, {len(view)} B expected")
+        view[:] = data
+
     def run(self, begin_unix_s: float) -> None:
         """Run ``repeat`` iterations from ``begin_unix_s`` (the first waits for it)."""
         job = self.job
@@ -137,18 +189,12 @@ class Rank:
             theirs = [t for t in step if t.dst == self.rank]
             t0 = time.time()
             done: dict[str, float] = {}
-
-            def send(t=mine[0] if mine else None):
-                if t is not None:
-                    self.out_peers[t.dst].sendall(memoryview(buf[b[t.chunk]:b[t.chunk + 1]]).cast("B"))
-                done["send"] = time.time()
-            sender = threading.Thread(target=send, daemon=True)
-            sender.start()
+            wait = self._send_async([(t.dst, memoryview(buf[b[t.chunk]:b[t.chunk + 1]]).cast("B")) for t in mine[:1]])
             for t in theirs:
                 # all-to-all: the source sends its chunk number "dst"; it lands in slot "src"
                 n_el = b[t.chunk + 1] - b[t.chunk]
                 view = memoryview(scratch[:n_el]).cast("B")
-                _recv_exact(self.in_peers[t.src], view)
+                self._recv(t.src, view)
                 if self.kind == "all_to_all":
                     out[b[t.src]:b[t.src + 1]] = scratch[:n_el]
                 elif t.reduce:
@@ -157,7 +203,7 @@ class Rank:
                     buf[b[t.chunk]:b[t.chunk + 1]] = scratch[:n_el]
                 rec["received"] += 1
             done["recv"] = time.time()
-            sender.join()
+            done["send"] = wait()
             if mine:
                 rec["sent"] += 1
             t = mine[0] if mine else None
@@ -180,19 +226,13 @@ class Rank:
         rec = {"iteration": it, "begin_unix_s": time.time(), "steps": [], "sent": 0, "received": 0}
         scratch = np.empty(max(b[i + 1] - b[i] for i in range(self.n)), dtype=np.float32)
         done: dict[str, float] = {}
-
-        def send():
-            for t in mine:
-                self.out_peers[t.dst].sendall(memoryview(buf[b[t.chunk]:b[t.chunk + 1]]).cast("B"))
-            done["send"] = time.time()
         t0 = time.time()
-        sender = threading.Thread(target=send, daemon=True)
-        sender.start()
+        wait = self._send_async([(t.dst, memoryview(buf[b[t.chunk]:b[t.chunk + 1]]).cast("B")) for t in mine])
         for t in theirs:
-            _recv_exact(self.in_peers[t.src], memoryview(scratch[:b[t.chunk + 1] - b[t.chunk]]).cast("B"))
+            self._recv(t.src, memoryview(scratch[:b[t.chunk + 1] - b[t.chunk]]).cast("B"))
             rec["received"] += 1
         done["recv"] = time.time()
-        sender.join()
+        done["send"] = wait()
         rec["sent"] = len(mine)
         nbytes = sum(4 * (b[t.chunk + 1] - b[t.chunk]) for t in mine)
         rec["steps"].append([0, "stream", None, nbytes, t0, done["send"], done["recv"], max(done["send"], done["recv"])])
@@ -220,10 +260,116 @@ class Rank:
                 "elements": self.job["elements"]}
 
 
+class RoceLinks:
+    """The RoCEv2 transport of one agent's ranks (module docstring): a :class:`traffic.roce.Engine`
+    with a sender QP for every pair whose source rank is local and a receiver QP for every pair
+    whose destination rank is local, its loop on a thread of its own.
+
+    Raises:
+        OSError: the engine's sockets cannot be opened.
+    """
+
+    def __init__(self, job: dict):
+        from traffic.roce import Engine, ReceiverQp, SenderQp
+        rj = job["roce"]
+        local = set(job["local_ranks"])
+        by_rank = {r["rank"]: r for r in job["ranks"]}
+        self.out: dict[tuple[int, int], SenderQp] = {}
+        self.inq: dict[tuple[int, int], queue.Queue] = {}
+        self.qps = {(c["src_rank"], c["dst_rank"]): c for c in job["qps"]}
+        senders, receivers = {}, {}
+        for c in job["qps"]:
+            src, dst = by_rank[c["src_rank"]], by_rank[c["dst_rank"]]
+            if c["src_rank"] in local and c["dst_rank"] in local:
+                self.inq[(c["src_rank"], c["dst_rank"])] = queue.Queue()      # same host: in memory
+                continue
+            if c["src_rank"] in local:
+                q = SenderQp({"flow_id": c["id"], "qpn": c["send_qpn"], "udp_sport": c["udp_sport"],
+                              "peer": {"mac": dst["mac"], "ip": dst["ip"], "qpn": c["recv_qpn"]}}, rj, rj["mac"], rj["ip"])
+                senders[c["send_qpn"]] = self.out[(c["src_rank"], c["dst_rank"])] = q
+            if c["dst_rank"] in local:
+                rq = ReceiverQp({"flow_id": c["id"], "qpn": c["recv_qpn"], "expect_bytes": None,
+                                 "peer": {"mac": src["mac"], "ip": src["ip"], "qpn": c["send_qpn"],
+                                          "udp_sport": c["udp_sport"]}}, rj, rj["mac"], rj["ip"])
+                inq = self.inq[(c["src_rank"], c["dst_rank"])] = queue.Queue()
+                rq.on_message = inq.put
+                receivers[c["recv_qpn"]] = rq
+        self.engine = Engine(rj, senders, receivers)
+        self.stop = threading.Event()
+        self.error: str | None = None
+        self.thread: threading.Thread | None = None
+
+    def start(self, deadline_unix_s: float) -> None:
+        """Start the QPs' clocks and the engine's loop (it runs until :meth:`close`)."""
+        self.engine.start_clock()
+        senders = list(self.engine.senders.values())
+
+        def loop():
+            try:
+                self.error = self.engine.loop(lambda now: self.stop.is_set() and all(q.finished for q in senders),
+                                              deadline_unix_s)
+            except Exception as e:  # recorded; the ranks then time out
+                self.error = f"{type(e).__name__}: {e}"
+        self.thread = threading.Thread(target=loop, daemon=True)
+        self.thread.start()
+
+    def connections(self, rank: int) -> list[dict]:
+        """The queue pairs ``rank`` sends on, as connections: destination rank, UDP source port, 4791."""
+        return [{"dst_rank": d, "src_port": c["udp_sport"], "dst_port": 4791, "proto": "udp"}
+                for (s, d), c in sorted(self.qps.items()) if s == rank]
+
+    def post(self, src: int, dst: int, data: bytes):
+        """Send ``data`` from local rank ``src`` to rank ``dst`` as one message; returns ``wait()`` ->
+        the Unix time its last PSN was acknowledged (raises TimeoutError at the job's deadline)."""
+        if (src, dst) not in self.out:                  # both ranks on this host
+            self.inq[(src, dst)].put(data)
+            t = time.time()
+            return lambda: t
+        ev, done = threading.Event(), {}
+
+        def completed(_m):
+            done["t"] = time.time()
+            ev.set()
+        q = self.out[(src, dst)]
+        self.engine.call_soon(lambda now: q.post_data(data, now, completed))
+
+        def wait() -> float:
+            while not ev.wait(0.5):
+                if self.thread is None or not self.thread.is_alive():
+                    raise ConnectionError(f"RoCE engine stopped ({self.error}) before rank {dst} acknowledged")
+            return done["t"]
+        return wait
+
+    def recv(self, src: int, dst: int, timeout_s: float) -> bytes:
+        """The next whole message from rank ``src`` to local rank ``dst``. Raises TimeoutError."""
+        try:
+            return self.inq[(src, dst)].get(timeout=timeout_s)
+        except queue.Empty:
+            raise TimeoutError(f"no message from rank {src} to rank {dst} within {timeout_s:.1f} s "
+                               f"(engine: {self.error or 'running'})") from None
+
+    def close(self, timeout_s: float) -> dict:
+        """Let the engine finish (every sent message acknowledged, then a linger for the peers'
+        last ACKs), close it; returns the transport's record (loop statistics, QP records)."""
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(max(0.1, timeout_s))
+            if self.thread.is_alive():
+                self.error = self.error or "RoCE engine still busy at the deadline"
+        stats = self.engine.loop_stats() if self.thread is not None else {}
+        rec = {"kind": "roce", "error": self.error, "loop": stats,
+               "senders": self.engine.sender_records(stats.get("pacer_late_p99_s")),
+               "receivers": [q.record() for q in self.engine.receivers.values()]}
+        if self.thread is None or not self.thread.is_alive():
+            self.engine.close()
+        return rec
+
+
 def run_collective(job: dict, ready) -> dict:
     """Run this host's ranks of ``job`` (module docstring). ``ready()`` prints READY and returns
     the start time (Unix s). Returns ``{"role", "ranks": [record, ...]}``."""
     by_rank = {r["rank"]: r for r in job["ranks"]}
+    links = RoceLinks(job) if job.get("transport", "tcp") == "roce" else None
     ranks = []
     for r in job["local_ranks"]:
         ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -231,9 +377,14 @@ def run_collective(job: dict, ready) -> dict:
         ls.bind(("0.0.0.0", by_rank[r]["port"]))
         ls.listen(64)
         ranks.append(Rank(r, job, ls))
+        ranks[-1].links = links
     start = ready()
     begin = start + CONNECT_GRACE_S
     deadline = job["deadline_unix_s"]
+    if links is not None:
+        while time.time() < start:
+            time.sleep(min(0.01, max(0.0, start - time.time())))
+        links.start(deadline)
 
     def go(rk: Rank):
         try:
@@ -253,7 +404,10 @@ def run_collective(job: dict, ready) -> dict:
     for rk, t in zip(ranks, threads):
         if t.is_alive():
             rk.error = rk.error or "deadline passed"
-    out = {"role": "collective", "begin_unix_s": begin, "ranks": [rk.record() for rk in ranks]}
+    out = {"role": "collective", "begin_unix_s": begin, "ranks": [rk.record() for rk in ranks],
+           "transport": job.get("transport", "tcp")}
+    if links is not None:
+        out["roce"] = links.close(deadline - time.time())
     for rk in ranks:
         rk.close()
     return out

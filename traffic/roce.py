@@ -44,6 +44,7 @@ carries a ``feedback_warning`` (:func:`feedback_warning`).
 """
 from __future__ import annotations
 
+import collections
 import errno
 import math
 import os
@@ -138,6 +139,8 @@ class SenderQp:
             self.tmpl.prebuild(roce.message_shapes(size, self.req.mtu_bytes))
         self.pending: bytes | None = None
         self.pending_payload = 0
+        self.payloads: dict[int, memoryview] = {}     # sequence number -> its payload (data messages)
+        self.waiters: collections.deque = collections.deque()   # (Message, callback) by completion order
         self.stats = {"packets_sent": 0, "wire_bytes_sent": 0, "payload_bytes_sent": 0, "cnps_received": 0,
                       "acks_received": 0, "naks_received": 0, "blocked_sends": 0, "host_queue_full": 0}
         self.samples = []           # (t_unix_s, wire_bytes_sent, rate_bps, target_bps)
@@ -160,6 +163,29 @@ class SenderQp:
         if self.duration_s is not None and t < self.duration_s and \
                 self.req.outstanding_packets + self.req.unsent_packets < 64:
             self.req.post(self.message_bytes, now_s)
+
+    def post_data(self, data: bytes, now_s: float, on_complete=None):
+        """Post a message carrying ``data`` (its bytes go on the wire, one MTU per packet; keep ``data``
+        unchanged until it completes). ``on_complete(message)`` is called on the sending thread when
+        its last PSN is acknowledged. Returns the :class:`common.rc.Message`.
+        Raises ValueError on empty ``data``."""
+        mtu = self.req.mtu_bytes
+        self.tmpl.prebuild(roce.message_shapes(len(data), mtu))
+        m = self.req.post(len(data), now_s)
+        mv = memoryview(data).cast("B")
+        for i, seq in enumerate(range(m.first_seq, m.last_seq + 1)):
+            self.payloads[seq] = mv[i * mtu:(i + 1) * mtu]
+        self.waiters.append((m, on_complete))
+        return m
+
+    def _completed(self) -> None:
+        """Release the payloads of data messages that completed and call their callbacks, in order."""
+        while self.waiters and self.waiters[0][0].completed_s is not None:
+            m, cb = self.waiters.popleft()
+            for seq in range(m.first_seq, m.last_seq + 1):
+                self.payloads.pop(seq, None)
+            if cb is not None:
+                cb(m)
 
     @property
     def finished(self) -> bool:
@@ -186,7 +212,8 @@ class SenderQp:
         pkt = self.req.next_packet(now_s)
         if pkt is None:
             return None, (self.req.rto_s if self.req.outstanding_packets else math.inf)
-        self.pending = self.tmpl.patch(pkt.opcode, pkt.psn, pkt.ackreq, pkt.payload_bytes)
+        self.pending = self.tmpl.patch(pkt.opcode, pkt.psn, pkt.ackreq, pkt.payload_bytes,
+                                       payload=self.payloads.get(pkt.seq) if self.payloads else None)
         self.pending_payload = pkt.payload_bytes
         return self.pending, 0.0
 
@@ -248,6 +275,8 @@ class SenderQp:
             elif b.syndrome == roce.AETH_NAK_SEQ:
                 self.stats["naks_received"] += 1
                 self.req.on_nak(b.psn, now_s)
+            if self.waiters:
+                self._completed()
 
     def sample(self, now_s: float) -> None:
         """Record (Unix time, wire bytes sent, rate, target rate) for the rate-over-time results."""
@@ -299,15 +328,19 @@ class ReceiverQp:
         self.ce_packets = self.ect_packets = self.not_ect_packets = self.cnps_sent = 0
         self.first_s = self.last_s = None
         self.samples = []
+        self.on_message = None      # callback(bytes) for each whole message, when the payload is wanted
+        self._message = bytearray()
 
     def reply_frame(self, kind: str, psn: int) -> bytes:
         """The ACK (``kind`` "ack") or NAK ("nak") frame for ``psn`` to this QP's requester."""
         return bytes(self.acks.patch(roce.ACKNOWLEDGE, psn, False, roce.AETH_BYTES,
                                      roce.aeth(kind == "nak", self.resp.messages_done)))
 
-    def on_data(self, b: roce.Bth, ecn: int, nps: NotificationPoint, now_s: float) -> list[bytes]:
-        """One data packet (its BTH, the IP ECN field it arrived with) at ``now_s``: counts it,
-        asks the notification point for a CNP, runs the responder; returns the frames to send back."""
+    def on_data(self, b: roce.Bth, ecn: int, nps: NotificationPoint, now_s: float, payload=None) -> list[bytes]:
+        """One data packet (its BTH, the IP ECN field it arrived with, its ``payload`` bytes) at
+        ``now_s``: counts it, asks the notification point for a CNP, runs the responder; returns the
+        frames to send back. With :attr:`on_message` set, the payloads the responder accepts (in PSN
+        order, each once) are joined and every whole message is handed to it."""
         if ecn == roce.CE:
             self.ce_packets += 1
         elif ecn:
@@ -322,6 +355,11 @@ class ReceiverQp:
             self.cnps_sent += 1
             out.append(self.cnp)
         r = self.resp.on_packet(b.psn, b.payload_bytes, b.ackreq, b.opcode in (roce.SEND_LAST, roce.SEND_ONLY))
+        if self.on_message is not None and r.deliver:
+            self._message += payload[:r.deliver]
+            if r.message_done:
+                msg, self._message = bytes(self._message), bytearray()
+                self.on_message(msg)
         if r.reply is not None:
             out.append(self.reply_frame(*r.reply))
         return out
@@ -408,7 +446,8 @@ def receive_waiting(rx: socket.socket, buf: bytearray, cmsg_space: int, senders:
         if q is None:
             stats["rx_unknown_qp"] += 1
         elif b.opcode in roce.DATA_OPCODES:
-            replies += q.on_data(b, (anc[0][2][0] if anc else 0) & 3, nps, now_s)
+            replies += q.on_data(b, (anc[0][2][0] if anc else 0) & 3, nps, now_s,
+                                 memoryview(buf)[roce.BTH_BYTES:roce.BTH_BYTES + b.payload_bytes])
         else:
             q.on_feedback(b, now_s)
 
@@ -447,62 +486,88 @@ def feedback_warning(q: "SenderQp", late_p99_s: float | None) -> str | None:
             f"underused port; raise roce.dcqcn.time_scale")
 
 
-def run_roce(job: dict, ready=None, start_at_unix_s: float | None = None) -> dict:
-    """Run one host's QPs (module docstring); returns the result record. ``ready`` is called once the
-    sockets are open (the agent prints READY there) and must return the start time (Unix s)."""
-    tx, rx = open_sockets(job["ifname"])
-    udp_before = udp_receive_errors()
-    pcap = PcapThread(job["ifname"], job["pcap"]) if job.get("pcap") else None
-    senders = {f["qpn"]: SenderQp(f, job, job["mac"], job["ip"]) for f in job.get("send", [])}
-    receivers = {f["qpn"]: ReceiverQp(f, job, job["mac"], job["ip"]) for f in job.get("receive", [])}
-    start_unix = ready() if ready is not None else (start_at_unix_s or time.time())
-    if pcap:
-        pcap.start()
-    while time.time() < start_unix:
-        time.sleep(min(0.01, max(0.0, start_unix - time.time())))
-    now = time.monotonic()
-    off = time.time() - now
-    for q in senders.values():
-        q.start(now, off)
-    for q in receivers.values():
-        q.unix_offset_s = off
-    nps = NotificationPoint(job.get("dcqcn", {}).get("cnp_interval_s") or
-                            DcqcnParams.scaled(job["line_rate_mbps"] * 1e6).cnp_interval_s)
-    interval = job.get("sample_interval_s", 0.05)
-    linger_s = 3 * job.get("rto_s", 0.1)
-    ack_delay_s = job.get("ack_delay_s") or job.get("rto_s", 0.1) / 8
-    deadline_mono = job["deadline_unix_s"] - off
-    buf = bytearray(4200)
-    cmsg_space = socket.CMSG_SPACE(4)
-    replies: list[bytes] = []
-    order = list(senders.values())
-    next_sample = now
-    last_rx = now
-    stats = {"rx_frames": 0, "rx_unknown_qp": 0, "reply_blocked": 0, "loops": 0}
-    late = []                   # how late select() returned past a pacer's wait, seconds
-    cpu0_s, wall0_s = time.process_time(), now
-    error = None
-    try:
+class Engine:
+    """One host's RoCE transport: its QPs, one transmit and one receive socket, and the loop that
+    moves their frames (module docstring). Other threads hand it work with :meth:`call_soon`
+    (the loop runs the callable on its own thread and wakes at once).
+
+    Args:
+        job: the host's job (module docstring: ``ifname``, ``line_rate_mbps``, ``dcqcn``, ``rto_s``, ...).
+        senders, receivers: ``{qpn: SenderQp}``, ``{qpn: ReceiverQp}``.
+
+    Raises:
+        OSError: the sockets cannot be opened (not in a host namespace, no such interface).
+    """
+
+    def __init__(self, job: dict, senders: dict, receivers: dict):
+        self.job, self.senders, self.receivers = job, senders, receivers
+        self.tx, self.rx = open_sockets(job["ifname"])
+        self.nps = NotificationPoint(job.get("dcqcn", {}).get("cnp_interval_s") or
+                                     DcqcnParams.scaled(job["line_rate_mbps"] * 1e6).cnp_interval_s)
+        self.stats = {"rx_frames": 0, "rx_unknown_qp": 0, "reply_blocked": 0, "loops": 0}
+        self.late: list[float] = []          # how late select() returned past a pacer's wait, seconds
+        self.inbox: collections.deque = collections.deque()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self.off = 0.0
+
+    def start_clock(self) -> float:
+        """Start every QP's clock now; returns the monotonic now (Unix = monotonic + :attr:`off`)."""
+        now = time.monotonic()
+        self.off = time.time() - now
+        for q in self.senders.values():
+            q.start(now, self.off)
+        for q in self.receivers.values():
+            q.unix_offset_s = self.off
+        return now
+
+    def call_soon(self, fn) -> None:
+        """Run ``fn(now_monotonic_s)`` on the loop's thread at its next turn (thread-safe)."""
+        self.inbox.append(fn)
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:
+            pass                            # the pipe is full: the loop is already due to wake
+
+    def loop(self, finished, deadline_unix_s: float) -> str | None:
+        """Move frames until ``finished(now)`` holds, nothing waits to be sent and nothing arrived
+        for a linger of 3 x rto_s (peers may still need ACKs), or until ``deadline_unix_s``.
+        Returns None, or ``"deadline passed"``."""
+        job, senders, receivers, stats = self.job, self.senders, self.receivers, self.stats
+        rx, tx, nps = self.rx, self.tx, self.nps
+        now = time.monotonic()
+        interval = job.get("sample_interval_s", 0.05)
+        linger_s = 3 * job.get("rto_s", 0.1)
+        ack_delay_s = job.get("ack_delay_s") or job.get("rto_s", 0.1) / 8
+        deadline_mono = deadline_unix_s - self.off
+        buf = bytearray(4200)
+        cmsg_space = socket.CMSG_SPACE(4)
+        replies: list[bytes] = []
+        next_sample = now
+        last_rx = now
+        self.cpu0_s, self.wall0_s = time.process_time(), now
         while True:
             now = time.monotonic()
             if now >= deadline_mono:
-                error = "deadline passed"
-                break
+                return "deadline passed"
             stats["loops"] += 1
+            while self.inbox:
+                self.inbox.popleft()(now)
+            order = list(senders.values())
             if receive_waiting(rx, buf, cmsg_space, senders, receivers, nps, now, replies, stats):
                 last_rx = now
             send_replies(tx, replies, stats)         # replies first (ACK/NAK/CNP), then data
             wait = math.inf
             blocked = bool(replies)
             if not blocked:
-                for q in order:
+                k = stats["loops"] % len(order) if order else 0    # who goes first rotates
+                for q in order[k:] + order[:k]:
                     q.post_due(now)
                     w, blocked = q.pump(tx)
                     wait = min(wait, w)
                     if blocked:
                         break
-                if order:
-                    order.append(order.pop(0))
             now = time.monotonic()
             for q in receivers.values():
                 if q.last_s is not None and now - q.last_s >= ack_delay_s:
@@ -510,41 +575,89 @@ def run_roce(job: dict, ready=None, start_at_unix_s: float | None = None) -> dic
                     if r is not None:
                         replies.append(q.reply_frame(*r))
                 if q.first_s is not None and now >= next_sample:
-                    q.samples.append((round(now + off, 6), q.resp.delivered_bytes))
+                    q.samples.append((round(now + self.off, 6), q.resp.delivered_bytes))
             if now >= next_sample:
                 for q in senders.values():
                     q.sample(now)
                 next_sample = now + interval
-            senders_done = all(q.finished for q in senders.values())
-            receivers_done = all(q.complete or (q.expect_bytes is None and q.last_s is not None and
-                                                now - q.last_s > 1.0) for q in receivers.values())
-            if senders_done and receivers_done and not replies and now - last_rx >= linger_s:
-                break
+            done = finished(now) and not self.inbox
+            if done and not replies and now - last_rx >= linger_s:
+                return None
             timeout = min(wait, next_sample - now, linger_s, deadline_mono - now)
-            if senders_done and receivers_done:
+            if done:
                 timeout = min(timeout, linger_s - (now - last_rx))
             t_sel = time.monotonic()
-            ready_rx, _w, _x = select.select([rx], [tx] if blocked else [], [], max(0.0, timeout))
-            if not ready_rx and timeout == wait and 0 < wait < math.inf:
-                late.append(time.monotonic() - t_sel - wait)
+            ready_rx, _w, _x = select.select([rx, self._wake_r], [tx] if blocked else [], [], max(0.0, timeout))
+            if self._wake_r in ready_rx:
+                try:
+                    os.read(self._wake_r, 4096)
+                except BlockingIOError:
+                    pass
+            elif not ready_rx and timeout == wait and 0 < wait < math.inf:
+                self.late.append(time.monotonic() - t_sel - wait)
+
+    def loop_stats(self) -> dict:
+        """The loop's counters with its CPU share and the pacer wake-up lateness (p50, p99; seconds)."""
+        stats = dict(self.stats)
+        wall_s = time.monotonic() - getattr(self, "wall0_s", time.monotonic())
+        stats["cpu_fraction"] = round((time.process_time() - self.cpu0_s) / wall_s, 3) if wall_s > 0 else None
+        late = sorted(self.late)
+        stats["pacer_wakeups"] = len(late)
+        stats["pacer_late_p50_s"] = round(late[len(late) // 2], 6) if late else None
+        stats["pacer_late_p99_s"] = round(late[int(len(late) * 0.99)], 6) if late else None
+        return stats
+
+    def sender_records(self, late_p99_s: float | None) -> list[dict]:
+        """Every sender QP's record, with its :func:`feedback_warning` when there is one."""
+        recs = []
+        for q in self.senders.values():
+            rec = q.record()
+            w = feedback_warning(q, late_p99_s)
+            if w:
+                rec["feedback_warning"] = w
+            recs.append(rec)
+        return recs
+
+    def close(self) -> None:
+        """Close the sockets and the wake-up pipe."""
+        for s in (self.tx, self.rx):
+            s.close()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def run_roce(job: dict, ready=None, start_at_unix_s: float | None = None) -> dict:
+    """Run one host's QPs (module docstring); returns the result record. ``ready`` is called once the
+    sockets are open (the agent prints READY there) and must return the start time (Unix s)."""
+    senders = {f["qpn"]: SenderQp(f, job, job["mac"], job["ip"]) for f in job.get("send", [])}
+    receivers = {f["qpn"]: ReceiverQp(f, job, job["mac"], job["ip"]) for f in job.get("receive", [])}
+    eng = Engine(job, senders, receivers)
+    udp_before = udp_receive_errors()
+    pcap = PcapThread(job["ifname"], job["pcap"]) if job.get("pcap") else None
+    start_unix = ready() if ready is not None else (start_at_unix_s or time.time())
+    if pcap:
+        pcap.start()
+    while time.time() < start_unix:
+        time.sleep(min(0.01, max(0.0, start_unix - time.time())))
+    eng.start_clock()
+
+    def finished(now):
+        return all(q.finished for q in senders.values()) and \
+            all(q.complete or (q.expect_bytes is None and q.last_s is not None and now - q.last_s > 1.0)
+                for q in receivers.values())
+    try:
+        error = eng.loop(finished, job["deadline_unix_s"])
     finally:
         if pcap:
             pcap.stop.set()
             pcap.join(2)
-        tx.close()
-        rx.close()
-    wall_s = time.monotonic() - wall0_s
-    stats["cpu_fraction"] = round((time.process_time() - cpu0_s) / wall_s, 3) if wall_s > 0 else None
-    late.sort()
-    stats["pacer_wakeups"] = len(late)
-    stats["pacer_late_p50_s"] = round(late[len(late) // 2], 6) if late else None
-    stats["pacer_late_p99_s"] = round(late[int(len(late) * 0.99)], 6) if late else None
-    sender_recs = [q.record() for q in senders.values()]
-    for q, rec in zip(senders.values(), sender_recs):
-        w = feedback_warning(q, stats["pacer_late_p99_s"])
-        if w:
-            rec["feedback_warning"] = w
+        eng.close()
+    stats = eng.loop_stats()
     return {"role": "roce", "host_ip": job["ip"], "start_at_unix_s": start_unix, "mode": job.get("mode", "dcqcn"),
-            "senders": sender_recs, "receivers": [q.record() for q in receivers.values()],
+            "senders": eng.sender_records(stats["pacer_late_p99_s"]),
+            "receivers": [q.record() for q in receivers.values()],
             "loop": stats, "pcap_frames": pcap.frames if pcap else None, "error": error,
             "host_udp_drops": {k: v - udp_before[k] for k, v in udp_receive_errors().items()}}

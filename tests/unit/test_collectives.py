@@ -214,7 +214,10 @@ def test_collective_scenario_section_is_validated():
                    "rounds": [{"name": "a", "collective": {"placement": "spread"}}, {"name": "b"}]})
     assert [r["collective"]["placement"] for r in sc["rounds"]] == ["spread", "local"]
     sc = validate({**base, "collective": {"kind": "all_to_all", "hosts": ["h1", "h1", "h2"]}})
-    assert sc["collective"]["ranks"] == 3
+    assert sc["collective"]["ranks"] == 3 and sc["collective"]["transport"] == "tcp"
+    sc = validate({**base, "collective": {"kind": "allreduce", "ranks": 4, "transport": "roce"},
+                   "rounds": [{"name": "r"}, {"name": "t", "collective": {"transport": "tcp"}}]})
+    assert [r["collective"]["transport"] for r in sc["rounds"]] == ["roce", "tcp"]
     for bad, key in [({"collective": {"kind": "broadcast"}}, "collective.kind"),
                      ({"collective": {"kind": "allreduce", "ranks": 9}}, "collective.ranks"),
                      ({"collective": {"kind": "allreduce", "hosts": ["h1", "h99"]}}, "collective.hosts[1]"),
@@ -223,6 +226,7 @@ def test_collective_scenario_section_is_validated():
                       "collective.sizes_bytes[1]"),
                      ({"collective": {"kind": "allreduce", "size_bytes": 65537}}, "collective.size_bytes"),
                      ({"collective": {"kind": "allreduce", "rnaks": 4}}, "collective.rnaks"),
+                     ({"collective": {"kind": "allreduce", "transport": "udp"}}, "collective.transport"),
                      ({"rounds": [{"name": "a", "collective": {"placement": "local"}}]}, "rounds[0].collective"),
                      ({"collective": {"kind": "allreduce"}, "rounds": [{"name": "a", "collective": {"repeat": 2}}]},
                       "rounds[0].collective")]:
@@ -235,3 +239,14 @@ def test_step_count_is_the_schedule_length():
     for kind in C.KINDS:
         for n in (2, 5, 16):
             assert C.step_count(kind, n) == len(C.ring_schedule(n, kind))
+
+
+def test_roce_queue_pairs_and_payload_share():
+    from experiments import collrun
+    qps = collrun.roce_qps(4, "allreduce")              # the ring: r -> r + 1
+    assert [(q["src_rank"], q["dst_rank"]) for q in qps] == [(0, 1), (1, 2), (2, 3), (3, 0)]
+    assert len({q["send_qpn"] for q in qps} | {q["recv_qpn"] for q in qps}) == 8
+    assert len({q["udp_sport"] for q in qps}) == 4 and all(q["send_qpn"] < 1 << 24 for q in qps)
+    assert len(collrun.roce_qps(16, "all_to_all")) == 16 * 15
+    assert collrun.payload_fraction("tcp") == 1448 / 1514
+    assert collrun.payload_fraction("roce", 1024) == 1024 / 1082     # Eth 14, IP 20, UDP 8, BTH 12, ICRC 4

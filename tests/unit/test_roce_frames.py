@@ -104,3 +104,24 @@ def test_message_shapes():
     assert roce.message_shapes(2048, 1024) == {(roce.SEND_FIRST, 1024), (roce.SEND_LAST, 1024)}
     assert roce.message_shapes(3000, 1024) == {(roce.SEND_FIRST, 1024), (roce.SEND_MIDDLE, 1024),
                                                (roce.SEND_LAST, 952)}
+
+
+@pytest.mark.parametrize("size", [1024, 333, 4])
+def test_template_carries_real_payload_with_a_correct_icrc(size):
+    """A data payload patched in is the frame scapy builds with that payload (ICRC over it), and the
+    receiver finds it right after the BTH of the UDP payload."""
+    t = roce.FrameTemplate(SRC, DST, tos=(26 << 2) | roce.ECT0)
+    data = bytes((7 * i + size) % 251 for i in range(size))
+    f = bytes(t.patch(roce.SEND_ONLY, 77, True, size, payload=memoryview(data)))
+    pad = (-size) % 4
+    ref = bytes(Ether(src=SRC.mac, dst=DST.mac) / IP(src=SRC.ip, dst=DST.ip, tos=(26 << 2) | 2, id=0,
+                                                     flags="DF", ttl=64) /
+                UDP(sport=SRC.udp_sport, dport=4791, chksum=0) /
+                BTH(opcode=roce.SEND_ONLY, padcount=pad, dqpn=DST.qpn, psn=77, ackreq=1) / (data + b"\x00" * pad))
+    assert f == ref and roce.icrc(f) == f[-4:]
+    udp_payload = f[roce.BTH_OFFSET:]
+    b = roce.parse_bth(udp_payload)
+    assert b.payload_bytes == size and udp_payload[roce.BTH_BYTES:roce.BTH_BYTES + size] == data
+    assert t.frame(roce.SEND_ONLY, 77, True, size) == f                 # without payload: the last one stays
+    with pytest.raises(ValueError, match="payload of 3 B"):
+        t.patch(roce.SEND_ONLY, 1, False, size, payload=b"abc")
