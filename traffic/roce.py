@@ -77,13 +77,20 @@ class TokenBucket:
         self.rate_bps, self.burst_bytes = rate_bps, burst_bytes
         self.tokens, self.t_s = burst_bytes, now_s
         self.busy = False
-        self.allowed_bytes = 0.0      # integral of the rate over the time the sender had frames waiting
+        # what the pacer allowed: the rate's integral over the time the sender had frames waiting,
+        # plus the credit saved up while it had none, as that credit is spent (a burst after an idle
+        # spell was allowed; counting it keeps sent / allowed at or below 1 for a sender that keeps up)
+        self.allowed_bytes = 0.0
+        self.idle_credit = float(burst_bytes)
 
     def _refill(self, now_s: float) -> None:
         add = (now_s - self.t_s) * self.rate_bps / 8
         if self.busy:
             self.allowed_bytes += add
+        else:
+            self.idle_credit += min(self.burst_bytes, self.tokens + add) - self.tokens
         self.tokens = min(self.burst_bytes, self.tokens + add)
+        self.idle_credit = min(self.idle_credit, max(self.tokens, 0.0))
         self.t_s = now_s
 
     def set_busy(self, busy: bool, now_s: float) -> None:
@@ -109,7 +116,11 @@ class TokenBucket:
         return 0.0 if self.tokens >= 0 else -self.tokens * 8 / self.rate_bps
 
     def take(self, nbytes: int) -> None:
-        """A frame of ``nbytes`` left: take its tokens (the bucket may go into debt by one frame)."""
+        """A frame of ``nbytes`` left: take its tokens (the bucket may go into debt by one frame),
+        the idle spells' saved credit first (that part counts toward :attr:`allowed_bytes` now)."""
+        spent = min(self.idle_credit, float(nbytes))
+        self.idle_credit -= spent
+        self.allowed_bytes += spent
         self.tokens -= nbytes
 
 

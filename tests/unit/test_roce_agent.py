@@ -5,16 +5,18 @@ from common.dcqcn import DcqcnParams
 from traffic.roce import TokenBucket, feedback_warning
 
 
-def test_token_bucket_paces_and_counts_only_busy_time():
+def test_token_bucket_paces_and_counts_busy_time_and_spent_credit():
     b = TokenBucket(8000.0, 2000, now_s=0.0)       # 1000 B/s, 2000 B saved up
     assert b.ready_wait_s(True, 0.0) == 0.0
-    b.take(3000)                                   # 1000 B of debt
-    assert abs(b.wait_s(0.0) - 1.0) < 1e-9
-    b.set_busy(False, 1.0)                         # busy for 1 s: 1000 B allowed
-    b.set_busy(True, 5.0)                          # idle 4 s: nothing allowed, bucket capped at 2000
-    assert abs(b.allowed_bytes - 1000) < 1e-9 and b.tokens == 2000
+    b.take(3000)                                   # the 2000 B of credit (allowed) and 1000 B of debt
+    assert abs(b.wait_s(0.0) - 1.0) < 1e-9 and b.allowed_bytes == 2000
+    b.set_busy(False, 1.0)                         # busy for 1 s: 1000 B more allowed
+    b.set_busy(True, 5.0)                          # idle 4 s: bucket capped at 2000, not allowed until spent
+    assert abs(b.allowed_bytes - 3000) < 1e-9 and b.tokens == 2000 and b.idle_credit == 2000
     b.set_rate(16000.0, 6.0)
-    assert abs(b.allowed_bytes - 2000) < 1e-9 and b.rate_bps == 16000.0
+    assert abs(b.allowed_bytes - 4000) < 1e-9 and b.rate_bps == 16000.0
+    b.take(500)                                    # spent from the saved credit: counted now
+    assert abs(b.allowed_bytes - 4500) < 1e-9 and b.idle_credit == 1500
 
 
 def test_feedback_warning_when_wakeups_are_late_against_dcqcns_timer():
@@ -83,3 +85,34 @@ def test_messages_carry_their_bytes_through_go_back_n():
     assert not tx.payloads and not tx.waiters              # released once acknowledged
     got2, _, tx2, _ = _loopback(msgs)
     assert got2 == msgs and tx2.req.retransmitted_packets == 0
+
+
+def _paced(frames_per_message, gap_s, wake_s, max_per_wake, run_s=5.0, rate_bps=1e6, frame=1000):
+    """A sender driven by the token bucket: a message of ``frames_per_message`` frames every ``gap_s``,
+    the sender waking every ``wake_s`` and sending at most ``max_per_wake`` frames a wake.
+    Returns sent bytes / allowed bytes."""
+    b = TokenBucket(rate_bps, 16 * frame, 0.0)
+    t, queued, next_msg, sent = 0.0, 0, 0.0, 0
+    while t < run_s:
+        if t >= next_msg:
+            queued += frames_per_message
+            next_msg += gap_s
+        n = 0
+        while queued and n < max_per_wake and b.ready_wait_s(True, t) == 0.0:
+            b.take(frame)
+            sent += frame
+            queued -= 1
+            n += 1
+        b.set_busy(queued > 0, t)
+        t += wake_s
+    return sent / b.allowed_bytes
+
+
+def test_pacer_accounting_counts_saved_credit_and_catches_a_slow_sender():
+    """Case T5: a sender that keeps up reads at most 1 even when each message starts with a burst of
+    credit saved while idle (it read up to 1.37 before that credit was counted); one that can send
+    only every other frame time reads about 0.5 and so is warned about."""
+    keeps_up = _paced(frames_per_message=10, gap_s=0.2, wake_s=0.001, max_per_wake=100)
+    assert 0.9 <= keeps_up <= 1.0 + 1e-9, keeps_up
+    slow = _paced(frames_per_message=10_000, gap_s=100, wake_s=0.016, max_per_wake=1)   # 1 frame / 2 frame times
+    assert 0.45 <= slow <= 0.55, slow
