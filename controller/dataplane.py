@@ -146,7 +146,7 @@ def offloads_off(ifname: str, netns_pid: int | None = None) -> None:
 def ovs_trace_output_port(bridge: str, flow: str) -> int | None:
     """The OpenFlow port Open vSwitch's tables send ``flow`` out of on ``bridge``, by
     ``ovs-appctl ofproto/trace`` (the ECMP ``multipath`` hash evaluated as for a real packet of
-    that flow). ``flow``: an ovs-fields match, e.g. ``in_port=1,tcp,nw_src=..,nw_dst=..,tp_src=..,tp_dst=..``.
+    that flow). ``flow``: an ovs-fields match, e.g. ``in_port=1,udp,nw_src=..,nw_dst=..,udp_src=..,udp_dst=..``.
     Returns None when the tables output nowhere (dropped).
 
     Raises:

@@ -315,8 +315,8 @@ def traced_path(fabric_map: dict, src: str, dst: str, src_port: int, dst_port: i
     out = {(src, s["switch"]): 1.0}
     sw, in_port = s["switch"], s["switch_port"]
     for _ in range(len(fabric_map["switches"]) + 1):
-        port = trace(sw, f"in_port={in_port},{proto},nw_src={s['ip']},nw_dst={d['ip']},tp_src={src_port},"
-                         f"tp_dst={dst_port}")
+        port = trace(sw, f"in_port={in_port},{proto},nw_src={s['ip']},nw_dst={d['ip']},{proto}_src={src_port},"
+                         f"{proto}_dst={dst_port}")      # tp_src is refused for udp ("prerequisites not met")
         if port is None or (sw, port) not in ends:
             raise ValueError(f"{sw} does not forward {src}:{src_port} -> {dst}:{dst_port} (port {port})")
         node, in_port = ends[(sw, port)]

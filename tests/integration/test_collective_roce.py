@@ -103,6 +103,8 @@ def test_seeded_allreduce_exact_over_roce(fabric, n, placement):
     (t,) = collrun.timings(recs, "allreduce", elements)
     print(f"RoCE {mode} N={n} {placement}, {buf}-packet buffers: T {t['time_s']:.2f} s, busbw "
           f"{t['busbw_bps'] / 1e6:.2f} Mbit/s, balance {t['balance']:.3f}; {tot}")
+    if placement == "spread":     # Open vSwitch's tables say where each queue pair's UDP 5-tuple goes
+        assert collrun.traced_rate_bps(lf.fabric.to_map(), recs, hosts, "allreduce") > 0
     if buf != 100:       # open loop into 5-packet buffers: frames were lost and resent, still exact
         assert tot["retransmitted_packets"] > 0, tot
 

@@ -163,17 +163,18 @@ def test_traced_paths_give_this_runs_bottleneck():
 
     def trace(bridge, flow):
         f = dict(kv.split("=") for kv in flow.split(",") if "=" in kv)
-        calls.append((bridge, f["in_port"]))
+        calls.append((bridge, f["in_port"], flow))
         dst = next(h for h in fmap["hosts"] if h["ip"] == f["nw_dst"])
         if bridge == dst["switch"]:
             return dst["switch_port"]
         if bridge.startswith("spine"):
             return next(p["port"] for s in fmap["switches"] if s["name"] == bridge for p in s["ports"]
                         if p["peer"] == dst["switch"])
-        return 3 if f["tp_src"] in ("40000", "40001") else 4
+        sport = f.get("tcp_src") or f["udp_src"]
+        return 3 if sport in ("40000", "40001") else 4
     path = collrun.traced_path(fmap, "h1", "h3", 40000, 17000, trace=trace)
     assert path == {("h1", "leaf1"): 1.0, ("leaf1", "spine1"): 1.0, ("spine1", "leaf2"): 1.0, ("leaf2", "h3"): 1.0}
-    assert calls[0] == ("leaf1", "1") and [b for b, _ in calls] == ["leaf1", "spine1", "leaf2"]
+    assert calls[0][:2] == ("leaf1", "1") and [c[0] for c in calls] == ["leaf1", "spine1", "leaf2"]
     hosts = ["h1", "h3", "h2", "h4"]
     # each leaf's two transfers on one spine (leaf1's on spine1, leaf2's on spine2): shared uplinks
     conns = {0: 40000, 1: 40002, 2: 40001, 3: 40003}
@@ -185,6 +186,10 @@ def test_traced_paths_give_this_runs_bottleneck():
             for r in range(4)]
     assert collrun.traced_rate_bps(fmap, recs, hosts, "allreduce", trace=trace) == pytest.approx(10e6)
     assert collrun.traced_rate_bps(fmap, [None] * 4, hosts, "allreduce", trace=trace) is None
+    for c in (c for r in recs for c in r["connections"]):      # RoCE queue pairs: UDP to 4791
+        c.update(proto="udp", dst_port=4791)
+    assert collrun.traced_rate_bps(fmap, recs, hosts, "allreduce", trace=trace) == pytest.approx(10e6)
+    assert "udp,nw_src" in calls[-1][2] and "udp_dst=4791" in calls[-1][2]
     with pytest.raises(ValueError, match="does not forward"):
         collrun.traced_path(fmap, "h1", "h3", 40000, 17000, trace=lambda b, f: None)
 
