@@ -288,6 +288,9 @@ def validate(data: Any) -> dict:
         if isinstance(data, dict) and "traffic" in data:
             raise ScenarioError("traffic", "a collective scenario moves its own data (the collective section); "
                                            "it has no traffic section")
+        if sc["roce"]["pcap_hosts"]:
+            raise ScenarioError("roce.pcap_hosts", "captures the RoCE flows of a traffic section; a collective has "
+                                                   "none (capture a host with tcpdump in its namespace instead)")
         # unused by a collective run; only the warm-up's RTT probe reads its receiver and first sender
         sc["traffic"]["senders"] = min(sc["traffic"]["senders"], n_hosts - 1)
     t = sc["traffic"]

@@ -401,13 +401,20 @@ def run_round(lf, state, coll: dict, out: Path, sample_hz: float, quiet: bool = 
     tr = {"transport": transport, "roce": coll.get("roce_args")} if transport == "roce" else {}
     # B: every transfer is one TCP connection (RoCE queue pair), kept for the whole run, so on one
     # hashed path; the model counts payload bytes, so B is the link rate's payload share
-    frac = payload_fraction(transport, (coll.get("roce_args") or {}).get("mtu_bytes", 1024))
+    ra = coll.get("roce_args") or {}
+    frac = payload_fraction(transport, ra.get("mtu_bytes", 1024))
     fmap = lf.fabric.to_map()
     link_rate = bottleneck_rate_bps(fmap, hosts, kind, "hash")
+    label = {"tcp": "TCP", "roce": "RoCE"}[transport]
+    model = f"hash-ECMP, {label} payload"
+    if transport == "roce" and ra.get("mode") == "none" and ra.get("rate_mbps") and \
+            ra["rate_mbps"] * 1e6 < link_rate:
+        link_rate = ra["rate_mbps"] * 1e6       # every queue pair paced at the fixed rate
+        model = f"fixed rate, {label} payload"
     rate = link_rate * frac
     res = {"hosts": hosts, "kind": kind, "ranks": n, "placement": "list" if coll["hosts"] else coll["placement"],
            "transport": transport, "payload_fraction": frac,
-           "rate_bps": rate, "link_rate_bps": link_rate, "rate_model": f"hash-ECMP, {transport.upper()} payload",
+           "rate_bps": rate, "link_rate_bps": link_rate, "rate_model": model,
            "rate_ideal_ecmp_bps": bottleneck_rate_bps(fmap, hosts, kind, "ecmp") * frac, "runs": []}
     sampler = start_sampler(lf, state, out, sample_hz)
     try:
@@ -496,7 +503,7 @@ def summarize(res: dict, out: Path) -> dict:
                                           title=f"{kind}, {n} ranks ({res['placement']}), {big['size_bytes']} B per rank")
         plot.plot_busbw_vs_size([{**r, "label": res["placement"]} for r in good], out / "collective_busbw.png",
                                 link_rate_bps=rate,
-                                link_label=f"model B ({res.get('transport', 'tcp').upper()} payload, hash ECMP)")
+                                link_label=f"model B ({res.get('rate_model') or 'hash-ECMP'})")
     return {"kind": kind, "ranks": n, "placement": res["placement"], "hosts": res["hosts"],
             "transport": res.get("transport", "tcp"), "alpha_s": res["alpha_s"],
             "rate_bps": rate, "link_rate_bps": res.get("link_rate_bps"), "rate_model": res.get("rate_model"),

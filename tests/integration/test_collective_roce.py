@@ -46,60 +46,52 @@ def fabric(request, tmp_path_factory):
     assert_clean(str(tmp / "run"))
 
 
-def transport_records(out, hosts):
-    """Each agent's RoCE transport record (traffic.collective.RoceLinks.close)."""
-    import json
-    return {h: json.loads((out / f"{h}.collective.json").read_text()).get("roce") for h in dict.fromkeys(hosts)}
-
-
 def check_transport(out, hosts):
-    """Every agent's engine ended cleanly, every message it sent was acknowledged; returns totals."""
-    recs = transport_records(out, hosts)
-    tot = {"retransmitted_packets": 0, "timeouts": 0, "naks": 0, "duplicates": 0, "packets_sent": 0}
-    for h, t in recs.items():
-        assert t and t["error"] is None, (h, t)
-        for s in t["senders"]:
-            assert s["all_complete"] or not s["messages"], (h, s["flow_id"])
-            for k in ("retransmitted_packets", "timeouts", "naks", "packets_sent"):
-                tot[k] += s[k]
-        tot["duplicates"] += sum(r["duplicates"] for r in t["receivers"])
+    """Every agent's engine ended cleanly and every message it sent was acknowledged; returns the
+    run's totals (experiments.collrun.transport_totals)."""
+    import json
+    tot = collrun.transport_totals(out, hosts)
+    assert tot and not tot["errors"], tot
+    for h in dict.fromkeys(hosts):
+        t = json.loads((out / f"{h}.collective.json").read_text())["roce"]
+        assert all(x["all_complete"] for x in t["senders"] if x["messages"]), (h, t["senders"])
     return tot
 
 
+def run_roce(fabric, name, hosts, kind, elements, **kw):
+    """Run ``kind`` over RoCE on ``hosts``; checks the agents' exit codes, exactness and the transfer
+    count; returns (rank records, transport totals)."""
+    lf, st, tmp, _buf = fabric
+    out = tmp / name
+    recs, codes = collrun.run(lf, st, hosts, kind, elements, out, transport="roce", **kw)
+    assert not any(codes.values()), (codes, [r and r["error"] for r in recs])
+    chk = collrun.check_results(recs, kind, elements, init=kw.get("init", "seeded"), seed=kw.get("seed", 0))
+    assert chk["exact"] and chk["transfers"] == chk["expected_transfers"], chk
+    return recs, check_transport(out, hosts)
+
+
 def test_textbook_four_ranks_over_roce(fabric):
-    lf, st, tmp, buf = fabric
+    lf, buf = fabric[0], fabric[3]
     if buf != 100:
         pytest.skip("once is enough")
     hosts = collrun.place_ranks(lf.fabric, 4, "spread")
-    out = tmp / "textbook"
-    recs, codes = collrun.run(lf, st, hosts, "allreduce", 12, out, init="textbook", transport="roce",
-                              roce=roce_args())
-    assert not any(codes.values()), (codes, recs)
+    recs, _ = run_roce(fabric, "textbook", hosts, "allreduce", 12, init="textbook", roce=roce_args())
     for rec in recs:
-        assert rec and not rec["error"], rec
         assert np.load(rec["array"]).tolist() == [72 + 4 * i for i in range(12)]
         assert all(c["proto"] == "udp" and c["dst_port"] == 4791 for c in rec["connections"]), rec["connections"]
-    chk = collrun.check_results(recs, "allreduce", 12, init="textbook")
-    assert chk["exact"] and chk["transfers"] == chk["expected_transfers"] == 24, chk
-    check_transport(out, hosts)
+    assert sum(r["iterations"][-1]["received"] for r in recs) == 24
 
 
 @pytest.mark.parametrize("n, placement", [(4, "local"), (8, "spread"), (16, "local")])
 def test_seeded_allreduce_exact_over_roce(fabric, n, placement):
-    lf, st, tmp, buf = fabric
+    lf, buf = fabric[0], fabric[3]
     if buf != 100 and n != 8:
         pytest.skip("the lossy fabric runs N = 8")
     mode = "dcqcn" if buf == 100 else "none"
     hosts = collrun.place_ranks(lf.fabric, n, placement)
     elements = 1024 * n                     # 4 KiB chunks: 4 packets per step
-    out = tmp / f"ar{n}"
-    recs, codes = collrun.run(lf, st, hosts, "allreduce", elements, out, seed=11, transport="roce",
-                              roce=roce_args(mode, buf))
-    assert not any(codes.values()), (codes, [r and r["error"] for r in recs])
-    chk = collrun.check_results(recs, "allreduce", elements, seed=11)
-    assert chk["exact"], chk
-    assert chk["transfers"] == chk["expected_transfers"] == 2 * n * (n - 1)
-    tot = check_transport(out, hosts)
+    recs, tot = run_roce(fabric, f"ar{n}", hosts, "allreduce", elements, seed=11, roce=roce_args(mode, buf))
+    assert sum(r["iterations"][-1]["received"] for r in recs) == 2 * n * (n - 1)
     (t,) = collrun.timings(recs, "allreduce", elements)
     print(f"RoCE {mode} N={n} {placement}, {buf}-packet buffers: T {t['time_s']:.2f} s, busbw "
           f"{t['busbw_bps'] / 1e6:.2f} Mbit/s, balance {t['balance']:.3f}; {tot}")
@@ -110,13 +102,9 @@ def test_seeded_allreduce_exact_over_roce(fabric, n, placement):
 
 
 def test_all_to_all_over_roce(fabric):
-    lf, st, tmp, buf = fabric
+    lf, buf = fabric[0], fabric[3]
     if buf != 100:
         pytest.skip("once is enough")
     hosts = collrun.place_ranks(lf.fabric, 8, "spread")
-    out = tmp / "a2a"
-    recs, codes = collrun.run(lf, st, hosts, "all_to_all", 8 * 1000, out, seed=5, transport="roce", roce=roce_args())
-    assert not any(codes.values()), (codes, recs)
-    chk = collrun.check_results(recs, "all_to_all", 8 * 1000, seed=5)
-    assert chk["exact"] and chk["transfers"] == chk["expected_transfers"] == 8 * 7, chk
-    check_transport(out, hosts)
+    recs, _ = run_roce(fabric, "a2a", hosts, "all_to_all", 8 * 1000, seed=5, roce=roce_args())
+    assert sum(r["iterations"][-1]["received"] for r in recs) == 8 * 7

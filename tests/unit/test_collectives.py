@@ -232,6 +232,8 @@ def test_collective_scenario_section_is_validated():
                      ({"collective": {"kind": "allreduce", "size_bytes": 65537}}, "collective.size_bytes"),
                      ({"collective": {"kind": "allreduce", "rnaks": 4}}, "collective.rnaks"),
                      ({"collective": {"kind": "allreduce", "transport": "udp"}}, "collective.transport"),
+                     ({"collective": {"kind": "allreduce", "transport": "roce"}, "roce": {"pcap_hosts": ["h1"]}},
+                      "roce.pcap_hosts"),
                      ({"rounds": [{"name": "a", "collective": {"placement": "local"}}]}, "rounds[0].collective"),
                      ({"collective": {"kind": "allreduce"}, "rounds": [{"name": "a", "collective": {"repeat": 2}}]},
                       "rounds[0].collective")]:
