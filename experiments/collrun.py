@@ -12,6 +12,7 @@ import numpy as np
 
 from common import collectives as C
 from common.errors import SetupError
+from experiments.rocerun import SPORT_BASE
 from traffic.collective import initial_array
 
 #: Rank r listens on BASE_PORT + r.
@@ -64,8 +65,8 @@ def _racks(fabric) -> dict[str, list[str]]:
 
 
 #: RoCE queue pair numbers of the collective's pair i: sender SEND_QPN + i, receiver RECV_QPN + i;
-#: UDP source port (RoCEv2's ECMP entropy) SPORT_BASE + i.
-SEND_QPN, RECV_QPN, SPORT_BASE = 0x1000, 0x8000, 49152
+#: UDP source port (RoCEv2's ECMP entropy) SPORT_BASE + i, as for RoCE flows (experiments.rocerun).
+SEND_QPN, RECV_QPN = 0x1000, 0x8000
 TRANSPORTS = ("tcp", "roce")
 
 

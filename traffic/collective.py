@@ -82,7 +82,9 @@ def _recv_exact(sock: socket.socket, view: memoryview) -> None:
 class Rank:
     """One rank: its array, its connections and its step timings."""
 
-    def __init__(self, rank: int, job: dict, listener: socket.socket):
+    def __init__(self, rank: int, job: dict, listener: socket.socket | None):
+        """``listener``: the rank's TCP listening socket (None over RoCE, where the queue pairs
+        of :class:`RoceLinks` carry the chunks)."""
         self.rank, self.job, self.listener = rank, job, listener
         self.n = len(job["ranks"])
         self.kind = job["kind"]
@@ -243,6 +245,8 @@ class Rank:
     def close(self) -> None:
         """Close every connection and the listener."""
         for s in list(self.out_peers.values()) + list(self.in_peers.values()) + [self.listener]:
+            if s is None:
+                continue
             try:
                 s.close()
             except OSError:
@@ -372,10 +376,12 @@ def run_collective(job: dict, ready) -> dict:
     links = RoceLinks(job) if job.get("transport", "tcp") == "roce" else None
     ranks = []
     for r in job["local_ranks"]:
-        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        ls.bind(("0.0.0.0", by_rank[r]["port"]))
-        ls.listen(64)
+        ls = None
+        if links is None:                   # TCP: every rank listens for its sources
+            ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            ls.bind(("0.0.0.0", by_rank[r]["port"]))
+            ls.listen(64)
         ranks.append(Rank(r, job, ls))
         ranks[-1].links = links
     start = ready()

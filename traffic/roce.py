@@ -85,12 +85,13 @@ class TokenBucket:
 
     def _refill(self, now_s: float) -> None:
         add = (now_s - self.t_s) * self.rate_bps / 8
+        tokens = min(self.burst_bytes, self.tokens + add)
         if self.busy:
             self.allowed_bytes += add
         else:
-            self.idle_credit += min(self.burst_bytes, self.tokens + add) - self.tokens
-        self.tokens = min(self.burst_bytes, self.tokens + add)
-        self.idle_credit = min(self.idle_credit, max(self.tokens, 0.0))
+            self.idle_credit += tokens - self.tokens
+        self.tokens = tokens
+        self.idle_credit = min(self.idle_credit, max(tokens, 0.0))
         self.t_s = now_s
 
     def set_busy(self, busy: bool, now_s: float) -> None:
@@ -457,8 +458,9 @@ def receive_waiting(rx: socket.socket, buf: bytearray, cmsg_space: int, senders:
         if q is None:
             stats["rx_unknown_qp"] += 1
         elif b.opcode in roce.DATA_OPCODES:
-            replies += q.on_data(b, (anc[0][2][0] if anc else 0) & 3, nps, now_s,
-                                 memoryview(buf)[roce.BTH_BYTES:roce.BTH_BYTES + b.payload_bytes])
+            payload = memoryview(buf)[roce.BTH_BYTES:roce.BTH_BYTES + b.payload_bytes] \
+                if q.on_message is not None else None           # only a QP that keeps the data
+            replies += q.on_data(b, (anc[0][2][0] if anc else 0) & 3, nps, now_s, payload)
         else:
             q.on_feedback(b, now_s)
 
@@ -485,8 +487,8 @@ def feedback_warning(q: "SenderQp", late_p99_s: float | None) -> str | None:
     """A warning when the agent's loop woke too late for ``q``'s DCQCN timers, else None.
 
     DCQCN's control loop is stable only while its feedback (CNPs, the sender's reaction) is fast
-    against its timers (Zhu et al., SIGCOMM 2015, section 5's fluid model: the rate-increase timer
-    T and the alpha timer K are long against the feedback delay). When the agent's pacer wake-ups
+    against its timers (Zhu et al., SIGCOMM 2015, the fluid model's analysis: the rate-increase
+    timer T and the alpha timer K must be long against the feedback delay). When the agent's pacer wake-ups
     are late by T or more at the 99th percentile (a slow or emulated CPU: p99 ~6 ms in the VM lane
     under TCG, 0.7 ms on a 2-core host), rates overshoot and are cut again and again and the port
     runs below capacity; longer timers (``time_scale``) help."""
@@ -521,16 +523,17 @@ class Engine:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
-        self.off = 0.0
+        self.unix_offset_s = 0.0             # Unix time = monotonic time + this
+        self.cpu0_s = self.wall0_s = None    # process CPU and monotonic time when the loop started
 
     def start_clock(self) -> float:
-        """Start every QP's clock now; returns the monotonic now (Unix = monotonic + :attr:`off`)."""
+        """Start every QP's clock now; returns the monotonic now (Unix = monotonic + :attr:`unix_offset_s`)."""
         now = time.monotonic()
-        self.off = time.time() - now
+        self.unix_offset_s = time.time() - now
         for q in self.senders.values():
-            q.start(now, self.off)
+            q.start(now, self.unix_offset_s)
         for q in self.receivers.values():
-            q.unix_offset_s = self.off
+            q.unix_offset_s = self.unix_offset_s
         return now
 
     def call_soon(self, fn) -> None:
@@ -551,12 +554,13 @@ class Engine:
         interval = job.get("sample_interval_s", 0.05)
         linger_s = 3 * job.get("rto_s", 0.1)
         ack_delay_s = job.get("ack_delay_s") or job.get("rto_s", 0.1) / 8
-        deadline_mono = deadline_unix_s - self.off
+        deadline_mono = deadline_unix_s - self.unix_offset_s
         buf = bytearray(4200)
         cmsg_space = socket.CMSG_SPACE(4)
         replies: list[bytes] = []
         next_sample = now
         last_rx = now
+        order = list(senders.values())      # the QPs are fixed; who goes first rotates per turn
         self.cpu0_s, self.wall0_s = time.process_time(), now
         while True:
             now = time.monotonic()
@@ -565,15 +569,14 @@ class Engine:
             stats["loops"] += 1
             while self.inbox:
                 self.inbox.popleft()(now)
-            order = list(senders.values())
             if receive_waiting(rx, buf, cmsg_space, senders, receivers, nps, now, replies, stats):
                 last_rx = now
             send_replies(tx, replies, stats)         # replies first (ACK/NAK/CNP), then data
             wait = math.inf
             blocked = bool(replies)
             if not blocked:
-                k = stats["loops"] % len(order) if order else 0    # who goes first rotates
-                for q in order[k:] + order[:k]:
+                k = stats["loops"] % len(order) if len(order) > 1 else 0
+                for q in (order[k:] + order[:k] if k else order):
                     q.post_due(now)
                     w, blocked = q.pump(tx)
                     wait = min(wait, w)
@@ -586,7 +589,7 @@ class Engine:
                     if r is not None:
                         replies.append(q.reply_frame(*r))
                 if q.first_s is not None and now >= next_sample:
-                    q.samples.append((round(now + self.off, 6), q.resp.delivered_bytes))
+                    q.samples.append((round(now + self.unix_offset_s, 6), q.resp.delivered_bytes))
             if now >= next_sample:
                 for q in senders.values():
                     q.sample(now)
@@ -610,7 +613,7 @@ class Engine:
     def loop_stats(self) -> dict:
         """The loop's counters with its CPU share and the pacer wake-up lateness (p50, p99; seconds)."""
         stats = dict(self.stats)
-        wall_s = time.monotonic() - getattr(self, "wall0_s", time.monotonic())
+        wall_s = time.monotonic() - self.wall0_s if self.wall0_s is not None else 0.0
         stats["cpu_fraction"] = round((time.process_time() - self.cpu0_s) / wall_s, 3) if wall_s > 0 else None
         late = sorted(self.late)
         stats["pacer_wakeups"] = len(late)
