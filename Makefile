@@ -5,8 +5,15 @@ SCENARIO ?= experiments/scenarios/incast.yaml
 COMPARISON ?= experiments/scenarios/compare-topologies.yaml
 RESULTS ?= results
 PYTEST_ARGS ?=
+#: JUnit XML of each lane's last run (make test-times reads them)
+TEST_REPORTS ?= test-reports
+#: make test-repeat: runs, the -k selection, a CPU-heavy process beside them (LOAD=0: none), VM=1: in the VM
+N ?= 10
+K ?=
+LOAD ?= 1
+VM ?= 0
 
-.PHONY: allreduce help setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
+.PHONY: allreduce help test-times test-repeat setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
 
 help:
 	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast, drop-tail / ECN / PFC / ECN+PFC), results in $(RESULTS)/"
@@ -16,7 +23,9 @@ help:
 	@echo "sudo make k-sweep                         ECN K sweep: the incast at K = 5..65 packets on one fabric"
 	@echo "sudo make compare [COMPARISON=file.yaml]  same traffic on Fat-Tree k=4 and 3:1 Spine-Leaf, side-by-side plots"
 	@echo "make draw [SCENARIO=file.yaml]            draw the scenario's fabric to $(RESULTS)/topology.png (no root)"
-	@echo "sudo make test                            install what is missing, run the whole test suite"
+	@echo "sudo make test                            install what is missing, run the whole test suite (host lane)"
+	@echo "make test-times                           table of test -> seconds for each lane's last run"
+	@echo "sudo make test-repeat N=10 K='expr'       run the tests pytest -k selects N times (under load); pass counts, figures"
 	@echo "sudo make setup                           install apt + pip dependencies, start Open vSwitch (idempotent)"
 	@echo "make unit                                 unit tests only (no root; needs a prior setup)"
 	@echo "sudo make bench                           time the default experiment and the queue sampler"
@@ -65,7 +74,15 @@ draw:
 	$(PY) -m experiments draw $(SCENARIO) --out $(RESULTS)/topology.png
 
 test: check-root setup
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	@mkdir -p $(TEST_REPORTS)
+	$(PY) -m pytest tests --durations=25 --junitxml=$(TEST_REPORTS)/host.xml $(PYTEST_ARGS)
+
+test-times:
+	@python3 scripts/test_times.py $(wildcard $(TEST_REPORTS)/*.xml)
+
+test-repeat: check-root setup
+	@test -n "$(K)" || { echo "fabriclab: say which tests: sudo make test-repeat N=10 K='pfc and watchdog'" >&2; exit 2; }
+	$(PY) scripts/test_repeat.py -n $(N) -k "$(K)" $(if $(filter 0,$(LOAD)),--no-load) $(if $(filter 1,$(VM)),--vm) $(if $(PYTEST_ARGS),-- $(PYTEST_ARGS))
 
 unit:
 	@test -x $(PY) || { echo "fabriclab: no .venv yet: run sudo make setup first" >&2; exit 2; }
@@ -99,8 +116,9 @@ vm-image: check-root
 	@bash vm/build-image.sh >/dev/null
 
 vm-test: check-root setup vm-image
-	FABRICLAB_VM_IMAGE_TESTS=1 $(PY) -m pytest tests/vm -v
-	$(PY) vm/run.py test --results $(RESULTS) -- $(PYTEST_ARGS)
+	@mkdir -p $(TEST_REPORTS)
+	FABRICLAB_VM_IMAGE_TESTS=1 $(PY) -m pytest tests/vm -v --durations=5 --junitxml=$(TEST_REPORTS)/vm-host-side.xml
+	$(PY) vm/run.py test --results $(RESULTS) --junitxml $(TEST_REPORTS)/vm.xml -- --durations=25 $(PYTEST_ARGS)
 
 vm-experiment: check-root bpf vm-image
 	/usr/bin/python3 vm/run.py experiment --scenario $(SCENARIO) --results $(RESULTS)

@@ -23,6 +23,22 @@ REPO = Path(__file__).resolve().parent.parent
 OF_PORT = 6653
 #: Longest wait for Mininet's own teardown before the recorded cleanup takes over.
 STOP_TIMEOUT_S = 60.0
+#: Environment variable naming a file to which every LiveFabric appends one JSON line when it is up
+#: and one when it is down (``{"event": "up"|"down", "switches", "hosts", "up_s"|"down_s", "pid"}``):
+#: how the test lanes count fabric bring-ups and their cost across processes. Unset: nothing written.
+FABRIC_LOG_ENV = "FABRICLAB_FABRIC_LOG"
+
+
+def log_fabric_event(event: str, **fields) -> None:
+    """Append one record to the file named by :data:`FABRIC_LOG_ENV`, if set (never raises)."""
+    path = os.environ.get(FABRIC_LOG_ENV)
+    if not path:
+        return
+    try:
+        with open(path, "a") as f:
+            f.write(json.dumps({"event": event, "pid": os.getpid(), **fields}) + "\n")
+    except OSError:
+        pass
 
 
 def port_listening(port: int) -> bool:
@@ -129,6 +145,9 @@ class LiveFabric:
             t4 = time.monotonic()
             self.ecn_record = self._ecn_call({"start": True}, timeout_s=60)["record"]
             self.timings_s["ecn_s"] = time.monotonic() - t4
+        self._up_at = time.monotonic()
+        log_fabric_event("up", switches=len(self.fabric.switches), hosts=len(self.fabric.hosts),
+                         up_s=round(self._up_at - t0, 3))
 
     def _start_controller(self, map_path: Path):
         if port_listening(OF_PORT):
@@ -283,6 +302,8 @@ class LiveFabric:
         """
         if os.getpid() != self.owner_pid:
             return
+        t0 = time.monotonic()
+        was_up = self.net is not None
         if self.net is not None:
             dead = self.dead_host_shells()
             net, self.net = self.net, None
@@ -307,6 +328,9 @@ class LiveFabric:
                 except subprocess.TimeoutExpired:
                     c.kill()
                     c.wait()
+        if was_up:
+            log_fabric_event("down", switches=len(self.fabric.switches), hosts=len(self.fabric.hosts),
+                             down_s=round(time.monotonic() - t0, 3))
 
     @staticmethod
     def _stop_controller_shells(net):

@@ -1,6 +1,6 @@
 """Run fabriclab inside the stock-kernel VM (the VM lane).
 
-    python vm/run.py test [-- PYTEST_ARGS...]        # sudo make vm-test
+    python vm/run.py test [--junitxml F] [-- PYTEST_ARGS...]   # sudo make vm-test
     python vm/run.py experiment [--scenario FILE]    # sudo make vm-experiment
     python vm/run.py shell -- COMMAND...             # any command in the checkout, in the guest
 
@@ -211,6 +211,7 @@ def main(argv=None) -> int:
     ap.add_argument("--results", default=str(ROOT / "results"))
     ap.add_argument("--timeout-s", type=float, default=None, help="whole VM run (default: 65 min test, 15 min experiment)")
     ap.add_argument("--quiet", action="store_true", help="do not echo the guest console")
+    ap.add_argument("--junitxml", default=None, help="test: also copy the guest's JUnit XML report to this path")
     argv = sys.argv[1:] if argv is None else list(argv)
     rest = argv[argv.index("--") + 1:] if "--" in argv else []
     head = argv[:argv.index("--")] if "--" in argv else argv
@@ -268,6 +269,9 @@ def _run_vm(args, image: Path, work: Path, report_dir: Path, timeout_s: float, t
               file=sys.stderr)
         return 1
     status = int(status_file.read_text().strip() or 1)
+    if args.kind == "test" and args.junitxml and (report_dir / "junit.xml").exists():
+        Path(args.junitxml).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(report_dir / "junit.xml", args.junitxml)
     summary = {}
     try:
         p = json.loads((report_dir / "probe.json").read_text())
