@@ -96,6 +96,7 @@ def figure(record_property, request):
     return record
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     for mark in item.iter_markers("lane"):
         want = mark.args[0] if mark.args else None

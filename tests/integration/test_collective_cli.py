@@ -1,7 +1,6 @@
 """Issue 8 through the CLI: a collective scenario with two placements as rounds on one fabric."""
 import csv
 import json
-import os
 
 import pytest
 import yaml
@@ -9,8 +8,8 @@ import yaml
 from .conftest import assert_clean, run_cli
 
 # kernel TCP between namespaces, as in test_collective.py: host lane only
-pytestmark = pytest.mark.skipif(os.environ.get("FABRICLAB_LANE") == "vm",
-                                reason="VM lane: datapath-independent (kernel TCP); run in the host lane")
+pytestmark = pytest.mark.lane("host", reason="kernel TCP between namespaces does not depend on the datapath; "
+                                             "the VM lane runs test_collective.py's textbook example")
 
 
 def test_allreduce_rounds_through_the_cli(tmp_path):

@@ -5,7 +5,6 @@
 - Spine-Leaf 3:1: a ring whose every hop crosses the spines is slower than the rack-aware ring by
   the factor the model predicts for the two placements on the paths the switches gave this run's
   connections, within 20%."""
-import os
 
 import pytest
 
@@ -19,8 +18,8 @@ from topologies.spineleaf import SpineLeaf
 
 from .conftest import assert_clean, chosen_datapath
 
-pytestmark = pytest.mark.skipif(os.environ.get("FABRICLAB_LANE") == "vm",
-                                reason="VM lane: datapath-independent (kernel TCP); run in the host lane")
+pytestmark = pytest.mark.lane("host", reason="measures against a model: kernel TCP between namespaces does not "
+                                             "depend on the datapath, and the emulated CPU cannot forward 16 ranks")
 
 
 #: Switch buffer per port. Every host both sends (to its successor) and receives (from its
@@ -62,7 +61,7 @@ def measure(lf, st, tmp, hosts, size_bytes, repeat=2) -> dict:
             "times_s": [x["time_s"] for x in run["iterations"]]}
 
 
-def test_fattree_16_ranks_exact_near_line_rate_and_the_model(tmp_path):
+def test_fattree_16_ranks_exact_near_line_rate_and_the_model(tmp_path, figure):
     # 2 Mbit/s links: the Fat-Tree's 16 hosts x 5 switch hops stay inside what one ovs-vswitchd
     # core forwards on the userspace datapath (README, "Comparing topologies")
     rate_mbps = 2.0
@@ -78,6 +77,8 @@ def test_fattree_16_ranks_exact_near_line_rate_and_the_model(tmp_path):
           f"{m['model_time_s']:.2f} s (alpha {m['alpha_s'] * 1e3:.1f} ms, B {m['rate_bps'] / 1e6:.2f} Mbit/s), "
           f"busbw {m['busbw_bps'] / 1e6:.3f} Mbit/s = {m['busbw_bps'] / (rate_mbps * 1e6):.1%} of the link, "
           f"balance {m['balance']:.3f}, iterations {[round(x, 2) for x in m['times_s']]}")
+    figure("busbw_fraction_of_link", m["busbw_bps"] / (rate_mbps * 1e6))
+    figure("time_over_model", m["time_s"] / m["model_time_s"])
     assert m["exact"] and m["transfers"] == m["expected"] == 2 * 16 * 15
     # the rack-local ring cannot collide: the model's median and this run's traced paths agree
     assert m["link_rate_bps"] == pytest.approx(rate_mbps * 1e6) == m["traced_link_rate_bps"]
@@ -85,7 +86,7 @@ def test_fattree_16_ranks_exact_near_line_rate_and_the_model(tmp_path):
     assert abs(m["time_s"] / m["model_time_s"] - 1) <= 0.15
 
 
-def test_spine_crossing_ring_is_slower_by_the_predicted_factor(tmp_path):
+def test_spine_crossing_ring_is_slower_by_the_predicted_factor(tmp_path, figure):
     # make allreduce's fabric: 2 spines x 4 leaves x 6 hosts, 10 Mbit/s everywhere (6 down, 2 up: 3:1)
     fab = SpineLeaf(spines=2, leaves=4, hosts_per_leaf=6, host_rate_mbps=10, uplink_rate_mbps=10).build()
     res = {}
@@ -109,6 +110,7 @@ def test_spine_crossing_ring_is_slower_by_the_predicted_factor(tmp_path):
           f"predicted {predicted:.2f}, measured {measured:.2f}; the hash model's median predicts "
           f"{spr['model_time_s'] / loc['model_time_s']:.2f}; iterations local {[round(x, 2) for x in loc['times_s']]}, "
           f"spread {[round(x, 2) for x in spr['times_s']]}")
+    figure("measured_over_predicted", measured / predicted)
     assert loc["exact"] and spr["exact"]
     assert loc["traced_link_rate_bps"] == pytest.approx(10e6)    # rack-local: one transfer per direction leaves a leaf
     assert spr["link_rate_bps"] < loc["link_rate_bps"]           # the hash model: the spread ring shares uplinks

@@ -6,7 +6,6 @@ example, seeded AllReduce exact on every rank for N = 4, 8 and 16 with 2N(N-1) t
 all-to-all, and an AllReduce through 5-packet buffers with DCQCN off (open loop at line rate),
 where frames are dropped and go-back-N must still deliver every chunk once.
 """
-import os
 
 import numpy as np
 import pytest
@@ -21,9 +20,8 @@ from topologies.spineleaf import SpineLeaf
 
 from .conftest import assert_clean, chosen_datapath
 
-pytestmark = pytest.mark.skipif(os.environ.get("FABRICLAB_LANE") == "vm",
-                                reason="VM lane: sixteen Python RoCE agents are beyond the emulated CPU; "
-                                       "the transport's own tests (test_roce.py) run there")
+pytestmark = pytest.mark.lane("host", reason="sixteen Python RoCE agents are beyond the emulated CPU; "
+                                             "the transport's own tests (test_roce.py) run there")
 RATE_MBPS = 5
 
 

@@ -131,8 +131,12 @@ def overload(lf, tmp_path, tag, tos=2, packets=400, rate_mbps=6.0, senders=("h2"
     return [r for r in json.loads(out.read_text())["packets"] if not r[0] & WARMUP_FLAG]
 
 
-def check_step(rows, k_bytes, guard):
+def check_step(rows, k_bytes, guard, figure=None, tag=""):
     res = marking.step_check(rows, RATE_BPS, k_bytes, guard)
+    if figure is not None:
+        figure(f"{tag}frac_above_ce", res["frac_above_ce"])
+        figure(f"{tag}below_ce", res["below_ce"])
+        figure(f"{tag}above", res["above"])
     assert res["max_queue_bytes"] > k_bytes + 10 * FRAME_BYTES, res      # the overload really built a queue
     assert res["above"] >= 50 and res["below"] >= 10, res
     assert res["frac_above_ce"] >= 0.99, res
@@ -140,22 +144,22 @@ def check_step(rows, k_bytes, guard):
     return res
 
 
-def test_step_marks_every_packet_above_k_and_none_below_and_k_changes_mid_run(tmp_path):
+def test_step_marks_every_packet_above_k_and_none_below_and_k_changes_mid_run(tmp_path, figure):
     """Step profile: of packets that found more than K queued, >= 99% arrive CE; below K, none.
     Then the controller moves K on the running fabric and the marks follow the new K."""
     k1, k2 = 20 * FRAME_BYTES, 45 * FRAME_BYTES
     with marking_fabric(tmp_path, {"step": {"k_bytes": k1}}) as (lf, kind):
-        guard = guard_bytes(lf, tmp_path)
+        guard = figure("guard_bytes", guard_bytes(lf, tmp_path))
         assert guard < 5 * FRAME_BYTES, guard       # the reckoning can still tell K1 from K2
-        first = check_step(overload(lf, tmp_path, "k1"), k1, guard)
+        first = check_step(overload(lf, tmp_path, "k1"), k1, guard, figure, "k1_")
         c = lf.ecn_counters()[BOTTLENECK]
         assert (c.get("marked") or 0) > 0, c
         lf.ecn_request({BOTTLENECK: {"step": {"k_bytes": k2}}})
-        second = check_step(overload(lf, tmp_path, "k2"), k2, guard)
+        second = check_step(overload(lf, tmp_path, "k2"), k2, guard, figure, "k2_")
     print(f"marker {kind}: guard {guard:.0f} B; K={k1} B: {first}; K={k2} B: {second}")
 
 
-def test_not_ect_packets_are_never_marked_and_meet_only_the_buffer(tmp_path):
+def test_not_ect_packets_are_never_marked_and_meet_only_the_buffer(tmp_path, figure):
     """Not-ECT traffic through an ECN port: zero CE marks; packets are not dropped early at K (the
     queue reaches the buffer)."""
     k = 20 * FRAME_BYTES
@@ -164,12 +168,13 @@ def test_not_ect_packets_are_never_marked_and_meet_only_the_buffer(tmp_path):
         counters = lf.ecn_counters().get(BOTTLENECK, {})
     assert rows and all(r[4] == 0 for r in rows), {r[4] for r in rows}
     q = marking.queue_seen_bytes(rows, RATE_BPS)
+    figure("max_queue_packets", max(q) / FRAME_BYTES)
     assert max(q) > 90 * FRAME_BYTES, max(q)
     assert not counters.get("marked"), counters
 
 
 @pytest.mark.parametrize("marker", ["bpf", "red"])
-def test_red_profile_marks_on_the_configured_line(tmp_path, marker):
+def test_red_profile_marks_on_the_configured_line(tmp_path, marker, figure):
     """RED profile (Kmin 10, Kmax 60 packets, Pmax 0.2) on a 5 Mbit/s port: measured marking probability per
     queue-length bucket between Kmin and Kmax within 0.05 of the configured line (on kernel RED
     through the probability compensation of controller.dataplane.red_tc_probability), beyond what
@@ -197,6 +202,10 @@ def test_red_profile_marks_on_the_configured_line(tmp_path, marker):
     buckets = marking.red_buckets(rows, port_mbps * 1e6, kmin, kmax, pmax, buckets=5)
     print(json.dumps(buckets, indent=1))
     slack = pmax * guard / (kmax - kmin)
+    figure("guard_bytes", guard)
+    figure("worst_bucket_error_minus_tolerance",
+           max(abs(b["measured"] - b["expected"]) for b in buckets) - (0.05 + slack))
+    figure("fewest_packets_in_a_bucket", min(b["packets"] for b in buckets))
     print(f"guard {guard:.0f} B: tolerance 0.05 + {slack:.3f}")
     for b in buckets:
         assert b["packets"] >= 450, b

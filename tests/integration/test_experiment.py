@@ -25,12 +25,11 @@ def receiver_link_mbps(run_dir: Path, receiver: str = "h1") -> float:
     return float(rows[0]["mean_tx_mbps"])
 
 
-@pytest.mark.skipif(os.environ.get("FABRICLAB_LANE") == "vm",
-                    reason="VM lane: failed on a different check in each of eight runs on the emulated CPU "
+@pytest.mark.lane("host", reason="under the emulated CPU it failed a different check in each of eight runs "
                            "(sampler 34 Hz; PFC never at XOFF; 88 and 430 of 552 pairs unreachable within 20 s; "
                            "the ECN round's bottleneck never reached K: 0 of 2792 packets marked); test_lane.py "
                            "runs experiments on the kernel datapath there and test_pfc*.py cover PFC")
-def test_default_experiment_end_to_end(tmp_path):
+def test_default_experiment_end_to_end(tmp_path, figure):
     """Acceptance: the default scenario runs the incast four times on one fabric, drop-tail, ECN step
     K = 20 packets, PFC, ECN + PFC, and gives CSVs, summaries and plots per round plus the rounds
     side by side.
@@ -109,8 +108,10 @@ def test_default_experiment_end_to_end(tmp_path):
     uplinks = [r for r in ports if r["switch"] in sender_leaves and r["peer"].startswith("spine")]
     assert len(host_facing) == 18 and len(uplinks) == 6
     worst = max(host_facing, key=lambda r: float(r["mean_backlog_bytes"]))
+    figure("sender_host_port_backlog_over_bottleneck", float(worst["mean_backlog_bytes"]) / bn["mean_backlog_bytes"])
     assert float(worst["mean_backlog_bytes"]) < 0.05 * bn["mean_backlog_bytes"], (worst, bn)
     worst = max(uplinks, key=lambda r: float(r["mean_backlog_bytes"]))
+    figure("sender_uplink_backlog_over_bottleneck", float(worst["mean_backlog_bytes"]) / bn["mean_backlog_bytes"])
     assert float(worst["mean_backlog_bytes"]) < 0.25 * bn["mean_backlog_bytes"], (worst, bn, s["ecmp_split_tx_bytes"])
     spine_down = [float(r["mean_backlog_bytes"]) for r in ports if r["peer"] == "leaf1" and r["intf"] != bn["intf"]]
     assert max(spine_down) < bn["mean_backlog_bytes"]
@@ -118,6 +119,8 @@ def test_default_experiment_end_to_end(tmp_path):
     # under the VM lane's emulated CPU it reached ~185 of the requested 200 Hz in some runs and 34 in
     # another, with every port's priority tree to decode; 20 Hz still puts ~60 samples in an incast)
     min_hz = 20 if os.environ.get("FABRICLAB_LANE") == "vm" else 0.5 * 200
+    figure("sampler_hz", s["sampler"]["achieved_hz"])
+    figure("bottleneck_peak_backlog_packets", bn["peak_backlog_packets"])
     assert s["sampler"]["interfaces"] == 40 and s["sampler"]["achieved_hz"] >= min_hz, s["sampler"]
 
     # -- the ECN round against the drop-tail round (issue 5) --
@@ -135,13 +138,17 @@ def test_default_experiment_end_to_end(tmp_path):
     # medians of 28-36 packets were measured there (17-18 here; 17-21 with kernel RED on one FIFO per
     # port in the VM, test_lane.py): a known gap, bounded at 2 K there until RED sits under the gates
     bound = 2.0 if os.environ.get("FABRICLAB_LANE") == "vm" else 1.5
+    figure("ecn_queue_median_over_k", ecn["queue_after_first_rtt"]["median_packets"] / k)
     assert ecn["queue_after_first_rtt"]["median_packets"] <= bound * k, ecn["queue_after_first_rtt"]
     # drops anywhere in the fabric, and throughput on the receiver's own link: when ECMP puts most
     # flows on one spine, that spine's port can hold the larger queue (and be "the bottleneck") in
     # one round and not in the other, carrying only its share of the incast
     dt_drops, ecn_drops = s["total_drops"], e["total_drops"]
-    assert ecn_drops == 0 or ecn_drops * 10 <= dt_drops, (dt_drops, ecn_drops)
     dt_tp, ecn_tp = receiver_link_mbps(out), receiver_link_mbps(ecn_out)
+    figure("drop_tail_drops", dt_drops)
+    figure("ecn_drops", ecn_drops)
+    figure("ecn_over_drop_tail_throughput", ecn_tp / dt_tp)
+    assert ecn_drops == 0 or ecn_drops * 10 <= dt_drops, (dt_drops, ecn_drops)
     # ECN must not cost throughput: at least 90% of drop-tail's. It may gain (seen: drop-tail
     # 7.66 Mbit/s after a retransmission timeout, ECN 10.0), which is ECN's point, not a failure.
     assert ecn_tp >= 0.9 * dt_tp, (dt_tp, ecn_tp)
@@ -163,6 +170,8 @@ def test_default_experiment_end_to_end(tmp_path):
         # port's count to XOFF (50 packets): twice the drop-tail round dropped nothing (8.3 of 10
         # Mbit/s; 4.5 of 5 in a scaled try) and the PFC round paused nothing (once it did pause).
         # test_pfc*.py cover pausing in that lane.
+        figure("pfc_pauses", p_s["pfc"]["pauses"])
+        figure("ecn_pfc_over_pfc_paused_time", b_s["pfc"]["paused_time_s"] / max(p_s["pfc"]["paused_time_s"], 1e-9))
         assert p_s["pfc"]["pauses"] > 0 and "leaf1" in p_s["pfc"]["pausing_switches"]
         assert b_s["pfc"]["paused_time_s"] < 0.5 * p_s["pfc"]["paused_time_s"], (b_s["pfc"], p_s["pfc"])
     print(f"PFC: {p_s['pfc']['pauses']} pauses, {p_s['pfc']['paused_time_s']:.2f} s paused, reaction "

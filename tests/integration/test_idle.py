@@ -68,7 +68,7 @@ def settle_neighbours(hosts, timeout_s: float = 30.0) -> None:
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_all_pairs_reachable_then_idle_is_quiet(tmp_path, shape):
+def test_all_pairs_reachable_then_idle_is_quiet(tmp_path, shape, figure):
     """Case C4: every ordered host pair answers ICMP echo (0% loss), then, once the hosts'
     neighbour tables have settled, over 10 s of idle no switch port's packet counters grow by
     1 packet per second or more (no storm, no flooding)."""
@@ -89,6 +89,8 @@ def test_all_pairs_reachable_then_idle_is_quiet(tmp_path, shape):
     assert_clean(str(tmp_path))
     moved = {n: after[n] - before[n] for n in names if after[n] != before[n]}
     loud = {n: v for n, v in moved.items() if v >= IDLE_MAX_PACKETS_PER_PORT}
+    figure("max_idle_packets_per_port", max(moved.values(), default=0))
+    figure("ports_that_moved", len(moved))
     assert not loud, f"ports at or over {IDLE_MAX_PACKETS_PER_PORT} packets in {IDLE_S} s: {loud}; all that moved: {moved}"
 
 

@@ -18,7 +18,7 @@ def test_probe_chooses_datapath_from_module():
     assert p["offloads_off"] is True
 
 
-@pytest.mark.skipif(LANE != "vm", reason="only the VM lane runs a stock Debian kernel")
+@pytest.mark.lane("vm", reason="only the VM lane runs a stock Debian kernel")
 def test_vm_lane_has_the_stock_kernel_paths():
     """The stock kernel lane must choose the kernel datapath and find RED (with ECN), netem,
     fq_codel and dctcp: if the probe stops finding them, the users' paths go untested."""

@@ -6,7 +6,6 @@ Runs only in the VM lane: when `mn` meets an error it runs Mininet's clean-up,
 which kills processes by name (killall ... ping, controllers, ...). That is
 harmless inside the throwaway VM and not acceptable on a shared or user machine.
 """
-import os
 import subprocess
 import time
 
@@ -14,8 +13,7 @@ import pytest
 
 from .conftest import PY, ROOT, assert_clean
 
-pytestmark = pytest.mark.skipif(os.environ.get("FABRICLAB_LANE", "host") != "vm",
-                                reason="mn's error clean-up kills processes by name: only in the throwaway VM lane")
+pytestmark = pytest.mark.lane("vm", reason="mn's error clean-up kills processes by name: only in the throwaway VM")
 
 
 @pytest.mark.parametrize("spec", ["fattree,4", "spineleaf,2,2,2", "spineleaf,4,8,2"])

@@ -95,7 +95,7 @@ def _held_and_backlog(bpf) -> tuple[dict, int]:
     pytest.fail(f"priority 3's counter moved during each of 10 backlog reads (last {before} -> {after})")
 
 
-def test_counter_follows_the_held_queue_with_one_xoff_and_one_xon(router):
+def test_counter_follows_the_held_queue_with_one_xoff_and_one_xon(router, figure):
     from pyroute2 import IPRoute
 
     from controller.pfcbpf import PfcBpf
@@ -138,6 +138,10 @@ def test_counter_follows_the_held_queue_with_one_xoff_and_one_xon(router):
             gates.close()
     finally:
         bpf.close()
+    figure("lossless_sent", n_lossless)
+    figure("lossy_sent", n_lossy)
+    figure("leaked_fraction_of_backlog", leaked["bytes"] / max(backlog, 1))
+    figure("drain_s_over_line_rate_s", drained_s / (backlog * 8 / 10e6 + 1e-9))
     assert n_lossless > 500 and n_lossy > 50
     # the counter is the queue, byte for byte (the sender has stopped; one frame passed the gate)
     assert held["bytes"] == backlog, (held, backlog)
@@ -157,7 +161,7 @@ def test_counter_follows_the_held_queue_with_one_xoff_and_one_xon(router):
     assert drained_s < 1.5 * backlog * 8 / 10e6 + 0.1, drained_s     # resumed at once, drained at 10 Mbit/s
 
 
-def test_a_full_ingress_buffer_drops_and_counts(router):
+def test_a_full_ingress_buffer_drops_and_counts(router, figure):
     """Case R3's other half: a (ingress port, priority) whose buffer is full drops what arrives
     (the egress queue could hold more): held bytes stay at the cap, every frame is accounted."""
     from pyroute2 import IPRoute
@@ -183,6 +187,7 @@ def test_a_full_ingress_buffer_drops_and_counts(router):
         gates.close()
     finally:
         bpf.close()
+    figure("cap_drops", held["drops"])
     assert held["bytes"] == backlog and cap - 1514 < backlog <= cap
     slipped = held["packets"] - backlog // 1514            # the frame the closing gate let through
     assert slipped in (0, 1)

@@ -82,7 +82,7 @@ def stuck_receiver_run(lf, st, plan, out):
 
 
 @pytest.mark.parametrize("action", ["keep", "drop"])
-def test_watchdog_reports_a_pause_storm_and_applies_its_action(tmp_path, action):
+def test_watchdog_reports_a_pause_storm_and_applies_its_action(tmp_path, action, figure):
     with watchdog_fabric(tmp_path, action) as (lf, st, plan):
         sent, got, held, rep = stuck_receiver_run(lf, st, plan, tmp_path / "run1")
     storms = [s for s in rep["storms"] if s["switch"] == "leaf1"]
@@ -111,4 +111,7 @@ def test_watchdog_reports_a_pause_storm_and_applies_its_action(tmp_path, action)
         # same hour): at most 30 may be lost elsewhere
         lost = sent - got
         ovs_tx = sum(v["tx_dropped"] for v in rep["ovs_drops"].values())
+        figure("lost", lost)
+        figure("storm_drops", storm_drops)
+        figure("lost_in_no_counter", lost - storm_drops - ovs_tx)
         assert storm_drops > 0 and lost - 30 <= storm_drops + ovs_tx <= lost + 3, (sent, got, storm_drops, ovs)
