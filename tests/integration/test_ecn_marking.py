@@ -144,33 +144,57 @@ def check_step(rows, k_bytes, guard, figure=None, tag=""):
     return res
 
 
-def test_step_marks_every_packet_above_k_and_none_below_and_k_changes_mid_run(tmp_path, figure):
+STEP_K_BYTES = 20 * FRAME_BYTES
+
+
+@pytest.fixture(scope="module")
+def step_fabric(tmp_path_factory):
+    """One fabric with the step profile (K = 20 packets) for the step and not-ECT tests."""
+    tmp = tmp_path_factory.mktemp("ecn-step")
+    with marking_fabric(tmp, {"step": {"k_bytes": STEP_K_BYTES}}) as (lf, kind):
+        yield lf, kind
+
+
+@pytest.fixture
+def step(step_fabric):
+    """The shared step fabric with K back at 20 packets (a test may move it)."""
+    lf, kind = step_fabric
+    lf.ecn_request({BOTTLENECK: {"step": {"k_bytes": STEP_K_BYTES}}})
+    return lf, kind
+
+
+def marked(lf) -> int:
+    """Packets the bottleneck's marker has marked so far (its counters are cumulative)."""
+    return lf.ecn_counters().get(BOTTLENECK, {}).get("marked") or 0
+
+
+def test_step_marks_every_packet_above_k_and_none_below_and_k_changes_mid_run(tmp_path, step, figure):
     """Step profile: of packets that found more than K queued, >= 99% arrive CE; below K, none.
     Then the controller moves K on the running fabric and the marks follow the new K."""
-    k1, k2 = 20 * FRAME_BYTES, 45 * FRAME_BYTES
-    with marking_fabric(tmp_path, {"step": {"k_bytes": k1}}) as (lf, kind):
-        guard = figure("guard_bytes", guard_bytes(lf, tmp_path))
-        assert guard < 5 * FRAME_BYTES, guard       # the reckoning can still tell K1 from K2
-        first = check_step(overload(lf, tmp_path, "k1"), k1, guard, figure, "k1_")
-        c = lf.ecn_counters()[BOTTLENECK]
-        assert (c.get("marked") or 0) > 0, c
-        lf.ecn_request({BOTTLENECK: {"step": {"k_bytes": k2}}})
-        second = check_step(overload(lf, tmp_path, "k2"), k2, guard, figure, "k2_")
+    k1, k2 = STEP_K_BYTES, 45 * FRAME_BYTES
+    lf, kind = step
+    guard = figure("guard_bytes", guard_bytes(lf, tmp_path))
+    assert guard < 5 * FRAME_BYTES, guard       # the reckoning can still tell K1 from K2
+    before = marked(lf)
+    first = check_step(overload(lf, tmp_path, "k1"), k1, guard, figure, "k1_")
+    assert marked(lf) > before, lf.ecn_counters()[BOTTLENECK]
+    lf.ecn_request({BOTTLENECK: {"step": {"k_bytes": k2}}})
+    second = check_step(overload(lf, tmp_path, "k2"), k2, guard, figure, "k2_")
     print(f"marker {kind}: guard {guard:.0f} B; K={k1} B: {first}; K={k2} B: {second}")
 
 
-def test_not_ect_packets_are_never_marked_and_meet_only_the_buffer(tmp_path, figure):
+def test_not_ect_packets_are_never_marked_and_meet_only_the_buffer(tmp_path, step, figure):
     """Not-ECT traffic through an ECN port: zero CE marks; packets are not dropped early at K (the
     queue reaches the buffer)."""
-    k = 20 * FRAME_BYTES
-    with marking_fabric(tmp_path, {"step": {"k_bytes": k}}) as (lf, kind):
-        rows = overload(lf, tmp_path, "notect", tos=0, packets=720)
-        counters = lf.ecn_counters().get(BOTTLENECK, {})
+    lf, kind = step
+    before = marked(lf)
+    rows = overload(lf, tmp_path, "notect", tos=0, packets=720)
+    after = marked(lf)
     assert rows and all(r[4] == 0 for r in rows), {r[4] for r in rows}
     q = marking.queue_seen_bytes(rows, RATE_BPS)
     figure("max_queue_packets", max(q) / FRAME_BYTES)
     assert max(q) > 90 * FRAME_BYTES, max(q)
-    assert not counters.get("marked"), counters
+    assert after == before, lf.ecn_counters().get(BOTTLENECK)
 
 
 @pytest.mark.parametrize("marker", ["bpf", "red"])

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from common.pfc import parse_pfc
 from common.state import RunState
 from experiments.pfcrun import live_fabric
@@ -85,6 +87,31 @@ def pfc_fabric(tmp_path, enabled: bool):
     assert_clean(str(tmp_path / "run"))
 
 
+@pytest.fixture(scope="module")
+def shared_fabric(tmp_path_factory):
+    """One fabric for both tests, PFC off at first: the test without PFC runs first (file order),
+    the lossless test turns PFC on (the controller's pauser starts with its own counters)."""
+    with pfc_fabric(tmp_path_factory.mktemp("pfc"), enabled=False) as lf:
+        yield lf
+
+
+SENDERS = [f"h{i}" for i in range(5, 13)]      # leaves 2 and 3: eight senders, two hops from h1's leaf
+
+
+def test_without_pfc_the_same_incast_drops(tmp_path, shared_fabric, figure):
+    lf = shared_fabric
+    lf.pfc_request({"enabled": False})
+    before = switch_drops(lf)
+    sent, got = incast(lf, tmp_path, SENDERS)
+    drops = switch_drops(lf) - before
+    rep = lf.pfc_report(tmp_path / "pfc.json")
+    lost = sum(s["sent"] for s in sent) - sum(got.values())
+    figure("lost", lost)
+    figure("switch_drops", drops)
+    print(f"PFC off: sent {sum(s['sent'] for s in sent)}, received {sum(got.values())}, switch drops {drops}")
+    assert lost > 0 and drops > 0 and rep["pauses"] == []
+
+
 def incast(lf, tmp_path, senders, dscp=26):
     """Every sender sends DATAGRAMS lossless-class datagrams to h1 as fast as its NIC lets it."""
     deadline = time.time() + 120
@@ -124,34 +151,32 @@ def ovs_drops(lf) -> dict:
     return out
 
 
-SENDERS = [f"h{i}" for i in range(5, 13)]      # leaves 2 and 3: eight senders, two hops from h1's leaf
-
-
-def test_lossless_incast_has_no_drops_with_pfc_and_pause_spreads_upstream(tmp_path):
+def test_lossless_incast_has_no_drops_with_pfc_and_pause_spreads_upstream(tmp_path, shared_fabric, figure):
     """Case R3: the first incast measures the pauser's reaction latency; the buffer of every
     (ingress port, lossless priority) is then set to XOFF plus the headroom that latency needs
     (rate x p99 reaction + one MTU, doubled for the latency's own spread); the second incast must
     lose nothing anywhere."""
     from common.pfc import headroom_bytes
-    with pfc_fabric(tmp_path, enabled=True) as lf:
-        incast(lf, tmp_path, SENDERS)
-        cal = lf.pfc_report(tmp_path / "pfc-calibration.json")
-        peak = max((c["max_bytes"] or 0 for c in cal["counters"]), default=0)
-        assert cal["reaction_s"]["count"] > 0, (f"the calibration incast paused nothing: {len(cal['pauses'])} pauses, "
-                                                f"highest (ingress port, priority) count {peak} B (XOFF {40 * 1514}), "
-                                                f"errors {cal['errors']}, pauser real-time {cal['pauser_realtime']}")
-        # sized from the slowest reaction seen, doubled: the VM lane's emulated CPU reacts in tens of ms
-        # at p99 but its next incast may take 0.25-0.45 s (seen), so it gets at least 1.1 MB there
-        need = headroom_bytes(RATE_MBPS * 1e6, cal["reaction_s"]["max"], 0.0)
-        xoff, xon = 40 * 1514, 34 * 1514
-        buffer = max(BUFFER_BYTES, xoff + 2 * need, 1_100_000 if LANE == "vm" else 0)
-        lf.pfc_request({"limits": {"xoff_bytes": xoff, "xon_bytes": xon, "cap_bytes": buffer}})
-        before = switch_drops(lf)
-        caps_before = {(c["port"], c["priority"]): c["drops"] for c in cal["counters"]}
-        sent, got = incast(lf, tmp_path, SENDERS)
-        drops = switch_drops(lf) - before
-        rep = lf.pfc_report(tmp_path / "pfc.json")
-        ovs = ovs_drops(lf)
+    lf = shared_fabric
+    lf.pfc_request({"enabled": True})
+    incast(lf, tmp_path, SENDERS)
+    cal = lf.pfc_report(tmp_path / "pfc-calibration.json")
+    peak = max((c["max_bytes"] or 0 for c in cal["counters"]), default=0)
+    assert cal["reaction_s"]["count"] > 0, (f"the calibration incast paused nothing: {len(cal['pauses'])} pauses, "
+                                            f"highest (ingress port, priority) count {peak} B (XOFF {40 * 1514}), "
+                                            f"errors {cal['errors']}, pauser real-time {cal['pauser_realtime']}")
+    # sized from the slowest reaction seen, doubled: the VM lane's emulated CPU reacts in tens of ms
+    # at p99 but its next incast may take 0.25-0.45 s (seen), so it gets at least 1.1 MB there
+    need = headroom_bytes(RATE_MBPS * 1e6, cal["reaction_s"]["max"], 0.0)
+    xoff, xon = 40 * 1514, 34 * 1514
+    buffer = max(BUFFER_BYTES, xoff + 2 * need, 1_100_000 if LANE == "vm" else 0)
+    lf.pfc_request({"limits": {"xoff_bytes": xoff, "xon_bytes": xon, "cap_bytes": buffer}})
+    before = switch_drops(lf)
+    caps_before = {(c["port"], c["priority"]): c["drops"] for c in cal["counters"]}
+    sent, got = incast(lf, tmp_path, SENDERS)
+    drops = switch_drops(lf) - before
+    rep = lf.pfc_report(tmp_path / "pfc.json")
+    ovs = ovs_drops(lf)
     lost = sum(s["sent"] for s in sent) - sum(got.values())
     cap_drops = sum(c["drops"] - caps_before.get((c["port"], c["priority"]), 0) for c in rep["counters"])
     print(f"calibration: reaction {cal['reaction_s']}, headroom at {RATE_MBPS} Mbit/s {need} B -> buffer {buffer} B; "
@@ -159,6 +184,11 @@ def test_lossless_incast_has_no_drops_with_pfc_and_pause_spreads_upstream(tmp_pa
     print(f"PFC on: sent {sum(s['sent'] for s in sent)}, received {sum(got.values())}, switch qdisc drops {drops}, "
           f"ingress-cap drops {cap_drops}, pauses {len(rep['pauses'])}, blocked sends "
           f"{sum(s['blocked'] for s in sent)}, reaction {rep['reaction_s']}; OVS interface drops {ovs}")
+    figure("calibration_reaction_max_s", cal["reaction_s"]["max"])
+    figure("lost", lost)
+    figure("switch_drops", drops)
+    figure("cap_drops", cap_drops)
+    figure("pauses", len(rep["pauses"]))
     assert all(s["sent"] == DATAGRAMS for s in sent)
     assert lost == 0 and drops == 0 and cap_drops == 0, (lost, drops, cap_drops, rep["errors"])
     assert not [h for h in rep["headroom"] if h["buffer_bytes"] < xoff + h["headroom_bytes"] and not h["warning"]]
@@ -169,12 +199,3 @@ def test_lossless_incast_has_no_drops_with_pfc_and_pause_spreads_upstream(tmp_pa
     assert sum(s["blocked"] for s in sent) > 0                  # full host queues: retried, not dropped
     assert all(p["priority"] == 3 for p in rep["pauses"]) and not rep["errors"]
 
-
-def test_without_pfc_the_same_incast_drops(tmp_path):
-    with pfc_fabric(tmp_path, enabled=False) as lf:
-        sent, got = incast(lf, tmp_path, SENDERS)
-        drops = switch_drops(lf)
-        rep = lf.pfc_report(tmp_path / "pfc.json")
-    lost = sum(s["sent"] for s in sent) - sum(got.values())
-    print(f"PFC off: sent {sum(s['sent'] for s in sent)}, received {sum(got.values())}, switch drops {drops}")
-    assert lost > 0 and drops > 0 and rep["pauses"] == []

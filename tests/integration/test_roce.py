@@ -8,7 +8,9 @@ With ``none`` both send at line rate: the buffer fills and drops, and go-back-N
 retransmits until every byte is delivered once.
 """
 import csv
+import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -62,13 +64,39 @@ def run_flows(lf, tmp_path, tag, flows, run_s, **job):
     return rocerun.flow_records(flows, out), q
 
 
-def test_two_dcqcn_senders_converge_to_a_fair_share_with_the_queue_between_kmin_and_kmax(tmp_path):
+def root_backlog_bytes(intf: str) -> int:
+    """Bytes queued on ``intf`` (its root qdisc, every class and FIFO below it), read from the kernel."""
+    q = json.loads(subprocess.run(["tc", "-s", "-j", "qdisc", "show", "dev", intf, "root"], capture_output=True,
+                                  text=True, check=True).stdout or "[]")
+    return sum(x.get("backlog", 0) for x in q)
+
+
+@pytest.fixture(scope="module")
+def red_fabric(tmp_path_factory):
+    """One fabric for both tests (test_ecn_marking.marking_fabric with DCQCN's RED profile at
+    RATE_MBPS): each test runs its own flows and sampler; drops are read as deltas."""
+    tmp = tmp_path_factory.mktemp("roce-fabric")
+    with marking_fabric(tmp, {"red": {"kmin_bytes": KMIN, "kmax_bytes": KMAX, "pmax": PMAX}},
+                        rate_mbps=RATE_MBPS) as (lf, kind):
+        yield lf, kind
+
+
+@pytest.fixture
+def fabric(red_fabric):
+    """The shared fabric, its bottleneck queue drained before the test."""
+    lf, kind = red_fabric
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and root_backlog_bytes(BOTTLENECK) > 0:
+        time.sleep(0.1)
+    return lf, kind
+
+
+def test_two_dcqcn_senders_converge_to_a_fair_share_with_the_queue_between_kmin_and_kmax(tmp_path, fabric, figure):
     flows = [{"flow_id": i, "src": h, "dst": "h1", "duration_s": RUN_S} for i, h in enumerate(("h2", "h3"))]
     params = DcqcnParams.scaled(RATE_MBPS * 1e6, time_scale=TIME_SCALE)   # T = K = 5.5 ms, N = 5 ms (x2 VM)
-    with marking_fabric(tmp_path, {"red": {"kmin_bytes": KMIN, "kmax_bytes": KMAX, "pmax": PMAX}},
-                        rate_mbps=RATE_MBPS) as (lf, kind):
-        recs, q = run_flows(lf, tmp_path, "dcqcn", flows, RUN_S, mode="dcqcn", line_rate_mbps=RATE_MBPS, dcqcn=params,
-                            rto_s=rocerun.default_rto_s(100 * FRAME_BYTES, RATE_MBPS * 1e6))
+    lf, kind = fabric
+    recs, q = run_flows(lf, tmp_path, "dcqcn", flows, RUN_S, mode="dcqcn", line_rate_mbps=RATE_MBPS, dcqcn=params,
+                        rto_s=rocerun.default_rto_s(100 * FRAME_BYTES, RATE_MBPS * 1e6))
     for r in recs:
         if r["tx"]:
             print(f"flow {r['flow']['flow_id']}: sent {r['tx']['wire_bytes_sent']} B, "
@@ -91,6 +119,9 @@ def test_two_dcqcn_senders_converge_to_a_fair_share_with_the_queue_between_kmin_
           f"queue between Kmin and Kmax {inside:.0%} of {len(back)} samples (median "
           f"{sorted(back)[len(back) // 2] / FRAME_BYTES:.1f} packets, above Kmax {sum(b > KMAX for b in back)}); CNPs "
           f"{[r['tx']['cnps_received'] for r in recs]}")
+    figure("jain", jain)
+    figure("sum_rate_over_link", sum(rates) / (RATE_MBPS * 1e6))
+    figure("queue_in_band_fraction", inside)
     assert jain >= 0.95, rates
     for r in recs:
         assert "pacing_warning" not in r["tx"], r["tx"]["pacing_warning"]
@@ -98,13 +129,12 @@ def test_two_dcqcn_senders_converge_to_a_fair_share_with_the_queue_between_kmin_
     assert inside >= 0.5, back
 
 
-def test_open_loop_senders_fill_the_buffer_and_go_back_n_delivers_every_byte(tmp_path):
+def test_open_loop_senders_fill_the_buffer_and_go_back_n_delivers_every_byte(tmp_path, fabric, figure):
     size = 150_000 * RATE_MBPS
     flows = [{"flow_id": i, "src": h, "dst": "h1", "bytes": size} for i, h in enumerate(("h2", "h3"))]
-    with marking_fabric(tmp_path, {"red": {"kmin_bytes": KMIN, "kmax_bytes": KMAX, "pmax": PMAX}},
-                        rate_mbps=RATE_MBPS) as (lf, kind):
-        recs, q = run_flows(lf, tmp_path, "none", flows, 10, mode="none", line_rate_mbps=RATE_MBPS, rate_mbps=RATE_MBPS,
-                            rto_s=rocerun.default_rto_s(100 * FRAME_BYTES, RATE_MBPS * 1e6), pcap_hosts=("h2",))
+    lf, kind = fabric
+    recs, q = run_flows(lf, tmp_path, "none", flows, 10, mode="none", line_rate_mbps=RATE_MBPS, rate_mbps=RATE_MBPS,
+                        rto_s=rocerun.default_rto_s(100 * FRAME_BYTES, RATE_MBPS * 1e6), pcap_hosts=("h2",))
     drops = int(q[-1]["drops_total"]) - int(q[0]["drops_total"])
     peak = max(int(r["backlog_packets"]) for r in q)
     for r in recs:
@@ -116,6 +146,8 @@ def test_open_loop_senders_fill_the_buffer_and_go_back_n_delivers_every_byte(tmp
     retx = sum(r["tx"]["retransmitted_packets"] for r in recs)
     print(f"mode none: peak queue {peak} packets, drops {drops}, retransmitted {retx}, NAKs "
           f"{[r['tx']['naks'] for r in recs]}, timeouts {[r['tx']['timeouts'] for r in recs]}")
+    figure("peak_queue_packets", peak)
+    figure("retransmitted_packets", retx)
     assert peak >= 95 and drops > 0 and retx > 0
     # the capture on h2 holds real RoCEv2: data frames out (ECT(0), DSCP 26, a correct ICRC), ACKs,
     # NAKs and CNPs in, as scapy's RoCE layers (and Wireshark) decode them
