@@ -180,6 +180,11 @@ def test_default_experiment_end_to_end(tmp_path, figure):
     assert_clean(str(top))
 
 
+_LIFECYCLE = pytest.mark.lane("host", reason="teardown by recorded ids does not depend on the kernel; the VM lane "
+                                             "runs the dead-shell teardown and every fabric test's clean check")
+
+
+@_LIFECYCLE
 def test_injected_exception_leaves_nothing(tmp_path):
     """Case C2: an exception mid-traffic tears down bridges, links, controller, agents, sampler."""
     results = tmp_path / "results"
@@ -205,6 +210,7 @@ def _start_run(tmp_path, scenario):
     return proc, results
 
 
+@_LIFECYCLE
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_mid_run_tears_down(tmp_path, sig):
     """SIGTERM and Ctrl-C (SIGINT) during traffic: the runner exits and leaves nothing."""
@@ -216,6 +222,7 @@ def test_signal_mid_run_tears_down(tmp_path, sig):
     assert_clean(str(results))
 
 
+@_LIFECYCLE
 def test_next_run_after_sigkill_starts_clean(tmp_path):
     """Case C2: SIGKILL leaves state behind; the next run removes it and succeeds."""
     scenario = small_scenario(tmp_path, traffic={"response_bytes": 5_000_000})
@@ -238,6 +245,7 @@ def _machine_settings():
     return sorted(allowed), b.before_bytes
 
 
+@_LIFECYCLE
 def test_make_clean_removes_killed_run(tmp_path):
     """`make clean` (experiments clean) removes exactly what the killed run recorded, and puts
     back the machine-wide settings the run changed (allowed congestion controls, OVS's

@@ -98,6 +98,7 @@ def shared_fabric(tmp_path_factory):
 SENDERS = [f"h{i}" for i in range(5, 13)]      # leaves 2 and 3: eight senders, two hops from h1's leaf
 
 
+@pytest.mark.lane("host", reason="the control of the lossless test; the VM lane runs the lossless incast itself")
 def test_without_pfc_the_same_incast_drops(tmp_path, shared_fabric, figure):
     lf = shared_fabric
     lf.pfc_request({"enabled": False})

@@ -7,10 +7,12 @@ import csv
 import json
 import os
 
+import pytest
 import yaml
 
 from .conftest import ROOT, assert_clean, run_cli
 
+pytestmark = pytest.mark.lane("host", reason="the PFC mechanism on the kernel datapath is test_pfc.py's lossless incast; this is its measured variant through the CLI (2 min under the emulated CPU)")
 LANE = os.environ.get("FABRICLAB_LANE", "host")
 SCENARIO = ROOT / "experiments" / "scenarios" / "pfc-incast.yaml"
 

@@ -7,6 +7,8 @@ import contextlib
 import os
 import time
 
+import pytest
+
 from common.pfc import parse_pfc
 from common.state import RunState
 from experiments.pfcrun import live_fabric, start_udp_flows, udp_flow_records
@@ -14,6 +16,7 @@ from topologies.spineleaf import SpineLeaf
 
 from .conftest import assert_clean
 
+pytestmark = pytest.mark.lane("host", reason="head-of-line blocking is measured throughput; the pause itself runs in the VM lane (test_pfc.py)")
 LANE = os.environ.get("FABRICLAB_LANE", "host")
 # the VM lane (TCG) reacts in 0.45-0.65 s: there every rate is scaled down 10x, so the 76-packet
 # headroom above XOFF covers 0.9 s, and flows run longer

@@ -17,6 +17,7 @@ from topologies.spineleaf import SpineLeaf
 
 from .conftest import assert_clean
 
+pytestmark = pytest.mark.lane("host", reason="the watchdog is the controller's pauser (pure policy over tc gates); the pause runs in the VM lane (test_pfc.py)")
 LANE = os.environ.get("FABRICLAB_LANE", "host")
 # the VM lane (TCG) reacts in 0.45-0.65 s: there links run at 1 Mbit/s (the headroom covers 0.9 s)
 RATE_MBPS = 1.0 if LANE == "vm" else 10.0
