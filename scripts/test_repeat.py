@@ -8,7 +8,8 @@ run after run, with a second CPU-heavy process beside them (CI's machine is
 loaded; ``--no-load`` leaves it out), each run's figures (what the tests record
 with the ``figure`` fixture, read back from each run's JUnit XML), and at the
 end, per test, how many runs passed, and per figure its minimum, median and
-maximum over the runs. ``--vm`` runs each repetition in the stock-kernel VM
+maximum over the runs, with the prediction bounds a single further run of a
+correct build falls outside about once in 1000 per side (:func:`prediction_bounds`). ``--vm`` runs each repetition in the stock-kernel VM
 (``vm/run.py test``; the load process then runs on the host, beside qemu).
 
 Everything goes to DIR (default ``results/test-repeat-<time>``): each run's
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import statistics
 import subprocess
@@ -58,8 +60,38 @@ def read_run(path: Path) -> dict:
     return out
 
 
+#: The chance, per side, that one more run of a correct build lands beyond a suggested bound.
+BOUND_TAIL = 0.001
+
+
+def prediction_bounds(values: list[float], tail: float = BOUND_TAIL) -> tuple[float, float] | None:
+    """The two-sided prediction interval for one more run: ``mean -+ t(1 - tail, n - 1) * s * sqrt(1 + 1/n)``.
+
+    Under a normal model of the figure, a new run falls below the first value (or above the second)
+    with probability ``tail`` each: with ``tail`` 0.001 a bound set there fails a correct build about
+    once in 1000 runs. n = 10 gives t = 4.30, so the interval is about +-4.5 sample standard deviations.
+
+    Args:
+        values: the figure over n >= 3 runs (any unit; the bounds are in the same unit).
+        tail: the probability per side, in (0, 0.5).
+    Returns:
+        ``(low, high)``, or None with fewer than 3 values.
+    Source: the prediction interval for a single future observation of a normal sample (e.g.
+    Hahn & Meeker, Statistical Intervals, 1991, section 4.6).
+    """
+    if len(values) < 3:
+        return None
+    from scipy import stats
+    n = len(values)
+    mean, sd = statistics.fmean(values), statistics.stdev(values)
+    half = float(stats.t.ppf(1 - tail, n - 1)) * sd * math.sqrt(1 + 1 / n)
+    return mean - half, mean + half
+
+
 def summarize(runs: list[dict]) -> dict:
-    """Runs (each :func:`read_run`'s dict) -> per test: outcomes counted and, per figure, n/min/median/max."""
+    """Runs (each :func:`read_run`'s dict) -> per test: outcomes counted and, per figure,
+    n/min/median/max/values and, from 3 runs on, the :func:`prediction_bounds` (``bound_low``,
+    ``bound_high``)."""
     tests = {}
     for run in runs:
         for tid, r in run.items():
@@ -72,6 +104,9 @@ def summarize(runs: list[dict]) -> dict:
         t["s"] = {"min": min(t["s"]), "median": statistics.median(t["s"]), "max": max(t["s"])}
         t["figures"] = {k: {"n": len(v), "min": min(v), "median": statistics.median(v), "max": max(v), "values": v}
                         for k, v in t["figures"].items()}
+        for f in t["figures"].values():
+            pb = prediction_bounds(f["values"])
+            f["bound_low"], f["bound_high"] = pb if pb else (None, None)
     return tests
 
 
@@ -155,7 +190,12 @@ def main(argv=None) -> int:
         print(f"{tid}: passed {t['passed']} of {args.n}, failed {t['failed'] + t['error']}, skipped {t['skipped']}; "
               f"{_fmt(t['s']['min'])}/{_fmt(t['s']['median'])}/{_fmt(t['s']['max'])} s")
         for name, f in sorted(t["figures"].items()):
-            print(f"    {name}: n {f['n']}, min {_fmt(f['min'])}, median {_fmt(f['median'])}, max {_fmt(f['max'])}")
+            bounds = ""
+            if f["bound_low"] is not None:
+                bounds = (f"; 1-in-{round(1 / BOUND_TAIL)} prediction bounds {_fmt(f['bound_low'])} .. "
+                          f"{_fmt(f['bound_high'])}")
+            print(f"    {name}: n {f['n']}, min {_fmt(f['min'])}, median {_fmt(f['median'])}, max {_fmt(f['max'])}"
+                  f"{bounds}")
     (out / "summary.json").write_text(json.dumps({"k": args.k, "runs": args.n, "vm": args.vm, "load": not args.no_load,
                                                   "exit_codes": codes, "tests": tests}, indent=1))
     print(f"test-repeat: logs, reports and summary.json in {out}")
