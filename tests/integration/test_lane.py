@@ -67,8 +67,12 @@ def test_dctcp_incast_drop_tail_vs_ecn(tmp_path, figure):
         assert all(f["bytes_sent"] == f["bytes_received"] for f in s["flows"]["per_flow"])
     env = json.loads((top / "environment.json").read_text())
     assert env["datapath"] == "kernel" and "ovs_userspace_tx_buffer" not in env
-    assert {v["tcp_congestion_control"] for v in env["host_config"].values()} == {"dctcp"}
-    assert {v["tcp_ecn"] for v in env["host_config"].values()} == {1}
+    # a run of several rounds records each round's host configuration
+    per_round = env["host_config_per_round"]
+    assert len(per_round) == 2 and all(len(r) >= 9 for r in per_round.values()), per_round   # 8 senders, 1 receiver
+    hosts = [v for r in per_round.values() for v in r.values()]
+    assert {v["tcp_congestion_control"] for v in hosts} == {"dctcp"}
+    assert {v["tcp_ecn"] for v in hosts} == {1}
     assert ecn["ecn"]["marker"] == "red", ecn["ecn"]
     q = ecn["ecn"]["queue_after_first_rtt"]
     print(f"dctcp: drop-tail drops {dt['bottleneck']['drops']}, {dt['bottleneck']['mean_tx_mbps']:.2f} Mbit/s, "
