@@ -40,6 +40,15 @@ from traffic.patterns import flow_plan
 HOST_QUEUE_PACKETS = 1000
 #: Set to a phase name to raise an exception there (used by the teardown tests).
 FAULT_ENV = "FABRICLAB_INJECT_FAULT"
+#: Seconds a time-limited TCP flow may take past its duration to end (its sender's last bytes and
+#: FIN acknowledged). Under heavy loss a segment can sit in Linux's exponential RTO backoff: lost 7
+#: times in a row from the 200 ms minimum it waits 0.2 x (2^8 - 1) = 51 s in all. With 30 s, a
+#: 3:1 Spine-Leaf permutation at 2 Mbit/s (6178 drops in 8 s) had a flow end at 37 s, after its
+#: receiver's deadline, under a CPU-heavy process (2 of 10 runs, 2026-12-02).
+TAIL_GRACE_S = 60.0
+#: Seconds the runner waits past the agents' own deadline before it kills them: at its deadline an
+#: agent stops waiting and writes what it has (a receiver killed there loses every flow's record).
+AGENT_EXIT_GRACE_S = 5.0
 
 
 class InjectedFault(RuntimeError):
@@ -623,7 +632,7 @@ def _traffic(lf, state, sc, out, agent_dir, plan, quiet, count_ecn=False, roce_m
         by_src.setdefault(f["src"], []).append(f)
     try:
         run_s = t["duration_s"] or t["timeout_s"]
-        deadline = time.time() + run_s + t["start_delay_s"] + 30
+        deadline = time.time() + run_s + t["start_delay_s"] + TAIL_GRACE_S
         udp = t["transport"] == "udp"
         for dst, flows in by_dst.items():
             agents.start(dst, "rx", {"role": "udp-receiver" if udp else "receiver", "port": t["port"],
@@ -646,7 +655,8 @@ def _traffic(lf, state, sc, out, agent_dir, plan, quiet, count_ecn=False, roce_m
         _maybe_fault("after_traffic_start")
         if not udp:
             snapshot_ss(lf, plan[0]["src"], t["port"], start_at + 0.2, out / "ss_tin.txt")
-        codes = agents.wait(min(deadline, start_at + (t["duration_s"] + 30 if t["duration_s"] else t["timeout_s"])))
+        codes = agents.wait(min(deadline, start_at + (t["duration_s"] + TAIL_GRACE_S if t["duration_s"]
+                                                      else t["timeout_s"])) + AGENT_EXIT_GRACE_S)
         time.sleep(sc["measurement"]["post_s"])
     finally:
         agents.kill()
@@ -670,7 +680,7 @@ def _roce_traffic(lf, state, sc, agent_dir, plan, quiet, mode: str, seed: int) -
                 if t["pattern"] == "incast" else f"{len(flows)} flows")
         _say(quiet, f"{t['pattern']} over RoCEv2 ({mode}): {what}")
         _maybe_fault("after_traffic_start")
-        codes = agents.wait(deadline)
+        codes = agents.wait(deadline + AGENT_EXIT_GRACE_S)
         time.sleep(sc["measurement"]["post_s"])
     finally:
         agents.kill()
