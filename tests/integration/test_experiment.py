@@ -111,6 +111,7 @@ def test_default_experiment_end_to_end(tmp_path, figure):
     figure("sender_host_port_backlog_over_bottleneck", float(worst["mean_backlog_bytes"]) / bn["mean_backlog_bytes"])
     assert float(worst["mean_backlog_bytes"]) < 0.05 * bn["mean_backlog_bytes"], (worst, bn)
     worst = max(uplinks, key=lambda r: float(r["mean_backlog_bytes"]))
+    # calibrated: host-facing 0 in 10 of 10 runs under load; uplinks 0.001-0.035 (1-in-1000 bound 0.052)
     figure("sender_uplink_backlog_over_bottleneck", float(worst["mean_backlog_bytes"]) / bn["mean_backlog_bytes"])
     assert float(worst["mean_backlog_bytes"]) < 0.25 * bn["mean_backlog_bytes"], (worst, bn, s["ecmp_split_tx_bytes"])
     spine_down = [float(r["mean_backlog_bytes"]) for r in ports if r["peer"] == "leaf1" and r["intf"] != bn["intf"]]
@@ -119,7 +120,7 @@ def test_default_experiment_end_to_end(tmp_path, figure):
     # under the VM lane's emulated CPU it reached ~185 of the requested 200 Hz in some runs and 34 in
     # another, with every port's priority tree to decode; 20 Hz still puts ~60 samples in an incast)
     min_hz = 20 if os.environ.get("FABRICLAB_LANE") == "vm" else 0.5 * 200
-    figure("sampler_hz", s["sampler"]["achieved_hz"])
+    figure("sampler_hz", s["sampler"]["achieved_hz"])     # calibrated: 199.9-200.2 Hz under load
     figure("bottleneck_peak_backlog_packets", bn["peak_backlog_packets"])
     assert s["sampler"]["interfaces"] == 40 and s["sampler"]["achieved_hz"] >= min_hz, s["sampler"]
 
@@ -138,6 +139,7 @@ def test_default_experiment_end_to_end(tmp_path, figure):
     # medians of 28-36 packets were measured there (17-18 here; 17-21 with kernel RED on one FIFO per
     # port in the VM, test_lane.py): a known gap, bounded at 2 K there until RED sits under the gates
     bound = 2.0 if os.environ.get("FABRICLAB_LANE") == "vm" else 1.5
+    # calibrated: median / K 0.75-0.90 (median 0.875) over 10 runs under load, 1-in-1000 bound 1.09
     figure("ecn_queue_median_over_k", ecn["queue_after_first_rtt"]["median_packets"] / k)
     assert ecn["queue_after_first_rtt"]["median_packets"] <= bound * k, ecn["queue_after_first_rtt"]
     # drops anywhere in the fabric, and throughput on the receiver's own link: when ECMP puts most
@@ -148,9 +150,15 @@ def test_default_experiment_end_to_end(tmp_path, figure):
     figure("drop_tail_drops", dt_drops)
     figure("ecn_drops", ecn_drops)
     figure("ecn_over_drop_tail_throughput", ecn_tp / dt_tp)
-    assert ecn_drops == 0 or ecn_drops * 10 <= dt_drops, (dt_drops, ecn_drops)
+    # Calibrated (make test-repeat N=10 beside a CPU-heavy process, 2026-12-02): drop-tail dropped
+    # 57-224 (median 138); the ECN round 0 in 9 runs and 4 once (the BPF marker's virtual queue
+    # full of not-ECT packets: SYN and FIN retransmissions), against 57 drop-tail drops in that
+    # run, so "10x fewer" alone was 2.6 drops from failing. The 1-in-1000 prediction bound of the
+    # ECN round's drops is 6.1: at most 6 drops, or 10x fewer than drop-tail.
+    assert ecn_drops <= max(dt_drops / 10, 6), (dt_drops, ecn_drops)
     # ECN must not cost throughput: at least 90% of drop-tail's. It may gain (seen: drop-tail
     # 7.66 Mbit/s after a retransmission timeout, ECN 10.0), which is ECN's point, not a failure.
+    # calibrated: ECN / drop-tail throughput 0.997-1.003 over 10 runs under load (bound 0.993)
     assert ecn_tp >= 0.9 * dt_tp, (dt_tp, ecn_tp)
     print(f"drop-tail: drops {dt_drops}, {dt_tp:.2f} Mbit/s; ECN K={k}: drops {ecn_drops}, {ecn_tp:.2f} Mbit/s, "
           f"queue median {ecn['queue_after_first_rtt']['median_packets']} packets, "
@@ -172,6 +180,7 @@ def test_default_experiment_end_to_end(tmp_path, figure):
         # test_pfc*.py cover pausing in that lane.
         figure("pfc_pauses", p_s["pfc"]["pauses"])
         figure("ecn_pfc_over_pfc_paused_time", b_s["pfc"]["paused_time_s"] / max(p_s["pfc"]["paused_time_s"], 1e-9))
+        # calibrated: 715-1035 pauses; ECN + PFC paused 0.6-1.8% as long as PFC alone (10 runs under load)
         assert p_s["pfc"]["pauses"] > 0 and "leaf1" in p_s["pfc"]["pausing_switches"]
         assert b_s["pfc"]["paused_time_s"] < 0.5 * p_s["pfc"]["paused_time_s"], (b_s["pfc"], p_s["pfc"])
     print(f"PFC: {p_s['pfc']['pauses']} pauses, {p_s['pfc']['paused_time_s']:.2f} s paused, reaction "
