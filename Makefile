@@ -13,7 +13,7 @@ K ?=
 LOAD ?= 1
 VM ?= 0
 
-.PHONY: allreduce help test-times test-repeat setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
+.PHONY: allreduce help test-times test-repeat test-repeat-args setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
 
 help:
 	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast, drop-tail / ECN / PFC / ECN+PFC), results in $(RESULTS)/"
@@ -80,8 +80,10 @@ test: check-root setup
 test-times:
 	@python3 scripts/test_times.py $(wildcard $(TEST_REPORTS)/*.xml)
 
-test-repeat: check-root setup
+test-repeat-args:
 	@test -n "$(K)" || { echo "fabriclab: say which tests: sudo make test-repeat N=10 K='pfc and watchdog'" >&2; exit 2; }
+
+test-repeat: check-root test-repeat-args setup
 	$(PY) scripts/test_repeat.py -n $(N) -k "$(K)" $(if $(filter 0,$(LOAD)),--no-load) $(if $(filter 1,$(VM)),--vm) $(if $(PYTEST_ARGS),-- $(PYTEST_ARGS))
 
 unit:

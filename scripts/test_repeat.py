@@ -152,9 +152,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="folder for logs, reports and summary.json")
     ap.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments")
     args = ap.parse_args(argv)
-    if args.n < 1 or not args.k.strip():
-        print("test-repeat: N must be at least 1 and K must select tests (e.g. K='pfc and watchdog')",
-              file=sys.stderr)
+    if args.n < 1:
+        print(f"test-repeat: -n (make's N) must be at least 1, not {args.n}", file=sys.stderr)
+        return 2
+    if not args.k.strip():
+        print("test-repeat: -k (make's K) must select tests, e.g. K='pfc and watchdog'", file=sys.stderr)
         return 2
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = args.out or ROOT / "results" / f"test-repeat-{stamp}"

@@ -35,8 +35,12 @@ def read_report(path: Path) -> dict:
     for suite in suites:
         wall += float(suite.get("time") or 0)
         for case in suite.iter("testcase"):
-            cls = case.get("classname") or ""
-            mod = cls.replace(".", "/") + ".py" if cls else "?"
+            cls = (case.get("classname") or "").split(".")
+            # a test in a class: tests.integration.test_x.TestY -> tests/integration/test_x.py::TestY
+            inner = [cls.pop()] if len(cls) > 1 and cls[-1][:1].isupper() else []
+            mod = "/".join(cls) + ".py" if cls and cls[0] else "?"
+            if inner:
+                mod += "::" + inner[0]
             outcome = "passed"
             for tag in ("failure", "error", "skipped"):
                 if case.find(tag) is not None:
@@ -94,6 +98,8 @@ def main(argv=None) -> int:
         ids = [t for t in ids if max(lane["tests"].get(t, {"s": 0})["s"] for lane in lanes.values()) >= 1.0]
         names = list(lanes)
         print()
+        print("seconds per test and lane, slowest first (tests of 1 s or more); after the seconds: S skipped, "
+              "F failed, E error; - not in that lane's report")
         print("  ".join(f"{n[:12]:>12}" for n in names) + "  test")
         for t in ids:
             cells = []
@@ -102,7 +108,7 @@ def main(argv=None) -> int:
                 if x is None:
                     cells.append(f"{'-':>12}")
                 else:
-                    mark = {"passed": "", "skipped": " s", "failed": " F", "error": " E"}[x["outcome"]]
+                    mark = {"passed": "", "skipped": " S", "failed": " F", "error": " E"}[x["outcome"]]
                     cells.append(f"{x['s']:>10.1f}{mark:2}")
             print("  ".join(cells) + "  " + t)
         print()

@@ -53,11 +53,11 @@ def test_fattree_full_bisection_and_spineleaf_one_third(tmp_path, figure):
     assert ft["flows"] == 16 * 8 and sl["flows"] == 24 * 8
     # Calibrated (make test-repeat, 20 runs beside a CPU-heavy process, 2026-12-02): Fat-Tree on the
     # wire min 0.863, median 0.895, max 0.920 (1-in-1000 prediction bound 0.833; the bound was 0.85),
-    # payload 0.777 / 0.806 / 0.837 (bound 0.751; was 0.75); Spine-Leaf per host over 1/3
+    # payload 0.777 / 0.806 / 0.837 (bound 0.751: 0.75 kept); Spine-Leaf per host over 1/3
     # 0.905 / 0.947 / 0.962 (bounds 0.882 .. 1.002). One ovs-vswitchd thread forwards all of it and
     # the load process takes a share of its core: on a quiet machine the Fat-Tree reached 0.91-0.93.
     assert ft["wire_fraction_of_line_rate"] >= 0.83, ft
-    assert ft["fraction_of_line_rate"] >= 0.74, ft
+    assert ft["fraction_of_line_rate"] >= 0.75, ft
     assert abs(sl["per_host_mbps"] / (RATE_MBPS / 3) - 1) <= 0.15, sl
     (q,) = res["ratios"]
     assert q["per_host_ratio_oversubscription"] == pytest.approx(1 / 3)

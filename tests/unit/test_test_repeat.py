@@ -43,3 +43,24 @@ def test_summarize_counts_outcomes_and_figures():
     f = t["figures"]["q"]
     assert (f["n"], f["min"], f["median"], f["max"]) == (3, 1.0, 2.0, 3.0)
     assert f["bound_low"] < 1.0 and f["bound_high"] > 3.0
+
+
+_times_spec = importlib.util.spec_from_file_location(
+    "test_times_script", Path(__file__).resolve().parents[2] / "scripts" / "test_times.py")
+tt = importlib.util.module_from_spec(_times_spec)
+_times_spec.loader.exec_module(tt)
+
+
+def test_test_times_names_tests_in_classes_by_file_and_class(tmp_path):
+    xml = tmp_path / "host.xml"
+    xml.write_text(
+        '<testsuites><testsuite name="pytest" time="12.5">'
+        '<testcase classname="tests.integration.test_ecn_marking.TestStepFabric" name="test_step[auto]" time="3.5"/>'
+        '<testcase classname="tests.integration.test_idle" name="test_quiet[2x2]" time="9.0">'
+        '<skipped message="vm lane only"/></testcase>'
+        '</testsuite></testsuites>')
+    rep = tt.read_report(xml)
+    assert rep["wall_s"] == 12.5
+    assert rep["tests"] == {
+        "tests/integration/test_ecn_marking.py::TestStepFabric::test_step[auto]": {"s": 3.5, "outcome": "passed"},
+        "tests/integration/test_idle.py::test_quiet[2x2]": {"s": 9.0, "outcome": "skipped"}}
