@@ -63,7 +63,7 @@ def measure(lf, st, tmp, hosts, size_bytes, repeat=2) -> dict:
 
 def test_fattree_16_ranks_exact_near_line_rate_and_the_model(tmp_path, figure):
     # 2 Mbit/s links: the Fat-Tree's 16 hosts x 5 switch hops stay inside what one ovs-vswitchd
-    # core forwards on the userspace datapath (README, "Comparing topologies")
+    # core forwards on the userspace datapath (docs/results.md, "Fat-Tree against Spine-Leaf")
     rate_mbps = 2.0
     fab = FatTree(k=4, host_rate_mbps=rate_mbps, edge_agg_rate_mbps=rate_mbps, agg_core_rate_mbps=rate_mbps).build()
     hosts = collrun.place_ranks(fab, 16, "local")
