@@ -27,37 +27,25 @@ import statistics
 import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from test_times import read_report  # noqa: E402  (a sibling script: one JUnit reader for both)
+from xml.etree.ElementTree import ParseError  # noqa: E402
 #: One busy loop: a second CPU-heavy process, as on CI's loaded machine.
 LOAD_CODE = "while True:\n    pass\n"
 
 
 def read_run(path: Path) -> dict:
-    """One run's JUnit XML -> ``{test id: {"outcome", "s", "figures": {name: value}}}``.
+    """One run's JUnit XML -> ``{test id: {"outcome", "s", "figures": {name: value}}}``
+    (:func:`test_times.read_report`'s tests).
 
     Raises:
         OSError, xml.etree.ElementTree.ParseError: the report cannot be read.
     """
-    out = {}
-    for case in ET.parse(path).getroot().iter("testcase"):
-        outcome = "passed"
-        for tag in ("failure", "error", "skipped"):
-            if case.find(tag) is not None:
-                outcome = {"failure": "failed"}.get(tag, tag)
-                break
-        figs = {}
-        for prop in case.iter("property"):
-            try:
-                figs[prop.get("name")] = float(prop.get("value"))
-            except (TypeError, ValueError):
-                continue
-        tid = f"{(case.get('classname') or '').rsplit('.', 1)[-1]}::{case.get('name')}"
-        out[tid] = {"outcome": outcome, "s": float(case.get("time") or 0), "figures": figs}
-    return out
+    return read_report(path)["tests"]
 
 
 #: The chance, per side, that one more run of a correct build lands beyond a suggested bound.
@@ -175,7 +163,7 @@ def main(argv=None) -> int:
             if xml is not None:
                 try:
                     run = read_run(xml)
-                except (OSError, ET.ParseError) as e:
+                except (OSError, ParseError) as e:
                     print(f"test-repeat: run {i}: unreadable report {xml}: {e}", file=sys.stderr)
             runs.append(run)
             n = {o: sum(r["outcome"] == o for r in run.values()) for o in ("passed", "failed", "error", "skipped")}

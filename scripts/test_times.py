@@ -22,9 +22,11 @@ from pathlib import Path
 
 
 def read_report(path: Path) -> dict:
-    """One JUnit XML report -> ``{"wall_s", "tests": {test id: {"s", "outcome"}}}``.
+    """One JUnit XML report -> ``{"wall_s", "tests": {test id: {"s", "outcome", "figures"}}}``.
 
-    A test id is ``tests/dir/file.py::name[params]``; outcome is passed, failed, error or skipped.
+    A test id is ``tests/dir/file.py::name[params]`` (``::Class::name`` in a class); outcome is
+    passed, failed, error or skipped; figures are the test case's numeric JUnit properties (what
+    the ``figure`` fixture records), name -> value.
 
     Raises:
         OSError, xml.etree.ElementTree.ParseError: the file cannot be read or is not XML.
@@ -46,7 +48,14 @@ def read_report(path: Path) -> dict:
                 if case.find(tag) is not None:
                     outcome = {"failure": "failed"}.get(tag, tag)
                     break
-            tests[f"{mod}::{case.get('name')}"] = {"s": float(case.get("time") or 0), "outcome": outcome}
+            figures = {}
+            for prop in case.iter("property"):
+                try:
+                    figures[prop.get("name")] = float(prop.get("value"))
+                except (TypeError, ValueError):
+                    continue
+            tests[f"{mod}::{case.get('name')}"] = {"s": float(case.get("time") or 0), "outcome": outcome,
+                                                   "figures": figures}
     return {"wall_s": wall, "tests": tests}
 
 

@@ -55,12 +55,15 @@ def test_test_times_names_tests_in_classes_by_file_and_class(tmp_path):
     xml = tmp_path / "host.xml"
     xml.write_text(
         '<testsuites><testsuite name="pytest" time="12.5">'
-        '<testcase classname="tests.integration.test_ecn_marking.TestStepFabric" name="test_step[auto]" time="3.5"/>'
+        '<testcase classname="tests.integration.test_ecn_marking.TestStepFabric" name="test_step[auto]" time="3.5">'
+        '<properties><property name="guard_bytes" value="1844.0"/><property name="note" value="x"/></properties>'
+        '</testcase>'
         '<testcase classname="tests.integration.test_idle" name="test_quiet[2x2]" time="9.0">'
         '<skipped message="vm lane only"/></testcase>'
         '</testsuite></testsuites>')
     rep = tt.read_report(xml)
     assert rep["wall_s"] == 12.5
     assert rep["tests"] == {
-        "tests/integration/test_ecn_marking.py::TestStepFabric::test_step[auto]": {"s": 3.5, "outcome": "passed"},
-        "tests/integration/test_idle.py::test_quiet[2x2]": {"s": 9.0, "outcome": "skipped"}}
+        "tests/integration/test_ecn_marking.py::TestStepFabric::test_step[auto]": {"s": 3.5, "outcome": "passed",
+                                                                             "figures": {"guard_bytes": 1844.0}},
+        "tests/integration/test_idle.py::test_quiet[2x2]": {"s": 9.0, "outcome": "skipped", "figures": {}}}
