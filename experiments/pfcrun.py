@@ -215,6 +215,9 @@ def live_fabric(fabric, cfg: PfcConfig, buf_bytes: int, workdir: Path, state, bu
     plan = pfc_plan(fabric.to_map(), cfg, buf_bytes, burst_bytes, host_fifo_bytes)
     datapath = probe.probe()["datapath"]
     with LiveFabric(fabric, workdir, state, datapath=datapath, pfc_plan=plan) as lf:
+        # first the pings: ovs-vswitchd opens its transmit socket when it forwards its first packet
+        # (a freshly started OVS has none to enlarge)
+        warm_up_reachability(lf)
         buf = contextlib.nullcontext()
         if datapath == "user":
             buf = dataplane.OvsTxBuffer(ovs_tx_budget_bytes, state)
@@ -222,18 +225,19 @@ def live_fabric(fabric, cfg: PfcConfig, buf_bytes: int, workdir: Path, state, bu
             if datapath == "user" and not (buf.applied or buf.reason == "already large enough"):
                 from common.errors import SetupError
                 raise SetupError(f"could not enlarge Open vSwitch's transmit buffer: {buf.record()}")
-            warm_up_reachability(lf)
             yield lf, plan
 
 
 def start_udp_flows(lf, state, flows: list[dict], out: Path, port: int, deadline_unix_s: float,
-                    start_in_s: float = 0.5):
+                    start_in_s: float = 0.5, idle_s: float | None = None):
     """Start UDP traffic agents (traffic.agent) for ``flows`` and release them together.
 
     Args:
         flows: ``[{"src", "dst", "dscp", "bytes" | "duration_s"}]``, one flow per source host.
         out: folder for the agents' records (``<host>.rx.json``, ``<host>.tx.json``).
         port: the receivers' UDP port.
+        idle_s: a receiver ends a flow whose end marker was lost this long after its last
+            datagram (None: traffic.agent.UDP_IDLE_S); longer than any pause held on purpose.
 
     Returns:
         the released ``experiments.runner._Agents`` (call ``wait(deadline)`` then ``kill()``).
@@ -248,8 +252,11 @@ def start_udp_flows(lf, state, flows: list[dict], out: Path, port: int, deadline
     for f in flows:
         by_dst[f["dst"]] = by_dst.get(f["dst"], 0) + 1
     for dst, n in by_dst.items():
-        agents.start(dst, "rx", {"role": "udp-receiver", "port": port, "expect_flows": n,
-                                 "deadline_unix_s": deadline_unix_s, "out": str(Path(out) / f"{dst}.rx.json")})
+        job = {"role": "udp-receiver", "port": port, "expect_flows": n,
+               "deadline_unix_s": deadline_unix_s, "out": str(Path(out) / f"{dst}.rx.json")}
+        if idle_s is not None:
+            job["idle_s"] = idle_s
+        agents.start(dst, "rx", job)
     for i, f in enumerate(flows):
         size = {"bytes": f["bytes"]} if "bytes" in f else {"duration_s": f["duration_s"]}
         agents.start(f["src"], "tx", {"role": "udp-sender", "dscp": f["dscp"], "deadline_unix_s": deadline_unix_s,

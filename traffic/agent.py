@@ -278,7 +278,9 @@ def run_udp_receiver(job: dict) -> dict:
     """Receive ``expect_flows`` UDP flows on ``job["port"]``; per flow (keyed by the sender's
     address): distinct datagrams and bytes, first/last arrival, cumulative bytes over time, the
     sender's count from its end marker. Ends when every flow's end marker came, or
-    :data:`UDP_IDLE_S` after the last datagram, or at the deadline."""
+    ``job["idle_s"]`` (default :data:`UDP_IDLE_S`) after the last datagram, or at the deadline.
+    A caller that holds a lossless flow paused on purpose passes an ``idle_s`` longer than the
+    pause: a receiver that left early would answer the held datagrams with ICMP port unreachable."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     big_receive_buffer(s)
     s.bind(("0.0.0.0", job["port"]))
@@ -287,6 +289,7 @@ def run_udp_receiver(job: dict) -> dict:
     print("READY", flush=True)
     start_at = float(sys.stdin.readline())
     interval = job.get("sample_interval_s", 0.01)
+    idle_s = float(job.get("idle_s", UDP_IDLE_S))
     flows, seen = {}, {}
     ended = 0
     last = None
@@ -295,7 +298,7 @@ def run_udp_receiver(job: dict) -> dict:
         try:
             n, addr = s.recvfrom_into(buf)
         except socket.timeout:
-            if last is not None and time.time() - last > UDP_IDLE_S:
+            if last is not None and time.time() - last > idle_s:
                 break
             continue
         now = last = time.time()

@@ -34,7 +34,7 @@ from controller import dataplane
 from experiments import marking
 from experiments.fabric import REPO, LiveFabric
 from traffic.udp_probe import WARMUP_FLAG
-from experiments.runner import choose_marker, ecn_plan, port_queue, userspace_tx_budget_bytes
+from experiments.runner import choose_marker, ecn_plan, port_queue, userspace_tx_budget_bytes, warm_up_reachability
 from topologies.spineleaf import SpineLeaf
 
 from .conftest import assert_clean
@@ -78,10 +78,12 @@ def marking_fabric(tmp_path, profile, marker="auto", rate_mbps=10):
         with LiveFabric(fabric, tmp_path / "run", st, datapath=env["datapath"],
                         switch_queue=lambda r: port_queue(sc, r),
                         host_queue=lambda r: dataplane.PortQueue(r, buffer_packets=1000), ecn_plan=plan) as lf:
+            warm_up_reachability(lf)     # ovs-vswitchd opens its transmit socket at its first packet
             buf = contextlib.nullcontext()
             if env["datapath"] == "user":
                 buf = dataplane.OvsTxBuffer(userspace_tx_budget_bytes(sc, fabric), st)
             with buf:
+                assert env["datapath"] != "user" or buf.applied or buf.reason == "already large enough", buf.record()
                 yield lf, kind
     assert_clean(str(tmp_path / "run"))
 

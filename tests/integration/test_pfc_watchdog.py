@@ -65,7 +65,11 @@ def stuck_receiver_run(lf, st, plan, out):
     agents = None
     try:
         gates.close_gate(3)
-        agents = start_udp_flows(lf, st, flows, out, 7300, deadline, start_in_s=0.3)
+        # the receiver outwaits the hold: the shut gate leaks a frame per 1.5 s (8 kbit/s), and one CI
+        # run's receiver, idle 3 s (the default) after 2 frames, left before the gate opened (the
+        # held frames then met a closed port). With action drop the end markers are lost and the
+        # receiver ends this long after the last datagram.
+        agents = start_udp_flows(lf, st, flows, out, 7300, deadline, start_in_s=0.3, idle_s=2 * HOLD_S)
         time.sleep(HOLD_S)
         rep_held = lf.pfc_report(out / "pfc-held.json")
         gates.open_gate(3)                     # h1 takes traffic again
@@ -79,6 +83,7 @@ def stuck_receiver_run(lf, st, plan, out):
     rep = lf.pfc_report(out / "pfc.json")
     rep["ovs_drops"] = dataplane.ovs_interface_drops()
     rep["qdisc_drops"] = qdisc_drops(lf)
+    assert "error" not in tx, tx
     return tx["datagrams_sent"], (rx["datagrams_received"] if rx else 0), rep_held, rep
 
 
