@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from common import collectives as C  # noqa: E402
-from common import probe  # noqa: E402
-from common.state import RunState  # noqa: E402
+from experiments import probe  # noqa: E402
+from experiments.state import RunState  # noqa: E402
 from controller.dataplane import PortQueue  # noqa: E402
 from experiments import collrun  # noqa: E402
 from experiments.fabric import LiveFabric  # noqa: E402

@@ -25,10 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from common import probe  # noqa: E402
+from experiments import probe  # noqa: E402
 from common.ecn import EcnProfile  # noqa: E402
 from common.scenario import FRAME_BYTES  # noqa: E402
-from common.state import RunState  # noqa: E402
+from experiments.state import RunState  # noqa: E402
 from controller import dataplane  # noqa: E402
 from experiments.fabric import LiveFabric  # noqa: E402
 from topologies.spineleaf import SpineLeaf  # noqa: E402

@@ -41,8 +41,8 @@ def build(shape: str):
 
 def one_run(shape: str, baseline: bool) -> dict:
     """Bring ``shape`` up to all-pairs reachable once; return its phase times (s)."""
-    from common import probe
-    from common.state import RunState
+    from experiments import probe
+    from experiments.state import RunState
     from controller.dataplane import PortQueue
     from experiments import reach
     from experiments.fabric import LiveFabric

@@ -27,9 +27,9 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from common import probe  # noqa: E402
+from experiments import probe  # noqa: E402
 from common.pfc import parse_pfc  # noqa: E402
-from common.state import RunState  # noqa: E402
+from experiments.state import RunState  # noqa: E402
 from controller import dataplane  # noqa: E402
 from experiments.pfcrun import live_fabric, start_udp_flows  # noqa: E402
 from topologies.spineleaf import SpineLeaf  # noqa: E402

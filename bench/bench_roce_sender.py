@@ -17,7 +17,7 @@ for ``--seconds`` each:
   what the socket and the kernel cost alone.
 
 The interface is a veth pair made for the run (recorded, removed at the end, also
-after a crash: common.state). Prints medians, the ratio fabriclab / sendp and
+after a crash: experiments.state). Prints medians, the ratio fabriclab / sendp and
 the targets (at least 100x sendp and at least 100,000 packets/s).
 
 ``sudo .venv/bin/python bench/bench_roce_sender.py [--runs 3] [--seconds 3]``
@@ -35,8 +35,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from common import probe, roce  # noqa: E402
-from common.state import RunState  # noqa: E402
+from common import roce  # noqa: E402
+from experiments import probe  # noqa: E402
+from experiments.state import RunState  # noqa: E402
 from traffic.roce import SenderQp  # noqa: E402
 
 IF_A, IF_B = "flbench-roce0", "flbench-roce1"

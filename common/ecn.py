@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from common.errors import ScenarioError
-from common.scenario import FRAME_BYTES
+from common.units import FRAME_BYTES
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from common.errors import ScenarioError
+
 PFC_DST_MAC = "01:80:c2:00:00:01"     # IEEE 802.1Qbb: MAC Control frames go to this reserved address
 MAC_CONTROL_ETHERTYPE = 0x8808
 PFC_OPCODE = 0x0101                   # 0x0001 is 802.3x PAUSE (whole link); 0x0101 per priority
@@ -262,14 +264,12 @@ class PfcConfig:
 
 
 def _int_in(v, lo: int, hi: int, key: str) -> int:
-    from common.errors import ScenarioError
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
         raise ScenarioError(key, f"expected an integer {lo}..{hi}, got {v!r}")
     return v
 
 
 def _bytes(d: dict, name: str, key: str, frame_bytes: int) -> int | None:
-    from common.errors import ScenarioError
     b, p = d.get(f"{name}_bytes"), d.get(f"{name}_packets")
     if b is not None and p is not None:
         raise ScenarioError(f"{key}.{name}_bytes", f"give {name}_bytes or {name}_packets, not both")
@@ -299,7 +299,6 @@ def parse_pfc(priorities: dict | None, pfc: dict | None, buffer_bytes: int, fram
             0..7, weights missing or non-positive, XON >= XOFF, XOFF at or above the buffer,
             an unknown watchdog action.
     """
-    from common.errors import ScenarioError
     pr = dict(priorities or {})
     known = {"dscp", "default_priority", "scheduling"}
     for k in pr:

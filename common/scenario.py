@@ -16,7 +16,10 @@ from typing import Any
 
 import yaml
 
+from common.ecn import resolve_ecn
 from common.errors import ScenarioError
+from common.pfc import config_sections, parse_pfc
+from common.units import FRAME_BYTES  # noqa: F401 (re-exported: the scenario's sizes)
 
 _REQUIRED = object()
 
@@ -72,8 +75,6 @@ class ListOf:
     min_len: int = 0
 
 
-#: A full-size Ethernet frame as a veth and the shapers count it: 1500 B MTU + 14 B header.
-FRAME_BYTES = 1514
 
 NUM = (int, float)
 NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
@@ -271,7 +272,6 @@ def validate(data: Any) -> dict:
             q["buffer_packets"] = 100
         else:
             raise ScenarioError("queues.buffer_bytes", "give either buffer_bytes or buffer_packets, not both")
-    from common.ecn import resolve_ecn
     sc["ecn"] = resolve_ecn(ecn_data, kind, buffer_bytes(q))
     sc["priorities"], sc["pfc"] = _resolve_pfc(prio_data, pfc_data, rounds_data, buffer_bytes(q))
     if sc["pfc"] is not None and sc["ecn"]["marker"] == "red":
@@ -369,7 +369,6 @@ def _resolve_pfc(prio_data, pfc_data, rounds_data, buf_bytes: int) -> tuple[dict
     ``(None, None)`` when the scenario has neither and no round turns PFC on: then every port keeps
     one FIFO, as before. A round's ``pfc: {enabled: true}`` alone brings the default classes
     (DSCP 26 -> priority 3 lossless, the rest priority 0) with PFC off in the other rounds."""
-    from common.pfc import config_sections, parse_pfc
     rounds_pfc = isinstance(rounds_data, list) and any(isinstance(r, dict) and "pfc" in r for r in rounds_data)
     if prio_data is None and pfc_data is None and not rounds_pfc:
         return None, None
@@ -403,7 +402,6 @@ def _resolve_rounds(data, sc: dict) -> list[dict] | None:
     "pfc": {"enabled"}, "roce": {"mode"}, "seed"}]``.
     Raises ScenarioError naming e.g. ``rounds[1].ecn.profile.step.k_bytes``.
     """
-    from common.ecn import resolve_ecn
     if data is None:
         return None
     if not isinstance(data, list) or not data:

@@ -366,7 +366,7 @@ class OvsTxBuffer:
     Args:
         min_bytes: the send buffer needed: every switch port's FIFO full at
             once, in skb truesize (ports x buffer_packets x FRAME_TRUESIZE_BYTES).
-        state: a common.state.RunState; the original size is recorded there
+        state: a experiments.state.RunState; the original size is recorded there
             before the change, so a killed run's cleanup puts it back.
 
     Attributes after enter: ``before_bytes``, ``after_bytes`` (as the kernel

@@ -90,7 +90,7 @@ def main(argv=None) -> int:
         print("fabriclab: this needs root (Mininet, Open vSwitch, tc): run it with sudo", file=sys.stderr)
         return 2
     if args.cmd == "clean":
-        from common.state import clean_stale
+        from experiments.state import clean_stale
         try:
             report = clean_stale()
         except SetupError as e:

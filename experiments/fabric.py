@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 
 from common.errors import SetupError
-from common.state import RunState
+from experiments.state import RunState
 from controller import dataplane
 from topologies.spineleaf import Fabric
 
@@ -84,7 +84,7 @@ class LiveFabric:
         fabric: the pure description (topologies.spineleaf.Fabric).
         workdir: folder for the fabric map, controller log and agent files.
         state: the RunState that records what is created.
-        datapath: ``kernel`` or ``user`` (choose with the environment probe: common.probe).
+        datapath: ``kernel`` or ``user`` (choose with the environment probe: experiments.probe).
         switch_queue: ``rate_mbps -> PortQueue`` for every switch egress port, or None.
         host_queue: ``rate_mbps -> PortQueue`` for every host NIC, or None.
         connect_timeout_s: how long switches get to connect and be configured.

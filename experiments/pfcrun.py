@@ -208,7 +208,7 @@ def live_fabric(fabric, cfg: PfcConfig, buf_bytes: int, workdir: Path, state, bu
     Raises:
         SetupError: the fabric, the controller or the PFC plan failed to come up.
     """
-    from common import probe
+    from experiments import probe
     from controller import dataplane
     from experiments.fabric import LiveFabric
     from experiments.runner import warm_up_reachability

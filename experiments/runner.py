@@ -3,7 +3,7 @@ collectors -> results folder.
 
 Every exit path (normal end, exception, Ctrl-C, SIGTERM) tears the fabric
 down through :class:`experiments.fabric.LiveFabric` and
-:class:`common.state.RunState`; a run after a SIGKILLed one starts by
+:class:`experiments.state.RunState`; a run after a SIGKILLed one starts by
 removing what the record of that run lists (case C2).
 """
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import NamedTuple
 
 import yaml
 
-from common import probe as envprobe
+from experiments import probe as envprobe
 from common.errors import CapabilityError, ScenarioError, SetupError
 from common.scenario import FRAME_BYTES, buffer_bytes
-from common.state import RunState
+from experiments.state import RunState
 from controller import dataplane
 from controller.routing import ECMP_METHOD
 from controller.dataplane import PortQueue

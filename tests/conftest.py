@@ -4,7 +4,7 @@ measured figures; the lane's closing lines.
 A test that needs a kernel feature says so with ``@pytest.mark.kernel(...)``:
 features are ``ovs_kernel_datapath``, ``ovs_userspace_datapath``,
 ``qdisc:<kind>`` and ``cc:<name>`` as the environment probe
-(common/probe.py) finds them. Where a feature is missing the test is skipped
+(experiments/probe.py) finds them. Where a feature is missing the test is skipped
 with the reason, and the run ends with the lane's probe summary, so the host
 lane and the VM lane (``FABRICLAB_LANE=vm``) each say what they skipped.
 
@@ -46,7 +46,7 @@ _probe_cache = {}
 def kernel_features():
     """(feature set, probe dict) of this machine; probed once per session (root only)."""
     if "f" not in _probe_cache:
-        from common import probe
+        from experiments import probe
         p = probe.probe()
         feats = {f"qdisc:{k}" for k, v in p["qdiscs"].items() if v}
         feats.add("ovs_kernel_datapath" if p["datapath"] == "kernel" else "ovs_userspace_datapath")

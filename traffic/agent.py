@@ -48,6 +48,8 @@ import struct
 import sys
 import time
 
+from traffic.sockets import big_receive_buffer, udp_receive_errors
+
 CHUNK_BYTES = 64 * 1024
 
 
@@ -338,27 +340,6 @@ def run_udp_receiver(job: dict) -> dict:
             "host_udp_drops": {k: after[k] - errors_before[k] for k in after}}
 
 
-SO_RCVBUFFORCE = 33
-
-
-def big_receive_buffer(sock: socket.socket, size_bytes: int = 8 << 20) -> None:
-    """Give ``sock`` a ``size_bytes`` receive buffer: SO_RCVBUFFORCE (root may exceed
-    net.core.rmem_max), else SO_RCVBUF (capped by rmem_max)."""
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, size_bytes)
-    except OSError:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size_bytes)
-
-
-def udp_receive_errors() -> dict:
-    """This network namespace's UDP receive-side drop counters from /proc/net/snmp
-    (``RcvbufErrors``: a full socket buffer; ``InErrors``: every receive error)."""
-    with open("/proc/net/snmp") as f:
-        rows = [line.split() for line in f if line.startswith("Udp:")]
-    d = dict(zip(rows[0][1:], map(int, rows[1][1:])))
-    return {"RcvbufErrors": d.get("RcvbufErrors", 0), "InErrors": d.get("InErrors", 0)}
-
-
 def run_udp_sender(job: dict) -> dict:
     """Send every flow of ``job["flows"]`` over UDP from the start time, all at once (module doc);
     returns per flow ``bytes_sent``, ``datagrams_sent``, ``blocked_sends``, ``host_queue_full``."""
@@ -450,10 +431,10 @@ def main(argv=None) -> int:
         elif job["role"] == "udp-sender":
             res = run_udp_sender(job)
         elif job["role"] == "collective":
-            from traffic.collective import run_collective
+            from traffic.collective import run_collective   # numpy: loaded only by the agents that reduce
             res = run_collective(job, ready=_ready_then_start_time)
         elif job["role"] == "roce":
-            from traffic.roce import run_roce
+            from traffic.roce import run_roce   # loaded only by RoCE agents (frame templates, DCQCN)
             res = run_roce(job, ready=_ready_then_start_time)
         else:
             raise ValueError(f"unknown role {job['role']!r}")

@@ -54,6 +54,7 @@ from pathlib import Path
 import numpy as np
 
 from common.collectives import chunk_bounds, ring_schedule
+from traffic.roce import Engine, ReceiverQp, SenderQp
 
 #: Seconds from the start time to the collective's first step: the ranks connect meanwhile.
 CONNECT_GRACE_S = 1.0
@@ -274,7 +275,6 @@ class RoceLinks:
     """
 
     def __init__(self, job: dict):
-        from traffic.roce import Engine, ReceiverQp, SenderQp
         rj = job["roce"]
         local = set(job["local_ranks"])
         by_rank = {r["rank"]: r for r in job["ranks"]}

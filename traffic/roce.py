@@ -57,7 +57,7 @@ import time
 from common import roce
 from common.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
 from common.rc import Requester, Responder
-from traffic.agent import big_receive_buffer, udp_receive_errors
+from traffic.sockets import big_receive_buffer, udp_receive_errors
 
 ETH_P_ALL = 0x0003
 IP_RECVTOS = 13

@@ -181,7 +181,7 @@ def extract_out(job_img: Path, dest: Path) -> None:
 
 
 PROBE_SNIPPET = (
-    "import json; from common.probe import probe; "
+    "import json; from experiments.probe import probe; "
     "open('/job/out/probe.json','w').write(json.dumps(probe(), indent=2))"
 )
 

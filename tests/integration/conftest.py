@@ -55,7 +55,7 @@ def assert_clean(marker: str):
 
 def chosen_datapath() -> str:
     """The OVS datapath the environment probe would choose on this kernel."""
-    from common.probe import ovs_kernel_datapath_available
+    from experiments.probe import ovs_kernel_datapath_available
     return "kernel" if ovs_kernel_datapath_available() else "user"
 
 

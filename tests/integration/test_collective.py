@@ -10,7 +10,7 @@ schedule; per-step timings present for every rank.
 import numpy as np
 import pytest
 
-from common.state import RunState
+from experiments.state import RunState
 from controller.dataplane import PortQueue
 from experiments import collrun
 from experiments.fabric import LiveFabric

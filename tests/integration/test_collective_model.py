@@ -8,7 +8,7 @@
 
 import pytest
 
-from common.state import RunState
+from experiments.state import RunState
 from controller.dataplane import PortQueue
 from experiments import collrun
 from experiments.fabric import LiveFabric

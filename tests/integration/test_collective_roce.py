@@ -12,7 +12,7 @@ import pytest
 
 from common.dcqcn import DcqcnParams
 from common.scenario import FRAME_BYTES
-from common.state import RunState
+from experiments.state import RunState
 from controller.dataplane import PortQueue
 from experiments import collrun, rocerun
 from experiments.fabric import LiveFabric

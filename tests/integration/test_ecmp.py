@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from common.state import RunState
+from experiments.state import RunState
 from controller.dataplane import PortQueue
 from experiments.analysis import ecmp_balance
 from experiments.fabric import REPO, LiveFabric

@@ -26,10 +26,10 @@ import time
 
 import pytest
 
-from common import probe
+from experiments import probe
 from common.ecn import port_profiles
 from common.scenario import FRAME_BYTES, validate
-from common.state import RunState
+from experiments.state import RunState
 from controller import dataplane
 from experiments import marking
 from experiments.fabric import REPO, LiveFabric

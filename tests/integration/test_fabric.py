@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from common.state import RunState
+from experiments.state import RunState
 from controller.dataplane import OvsTxBuffer, PortQueue, offload_state
 from controller.qstats import QdiscStatsReader, ifindexes_for
 from experiments.fabric import LiveFabric

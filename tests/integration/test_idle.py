@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from common.state import RunState
+from experiments.state import RunState
 from controller.dataplane import PortQueue
 from experiments import reach
 from experiments.fabric import LiveFabric

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from common import probe
+from experiments import probe
 
 from .conftest import run_cli, assert_clean
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from common.pfc import parse_pfc
-from common.state import RunState
+from experiments.state import RunState
 from experiments.pfcrun import live_fabric
 from topologies.spineleaf import SpineLeaf
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from common.pfc import parse_pfc, pfc_frame
-from common.state import RunState
+from experiments.state import RunState
 from controller import dataplane
 from experiments.pfcrun import live_fabric, start_udp_flows, udp_flow_records
 from topologies.spineleaf import SpineLeaf

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from common.state import kill_recorded, proc_start_time
+from experiments.state import kill_recorded, proc_start_time
 from controller.dataplane import PortQueue
 
 
@@ -44,7 +44,7 @@ def test_forked_copy_of_the_runner_dies_on_sigterm_without_unwinding():
     import os
     import signal
 
-    import common.state  # noqa: F401  (registers the at-fork reset)
+    import experiments.state  # noqa: F401  (registers the at-fork reset)
 
     def runner_handler(*_):
         raise SystemExit(143)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from common.errors import SetupError
+from controller import dataplane
 
 
 def _forked_child_defaults() -> None:
@@ -84,13 +85,11 @@ def kill_recorded(procs: list[dict], grace_s: float = 2.0) -> list[int]:
 
 
 def _restore_sysctl(item: list) -> None:
-    from controller import dataplane
     key, value = item
     dataplane.set_sysctl(key, value)
 
 
 def _restore_ovs_tx_sndbuf(before_bytes: int) -> None:
-    from controller import dataplane
     dataplane.set_ovs_tx_sndbuf(before_bytes)
 
 
@@ -105,7 +104,6 @@ def cleanup_record(rec: dict) -> dict:
     OVS bridges, leftover root-namespace interfaces. Errors are collected into ``errors`` rather than stopping
     the cleanup half way.
     """
-    from controller import dataplane  # lazy: keeps `common` free of pyroute2 at import
     report = {"processes": [], "bridges": [], "interfaces": [], "restored": [], "errors": []}
     report["processes"] = kill_recorded(rec.get("processes", []))
     for key, value in rec.get("restore", {}).items():
@@ -172,7 +170,6 @@ class RunState:
 
     def claim(self, bridges: list[str], interfaces: list[str]) -> None:
         """Record names about to be created; SetupError if any exists already (not ours)."""
-        from controller import dataplane
         clash = sorted(set(bridges) & set(dataplane.ovs_bridges()))
         clash += sorted(set(interfaces) & dataplane.root_links())
         if clash:
