@@ -15,6 +15,7 @@ The marking itself is in :mod:`controller.ecn` (policy),
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 
 from common.errors import ScenarioError
@@ -165,7 +166,6 @@ def resolve_ecn(section, kind: str, buffer_bytes: int, key: str = "ecn", allow_m
         ScenarioError: naming the bad key (unknown key, layer or marker, or
             any profile error of :func:`parse_profile`).
     """
-    import re
     section = {} if section is None else section
     if not isinstance(section, dict):
         raise ScenarioError(key, f"expected a mapping, got {type(section).__name__}")

@@ -72,6 +72,7 @@ def pfc_frame(src_mac: str, pause_quanta: dict[int, int]) -> bytes:
     Raises:
         ValueError: a priority outside 0..7 or quanta outside 0..65535.
     """
+    # scapy loads in ~0.8 s: only where a frame is built by it (the controller and agents never are)
     from scapy.contrib.mac_control import MACControlClassBasedFlowControl
     from scapy.layers.l2 import Ether
     fields = {}

@@ -33,9 +33,12 @@ import json
 import logging
 import os
 import time
+from pathlib import Path
 
-from controller.ofp import (BaseApp, CONFIG_DISPATCHER, MAIN_DISPATCHER, arp, ether_types,
-                            ethernet, hub, nicira_ext, ofp_event, ofproto_v1_3, packet, set_ev_cls)
+from controller.ecnports import EcnPorts
+from controller.ofp import (CONFIG_DISPATCHER, MAIN_DISPATCHER, BaseApp, arp, ether_types, ethernet, hub, nicira_ext,
+                            ofp_event, ofproto_v1_3, packet, set_ev_cls)
+from controller.pfcports import PfcPorts, share_gil_realtime
 from controller.routing import compute_routes, ecmp_tables, hash_basis
 
 LOG = logging.getLogger("fabriclab.controller")
@@ -142,14 +145,11 @@ class FabricController(BaseApp):
         self.ready.add(dpid)
         if self.ready >= set(self.by_dpid):
             if self.config.get("ecn_plan") and self.ecn is None:
-                from controller.ecnports import EcnPorts
                 with open(self.config["ecn_plan"]) as f:
                     self.ecn = EcnPorts(json.load(f), self.config["control_dir"])
                 hub.spawn(self._request_loop, self.ecn, "ECN")
             if self.config.get("pfc_plan") and self.pfc is None:
-                from pathlib import Path
 
-                from controller.pfcports import PfcPorts, share_gil_realtime
                 with open(self.config["pfc_plan"]) as f:
                     self.pfc = PfcPorts(json.load(f), Path(self.config["control_dir"]) / "pfc")
                 self.pfc.hub_realtime = share_gil_realtime()

@@ -21,7 +21,11 @@ import os
 import struct
 from pathlib import Path
 
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
 from common.errors import SetupError
+from controller import dataplane
 from controller.ecn import EcnProfile
 from controller.libbpf import BPF_ANY, BPF_F_LOCK, Libbpf
 
@@ -149,15 +153,12 @@ class BpfEcnMarker:
 
     def attach(self, ifname: str) -> None:
         """Attach the program to ``ifname``'s egress (root namespace), adding a clsact qdisc if needed."""
-        from controller import dataplane
         if self.prog_fd is None:
             raise SetupError("BPF ECN marker: attach needs the loading process")
         dataplane.attach_bpf_classifier(ifname, self.prog_fd, FILTER_NAME, FILTER_PREF)
 
     def detach(self, ifname: str) -> None:
         """Remove the marker from ``ifname`` (deletes its clsact qdisc, with every filter on it)."""
-        from pyroute2 import IPRoute
-        from pyroute2.netlink.exceptions import NetlinkError
         try:
             with IPRoute() as ipr:
                 idx = ipr.link_lookup(ifname=ifname)

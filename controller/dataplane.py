@@ -7,17 +7,21 @@ Commands are argv lists built from validated values.
 """
 from __future__ import annotations
 
+import ctypes
 import json
+import math
 import os
 import re
+import socket
 import struct
 import subprocess
 import threading
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
+from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
 from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.rtnl import tcmsg
+from pyroute2.netlink.rtnl import RTM_NEWQDISC, tcmsg
 
 from common.errors import SetupError
 
@@ -323,8 +327,6 @@ def _ovs_tx_socket_fd(pid: int) -> int | None:
 
 def _on_ovs_tx_socket(fn):
     """Call ``fn(sock)`` on a duplicate (pidfd_getfd) of ovs-vswitchd's transmit socket."""
-    import ctypes
-    import socket
     pid = ovs_vswitchd_pid()
     fd = _ovs_tx_socket_fd(pid)
     if fd is None:
@@ -352,7 +354,6 @@ def set_ovs_tx_sndbuf(size_bytes: int) -> int:
     the size read back. Raises OSError/SetupError if OVS or its socket is
     not there.
     """
-    import socket
 
     def apply(s):
         s.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, max(1, size_bytes // 2))
@@ -384,7 +385,6 @@ class OvsTxBuffer:
         self.reason = ""
 
     def __enter__(self):
-        import socket
         try:
             self.before_bytes = _on_ovs_tx_socket(lambda s: s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
             if self.before_bytes >= self.min_bytes:
@@ -423,7 +423,6 @@ def red_wlog(weight: float | None) -> int:
     Raises ValueError if ``weight`` is not a power of two in (0, 1/2] (the kernel's RED
     keeps the weight as a shift; the scenario must say a weight it can have).
     """
-    import math
     if weight is None:
         return 1
     wlog = -math.log2(weight)
@@ -658,7 +657,6 @@ class PauseGates:
     """
 
     def __init__(self, ifname: str, q: PriorityQueues, netns_pid: int | None = None, kick_frame: bytes = b""):
-        import socket
         self.ifname, self.q, self.kick_frame = ifname, q, kick_frame
         self.limits = dict(q.fifo_bytes)
         self.closed: set[int] = set()
@@ -680,12 +678,9 @@ class PauseGates:
         """The RTM_NEWQDISC change of ``prio``'s TBF gate, encoded by pyroute2 once and kept."""
         key = (prio, rate_bps, burst_bytes, limit_bytes)
         if key not in self._msgs:
-            from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
-            from pyroute2.netlink.rtnl import RTM_NEWQDISC
-            from pyroute2.netlink.rtnl.tcmsg import plugins, tcmsg
-            msg = tcmsg()
+            msg = tcmsg.tcmsg()
             msg["index"], msg["handle"], msg["parent"] = self.idx, prio_gate_handle(prio), prio_class(prio)
-            opts = plugins["tbf"].get_parameters({"rate": f"{rate_bps}bit", "burst": burst_bytes, "limit": limit_bytes})
+            opts = tcmsg.plugins["tbf"].get_parameters({"rate": f"{rate_bps}bit", "burst": burst_bytes, "limit": limit_bytes})
             msg["attrs"] = [["TCA_KIND", "tbf"], ["TCA_OPTIONS", opts]]
             msg["header"]["type"] = RTM_NEWQDISC
             msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
@@ -748,7 +743,6 @@ class PauseGates:
 def _in_netns(netns_pid: int | None, make):
     """Call ``make()`` with this thread in the network namespace of ``netns_pid`` (sockets keep
     the namespace they were created in); the thread returns to its own namespace after."""
-    import ctypes
     if netns_pid is None:
         return make()
     libc = ctypes.CDLL(None, use_errno=True)    # os.setns arrives with Python 3.12

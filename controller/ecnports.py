@@ -28,11 +28,13 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import time
 from pathlib import Path
 
 from common.ecn import EcnProfile, describe, from_spec
 from common.errors import SetupError
 from controller import dataplane
+from controller.bpfmarker import BpfEcnMarker
 
 LOG = logging.getLogger("fabriclab.controller.ecn")
 
@@ -59,7 +61,6 @@ class EcnPorts:
     def start(self) -> dict:
         """Apply every port's initial profile; returns what ``ecn_marker.json`` records."""
         if self.marker_kind == "bpf":
-            from controller.bpfmarker import BpfEcnMarker
             self.marker = BpfEcnMarker.load()
             for intf in self.plan["ports"]:
                 self.marker.attach(intf)
@@ -131,7 +132,6 @@ def request(control_dir: Path, body: dict, timeout_s: float = 20.0, is_alive=lam
     Raises:
         SetupError: the controller answered with an error, died, or did not answer in ``timeout_s``.
     """
-    import time
     d = Path(control_dir)
     d.mkdir(parents=True, exist_ok=True)
     n = 1
@@ -167,7 +167,6 @@ def read_counters(control_dir: Path, ports: list[str]) -> dict[str, dict]:
     rec = json.loads(path.read_text())
     out = {}
     if rec["marker"] == "bpf":
-        from controller.bpfmarker import BpfEcnMarker
         m = BpfEcnMarker.open_ids(rec)
         try:
             for intf in ports:

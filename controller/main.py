@@ -6,8 +6,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
+import signal
 import sys
+import tempfile
 
 
 def main(argv=None) -> int:
@@ -25,9 +29,6 @@ def main(argv=None) -> int:
     ap.add_argument("--control-dir", help="folder for ECN/PFC requests and acks (with --ecn-plan or --pfc-plan)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    import os
-    import signal
-
     def _stop(*_):
         # os-ken's own shutdown path raises on SystemExit (HubThread has no kill());
         # the controller holds no state worth flushing beyond its log.
@@ -36,13 +37,12 @@ def main(argv=None) -> int:
         os._exit(0)
     signal.signal(signal.SIGTERM, _stop)
     if args.topo:
-        import json
-        import tempfile
-
-        from topologies.mn_custom import build
+        from topologies.mn_custom import build   # the controller of a plain `mn --custom` run only
         fd, args.fabric_map = tempfile.mkstemp(prefix="fabriclab-map-", suffix=".json")
         with os.fdopen(fd, "w") as f:
             json.dump(build(args.topo).to_map(), f)
+    # the framework loads after the arguments are parsed: os-ken patches the standard library as it
+    # loads (eventlet), and --help or a bad argument needs none of it
     from controller import app
     from controller.ofp import PROJECT, app_manager, cfg
     cfg.CONF(args=[f"--ofp-listen-host={args.host}", f"--ofp-tcp-listen-port={args.port}"], project=PROJECT)

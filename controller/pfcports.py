@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import queue
 import socket
 import sys
 import threading
@@ -38,8 +40,11 @@ from pathlib import Path
 import numpy as np
 
 from common.errors import SetupError
-from common.pfc import PauseState, pfc_frame
+from common.pfc import PauseState, buffer_warning, headroom_bytes, pfc_frame
 from controller import dataplane
+from controller.ecnports import answer_requests
+from controller.pfcbpf import PfcBpf
+from controller.qstats import QdiscStatsReader, ifindexes_for
 
 LOG = logging.getLogger("fabriclab.controller.pfc")
 RECONCILE_INTERVAL_S = 0.1
@@ -63,7 +68,6 @@ SWITCH_INTERVAL_S = 0.0005
 def _realtime(priority: int = RT_PRIORITY) -> bool:
     """Make the calling thread SCHED_FIFO at ``priority`` (children it forks start normal again:
     SCHED_RESET_ON_FORK); False (kept normal) if the kernel refuses."""
-    import os
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO | getattr(os, "SCHED_RESET_ON_FORK", 0), os.sched_param(priority))
         return True
@@ -94,7 +98,6 @@ class GateWorker:
     are not handed over: the pauser changes those gates itself (:meth:`PfcPorts._on_event`)."""
 
     def __init__(self, gates: dataplane.PauseGates, errors: list):
-        import queue
         self.gates, self.errors = gates, errors
         self.q: queue.SimpleQueue = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._run, name=f"pfc-gate-{gates.ifname}", daemon=True)
@@ -178,7 +181,6 @@ class PfcPorts:
 
     def start(self, host_pids: dict) -> dict:
         """Install queues and classifiers on every port, load the accounting, start the pauser."""
-        from controller.pfcbpf import PfcBpf
         p = self.plan
         lossless = set(p["lossless"])      # counted and gated; paused only while enabled
         kick = pfc_frame("02:fa:b1:ab:00:00", {prio: 0 for prio in sorted(lossless)}) if lossless else b""
@@ -294,7 +296,6 @@ class PfcPorts:
         dump of the switches' namespace (controller.qstats; a pyroute2 socket per port made the
         reconciler hold the interpreter lock for milliseconds: `make bench-pfc` reaction p99 7.5-11 ms
         instead of 1.9 without it)."""
-        from controller.qstats import QdiscStatsReader, ifindexes_for
         reader = self._gate_readers.get(prio)
         if reader is None:
             names = [port["intf"] for s in self.plan["switches"] for port in s["ports"]]
@@ -504,7 +505,6 @@ class PfcPorts:
         """Per link rate: the headroom the measured reaction latency needs (rate x (p99 reaction + link
         delay) + one MTU; common.pfc.headroom_bytes; emulated links have no propagation delay) and a
         warning when a (ingress port, priority)'s buffer cannot hold XOFF plus it (case R3)."""
-        from common.pfc import buffer_warning, headroom_bytes
         with self._lock:
             r = list(self.reaction_s)
         if not r:
@@ -538,7 +538,6 @@ class PfcPorts:
     # -- requests -------------------------------------------------------------------------
     def poll(self) -> None:
         """Answer every pending request in the control folder (see controller.ecnports.request)."""
-        from controller.ecnports import answer_requests
         self.seq = answer_requests(self.dir, self.seq, self._handle, "PFC")
 
     def _handle(self, body: dict) -> dict:

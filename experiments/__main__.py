@@ -19,6 +19,10 @@ import sys
 from pathlib import Path
 
 from common.errors import CapabilityError, ScenarioError, SetupError
+from common.scenario import load_scenario
+from experiments import compare, draw, plot, runner
+from experiments.runner import build_fabric, check_against_fabric
+from experiments.state import clean_stale
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent / "scenarios" / "incast.yaml"
 
@@ -45,7 +49,6 @@ def main(argv=None) -> int:
     d.add_argument("--out", default="topology.png")
     args = ap.parse_args(argv)
 
-    from common.scenario import load_scenario
     if args.cmd in ("run", "check", "draw"):
         try:
             sc = load_scenario(args.scenario)
@@ -53,7 +56,6 @@ def main(argv=None) -> int:
             print(f"fabriclab: {e}", file=sys.stderr)
             return 2
         if args.cmd == "check":
-            from experiments.runner import check_against_fabric
             try:
                 check_against_fabric(sc)
             except ScenarioError as e:
@@ -62,19 +64,15 @@ def main(argv=None) -> int:
             print(f"fabriclab: {args.scenario} is valid (what this kernel offers is checked when it runs)")
             return 0
         if args.cmd == "draw":
-            from experiments import draw
-            from experiments.runner import build_fabric
             print(draw.draw(build_fabric(sc).to_map(), Path(args.out), title=sc["name"]))
             return 0
     if args.cmd == "compare":
-        from experiments import compare
         try:
             cmp = compare.load_comparison(args.comparison or compare.DEFAULT)
         except ScenarioError as e:
             print(f"fabriclab: {e}", file=sys.stderr)
             return 2
     if args.cmd == "plot":
-        from experiments import plot
         d = Path(args.results_dir)
         paths = []
         if (d / "rounds.json").exists():
@@ -90,7 +88,6 @@ def main(argv=None) -> int:
         print("fabriclab: this needs root (Mininet, Open vSwitch, tc): run it with sudo", file=sys.stderr)
         return 2
     if args.cmd == "clean":
-        from experiments.state import clean_stale
         try:
             report = clean_stale()
         except SetupError as e:
@@ -98,10 +95,8 @@ def main(argv=None) -> int:
             return 1
         print("fabriclab: nothing recorded to clean" if report is None else f"fabriclab: removed {report}")
         return 0
-    from experiments import runner
     try:
         if args.cmd == "compare":
-            from experiments import compare
             compare.run_comparison(cmp, Path(args.results), quiet=args.quiet)
         else:
             runner.run(sc, Path(args.results), quiet=args.quiet)

@@ -13,13 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
+from common.ecn import describe
 from common.scenario import FRAME_BYTES
-
-FLOW_COLUMNS = ("flow_id", "src", "dst", "src_ip", "src_port", "bytes_planned", "bytes_sent",
-                "bytes_received", "start_at_unix_s", "first_byte_s", "fct_s", "sender_done_s",
-                "congestion_control", "ecn_negotiated", "total_retrans", "rtt_us",
-                "ce_received", "ect_received", "not_ect_received", "transport", "datagrams_sent",
-                "datagrams_received", "datagrams_lost", "blocked_sends", "host_queue_full", "complete", "error")
+from experiments import pfcrun, rocerun
+from experiments.fluid import hash_ecmp_aggregate, max_min_rates
+from experiments.tables import (FLOW_COLUMNS, load_queue_samples, percentile as _percentile,  # noqa: F401
+                                write_csv as _write_csv)
 
 
 def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> list[dict]:
@@ -90,32 +89,6 @@ def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> l
     return rows
 
 
-def _percentile(values, q):
-    return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else None
-
-
-def load_queue_samples(path: Path, t0_unix_s: float) -> dict[str, dict[str, np.ndarray]]:
-    """Read a sampler CSV into ``{intf: {column: array}}`` with ``t_s`` relative to ``t0_unix_s``."""
-    per: dict[str, list] = {}
-    with open(path) as f:
-        r = csv.reader(f)
-        header = next(r)
-        ti = header.index("t_unix_s") if "t_unix_s" in header else header.index("t_s")
-        ii = header.index("intf")
-        cols = [c for c in header if c not in ("t_unix_s", "t_s", "intf")]
-        idx = [header.index(c) for c in cols]
-        for row in r:
-            per.setdefault(row[ii], []).append([float(row[ti])] + [float(row[i]) for i in idx])
-    out = {}
-    for intf, rows in per.items():
-        a = np.asarray(rows)
-        d = {"t_s": a[:, 0] - t0_unix_s if "t_unix_s" in header else a[:, 0]}
-        for k, c in enumerate(cols):
-            d[c] = a[:, k + 1]
-        out[intf] = d
-    return out
-
-
 def port_summaries(samples: dict, fabric_map: dict, sc: dict, window_s: tuple[float, float]) -> list[dict]:
     """Per switch-port figures over the sampled run (rows of ports.csv)."""
     q = sc["queues"]
@@ -169,14 +142,6 @@ def bottleneck_summary(bn: dict | None, receiver: str | None) -> dict | None:
                   or bn["peak_backlog_bytes"] <= bn["buffer_packets"] * FRAME_BYTES)}
 
 
-def _write_csv(path: Path, columns, rows) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow(r)
-
-
 def bytes_at(samples: list, t_s: float) -> float:
     """Cumulative bytes a flow had delivered at ``t_s`` (linear between receiver samples; 0 before the first)."""
     if not samples:
@@ -219,7 +184,6 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
         "hash_ecmp_model_aggregate_mbps": {median, p10, p90}, "per_flow_mbps": {min, p10, median, max},
         "jain_index_per_flow"}`` (Mbit/s).
     """
-    from experiments.fluid import hash_ecmp_aggregate, max_min_rates
     warm = sc["measurement"]["warmup_s"]
     duration = sc["traffic"]["duration_s"]
     kind = "all flows running"
@@ -382,13 +346,11 @@ def format_summary(summary: dict, out: Path) -> str:
 
 
 def _roce_line(summary: dict) -> str:
-    from experiments.rocerun import format_line
-    return format_line(summary)
+    return rocerun.format_line(summary)
 
 
 def _pfc_line(p: dict | None, total_drops: int | None = None) -> str:
-    from experiments.pfcrun import format_line
-    return format_line(p, total_drops)
+    return pfcrun.format_line(p, total_drops)
 
 
 def _ecn_line(e: dict | None) -> str:
@@ -429,7 +391,7 @@ def ecmp_balance(flows_per_path: dict[str, int]) -> dict:
     Raises:
         ValueError: fewer than two paths or no flows.
     """
-    from scipy.stats import chisquare
+    from scipy.stats import chisquare   # scipy.stats loads in ~0.7 s: only the ECMP balance test needs it
     counts = [int(flows_per_path[k]) for k in sorted(flows_per_path)]
     if len(counts) < 2 or sum(counts) == 0:
         raise ValueError(f"need >= 2 paths and >= 1 flow, got {flows_per_path}")
@@ -511,7 +473,6 @@ def add_ecn(out: Path, summary: dict, env: dict, profiles: dict, counters: dict,
     marker's per-port counters over this round (:func:`counter_deltas`); ``ecn_counters.csv``
     adds each port's real FIFO drops (from the sampler, ``ports.csv``).
     """
-    from common.ecn import describe
     out = Path(out)
     bn = summary.get("bottleneck") or {}
     intf = bn.get("intf")
@@ -613,8 +574,7 @@ def write_rounds(out: Path, summaries: list[dict]) -> list[dict]:
     _write_csv(out / "rounds.csv", list(ROUND_COLUMNS) + ["folder"], rows)
     doc = {"rounds": rows}
     if any(r["roce_mode"] for r in rows):
-        from experiments.rocerun import across_seeds
-        doc["roce_across_seeds"] = across_seeds(rows)
+        doc["roce_across_seeds"] = rocerun.across_seeds(rows)
     (out / "rounds.json").write_text(json.dumps(doc, indent=2, default=str))
     return rows
 

@@ -12,7 +12,13 @@ import numpy as np
 
 from common import collectives as C
 from common.errors import SetupError
+from common.roce import OVERHEAD_BYTES
+from controller.dataplane import ovs_trace_output_port
+from experiments import plot
+from experiments.fluid import hash_ecmp_min_rate, max_min_on_paths, max_min_rates
+from experiments.live import Agents, start_sampler, stop_sampler
 from experiments.rocerun import SPORT_BASE
+from experiments.tables import write_csv
 from traffic.collective import initial_array
 
 #: Rank r listens on BASE_PORT + r.
@@ -84,7 +90,6 @@ def roce_qps(n: int, kind: str) -> list[dict]:
 def payload_fraction(transport: str, mtu_bytes: int = 1024) -> float:
     """The share of a full frame's bytes on the wire that is payload: TCP 1448 of 1514 (timestamps
     on), RoCEv2 ``mtu_bytes`` of ``mtu_bytes`` + 58 (Ethernet, IP, UDP, BTH, ICRC)."""
-    from common.roce import OVERHEAD_BYTES
     return TCP_PAYLOAD_FRACTION if transport == "tcp" else mtu_bytes / (mtu_bytes + OVERHEAD_BYTES)
 
 
@@ -132,11 +137,10 @@ def host_jobs(lf, hosts: list[str], kind: str, elements: int, out: Path, deadlin
 def start(lf, state, hosts: list[str], kind: str, elements: int, out: Path, deadline_unix_s: float,
           start_in_s: float = 1.0, **job_args):
     """Start one agent per host of ``hosts`` and release them together; returns the released
-    ``experiments.runner._Agents`` (``wait(deadline)``, then ``kill()``). SetupError when an agent
+    ``experiments.live.Agents`` (``wait(deadline)``, then ``kill()``). SetupError when an agent
     is not ready."""
-    from experiments.runner import _Agents
     Path(out).mkdir(parents=True, exist_ok=True)
-    agents = _Agents(lf, state)
+    agents = Agents(lf, state)
     for h, j in host_jobs(lf, hosts, kind, elements, out, deadline_unix_s, **job_args).items():
         agents.start(h, "collective", j)
     agents.ready_then_release(start_in_s)
@@ -278,7 +282,6 @@ def bottleneck_rate_bps(fabric_map: dict, hosts: list[str], kind: str, routing: 
     Raises:
         ValueError: no transfer crosses the fabric (every rank on one host), or an unknown ``routing``.
     """
-    from experiments.fluid import hash_ecmp_min_rate, max_min_rates
     if routing not in ("ecmp", "single", "hash"):
         raise ValueError(f"routing must be ecmp, single or hash, not {routing!r}")
     rates = []
@@ -308,7 +311,6 @@ def traced_path(fabric_map: dict, src: str, dst: str, src_port: int, dst_port: i
         ValueError: a switch drops the flow or the walk does not reach ``dst``.
         SetupError: ovs-appctl failed.
     """
-    from controller.dataplane import ovs_trace_output_port
     trace = trace or ovs_trace_output_port
     hosts = {h["name"]: h for h in fabric_map["hosts"]}
     ends = {(sw["name"], p["port"]): (p["peer"], p["peer_port"]) for sw in fabric_map["switches"] for p in sw["ports"]}
@@ -339,7 +341,6 @@ def traced_rate_bps(fabric_map: dict, recs: list[dict], hosts: list[str], kind: 
     Raises:
         ValueError, SetupError: as :func:`traced_path`.
     """
-    from experiments.fluid import max_min_on_paths
     paths = {}
     for r, rec in enumerate(recs):
         if not rec or rec.get("connections") is None:
@@ -365,7 +366,7 @@ def alpha_from_run(time_s: float, kind: str, n: int, size_bytes: float, rate_bps
 
 
 def wait_done(agents, deadline_unix_s: float) -> dict:
-    """Wait for the agents (see ``_Agents.wait``), kill what is left; their exit codes."""
+    """Wait for the agents (see ``Agents.wait``), kill what is left; their exit codes."""
     try:
         return agents.wait(deadline_unix_s)
     finally:
@@ -395,7 +396,6 @@ def run_round(lf, state, coll: dict, out: Path, sample_hz: float, quiet: bool = 
     "transfers", "expected_transfers", "iterations": [timings], "errors", "dir"}]}``.
     Raises SetupError when the agents cannot start.
     """
-    from experiments.runner import start_sampler, stop_sampler
     hosts = coll["hosts"] or place_ranks(lf.fabric, coll["ranks"], coll["placement"])
     n, kind = len(hosts), coll["kind"]
     transport = coll.get("transport", "tcp")
@@ -462,8 +462,6 @@ def summarize(res: dict, out: Path) -> dict:
     the model's T and busbw, balance, exactness), ``collective_steps.csv`` (every rank's steps of
     every size) and the plots (step timeline of the largest size, busbw against size); returns
     the ``collective`` summary section."""
-    from experiments import plot
-    from experiments.analysis import _write_csv
     n, kind, rate, alpha = res["ranks"], res["kind"], res["rate_bps"], res["alpha_s"] or 0.0
     rows, steps = [], []
     for r in res["runs"]:
@@ -492,8 +490,8 @@ def summarize(res: dict, out: Path) -> dict:
     cols = ["size_bytes", "ranks", "kind", "placement", "exact", "transfers", "expected_transfers", "time_s",
             "algbw_bps", "busbw_bps", "model_time_s", "model_busbw_bps", "measured_over_model", "traced_rate_bps",
             "traced_model_time_s", "measured_over_traced_model", "alpha_s", "rate_bps", "balance", *ROCE_COLUMNS]
-    _write_csv(out / "collective.csv", cols, rows)
-    _write_csv(out / "collective_steps.csv", ["size_bytes", "iteration", "rank", "host", "step", "phase", "chunk",
+    write_csv(out / "collective.csv", cols, rows)
+    write_csv(out / "collective_steps.csv", ["size_bytes", "iteration", "rank", "host", "step", "phase", "chunk",
                                                "bytes", "start_s", "send_done_s", "recv_done_s", "end_s"], steps)
     good = [r for r in rows if r.get("busbw_bps")]
     if good:

@@ -29,6 +29,7 @@ import yaml
 
 from common.errors import ScenarioError
 from common.scenario import NAME, validate
+from experiments import plot, runner
 
 TOP_KEYS = ("name", "description", "base", "fabrics", "traffic")
 DEFAULT = Path(__file__).resolve().parent / "scenarios" / "compare-topologies.yaml"
@@ -163,7 +164,6 @@ def run_comparison(cmp: dict, results_root: Path, quiet: bool = False) -> Path:
     Raises: whatever :func:`experiments.runner.run` raises for a run (the runs
     before it keep their folders).
     """
-    from experiments import runner
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(results_root) / f"{stamp}-{cmp['name']}"
     out.mkdir(parents=True)
@@ -177,7 +177,6 @@ def run_comparison(cmp: dict, results_root: Path, quiet: bool = False) -> Path:
         if not quiet:
             print("  " + format_row(rows[-1]), flush=True)
         result = write_tables(out, cmp, rows)   # after every run: an interrupted comparison keeps what it has
-    from experiments import plot
     plot.plot_comparison(out)
     if not quiet:
         print(format_comparison(result, out))

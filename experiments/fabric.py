@@ -14,9 +14,16 @@ import time
 from functools import partial
 from pathlib import Path
 
+from mininet.link import Link
+from mininet.log import setLogLevel
+from mininet.net import Mininet
+from mininet.node import OVSSwitch, RemoteController
+
 from common.errors import SetupError
-from experiments.state import RunState
 from controller import dataplane
+from controller.ecnports import read_counters, request
+from experiments.state import RunState
+from topologies.mininet_topo import FabricTopo
 from topologies.spineleaf import Fabric
 
 REPO = Path(__file__).resolve().parent.parent
@@ -212,12 +219,7 @@ class LiveFabric:
             return "(no log)"
 
     def _start_mininet(self):
-        from mininet.link import Link
-        from mininet.log import setLogLevel
-        from mininet.net import Mininet
-        from mininet.node import OVSSwitch, RemoteController
 
-        from topologies.mininet_topo import FabricTopo
         setLogLevel("error")
         switch = partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13", failMode="secure")
         self.net = Mininet(topo=FabricTopo(self.fabric), switch=switch, link=Link, controller=None,
@@ -243,7 +245,6 @@ class LiveFabric:
             time.sleep(0.05)
 
     def _ecn_call(self, body: dict, timeout_s: float) -> dict:
-        from controller.ecnports import request
         if self.ecn_plan is None:
             raise SetupError("ECN change asked of a fabric started without an ECN plan")
         return request(self.control_dir, body, timeout_s, is_alive=lambda: self.controller.poll() is None)
@@ -254,7 +255,6 @@ class LiveFabric:
 
     def pfc_request(self, body: dict, timeout_s: float = 30.0) -> dict:
         """Send the controller's PFC part one request (controller.pfcports); its ack (SetupError on failure)."""
-        from controller.ecnports import request
         if self.pfc_plan is None:
             raise SetupError("PFC request to a fabric started without a PFC plan")
         return request(self.control_dir / "pfc", body, timeout_s=timeout_s,
@@ -268,7 +268,6 @@ class LiveFabric:
 
     def ecn_counters(self) -> dict:
         """Per-port marker counters now ({} without an ECN plan); see controller.ecnports.read_counters."""
-        from controller.ecnports import read_counters
         if self.ecn_plan is None:
             return {}
         return read_counters(self.control_dir, list(self.ecn_plan["ports"]))

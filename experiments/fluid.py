@@ -8,6 +8,8 @@ the emulator's CPU budget are what the measurement adds on top.
 """
 from __future__ import annotations
 
+import random
+import statistics
 from collections import defaultdict
 
 from controller.routing import compute_routes, port_peers
@@ -71,8 +73,6 @@ def hashed_path(fabric_map: dict, routes: dict, src: str, dst: str, rng, peer: d
 def _hash_ecmp_trials(fabric_map: dict, pairs: list[tuple[str, str]], trials: int, seed: int, reduce) -> dict:
     """``reduce(max-min rates)`` of ``pairs`` with every flow on one random equal-cost path
     (:func:`hashed_path`), over ``trials`` placements: ``{"median", "p10", "p90", "trials"}``."""
-    import random
-    import statistics
     rng = random.Random(seed)
     routes = compute_routes(fabric_map, "ecmp")
     peer = port_peers(fabric_map)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 
+from common.ecn import EcnProfile
+
 
 def queue_seen_bytes(packets: list, rate_bps: float) -> list[float]:
     """Per packet (rows ``[flow, seq, t_send_ns, t_recv_ns, ecn, length]``) the backlog it found, in bytes.
@@ -67,7 +69,6 @@ def red_buckets(packets: list, rate_bps: float, kmin_bytes: int, kmax_bytes: int
     expected is the mean of Pmax (q - Kmin)/(Kmax - Kmin) over the bucket's packets and ci95 the
     binomial 95% half-width of the measured fraction.
     """
-    from common.ecn import EcnProfile
     line = EcnProfile("red", kmin_bytes=kmin_bytes, kmax_bytes=kmax_bytes, pmax=pmax).mark_probability
     q = queue_seen_bytes(packets, rate_bps)
     width = (kmax_bytes - kmin_bytes) / buckets

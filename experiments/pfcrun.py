@@ -17,9 +17,14 @@ import contextlib
 import json
 from pathlib import Path
 
+from common.errors import SetupError
 from common.pfc import PfcConfig, parse_pfc
 from common.scenario import FRAME_BYTES, buffer_bytes
-from experiments.analysis import _percentile, _write_csv
+from controller import dataplane
+from experiments import probe
+from experiments.fabric import LiveFabric
+from experiments.live import Agents, warm_up_reachability
+from experiments.tables import percentile, write_csv
 
 #: What every result records as the PFC mechanism.
 MECHANISM = ("per-priority HTB classes with a TBF gate each on every switch port and host NIC; bytes held "
@@ -111,9 +116,9 @@ def round_results(out: Path, report: dict, before: dict | None, begin_unix_s: fl
             continue
         end = p["end_s"] if p["end_s"] is not None else report["now_s"]
         pauses.append({**p, "start_s": p["start_s"] + shift, "end_s": end + shift, "duration_s": end - p["start_s"]})
-    _write_csv(out / "pauses.csv", PAUSE_COLUMNS, pauses)
+    write_csv(out / "pauses.csv", PAUSE_COLUMNS, pauses)
     occ = [{**o, "t_s": o["t_s"] + shift} for o in report["occupancy"] if o["t_s"] >= begin]
-    _write_csv(out / "pfc_occupancy.csv", OCCUPANCY_COLUMNS, occ)
+    write_csv(out / "pfc_occupancy.csv", OCCUPANCY_COLUMNS, occ)
     per_port: dict[tuple, dict] = {}
     for p in pauses:
         d = per_port.setdefault((p["switch"], p["port"], p["priority"]),
@@ -136,7 +141,7 @@ def round_results(out: Path, report: dict, before: dict | None, begin_unix_s: fl
         "per_port": sorted(per_port.values(), key=lambda d: -d["paused_time_s"]),
         "pausing_switches": sorted({p["switch"] for p in pauses}),
         "paused_upstreams": sorted({p["upstream"] for p in pauses}),
-        "reaction_s": {"count": len(reactions), "p50": _percentile(reactions, 50), "p99": _percentile(reactions, 99),
+        "reaction_s": {"count": len(reactions), "p50": percentile(reactions, 50), "p99": percentile(reactions, 99),
                        "max": max(reactions) if reactions else None},
         "headroom": report["headroom"],
         "storms": [{**s, "t_s": s["t_s"] + shift} for s in report["storms"] if s["t_s"] >= begin],
@@ -147,7 +152,7 @@ def round_results(out: Path, report: dict, before: dict | None, begin_unix_s: fl
         "host_queue_full": sum(f.get("host_queue_full") or 0 for f in udp) if udp else None,
         "datagrams_lost": sum(f.get("datagrams_lost") or 0 for f in udp) if udp else None,
         # how long the senders took to hand over their bytes: paused NICs make it the congested port's pace
-        "sender_done_s": {"median": _percentile(done_s, 50), "max": max(done_s)} if done_s else None,
+        "sender_done_s": {"median": percentile(done_s, 50), "max": max(done_s)} if done_s else None,
         "errors": report["errors"],
         # where the time of the round's slowest pause reactions went (case: a late reaction overruns the headroom)
         "slowest_reactions": [{"t_s": t + shift, "reaction_s": a + b + c, "event_to_pauser_s": a,
@@ -208,10 +213,6 @@ def live_fabric(fabric, cfg: PfcConfig, buf_bytes: int, workdir: Path, state, bu
     Raises:
         SetupError: the fabric, the controller or the PFC plan failed to come up.
     """
-    from experiments import probe
-    from controller import dataplane
-    from experiments.fabric import LiveFabric
-    from experiments.runner import warm_up_reachability
     plan = pfc_plan(fabric.to_map(), cfg, buf_bytes, burst_bytes, host_fifo_bytes)
     datapath = probe.probe()["datapath"]
     with LiveFabric(fabric, workdir, state, datapath=datapath, pfc_plan=plan) as lf:
@@ -223,7 +224,6 @@ def live_fabric(fabric, cfg: PfcConfig, buf_bytes: int, workdir: Path, state, bu
             buf = dataplane.OvsTxBuffer(ovs_tx_budget_bytes, state)
         with buf:
             if datapath == "user" and not (buf.applied or buf.reason == "already large enough"):
-                from common.errors import SetupError
                 raise SetupError(f"could not enlarge Open vSwitch's transmit buffer: {buf.record()}")
             yield lf, plan
 
@@ -240,14 +240,13 @@ def start_udp_flows(lf, state, flows: list[dict], out: Path, port: int, deadline
             datagram (None: traffic.agent.UDP_IDLE_S); longer than any pause held on purpose.
 
     Returns:
-        the released ``experiments.runner._Agents`` (call ``wait(deadline)`` then ``kill()``).
+        the released ``experiments.live.Agents`` (call ``wait(deadline)`` then ``kill()``).
 
     Raises:
         SetupError: an agent did not get ready.
     """
-    from experiments.runner import _Agents
     Path(out).mkdir(parents=True, exist_ok=True)
-    agents = _Agents(lf, state)
+    agents = Agents(lf, state)
     by_dst: dict[str, int] = {}
     for f in flows:
         by_dst[f["dst"]] = by_dst.get(f["dst"], 0) + 1

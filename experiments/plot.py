@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from common.scenario import FRAME_BYTES  # noqa: E402
-from experiments.analysis import load_queue_samples  # noqa: E402
+from experiments.tables import load_queue_samples  # noqa: E402
 
 BIN_S = 0.05
 

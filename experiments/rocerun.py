@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 import time
 from pathlib import Path
 
 from common.dcqcn import DcqcnParams
+from common.errors import ScenarioError
+from common.scenario import buffer_bytes
+from experiments.live import Agents
+from experiments.tables import FLOW_COLUMNS, percentile, write_csv
+from traffic.patterns import message_schedule
 
 SENDER_QPN, RECEIVER_QPN, SPORT_BASE = 0x100, 0x200, 49152
 MODES = ("dcqcn", "none")
@@ -94,11 +100,10 @@ def host_jobs(lf, flows: list[dict], out: Path, deadline_unix_s: float, mode: st
 def start_roce_flows(lf, state, flows: list[dict], out: Path, deadline_unix_s: float, start_in_s: float = 1.0,
                      **job_args):
     """Start one RoCE agent per host of ``flows`` (see :func:`host_jobs` for ``job_args``) and release
-    them together. Returns the released ``experiments.runner._Agents`` (``wait(deadline)``, then
+    them together. Returns the released ``experiments.live.Agents`` (``wait(deadline)``, then
     ``kill()``). Raises SetupError when an agent did not get ready."""
-    from experiments.runner import _Agents
     Path(out).mkdir(parents=True, exist_ok=True)
-    agents = _Agents(lf, state)
+    agents = Agents(lf, state)
     for h, j in host_jobs(lf, flows, out, deadline_unix_s, **job_args).items():
         agents.start(h, "roce", j)
     agents.ready_then_release(start_in_s)
@@ -149,7 +154,6 @@ def scenario_flows(sc: dict, plan: list[dict], seed: int | None = None) -> list[
     traffic.patterns.message_schedule (``arrival``, ``load`` of the receiver's link, ``seed``: the
     round's, default the scenario's); other patterns one message of ``flow_bytes``, or a
     long-lived flow for ``duration_s``."""
-    from traffic.patterns import message_schedule
     t = sc["traffic"]
     if t["pattern"] != "incast":
         return [{"flow_id": f["flow_id"], "src": f["src"], "dst": f["dst"],
@@ -166,7 +170,6 @@ def dcqcn_params(sc: dict) -> DcqcnParams:
     """The scenario's DCQCN parameters: the scaled NIC defaults for the host link rate, with the
     ``roce.dcqcn`` keys given replacing them (``*_mbps`` keys in bit/s). Raises ScenarioError
     naming ``roce.dcqcn.<key>`` when the result is inconsistent."""
-    from common.errors import ScenarioError
     d = {k: v for k, v in sc["roce"]["dcqcn"].items() if v is not None}
     ts = d.pop("time_scale", None)
     over = {(k[:-5] + "_bps" if k.endswith("_mbps") else k): (v * 1e6 if k.endswith("_mbps") else v)
@@ -181,7 +184,6 @@ def dcqcn_params(sc: dict) -> DcqcnParams:
 
 def scenario_job_args(sc: dict, mode: str, sample_interval_s: float = 0.05) -> dict:
     """Keyword arguments of :func:`start_roce_flows` for a resolved scenario in RoCE ``mode``."""
-    from common.scenario import buffer_bytes
     r, host_mbps = sc["roce"], sc["topology"]["host_rate_mbps"]
     return {"mode": mode, "line_rate_mbps": host_mbps, "rate_mbps": r["rate_mbps"] or host_mbps,
             "dcqcn": dcqcn_params(sc), "dscp": sc["traffic"]["dscp"], "cnp_dscp": r["cnp_dscp"],
@@ -207,7 +209,6 @@ def collect_rows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> li
     rate samples). ``bytes_sent`` is message bytes (each counted once); ``complete`` means every
     message was acknowledged and every byte delivered once, in order; ``fct_s`` is the receiver's
     last byte."""
-    from experiments.analysis import FLOW_COLUMNS
     rows = []
     for rec in flow_records(plan, agent_dir):
         p, tx, rx = rec["flow"], rec["tx"], rec["rx"]
@@ -264,7 +265,6 @@ def add_to_summary(out: Path, summary: dict, rows: list[dict], mode: str, params
     NAKs, timeouts, host back-pressure, the receiving hosts' UDP receive drops
     (``host_udp_drops``), message completion times (count, median with its ~95%
     confidence interval, p99, max; case R4), pacing warnings (case T5) and the senders' last rates."""
-    from experiments.analysis import _percentile, _write_csv
     out = Path(out)
     msgs, rates = [], []
     for r in rows:
@@ -280,9 +280,9 @@ def add_to_summary(out: Path, summary: dict, rows: list[dict], mode: str, params
         for t_s, wire, rate, target in tx["samples"]:
             rates.append({"t_s": round(t_s - start, 6), "flow_id": r["flow_id"], "src": r["src"], "rate_bps": rate,
                           "target_bps": target, "wire_bytes_sent": wire})
-    _write_csv(out / "roce_messages.csv", ("flow_id", "src", "dst", "message", "bytes", "posted_s", "completed_s",
+    write_csv(out / "roce_messages.csv", ("flow_id", "src", "dst", "message", "bytes", "posted_s", "completed_s",
                                            "fct_s"), msgs)
-    _write_csv(out / "roce_rates.csv", ("t_s", "flow_id", "src", "rate_bps", "target_bps", "wire_bytes_sent"), rates)
+    write_csv(out / "roce_rates.csv", ("t_s", "flow_id", "src", "rate_bps", "target_bps", "wire_bytes_sent"), rates)
     per_flow = []
     for r in rows:
         tx, rx = ((r["roce"] or {}).get(k) or {} for k in ("tx", "rx"))
@@ -294,15 +294,15 @@ def add_to_summary(out: Path, summary: dict, rows: list[dict], mode: str, params
                          "duplicates_dropped": rx.get("duplicates"), "blocked_sends": tx.get("blocked_sends"),
                          "host_queue_full": tx.get("host_queue_full"), "final_rate_bps": tx.get("final_rate_bps"),
                          "achieved_fraction_of_pacer": tx.get("achieved_fraction_of_pacer")})
-    _write_csv(out / "roce_flows.csv", list(per_flow[0]) if per_flow else ["flow_id"], per_flow)
+    write_csv(out / "roce_flows.csv", list(per_flow[0]) if per_flow else ["flow_id"], per_flow)
     fcts = [m["fct_s"] for m in msgs if m["fct_s"] is not None]
     txs = [(r["roce"] or {}).get("tx") or {} for r in rows]
     rxs = [(r["roce"] or {}).get("rx") or {} for r in rows]
     summary["roce"] = {
         "mode": mode, "seed": seed, "dcqcn": params.as_dict() if (params is not None and mode == "dcqcn") else None,
         "flows": len(rows), "messages": len(msgs), "messages_complete": len(fcts),
-        "message_fct_s": {"median": _percentile(fcts, 50) if fcts else None, "median_ci95": _median_ci(fcts),
-                          "p99": _percentile(fcts, 99) if fcts else None, "max": max(fcts) if fcts else None},
+        "message_fct_s": {"median": percentile(fcts, 50) if fcts else None, "median_ci95": _median_ci(fcts),
+                          "p99": percentile(fcts, 99) if fcts else None, "max": max(fcts) if fcts else None},
         "cnps_sent": sum(x.get("cnps_sent", 0) for x in rxs),
         "cnps_received": sum(x.get("cnps_received", 0) for x in txs),
         "ce_packets": sum(x.get("ce_packets", 0) for x in rxs),
@@ -351,7 +351,6 @@ def across_seeds(round_rows: list[dict]) -> dict:
     """Rounds that share a RoCE mode, told apart by their seeds (case R4): per mode, the rounds, their
     seeds, and the median, smallest and largest of the rounds' message completion medians
     (``median_s``) and p99s (``p99_s``), from :func:`experiments.analysis.round_row` rows."""
-    import statistics
     out: dict[str, dict] = {}
     for r in round_rows:
         if r.get("roce_mode"):

@@ -11,27 +11,31 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-import select
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple
 
 import yaml
 
-from experiments import probe as envprobe
+from common.ecn import describe, port_profiles, profile_spec
 from common.errors import CapabilityError, ScenarioError, SetupError
 from common.scenario import FRAME_BYTES, buffer_bytes
-from experiments.state import RunState
 from controller import dataplane
-from controller.routing import ECMP_METHOD
+from controller.bpfmarker import OBJECT as ECN_BPF_OBJECT
 from controller.dataplane import PortQueue
-from experiments import analysis, reach
+from controller.pfcbpf import OBJECT as PFC_OBJECT
+from controller.routing import ECMP_METHOD
+from experiments import analysis, collrun, draw, pfcrun, plot, probe as envprobe, rocerun
 from experiments.fabric import REPO, LiveFabric
+from experiments.live import (_SIGNALLED, Agents, _on_signal, check_signalled, measure_rtt_s,  # noqa: F401
+                              start_sampler, stop_sampler, warm_up_reachability)
+from experiments.state import RunState
+from experiments.tables import write_csv
 from topologies.fattree import FatTree
 from topologies.spineleaf import SpineLeaf
 from traffic.patterns import flow_plan
@@ -60,28 +64,6 @@ def _maybe_fault(phase: str) -> None:
         raise InjectedFault(f"injected fault at phase {phase!r} ({FAULT_ENV})")
 
 
-_SIGNALLED: list[int] = []   # signals received during run(), in order
-
-
-def _on_signal(signum, _frame):
-    """SIGTERM/SIGINT: unwind through every `finally` (the fabric is torn down). Recorded too:
-    Python drops an exception raised while a ``__del__`` runs ("Exception ignored in ..."), and a
-    Ctrl-C that landed there once let a run finish with exit 0 (CI); :func:`check_signalled`
-    raises it again."""
-    _SIGNALLED.append(signum)
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise SystemExit(143)
-
-
-def check_signalled() -> None:
-    """Raise KeyboardInterrupt / SystemExit(143) if a signal arrived during this run and was lost."""
-    if _SIGNALLED:
-        if _SIGNALLED[0] == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise SystemExit(143)
-
-
 def build_fabric(sc: dict):
     """The pure fabric description for a resolved scenario (Spine-Leaf or Fat-Tree)."""
     t = dict(sc["topology"])
@@ -94,99 +76,6 @@ def port_queue(sc: dict, rate_mbps: float) -> PortQueue:
     q = sc["queues"]
     return PortQueue(rate_mbps=rate_mbps, buffer_bytes=q["buffer_bytes"], buffer_packets=q["buffer_packets"],
                      burst_bytes=q["burst_bytes"])
-
-
-class _Agents:
-    """Start agents inside hosts with popen, check readiness, release them together."""
-
-    def __init__(self, lf: LiveFabric, state: RunState):
-        self.lf, self.state = lf, state
-        self.procs = []
-
-    def start(self, host: str, role: str, job: dict):
-        """Launch one agent (``role`` rx/tx) in ``host``; :meth:`wait_ready` waits for it."""
-        h = self.lf.host(host)
-        p = h.popen([sys.executable, "-m", "traffic.agent", json.dumps(job)], cwd=str(REPO),
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.state.add_process(p.pid, f"agent {host} {role}")
-        self.procs.append((f"{host}.{role}", p))
-        return p
-
-    def wait_ready(self, timeout_s: float = 60.0):
-        """Wait until every started agent printed READY; SetupError naming the first that did not."""
-        deadline = time.monotonic() + timeout_s
-        for name, p in self.procs:
-            line = ""
-            while time.monotonic() < deadline:
-                r, _, _ = select.select([p.stdout], [], [], 0.1)
-                if r:
-                    line = p.stdout.readline()
-                    break
-                if p.poll() is not None:
-                    break
-            if line.strip() != "READY":
-                err = p.stderr.read() if p.poll() is not None else ""
-                raise SetupError(f"agent {name} not ready within {timeout_s:.0f} s: {err.strip()[-400:]}")
-
-    def ready_then_release(self, start_in_s: float):
-        """:meth:`wait_ready`, then release every agent ``start_in_s`` from now; on any failure
-        the agents are killed first (then the error propagates)."""
-        try:
-            self.wait_ready()
-        except BaseException:
-            self.kill()
-            raise
-        self.release(time.time() + start_in_s)
-
-    def release(self, start_at_unix_s: float):
-        for _, p in self.procs:
-            p.stdin.write(f"{start_at_unix_s:.6f}\n")
-            p.stdin.flush()
-
-    def wait(self, deadline_unix_s: float) -> dict[str, int]:
-        codes = {}
-        for host, p in self.procs:
-            check_signalled()
-            left = max(0.1, deadline_unix_s - time.time())
-            try:
-                codes[host] = p.wait(left)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                codes[host] = p.wait()
-        return codes
-
-    def kill(self):
-        for _, p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-
-
-def start_sampler(lf: LiveFabric, state: RunState, out: Path, hz: float) -> subprocess.Popen:
-    """Start the queue sampler process on every switch port; waits for READY."""
-    intfs = lf.fabric.switch_interfaces()
-    p = subprocess.Popen([sys.executable, "-m", "controller.qstats", "--intfs", ",".join(intfs),
-                          "--hz", str(hz), "--out", str(out / "queues_raw.csv"), "--meta", str(out / "sampler.json")],
-                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    state.add_process(p.pid, "sampler")
-    line = p.stdout.readline()
-    if line.strip() != "READY":
-        p.wait(5)
-        raise SetupError(f"queue sampler failed: {p.stderr.read().strip()}")
-    return p
-
-
-def stop_sampler(p: subprocess.Popen) -> None:
-    """SIGTERM the sampler and wait for it to write its files."""
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    if p.returncode != 0:
-        raise SetupError(f"queue sampler exited {p.returncode}: {p.stderr.read().strip()}")
 
 
 ALLOWED_CC = "net.ipv4.tcp_allowed_congestion_control"
@@ -238,31 +127,6 @@ def configure_hosts(lf: LiveFabric, hosts: dict) -> dict:
     return seen
 
 
-def warm_up_reachability(lf: LiveFabric) -> float:
-    """Probe every host pair once (ARP resolved before the synchronized start); return seconds taken.
-
-    Raises:
-        SetupError: some pair has not answered when 20 s passed without a new pair answering (or
-            after 300 s in all: a slow machine, e.g. an emulated CPU, resolves 552 pairs' ARP slowly).
-    """
-    res = reach.all_pairs(reach.live_fabric_hosts(lf), timeout_s=300, stall_s=20)
-    if res.missing:
-        raise SetupError(f"no connectivity before traffic: {len(res.missing)} of {res.pairs} host pairs "
-                         f"unreachable, e.g. {', '.join(f'{s}->{d}' for s, d in res.missing[:5])}")
-    return res.elapsed_s
-
-
-def measure_rtt_s(lf: LiveFabric, src: str, dst: str) -> float:
-    """Median round-trip time of 5 idle pings from ``src`` to ``dst`` in seconds (SetupError on loss)."""
-    p = lf.host(src).popen(["ping", "-c", "5", "-i", "0.05", "-W", "2", lf.fabric.node(dst).ip],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    text, _ = p.communicate(timeout=15)
-    rtts = sorted(float(m) for m in re.findall(r"time=([0-9.]+) ms", text))
-    if not rtts:
-        raise SetupError(f"ping {src}->{dst} got no reply: {text.strip()[-200:]}")
-    return rtts[len(rtts) // 2] / 1000.0
-
-
 def run(sc: dict, results_root: Path, quiet: bool = False) -> Path:
     """Run one resolved scenario; return its results folder.
 
@@ -310,12 +174,11 @@ def choose_marker(sc: dict, env: dict, needed: bool, priority_queues: bool = Fal
         return "none", "no round asks for ECN marking"
     asked = sc["ecn"]["marker"]
     has_red = bool(env["qdiscs"].get("red"))
-    from controller.bpfmarker import OBJECT
     if asked == "red" and not has_red:
         raise CapabilityError("ecn.marker: red: this kernel has no sch_red (use bpf or auto)")
     if asked == "bpf" or (asked == "auto" and (not has_red or priority_queues)):
-        if not OBJECT.exists():
-            raise CapabilityError(f"ecn.marker: bpf: {OBJECT} is not built (run 'sudo make setup'; "
+        if not ECN_BPF_OBJECT.exists():
+            raise CapabilityError(f"ecn.marker: bpf: {ECN_BPF_OBJECT} is not built (run 'sudo make setup'; "
                                   "needs clang and libbpf-dev)")
         if not env["qdiscs"].get("clsact"):
             raise CapabilityError("ecn.marker: bpf: this kernel has no clsact qdisc")
@@ -329,7 +192,6 @@ def choose_marker(sc: dict, env: dict, needed: bool, priority_queues: bool = Fal
 def ecn_plan(sc: dict, fabric_map: dict, marker: str, profiles: dict) -> dict:
     """The plan the controller applies (controller.ecnports): every switch port's rate, buffer,
     shaper burst, FIFO and first-round profile."""
-    from common.ecn import profile_spec
     q = sc["queues"]
     fifo = {"kind": "bfifo", "limit": q["buffer_bytes"]} if q["buffer_bytes"] is not None else \
         {"kind": "pfifo", "limit": q["buffer_packets"]}
@@ -368,7 +230,6 @@ def check_against_fabric(sc: dict):
         ScenarioError: naming the key (``traffic.pattern``, ``ecn.ports.<name>``, ``rounds[i].ecn.ports...``,
             ``roce.dcqcn.<key>``).
     """
-    from common.ecn import port_profiles
     fabric = build_fabric(sc)
     fabric_map = fabric.to_map()
     try:
@@ -379,7 +240,6 @@ def check_against_fabric(sc: dict):
     profiles = [port_profiles(r["ecn"], fabric_map, key=f"rounds[{i}].ecn" if sc["rounds"] else "ecn")
                 for i, r in enumerate(rounds)]
     if sc["traffic"]["transport"] == "roce":
-        from experiments import rocerun
         rocerun.dcqcn_params(sc)          # DCQCN overrides that contradict each other: named before anything starts
     return fabric, fabric_map, plan, rounds, profiles
 
@@ -398,7 +258,6 @@ class _RoundRun(NamedTuple):
 
 
 def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
-    from common.ecn import describe, profile_spec
     t_begin = time.monotonic()
     timings = {}
     t = sc["traffic"]
@@ -411,17 +270,14 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
             key = f"rounds[{i}].hosts.tcp_congestion_control" if sc["rounds"] else "hosts.tcp_congestion_control"
             raise CapabilityError(f"{key}: the kernel has no '{cc}' "
                                   f"(available: {' '.join(envprobe.tcp_congestion_controls()['available'])})")
-    from experiments import pfcrun
     pfc_cfg = pfcrun.pfc_config(sc)
     marker, why = choose_marker(sc, env, any(p.kind != "off" for pr in profiles for p in pr.values()),
                                 priority_queues=pfc_cfg is not None)
     plan_pfc = None
     if pfc_cfg is not None:
-        from controller.pfcbpf import OBJECT as PFC_OBJECT
         if not PFC_OBJECT.exists():
             raise CapabilityError(f"pfc: {PFC_OBJECT} is not built (run 'sudo make setup'; needs clang and "
                                   "libbpf-dev): the priority queues' accounting needs it")
-        from dataclasses import replace
         plan_pfc = pfcrun.pfc_plan(fabric_map, replace(pfc_cfg, enabled=rounds[0]["pfc"]["enabled"]),
                                    buffer_bytes(sc["queues"]), sc["queues"]["burst_bytes"],
                                    HOST_QUEUE_PACKETS * FRAME_BYTES)
@@ -518,10 +374,8 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
                     t_round = time.monotonic()
                     coll, coll_res = r["collective"], None
                     if coll["kind"] is not None:
-                        from experiments import collrun
                         roce_args = None
                         if coll["transport"] == "roce":
-                            from experiments import rocerun
                             roce_args = rocerun.collective_job_args(sc, r["roce"]["mode"])
                         coll_res = collrun.run_round(lf, state, {**coll, "seed": r["seed"], "roce_args": roce_args},
                                                      rdir / "agents",
@@ -544,7 +398,6 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
         dict(env, host_config=done[0].host_cfg) if not multi else
         dict(env, host_config_per_round={d.round["name"]: d.host_cfg for d in done}), indent=2))
 
-    from experiments import draw, plot
     summaries = []
     if done[0].collective is not None:
         return _collective_results(out, sc, env, fabric_map, done, timings, multi, quiet)
@@ -552,7 +405,6 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
         d.timings.update(teardown_s=timings["teardown_s"], total_s=timings["total_s"])
         roce = t["transport"] == "roce"
         if roce:
-            from experiments import rocerun
             flows = rocerun.collect_rows(d.dir / "agents", plan, d.codes)
         else:
             flows = analysis.collect_flows(d.dir / "agents", plan, d.codes)
@@ -586,8 +438,6 @@ def _collective_results(out: Path, sc: dict, env: dict, fabric_map: dict, done: 
                         quiet: bool) -> Path:
     """Results of a collective scenario: per round collective.csv, collective_steps.csv, plots and
     summary.json (``collective`` section); with rounds, collective_rounds.csv side by side."""
-    from experiments import collrun, draw
-    from experiments.analysis import _write_csv
     rows = []
     for d in done:
         c = collrun.summarize(d.collective, d.dir)
@@ -600,7 +450,7 @@ def _collective_results(out: Path, sc: dict, env: dict, fabric_map: dict, done: 
             print(f"{d.dir}\n  {collrun.format_line(c)}")
     draw.draw(fabric_map, out / "topology.png", title=sc["name"])
     if multi:
-        _write_csv(out / "collective_rounds.csv", list(rows[0]), rows)
+        write_csv(out / "collective_rounds.csv", list(rows[0]), rows)
     return out
 
 
@@ -625,7 +475,7 @@ def _traffic(lf, state, sc, out, agent_dir, plan, quiet, count_ecn=False, roce_m
             return _roce_traffic(lf, state, sc, agent_dir, plan, quiet, roce_mode, sc["seed"] if seed is None else seed)
         finally:
             stop_sampler(sampler)
-    agents = _Agents(lf, state)
+    agents = Agents(lf, state)
     by_dst, by_src = {}, {}
     for f in plan:
         by_dst.setdefault(f["dst"], []).append(f)
@@ -666,7 +516,6 @@ def _traffic(lf, state, sc, out, agent_dir, plan, quiet, count_ecn=False, roce_m
 
 def _roce_traffic(lf, state, sc, agent_dir, plan, quiet, mode: str, seed: int) -> dict[str, int]:
     """The RoCE agents of one round (see :func:`_traffic`)."""
-    from experiments import rocerun
     t = sc["traffic"]
     flows = rocerun.scenario_flows(sc, plan, seed)
     last_post = max((m["at_s"] for f in flows for m in f.get("messages", [])), default=0.0)

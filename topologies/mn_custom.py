@@ -35,6 +35,7 @@ def _this_file() -> str:
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(_this_file()))))
 
 from topologies.fattree import FatTree  # noqa: E402
+from topologies.mininet_topo import FabricTopo
 from topologies.spineleaf import SpineLeaf  # noqa: E402
 
 
@@ -54,7 +55,6 @@ def build(spec: str):
 
 def _topo(name):
     def make(*args):
-        from topologies.mininet_topo import FabricTopo
         return FabricTopo(build(",".join([name] + [str(a) for a in args])))
     return make
 

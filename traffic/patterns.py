@@ -1,6 +1,8 @@
 """Pure traffic schedules (no sockets, no root)."""
 from __future__ import annotations
 
+import random
+
 
 def incast_senders(hosts_by_leaf: dict[str, list[str]], receiver: str, count: int) -> list[str]:
     """Pick ``count`` senders for an N:1 incast toward ``receiver``.
@@ -49,7 +51,6 @@ def permutation_pairs(groups: dict[str, list[str]], seed: int) -> list[tuple[str
         ValueError: fewer than two groups, or one group holds more than half the hosts
             (then no such permutation exists).
     """
-    import random
     hosts = [h for hs in groups.values() for h in hs]
     group_of = {h: g for g, hs in groups.items() for h in hs}
     biggest = max((len(hs) for hs in groups.values()), default=0)
@@ -123,7 +124,6 @@ def message_schedule(senders: int, responses: int, size_bytes: int, arrival: str
     Returns one sorted list of times per sender. Raises ValueError on an unknown arrival, or a
     ``load`` outside (0, 1] where one is needed.
     """
-    import random
     if arrival not in ("synchronized", "poisson"):
         raise ValueError(f"unknown arrival {arrival!r} (synchronized or poisson)")
     lo = 1.0 if load is None and arrival == "synchronized" else load

@@ -399,7 +399,7 @@ class PcapThread(threading.Thread):
 
     def __init__(self, ifname: str, path: str):
         super().__init__(daemon=True)
-        from scapy.utils import PcapWriter
+        from scapy.utils import PcapWriter   # scapy loads in ~0.8 s: only an agent that captures
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         big_receive_buffer(self.sock, 16 << 20)   # a burst must not overflow the capture while the sender runs
         self.sock.bind((ifname, 0))

@@ -1,0 +1,160 @@
+"""The processes of a run inside a live fabric: traffic agents started in hosts and released
+together, the queue sampler, the all-pairs warm-up and RTT probe, and the run's signal record.
+
+Shared by the run loop and every workload module (they import it; it imports none of them).
+"""
+from __future__ import annotations
+
+import json
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common.errors import SetupError
+from experiments import reach
+from experiments.fabric import REPO, LiveFabric
+from experiments.state import RunState
+
+_SIGNALLED: list[int] = []   # signals received during run(), in order
+
+
+def _on_signal(signum, _frame):
+    """SIGTERM/SIGINT: unwind through every `finally` (the fabric is torn down). Recorded too:
+    Python drops an exception raised while a ``__del__`` runs ("Exception ignored in ..."), and a
+    Ctrl-C that landed there once let a run finish with exit 0 (CI); :func:`check_signalled`
+    raises it again."""
+    _SIGNALLED.append(signum)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(143)
+
+
+def check_signalled() -> None:
+    """Raise KeyboardInterrupt / SystemExit(143) if a signal arrived during this run and was lost."""
+    if _SIGNALLED:
+        if _SIGNALLED[0] == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(143)
+
+
+class Agents:
+    """Start agents inside hosts with popen, check readiness, release them together."""
+
+    def __init__(self, lf: LiveFabric, state: RunState):
+        self.lf, self.state = lf, state
+        self.procs = []
+
+    def start(self, host: str, role: str, job: dict):
+        """Launch one agent (``role`` rx/tx) in ``host``; :meth:`wait_ready` waits for it."""
+        h = self.lf.host(host)
+        p = h.popen([sys.executable, "-m", "traffic.agent", json.dumps(job)], cwd=str(REPO),
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.state.add_process(p.pid, f"agent {host} {role}")
+        self.procs.append((f"{host}.{role}", p))
+        return p
+
+    def wait_ready(self, timeout_s: float = 60.0):
+        """Wait until every started agent printed READY; SetupError naming the first that did not."""
+        deadline = time.monotonic() + timeout_s
+        for name, p in self.procs:
+            line = ""
+            while time.monotonic() < deadline:
+                r, _, _ = select.select([p.stdout], [], [], 0.1)
+                if r:
+                    line = p.stdout.readline()
+                    break
+                if p.poll() is not None:
+                    break
+            if line.strip() != "READY":
+                err = p.stderr.read() if p.poll() is not None else ""
+                raise SetupError(f"agent {name} not ready within {timeout_s:.0f} s: {err.strip()[-400:]}")
+
+    def ready_then_release(self, start_in_s: float):
+        """:meth:`wait_ready`, then release every agent ``start_in_s`` from now; on any failure
+        the agents are killed first (then the error propagates)."""
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.kill()
+            raise
+        self.release(time.time() + start_in_s)
+
+    def release(self, start_at_unix_s: float):
+        for _, p in self.procs:
+            p.stdin.write(f"{start_at_unix_s:.6f}\n")
+            p.stdin.flush()
+
+    def wait(self, deadline_unix_s: float) -> dict[str, int]:
+        codes = {}
+        for host, p in self.procs:
+            check_signalled()
+            left = max(0.1, deadline_unix_s - time.time())
+            try:
+                codes[host] = p.wait(left)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                codes[host] = p.wait()
+        return codes
+
+    def kill(self):
+        for _, p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def start_sampler(lf: LiveFabric, state: RunState, out: Path, hz: float) -> subprocess.Popen:
+    """Start the queue sampler process on every switch port; waits for READY."""
+    intfs = lf.fabric.switch_interfaces()
+    p = subprocess.Popen([sys.executable, "-m", "controller.qstats", "--intfs", ",".join(intfs),
+                          "--hz", str(hz), "--out", str(out / "queues_raw.csv"), "--meta", str(out / "sampler.json")],
+                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    state.add_process(p.pid, "sampler")
+    line = p.stdout.readline()
+    if line.strip() != "READY":
+        p.wait(5)
+        raise SetupError(f"queue sampler failed: {p.stderr.read().strip()}")
+    return p
+
+
+def stop_sampler(p: subprocess.Popen) -> None:
+    """SIGTERM the sampler and wait for it to write its files."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    if p.returncode != 0:
+        raise SetupError(f"queue sampler exited {p.returncode}: {p.stderr.read().strip()}")
+
+
+def warm_up_reachability(lf: LiveFabric) -> float:
+    """Probe every host pair once (ARP resolved before the synchronized start); return seconds taken.
+
+    Raises:
+        SetupError: some pair has not answered when 20 s passed without a new pair answering (or
+            after 300 s in all: a slow machine, e.g. an emulated CPU, resolves 552 pairs' ARP slowly).
+    """
+    res = reach.all_pairs(reach.live_fabric_hosts(lf), timeout_s=300, stall_s=20)
+    if res.missing:
+        raise SetupError(f"no connectivity before traffic: {len(res.missing)} of {res.pairs} host pairs "
+                         f"unreachable, e.g. {', '.join(f'{s}->{d}' for s, d in res.missing[:5])}")
+    return res.elapsed_s
+
+
+def measure_rtt_s(lf: LiveFabric, src: str, dst: str) -> float:
+    """Median round-trip time of 5 idle pings from ``src`` to ``dst`` in seconds (SetupError on loss)."""
+    p = lf.host(src).popen(["ping", "-c", "5", "-i", "0.05", "-W", "2", lf.fabric.node(dst).ip],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    text, _ = p.communicate(timeout=15)
+    rtts = sorted(float(m) for m in re.findall(r"time=([0-9.]+) ms", text))
+    if not rtts:
+        raise SetupError(f"ping {src}->{dst} got no reply: {text.strip()[-200:]}")
+    return rtts[len(rtts) // 2] / 1000.0
+

@@ -1,0 +1,52 @@
+"""The results folder's tables: the flow columns every workload fills, CSV writing, the sampler's
+CSV read back, percentiles. Pure file code (no root); every results module imports it, it imports none.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+
+#: The columns of flows.csv (TCP and UDP flows, and one row per RoCE flow).
+FLOW_COLUMNS = ("flow_id", "src", "dst", "src_ip", "src_port", "bytes_planned", "bytes_sent",
+                "bytes_received", "start_at_unix_s", "first_byte_s", "fct_s", "sender_done_s",
+                "congestion_control", "ecn_negotiated", "total_retrans", "rtt_us",
+                "ce_received", "ect_received", "not_ect_received", "transport", "datagrams_sent",
+                "datagrams_received", "datagrams_lost", "blocked_sends", "host_queue_full", "complete", "error")
+
+
+def percentile(values, q: float) -> float | None:
+    """The ``q``-th percentile (0-100, numpy's linear interpolation) of ``values``; None when empty."""
+    return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else None
+
+
+def load_queue_samples(path: Path, t0_unix_s: float) -> dict[str, dict[str, np.ndarray]]:
+    """Read a sampler CSV into ``{intf: {column: array}}`` with ``t_s`` relative to ``t0_unix_s``."""
+    per: dict[str, list] = {}
+    with open(path) as f:
+        r = csv.reader(f)
+        header = next(r)
+        ti = header.index("t_unix_s") if "t_unix_s" in header else header.index("t_s")
+        ii = header.index("intf")
+        cols = [c for c in header if c not in ("t_unix_s", "t_s", "intf")]
+        idx = [header.index(c) for c in cols]
+        for row in r:
+            per.setdefault(row[ii], []).append([float(row[ti])] + [float(row[i]) for i in idx])
+    out = {}
+    for intf, rows in per.items():
+        a = np.asarray(rows)
+        d = {"t_s": a[:, 0] - t0_unix_s if "t_unix_s" in header else a[:, 0]}
+        for k, c in enumerate(cols):
+            d[c] = a[:, k + 1]
+        out[intf] = d
+    return out
+
+
+def write_csv(path: Path, columns, rows) -> None:
+    """Write ``rows`` (dicts) to ``path`` with a header of ``columns``; keys outside them are left out."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)

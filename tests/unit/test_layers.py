@@ -1,0 +1,87 @@
+"""The layers hold: import-linter's contracts (pyproject.toml, [tool.importlinter]) pass on the
+tree, and they break on a deliberately added upward import or cycle (so the check can fail).
+Function-local imports are only the listed slow or framework imports, each with its reason."""
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("common", "topologies", "controller", "traffic", "experiments")
+LINT = Path(sys.executable).with_name("lint-imports")
+
+#: (file, imported module) -> why it is imported inside a function and not at the top
+LOCAL_IMPORTS_ALLOWED = {
+    ("common/pfc.py", "scapy.contrib.mac_control"): "scapy loads in ~0.8 s; only frame building needs it",
+    ("common/pfc.py", "scapy.layers.l2"): "scapy, as above",
+    ("common/roce.py", "scapy.contrib.roce"): "scapy: the reference frames only",
+    ("common/roce.py", "scapy.layers.inet"): "scapy, as above",
+    ("common/roce.py", "scapy.layers.l2"): "scapy, as above",
+    ("common/roce.py", "scapy.packet"): "scapy, as above",
+    ("traffic/roce.py", "scapy.utils"): "scapy: only an agent that captures frames",
+    ("traffic/agent.py", "traffic.collective"): "numpy: only the agents that reduce arrays",
+    ("traffic/agent.py", "traffic.roce"): "only RoCE agents",
+    ("experiments/analysis.py", "scipy.stats"): "scipy.stats loads in ~0.7 s; only the ECMP balance test",
+    ("controller/main.py", "controller"): "os-ken patches the standard library as it loads: after argument parsing",
+    ("controller/main.py", "controller.ofp"): "os-ken, as above",
+    ("controller/main.py", "topologies.mn_custom"): "only the controller of a plain `mn --custom` run",
+}
+
+
+def lint(root: Path, *contracts: str) -> subprocess.CompletedProcess:
+    """Run lint-imports on the contracts in ``root``/pyproject.toml (only ``contracts``, by id,
+    when given) with ``root`` on the path."""
+    only = [a for c in contracts for a in ("--contract", c)]
+    return subprocess.run([str(LINT), "--no-cache", "--no-logo", *only, str(root / "pyproject.toml")], cwd=root,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_layer_contracts_are_kept():
+    res = lint(REPO)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "0 broken" in res.stdout
+
+
+@pytest.fixture()
+def tree_copy(tmp_path):
+    """The five packages and pyproject.toml, copied to be broken on purpose."""
+    for p in PACKAGES:
+        shutil.copytree(REPO / p, tmp_path / p, ignore=shutil.ignore_patterns("__pycache__", "scenarios", "bpf"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("where, line, contract", [
+    ("common/errors.py", "from experiments import runner", "layers"),             # upward
+    ("common/ecn.py", "from common.scenario import load_scenario", "pure-models"),  # the schema in a model
+    ("traffic/agent.py", "from controller import dataplane", "layers"),            # an agent on the data plane
+    ("traffic/patterns.py", "import yaml", "agents-and-topologies"),               # parsing below the schema
+    ("experiments/tables.py", "from experiments import analysis", "acyclic"),      # a cycle
+])
+def test_a_deliberate_violation_breaks_its_contract(tree_copy, where, line, contract):
+    with open(tree_copy / where, "a") as f:
+        f.write(f"\n{line}  # deliberately wrong\n")
+    assert lint(tree_copy, contract).returncode == 1, lint(tree_copy, contract).stdout
+    whole = lint(tree_copy)
+    assert whole.returncode == 1 and "0 broken" not in whole.stdout, whole.stdout
+
+
+def test_function_local_imports_are_only_the_listed_ones():
+    found = {}
+    for pkg in PACKAGES:
+        for f in sorted((REPO / pkg).rglob("*.py")):
+            tree = ast.parse(f.read_text())
+            for fn in ast.walk(tree):
+                if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    for n in ast.walk(fn):
+                        if isinstance(n, (ast.Import, ast.ImportFrom)):
+                            mod = n.module if isinstance(n, ast.ImportFrom) else n.names[0].name
+                            found[(str(f.relative_to(REPO)), mod)] = n.lineno
+    unexplained = {k: v for k, v in found.items() if k not in LOCAL_IMPORTS_ALLOWED}
+    assert not unexplained, f"imports inside functions (move them to the top, or list them with a reason): {unexplained}"
+    stale = set(LOCAL_IMPORTS_ALLOWED) - set(found)
+    assert not stale, f"listed but gone: {stale}"
