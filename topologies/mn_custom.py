@@ -35,7 +35,7 @@ def _this_file() -> str:
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(_this_file()))))
 
 from topologies.fattree import FatTree  # noqa: E402
-from topologies.mininet_topo import FabricTopo
+from topologies.mininet_topo import FabricTopo  # noqa: E402
 from topologies.spineleaf import SpineLeaf  # noqa: E402
 
 
