@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from experiments import probe  # noqa: E402
 from common.ecn import EcnProfile  # noqa: E402
-from common.scenario import FRAME_BYTES  # noqa: E402
+from experiments.scenario import FRAME_BYTES  # noqa: E402
 from experiments.state import RunState  # noqa: E402
 from controller import dataplane  # noqa: E402
 from experiments.fabric import LiveFabric  # noqa: E402

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from common.errors import CapabilityError, ScenarioError, SetupError
-from common.scenario import load_scenario
+from experiments.scenario import load_scenario
 from experiments.state import clean_stale
 
 # Each subcommand imports its own modules inside main(): `check` loads the parser and the fabric

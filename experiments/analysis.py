@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from common.ecn import describe
-from common.scenario import FRAME_BYTES
+from common.units import FRAME_BYTES
 from experiments import pfcrun, rocerun
 from experiments.fluid import hash_ecmp_aggregate, max_min_rates
 from experiments.tables import (FLOW_COLUMNS, load_queue_samples, percentile as _percentile,  # noqa: F401
@@ -391,7 +391,7 @@ def ecmp_balance(flows_per_path: dict[str, int]) -> dict:
     Raises:
         ValueError: fewer than two paths or no flows.
     """
-    from scipy.stats import chisquare   # scipy.stats loads in ~0.7 s: only the ECMP balance test needs it
+    from scipy.stats import chisquare  # scipy.stats loads in ~0.7 s: only the ECMP balance test needs it
     counts = [int(flows_per_path[k]) for k in sorted(flows_per_path)]
     if len(counts) < 2 or sum(counts) == 0:
         raise ValueError(f"need >= 2 paths and >= 1 flow, got {flows_per_path}")

@@ -28,8 +28,8 @@ from pathlib import Path
 import yaml
 
 from common.errors import ScenarioError
-from common.scenario import NAME, validate
 from experiments import plot, runner
+from experiments.scenario import NAME, validate
 
 TOP_KEYS = ("name", "description", "base", "fabrics", "traffic")
 DEFAULT = Path(__file__).resolve().parent / "scenarios" / "compare-topologies.yaml"

@@ -19,11 +19,11 @@ from pathlib import Path
 
 from common.errors import SetupError
 from common.pfc import PfcConfig, parse_pfc
-from common.scenario import FRAME_BYTES, buffer_bytes
 from controller import dataplane
 from experiments import probe
 from experiments.fabric import LiveFabric
 from experiments.live import Agents, warm_up_reachability
+from experiments.scenario import FRAME_BYTES, buffer_bytes
 from experiments.tables import percentile, write_csv
 
 #: What every result records as the PFC mechanism.

@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from common.scenario import FRAME_BYTES  # noqa: E402
+from common.units import FRAME_BYTES  # noqa: E402
 from experiments.tables import load_queue_samples  # noqa: E402
 
 BIN_S = 0.05

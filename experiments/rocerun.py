@@ -17,8 +17,8 @@ from pathlib import Path
 
 from common.dcqcn import DcqcnParams
 from common.errors import ScenarioError
-from common.scenario import buffer_bytes
 from experiments.live import Agents
+from experiments.scenario import buffer_bytes
 from experiments.tables import FLOW_COLUMNS, percentile, write_csv
 from traffic.patterns import message_schedule
 

@@ -24,7 +24,6 @@ import yaml
 
 from common.ecn import describe, port_profiles, profile_spec
 from common.errors import CapabilityError, ScenarioError, SetupError
-from common.scenario import FRAME_BYTES, buffer_bytes
 from controller import dataplane
 from controller.bpfmarker import OBJECT as ECN_BPF_OBJECT
 from controller.dataplane import PortQueue
@@ -34,6 +33,7 @@ from experiments import analysis, collrun, draw, pfcrun, plot, probe as envprobe
 from experiments.fabric import REPO, LiveFabric
 from experiments.live import (_SIGNALLED, Agents, _on_signal, check_signalled, measure_rtt_s,  # noqa: F401
                               start_sampler, stop_sampler, warm_up_reachability)
+from experiments.scenario import FRAME_BYTES, buffer_bytes
 from experiments.state import RunState
 from experiments.tables import write_csv
 from topologies.fattree import FatTree

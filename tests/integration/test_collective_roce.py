@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from common.dcqcn import DcqcnParams
-from common.scenario import FRAME_BYTES
+from experiments.scenario import FRAME_BYTES
 from experiments.state import RunState
 from controller.dataplane import PortQueue
 from experiments import collrun, rocerun

@@ -28,7 +28,7 @@ import pytest
 
 from experiments import probe
 from common.ecn import port_profiles
-from common.scenario import FRAME_BYTES, validate
+from experiments.scenario import FRAME_BYTES, validate
 from experiments.state import RunState
 from controller import dataplane
 from experiments import marking

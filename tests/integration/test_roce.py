@@ -17,7 +17,7 @@ import pytest
 
 from common import roce
 from common.dcqcn import DcqcnParams
-from common.scenario import FRAME_BYTES
+from experiments.scenario import FRAME_BYTES
 from experiments import rocerun
 from experiments.runner import start_sampler, stop_sampler
 

@@ -213,7 +213,7 @@ def test_plots_of_a_collective(tmp_path):
 
 def test_collective_scenario_section_is_validated():
     from common.errors import ScenarioError
-    from common.scenario import validate
+    from experiments.scenario import validate
     base = {"name": "c", "topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 4}}
     sc = validate({**base, "collective": {"kind": "allreduce", "ranks": 4},
                    "rounds": [{"name": "a", "collective": {"placement": "spread"}}, {"name": "b"}]})

@@ -5,7 +5,7 @@ import pytest
 
 from common.ecn import SWITCH_LAYERS, EcnProfile, describe, parse_profile, port_profiles, profile_spec, resolve_ecn
 from common.errors import ScenarioError
-from common.scenario import FRAME_BYTES, validate
+from experiments.scenario import FRAME_BYTES, validate
 from controller import dataplane
 from controller.bpfmarker import CFG, ST, decode_st, encode_cfg
 from experiments import analysis, marking

@@ -2,7 +2,7 @@
 import pytest
 
 from common.errors import ScenarioError
-from common.scenario import validate
+from experiments.scenario import validate
 from experiments import rocerun
 from experiments.runner import check_against_fabric, resolve_rounds
 

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from common.errors import ScenarioError
-from common.scenario import load_scenario, validate
+from experiments.scenario import load_scenario, validate
 
 DEFAULT = Path(__file__).resolve().parents[2] / "experiments" / "scenarios" / "incast.yaml"
 
@@ -95,7 +95,7 @@ def test_fattree_receiver_must_exist():
 
 
 def test_traffic_patterns_checked_against_the_fabric():
-    from common.scenario import MAX_FLOWS
+    from experiments.scenario import MAX_FLOWS
     ok = validate({"name": "p", "traffic": {"pattern": "permutation", "flows_per_pair": 8, "duration_s": 5}})
     assert ok["traffic"]["flows_per_pair"] == 8
     with pytest.raises(ScenarioError) as e:

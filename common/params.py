@@ -1,0 +1,63 @@
+"""Scenario fields: one declared key with its type, range and default (pure; raises ScenarioError
+naming the key). The scenario schema (experiments.scenario) and every registered topology, pattern
+or feature declare their keys with these."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from common.errors import ScenarioError
+
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class F:
+    """One scalar field of the schema.
+
+    Attributes:
+        types: accepted Python types (bool is never accepted as a number).
+        default: value used when the key is absent; ``_REQUIRED`` if mandatory,
+            None if the key is optional and has no value.
+        lo, hi: inclusive numeric range, if any.
+        choices: accepted values, if restricted.
+        pattern: regular expression a string must match in full.
+    """
+
+    types: tuple
+    default: Any = None
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple | None = None
+    pattern: str | None = None
+
+    def check(self, key: str, value: Any) -> Any:
+        """Return ``value`` if valid for this field, else raise ScenarioError naming ``key``."""
+        if value is None and self.default is None:
+            return None
+        if isinstance(value, bool) and bool not in self.types:
+            raise ScenarioError(key, f"expected {self._tname()}, got a boolean")
+        if not isinstance(value, self.types):
+            raise ScenarioError(key, f"expected {self._tname()}, got {type(value).__name__} {value!r}")
+        if self.choices is not None and value not in self.choices:
+            raise ScenarioError(key, f"must be one of {', '.join(map(str, self.choices))}; got {value!r}")
+        if self.lo is not None and value < self.lo:
+            raise ScenarioError(key, f"must be >= {self.lo}, got {value!r}")
+        if self.hi is not None and value > self.hi:
+            raise ScenarioError(key, f"must be <= {self.hi}, got {value!r}")
+        if self.pattern is not None and not re.fullmatch(self.pattern, value):
+            raise ScenarioError(key, f"must match {self.pattern}, got {value!r}")
+        return value
+
+    def _tname(self) -> str:
+        return " or ".join(t.__name__ for t in self.types)
+
+
+@dataclass(frozen=True)
+class ListOf:
+    """A list whose items are all checked by ``item``; ``default`` as for :class:`F`."""
+
+    item: F
+    default: Any = None
+    min_len: int = 0
