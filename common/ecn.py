@@ -143,23 +143,25 @@ def describe(p: EcnProfile) -> str:
     return f"red {p.kmin_bytes}-{p.kmax_bytes} B Pmax {p.pmax:g}{w}"
 
 
-#: Switch layers per fabric kind (topologies.spineleaf.LAYERS without hosts; a unit test keeps them equal).
-SWITCH_LAYERS = {"spineleaf": ("spine", "leaf"), "fattree": ("core", "aggregation", "edge")}
 #: How a port's marking is done: ``auto`` picks ``red`` where the kernel has sch_red, else ``bpf``.
 MARKERS = ("auto", "red", "bpf")
 ECN_KEYS = ("marker", "profile", "layers", "ports")
 PORT_NAME = r"[A-Za-z0-9_.-]{1,15}-eth[0-9]{1,4}"
 
 
-def resolve_ecn(section, kind: str, buffer_bytes: int, key: str = "ecn", allow_marker: bool = True) -> dict:
+def resolve_ecn(section, kind: str, switch_layers: tuple[str, ...], buffer_bytes: int, key: str = "ecn",
+                allow_marker: bool = True) -> dict:
     """Check a scenario's ``ecn`` section; return it with every profile in byte syntax.
+
+    ``kind`` names the fabric (for messages) and ``switch_layers`` are its switch layers (the
+    ``layers`` keys allowed: ``("spine", "leaf")``; experiments.scenario.switch_layers).
 
     Shape::
 
         ecn:
           marker: auto | red | bpf     # default auto
           profile: <profile>           # every switch egress port; default off
-          layers: {<layer>: <profile>} # spine/leaf or core/aggregation/edge
+          layers: {<layer>: <profile>} # e.g. spine/leaf, core/aggregation/edge, router
           ports: {<switch port>: <profile>}   # e.g. l1-eth1 (checked against the fabric by the runner)
 
     Raises:
@@ -187,9 +189,9 @@ def resolve_ecn(section, kind: str, buffer_bytes: int, key: str = "ecn", allow_m
             raise ScenarioError(f"{key}.{name}", "expected a mapping")
     out["layers"] = {}
     for layer, spec in layers.items():
-        if layer not in SWITCH_LAYERS[kind]:
+        if layer not in switch_layers:
             raise ScenarioError(f"{key}.layers.{layer}", f"no such switch layer in a {kind} fabric "
-                                                         f"(its layers: {', '.join(SWITCH_LAYERS[kind])})")
+                                                         f"(its layers: {', '.join(switch_layers)})")
         out["layers"][layer] = profile_spec(parse_profile(spec, buffer_bytes, f"{key}.layers.{layer}"))
     out["ports"] = {}
     for port, spec in ports.items():

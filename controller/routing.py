@@ -1,12 +1,16 @@
 """Routing policy (pure): per-destination next hops computed from the fabric map.
 
 L3-style forwarding per destination host: at each switch the next hops to
-a host are all neighbours one hop closer to the host's switch (shortest
-paths, computed with networkx on the switch graph). With several equal-cost
+a host are all neighbours on a shortest path to the host's switch (shortest
+by the sum of link costs, 1 per link unless the fabric map says otherwise;
+computed with networkx on the switch graph). A Dragonfly gives its global
+links cost 3, so that a path with one global link (at most local, global,
+local: cost <= 5) always beats one with two (cost >= 6): minimal routing
+(Kim et al., ISCA 2008). With several equal-cost
 next hops the controller hashes each flow's 5-tuple onto one of them (ECMP;
 see :func:`ecmp_tables` and :mod:`controller.app`).
 No learning, no flooding: loops cannot form because every hop strictly
-decreases the distance to the destination.
+decreases the distance to the destination (every cost is positive).
 """
 from __future__ import annotations
 
@@ -41,13 +45,15 @@ def hash_basis(switch_index: int) -> int:
 
 
 def switch_graph(fabric_map: dict) -> nx.MultiGraph:
-    """Switch-only multigraph of the fabric map; edge attribute ``ports`` = {switch: port}."""
+    """Switch-only multigraph of the fabric map; edge attributes ``ports`` = {switch: port} and
+    ``cost`` (the link's routing cost, 1 when the map gives none)."""
     g = nx.MultiGraph()
     names = {s["name"] for s in fabric_map["switches"]}
     g.add_nodes_from(names)
     for link in fabric_map["links"]:
         if link["a"] in names and link["b"] in names:
-            g.add_edge(link["a"], link["b"], ports={link["a"]: link["a_port"], link["b"]: link["b_port"]})
+            g.add_edge(link["a"], link["b"], ports={link["a"]: link["a_port"], link["b"]: link["b_port"]},
+                       cost=link.get("cost", 1))
     return g
 
 
@@ -73,7 +79,7 @@ def compute_routes(fabric_map: dict, mode: str = "ecmp") -> dict[str, dict[str, 
     for h_index, host in enumerate(fabric_map["hosts"]):
         edge = host["switch"]
         if edge not in dist_cache:
-            dist_cache[edge] = nx.single_source_shortest_path_length(g, edge)
+            dist_cache[edge] = nx.single_source_dijkstra_path_length(g, edge, weight="cost")
         dist = dist_cache[edge]
         for sw in g.nodes:
             if sw == edge:
@@ -82,7 +88,7 @@ def compute_routes(fabric_map: dict, mode: str = "ecmp") -> dict[str, dict[str, 
             if sw not in dist:
                 raise ValueError(f"host {host['name']} unreachable from switch {sw}")
             ports = sorted(data["ports"][sw] for _, nbr, data in g.edges(sw, data=True)
-                           if dist.get(nbr, 1 << 30) == dist[sw] - 1)
+                           if dist.get(nbr, 1 << 30) + data["cost"] == dist[sw])
             if mode == "single":
                 ports = [ports[h_index % len(ports)]]
             routes[sw][host["ip"]] = ports

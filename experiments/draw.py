@@ -15,7 +15,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from topologies.spineleaf import LAYERS, oversubscription_per_switch  # noqa: E402
+import numpy as np  # noqa: E402
+
+from topologies import TOPOLOGIES  # noqa: E402
+from topologies.spineleaf import map_layers, oversubscription_per_switch  # noqa: E402
 
 #: Hosts are drawn with names up to this many (beyond, dots only).
 MAX_LABELLED = 48
@@ -26,8 +29,10 @@ MAX_SWITCH_LABELS = 24
 def end_to_end_oversubscription(fabric_map: dict) -> Fraction | None:
     """Host capacity / capacity of the links into the top layer (spines, core): 3 for the
     default 3:1 Spine-Leaf, 4 for a Fat-Tree whose edge and aggregation layers are each 2:1.
-    None for a one-switch-layer fabric."""
-    rows = LAYERS[fabric_map["kind"]]
+    None for a one-switch-layer fabric (a Dragonfly's routers are one layer)."""
+    rows = map_layers(fabric_map)
+    if len(rows) < 3:
+        return None
     top = {s["name"] for s in fabric_map["switches"] if s["layer"] == rows[0]}
     hosts = sum(Fraction(h["rate_mbps"]).limit_denominator(1000) for h in fabric_map["hosts"])
     into_top = sum(Fraction(l["rate_mbps"]).limit_denominator(1000) for l in fabric_map["links"]
@@ -42,7 +47,8 @@ def _ratio(r: Fraction) -> str:
 def draw(fabric_map: dict, path: Path, title: str | None = None) -> Path:
     """Draw ``fabric_map`` (see topologies.spineleaf.Fabric.to_map) into ``path``; return it.
 
-    Nodes sit on one row per layer (spines/core on top, hosts at the bottom),
+    Nodes sit on one row per layer (spines/core on top, hosts at the bottom; links between two
+    switches of one row, a Dragonfly's local and global links, are arcs above it),
     each switch labelled with its name and, where it has uplinks, its
     oversubscription; every group of links between two layers is labelled
     with its rate (and the number of parallel links per pair if more than one).
@@ -50,7 +56,7 @@ def draw(fabric_map: dict, path: Path, title: str | None = None) -> Path:
     Raises:
         KeyError: a layer or node the map does not define.
     """
-    rows = list(LAYERS[fabric_map["kind"]])
+    rows = list(map_layers(fabric_map))
     nodes = defaultdict(list)
     for s in fabric_map["switches"]:
         nodes[s["layer"]].append(s["name"])
@@ -66,11 +72,19 @@ def draw(fabric_map: dict, path: Path, title: str | None = None) -> Path:
     rate_groups: dict[tuple[str, str], set] = defaultdict(set)
     pair_count: dict[tuple[str, str], int] = defaultdict(int)
     layer_of = {n: layer for layer, ns in nodes.items() for n in ns}
+    arc_top = 0.0
     for link in fabric_map["links"]:
         a, b = link["a"], link["b"]
         (xa, ya), (xb, yb) = pos[a], pos[b]
         lw = 0.4 + 1.6 * min(link["rate_mbps"], 100) / 100
-        ax.plot([xa, xb], [ya, yb], color="#7a8ca3", lw=lw, alpha=0.6, zorder=1)
+        if ya == yb:        # two switches of one layer (a Dragonfly's routers): an arc above the row
+            t = np.linspace(0.0, 1.0, 24)
+            rise = 0.12 * np.sqrt(abs(xb - xa))
+            arc_top = max(arc_top, rise)
+            xs, ys = xa + (xb - xa) * t, ya + 0.3 + rise * np.sin(np.pi * t)
+            ax.plot(xs, ys, color="#7a8ca3", lw=lw, alpha=0.6, zorder=1)
+        else:
+            ax.plot([xa, xb], [ya, yb], color="#7a8ca3", lw=lw, alpha=0.6, zorder=1)
         key = tuple(sorted((layer_of[a], layer_of[b]), key=rows.index))
         rate_groups[key].add(link["rate_mbps"])
         pair_count[(a, b) if a < b else (b, a)] += 1
@@ -100,9 +114,10 @@ def draw(fabric_map: dict, path: Path, title: str | None = None) -> Path:
         y = (len(rows) - 1 - rows.index(upper) + len(rows) - 1 - rows.index(lower)) / 2
         par = parallel[(upper, lower)]
         extra = f", x{max(par)} parallel" if max(par) > 1 else ""
+        y += 0.25 if upper == lower else 0
         ax.text(widest + 0.2, y, f"{lower}-{upper}: {', '.join(f'{r:g}' for r in sorted(rates))} Mbit/s{extra}",
                 fontsize=8, va="center", ha="left", color="#2d3748")
-    kinds = {"spineleaf": "Spine-Leaf", "fattree": "Fat-Tree"}
+    kinds = {kind: cls.TITLE for kind, cls in TOPOLOGIES.items()}
     ratios = sorted(set(over.values()))
     e2e = end_to_end_oversubscription(fabric_map)
     sub = (f"{len(fabric_map['switches'])} switches, {len(fabric_map['hosts'])} hosts; oversubscription "
@@ -113,7 +128,7 @@ def draw(fabric_map: dict, path: Path, title: str | None = None) -> Path:
     ax.set_yticklabels(list(reversed(rows)))
     ax.set_xticks([])
     ax.set_xlim(-0.3, widest * 1.45 + 0.5)
-    ax.set_ylim(-0.7, len(rows) - 0.4)
+    ax.set_ylim(-0.7, len(rows) - 0.4 + arc_top + (0.3 if arc_top else 0))
     for side in ("top", "right", "bottom"):
         ax.spines[side].set_visible(False)
     fig.tight_layout()

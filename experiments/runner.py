@@ -33,11 +33,9 @@ from experiments import analysis, collrun, draw, pfcrun, plot, probe as envprobe
 from experiments.fabric import REPO, LiveFabric
 from experiments.live import (_SIGNALLED, Agents, _on_signal, check_signalled, measure_rtt_s,  # noqa: F401
                               start_sampler, stop_sampler, warm_up_reachability)
-from experiments.scenario import FRAME_BYTES, buffer_bytes
+from experiments.scenario import FRAME_BYTES, buffer_bytes, topology_of
 from experiments.state import RunState
 from experiments.tables import write_csv
-from topologies.fattree import FatTree
-from topologies.spineleaf import SpineLeaf
 from traffic.patterns import flow_plan
 
 #: Host NIC queue length in packets (like a default txqueuelen).
@@ -65,10 +63,8 @@ def _maybe_fault(phase: str) -> None:
 
 
 def build_fabric(sc: dict):
-    """The pure fabric description for a resolved scenario (Spine-Leaf or Fat-Tree)."""
-    t = dict(sc["topology"])
-    kind = t.pop("kind")
-    return (FatTree if kind == "fattree" else SpineLeaf)(**t).build()
+    """The pure fabric description for a resolved scenario (its registered topology, built)."""
+    return topology_of(sc["topology"]).build()
 
 
 def port_queue(sc: dict, rate_mbps: float) -> PortQueue:

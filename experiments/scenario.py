@@ -20,28 +20,29 @@ from common.errors import ScenarioError
 from common.pfc import config_sections, parse_pfc
 from common.params import _REQUIRED, F, ListOf
 from common.units import FRAME_BYTES  # noqa: F401 (re-exported: the scenario's sizes)
+from topologies import TOPOLOGIES
 
 NUM = (int, float)
 NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
 HOST = r"h[0-9]{1,5}"
+
+def _topology_params() -> dict:
+    """Every registered topology's keys in one section (a key two kinds share is declared once)."""
+    out: dict = {}
+    for kind, cls in TOPOLOGIES.items():
+        for key, spec in cls.PARAMS.items():
+            if out.setdefault(key, spec) != spec:
+                raise TypeError(f"topology {kind}: key {key} declared differently by another topology")
+    return out
+
 
 #: The whole scenario schema. Nested dicts are sections.
 SCHEMA: dict = {
     "name": F((str,), _REQUIRED, pattern=NAME),
     "description": F((str,), ""),
     "seed": F((int,), 1, lo=0, hi=2**31 - 1),
-    "topology": {
-        "kind": F((str,), "spineleaf", choices=("spineleaf", "fattree")),
-        "spines": F((int,), 2, lo=1, hi=64),
-        "leaves": F((int,), 4, lo=1, hi=250),
-        "hosts_per_leaf": F((int,), 6, lo=1, hi=250),
-        "host_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
-        "uplink_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
-        "uplinks_per_spine": F((int,), 1, lo=1, hi=8),
-        "k": F((int,), 4, lo=4, hi=16),
-        "edge_agg_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
-        "agg_core_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
-    },
+    # kind and the keys of every registered topology (topologies.TOPOLOGIES); a kind takes only its own
+    "topology": {"kind": F((str,), "spineleaf", choices=tuple(TOPOLOGIES)), **_topology_params()},
     "routing": {
         "mode": F((str,), "ecmp", choices=("ecmp", "single")),
     },
@@ -174,18 +175,26 @@ def _resolve(schema: dict, data: Any, prefix: str) -> dict:
 MAX_FLOWS = 20000
 
 #: The topology keys each fabric kind takes (the others are refused for it).
-TOPOLOGY_KEYS = {
-    "spineleaf": ("kind", "spines", "leaves", "hosts_per_leaf", "host_rate_mbps", "uplink_rate_mbps",
-                  "uplinks_per_spine"),
-    "fattree": ("kind", "k", "host_rate_mbps", "edge_agg_rate_mbps", "agg_core_rate_mbps"),
-}
+TOPOLOGY_KEYS = {kind: ("kind", *cls.PARAMS) for kind, cls in TOPOLOGIES.items()}
+
+
+def topology_of(topology: dict):
+    """The builder of a resolved ``topology`` section (not built yet: ``.build()`` makes the Fabric).
+
+    Raises:
+        ScenarioError: a value the builder refuses (e.g. an odd Fat-Tree k), naming ``topology.<key>``.
+    """
+    return TOPOLOGIES[topology["kind"]](**{k: v for k, v in topology.items() if k != "kind"})
+
+
+def switch_layers(kind: str) -> tuple[str, ...]:
+    """The switch layers of a registered topology kind, top first (ECN's ``layers`` keys)."""
+    return tuple(layer for layer in TOPOLOGIES[kind].LAYERS if layer != "host")
 
 
 def host_count(topology: dict) -> int:
     """Number of hosts of a resolved topology section."""
-    if topology["kind"] == "fattree":
-        return topology["k"] ** 3 // 4
-    return topology["leaves"] * topology["hosts_per_leaf"]
+    return topology_of(topology).n_hosts
 
 
 def validate(data: Any) -> dict:
@@ -209,22 +218,21 @@ def validate(data: Any) -> dict:
             raise ScenarioError(f"topology.{key}", f"does not apply to kind {kind!r} "
                                                    f"(its keys: {', '.join(TOPOLOGY_KEYS[kind][1:])})")
     sc["topology"] = {k: v for k, v in sc["topology"].items() if k in TOPOLOGY_KEYS[kind]}
-    if kind == "fattree" and sc["topology"]["k"] % 2:
-        raise ScenarioError("topology.k", f"must be even, got {sc['topology']['k']}")
+    builder = topology_of(sc["topology"])
     q = sc["queues"]
     if (q["buffer_bytes"] is None) == (q["buffer_packets"] is None):
         if q["buffer_bytes"] is None:
             q["buffer_packets"] = 100
         else:
             raise ScenarioError("queues.buffer_bytes", "give either buffer_bytes or buffer_packets, not both")
-    sc["ecn"] = resolve_ecn(ecn_data, kind, buffer_bytes(q))
+    sc["ecn"] = resolve_ecn(ecn_data, kind, switch_layers(kind), buffer_bytes(q))
     sc["priorities"], sc["pfc"] = _resolve_pfc(prio_data, pfc_data, rounds_data, buffer_bytes(q))
     if sc["pfc"] is not None and sc["ecn"]["marker"] == "red":
         raise ScenarioError("ecn.marker", "red: kernel RED replaces a port's one FIFO, and this scenario has "
                                           "per-priority queues (priorities/pfc); use bpf or auto (the BPF marker "
                                           "sits in front of every queue)")
     sc["rounds"] = _resolve_rounds(rounds_data, sc)
-    n_hosts = host_count(sc["topology"])
+    n_hosts = builder.n_hosts
     colls = [("collective", sc["collective"])] + [(f"rounds[{i}].collective", r["collective"])
                                                   for i, r in enumerate(sc["rounds"] or [])]
     for key, c in colls:
@@ -243,8 +251,7 @@ def validate(data: Any) -> dict:
     if t["receiver"] not in hosts:
         raise ScenarioError("traffic.receiver", f"no host {t['receiver']!r} in a fabric of {n_hosts} hosts (h1..h{n_hosts})")
     if t["pattern"] != "incast":
-        groups = sc["topology"]["k"] if kind == "fattree" else sc["topology"]["leaves"]
-        if t["pattern"] == "permutation" and groups < 2:
+        if t["pattern"] == "permutation" and builder.n_groups < 2:
             raise ScenarioError("traffic.pattern", "a permutation sends every host to another leaf: "
                                                    "it needs at least 2 leaves")
         pairs = n_hosts if t["pattern"] == "permutation" else n_hosts * (n_hosts - 1)
@@ -371,7 +378,8 @@ def _resolve_rounds(data, sc: dict) -> list[dict] | None:
         given = r.get("ecn") or {}
         if not isinstance(given, dict):
             raise ScenarioError(f"{key}.ecn", "expected a mapping")
-        merged = resolve_ecn({**base, **given}, sc["topology"]["kind"], buffer_bytes(sc["queues"]),
+        merged = resolve_ecn({**base, **given}, sc["topology"]["kind"], switch_layers(sc["topology"]["kind"]),
+                             buffer_bytes(sc["queues"]),
                              key=f"{key}.ecn", allow_marker=False)
         hosts = _resolve(SCHEMA["hosts"], {**sc["hosts"], **(r.get("hosts") or {})}, f"{key}.hosts")
         pfc_on = sc["pfc"]["enabled"] if sc["pfc"] is not None else False

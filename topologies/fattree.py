@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.errors import ScenarioError
-from topologies.spineleaf import Fabric, LinkSpec, Node, dpid_for
+from common.params import F
+from topologies.spineleaf import NUM, Fabric, LinkSpec, Node, dpid_for
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,19 @@ class FatTree:
         ScenarioError: a parameter out of range (names the parameter).
     """
 
+    KIND = "fattree"
+    TITLE = "Fat-Tree"
+    LAYERS = ("core", "aggregation", "edge", "host")
+    #: The scenario's ``topology`` keys for this kind (types, ranges, defaults; k even is checked on build).
+    PARAMS = {
+        "k": F((int,), 4, lo=4, hi=16),
+        "host_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
+        "edge_agg_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
+        "agg_core_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
+    }
+    #: ``mn --topo fattree,K[,RATE_MBPS]`` (one rate for every layer)
+    MN_ARGS = ("k", "rate_mbps")
+
     k: int = 4
     host_rate_mbps: float = 10.0
     edge_agg_rate_mbps: float = 10.0
@@ -49,6 +63,18 @@ class FatTree:
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise ScenarioError(f"topology.{key}", f"must be a number > 0, got {v!r}")
+
+    @classmethod
+    def from_mn_args(cls, nums: list) -> "FatTree":
+        """The fabric of ``mn --topo fattree,K[,RATE_MBPS]``: one rate (default 10) on every layer."""
+        k, *rate = nums
+        r = rate[0] if rate else 10
+        return cls(k=k, host_rate_mbps=r, edge_agg_rate_mbps=r, agg_core_rate_mbps=r)
+
+    @property
+    def n_groups(self) -> int:
+        """Host groups whose traffic between them crosses the core layer: the k pods."""
+        return self.k
 
     @property
     def half(self) -> int:
@@ -101,7 +127,7 @@ class FatTree:
         params = {"k": self.k, "host_rate_mbps": self.host_rate_mbps,
                   "edge_agg_rate_mbps": self.edge_agg_rate_mbps, "agg_core_rate_mbps": self.agg_core_rate_mbps,
                   "oversubscription": float(self.host_rate_mbps / self.edge_agg_rate_mbps)}
-        fab = Fabric(kind="fattree", params=params)
+        fab = Fabric(kind=self.KIND, params=params, layers=self.LAYERS)
         for j in range(h * h):
             fab.nodes.append(Node(self.core_name(j), "core", dpid=dpid_for("core", j + 1)))
         for p in range(self.k):

@@ -15,12 +15,15 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from common.errors import ScenarioError
+from common.params import F
+
+NUM = (int, float)
 
 #: Linux IFNAMSIZ is 16 including the terminating NUL (case C1).
 MAX_IFNAME_LEN = 15
 
 #: Layer codes used in position-derived datapath ids (high 16 bits).
-LAYER_CODE = {"spine": 1, "leaf": 2, "core": 3, "aggregation": 4, "edge": 5}
+LAYER_CODE = {"spine": 1, "leaf": 2, "core": 3, "aggregation": 4, "edge": 5, "router": 6}
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,9 @@ class LinkSpec:
     """A full-duplex link between ``a``:``a_port`` and ``b``:``b_port``.
 
     ``rate_mbps`` applies in both directions. Port numbers are the OpenFlow
-    port numbers on switches and the ``ethN`` index on hosts.
+    port numbers on switches and the ``ethN`` index on hosts. ``cost`` is the
+    link's routing cost (shortest paths minimise the sum; 1 unless the
+    topology's routing needs otherwise, e.g. a Dragonfly's global links).
     """
 
     a: str
@@ -65,6 +70,7 @@ class LinkSpec:
     b: str
     b_port: int
     rate_mbps: float
+    cost: int = 1
 
     @property
     def a_intf(self) -> str:
@@ -77,8 +83,18 @@ class LinkSpec:
         return f"{self.b}-eth{self.b_port}"
 
 
-#: Layers from top to bottom, per fabric kind.
-LAYERS = {"spineleaf": ("spine", "leaf", "host"), "fattree": ("core", "aggregation", "edge", "host")}
+#: Fabric maps written before maps carried their layers (older results folders) name only
+#: their kind; these are the layers those two kinds had.
+_LEGACY_MAP_LAYERS = {"spineleaf": ("spine", "leaf", "host"), "fattree": ("core", "aggregation", "edge", "host")}
+
+
+def map_layers(fabric_map: dict) -> tuple[str, ...]:
+    """A fabric map's layers from top to bottom, hosts last (``("spine", "leaf", "host")``).
+
+    Raises:
+        KeyError: a map without layers of a kind other than spineleaf or fattree.
+    """
+    return tuple(fabric_map.get("layers") or _LEGACY_MAP_LAYERS[fabric_map["kind"]])
 
 
 def oversubscription_per_switch(fabric_map: dict) -> dict[str, Fraction]:
@@ -89,10 +105,13 @@ def oversubscription_per_switch(fabric_map: dict) -> dict[str, Fraction]:
     (:meth:`Fabric.to_map`), so results folders can be redrawn without the
     builder. Returns ``{switch: ratio}`` as exact fractions (3 means 3:1).
 
+    Switches with neighbours on their own layer (a Dragonfly's routers) count only the layers
+    above and below; a switch with nothing above is left out.
+
     Raises:
-        KeyError: a map whose kind is not in :data:`LAYERS`.
+        KeyError: see :func:`map_layers`.
     """
-    rows = LAYERS[fabric_map["kind"]]
+    rows = map_layers(fabric_map)
     rank = {s["name"]: rows.index(s["layer"]) for s in fabric_map["switches"]}
     rank.update({h["name"]: rows.index("host") for h in fabric_map["hosts"]})
     out = {}
@@ -110,14 +129,16 @@ class Fabric:
     """A built fabric: nodes and links, plus what the builder knows of it.
 
     Attributes:
-        kind: builder name (``spineleaf`` or ``fattree``; keys :data:`LAYERS`).
+        kind: the builder's registry name (``spineleaf``, ``fattree``, ``dragonfly``).
         params: the builder's parameters (JSON-serialisable).
+        layers: node layers from top to bottom, hosts last (``("spine", "leaf", "host")``).
         nodes: every switch and host, switches first.
         links: every link; host links have the host on side ``b``.
     """
 
     kind: str
     params: dict
+    layers: tuple[str, ...] = ("spine", "leaf", "host")
     nodes: list[Node] = field(default_factory=list)
     links: list[LinkSpec] = field(default_factory=list)
 
@@ -171,7 +192,7 @@ class Fabric:
 
     def layer_rank(self, name: str) -> int:
         """0 for the top layer (spine / core), growing downward; hosts are the last layer."""
-        return LAYERS[self.kind].index(self.node(name).layer)
+        return self.layers.index(self.node(name).layer)
 
     def _neighbours(self, name: str) -> list[str]:
         out = []
@@ -219,11 +240,13 @@ class Fabric:
 
         Shape::
 
-            {"version": 1, "kind": str, "params": {...},
+            {"version": 1, "kind": str, "params": {...}, "layers": [top, ..., "host"],
              "switches": [{"name", "dpid", "layer",
                            "ports": [{"port", "intf", "peer", "peer_port", "rate_mbps"}]}],
              "hosts": [{"name", "mac", "ip", "switch", "switch_port", "intf", "rate_mbps"}],
-             "links": [{"a", "a_port", "a_intf", "b", "b_port", "b_intf", "rate_mbps"}]}
+             "links": [{"a", "a_port", "a_intf", "b", "b_port", "b_intf", "rate_mbps"[, "cost"]}]}
+
+        A link's ``cost`` is written only where it is not 1 (older maps have none).
         """
         switches = []
         for sw in self.switches:
@@ -244,9 +267,10 @@ class Fabric:
             hosts.append({"name": h.name, "mac": h.mac, "ip": h.ip, "switch": att.a,
                           "switch_port": att.a_port, "intf": att.b_intf, "rate_mbps": att.rate_mbps})
         links = [{"a": l.a, "a_port": l.a_port, "a_intf": l.a_intf, "b": l.b,
-                  "b_port": l.b_port, "b_intf": l.b_intf, "rate_mbps": l.rate_mbps}
+                  "b_port": l.b_port, "b_intf": l.b_intf, "rate_mbps": l.rate_mbps,
+                  **({"cost": l.cost} if l.cost != 1 else {})}
                  for l in self.links]
-        return {"version": 1, "kind": self.kind, "params": dict(self.params),
+        return {"version": 1, "kind": self.kind, "params": dict(self.params), "layers": list(self.layers),
                 "switches": switches, "hosts": hosts, "links": links}
 
 
@@ -284,6 +308,21 @@ class SpineLeaf:
     leaf, all links 10 Mbit/s.
     """
 
+    KIND = "spineleaf"
+    TITLE = "Spine-Leaf"
+    LAYERS = ("spine", "leaf", "host")
+    #: The scenario's ``topology`` keys for this kind (types, ranges, defaults).
+    PARAMS = {
+        "spines": F((int,), 2, lo=1, hi=64),
+        "leaves": F((int,), 4, lo=1, hi=250),
+        "hosts_per_leaf": F((int,), 6, lo=1, hi=250),
+        "host_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
+        "uplink_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
+        "uplinks_per_spine": F((int,), 1, lo=1, hi=8),
+    }
+    #: ``mn --topo spineleaf,SPINES,LEAVES,HOSTS_PER_LEAF[,HOST_RATE_MBPS,UPLINK_RATE_MBPS]``
+    MN_ARGS = ("spines", "leaves", "hosts_per_leaf", "host_rate_mbps", "uplink_rate_mbps")
+
     spines: int = 2
     leaves: int = 4
     hosts_per_leaf: int = 6
@@ -301,6 +340,21 @@ class SpineLeaf:
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise ScenarioError(f"topology.{key}", f"must be a number > 0, got {v!r}")
+
+    @classmethod
+    def from_mn_args(cls, nums: list) -> "SpineLeaf":
+        """The fabric of ``mn --topo spineleaf,...`` (:data:`MN_ARGS` in order)."""
+        return cls(**dict(zip(cls.MN_ARGS, nums)))
+
+    @property
+    def n_hosts(self) -> int:
+        """leaves x hosts_per_leaf."""
+        return self.leaves * self.hosts_per_leaf
+
+    @property
+    def n_groups(self) -> int:
+        """Host groups whose traffic between them crosses the spine layer: the leaves."""
+        return self.leaves
 
     @property
     def oversubscription(self) -> Fraction:
@@ -334,7 +388,7 @@ class SpineLeaf:
                   "host_rate_mbps": self.host_rate_mbps, "uplink_rate_mbps": self.uplink_rate_mbps,
                   "uplinks_per_spine": self.uplinks_per_spine,
                   "oversubscription": float(self.oversubscription)}
-        fab = Fabric(kind="spineleaf", params=params)
+        fab = Fabric(kind=self.KIND, params=params, layers=self.LAYERS)
         for s in range(1, self.spines + 1):
             fab.nodes.append(Node(self.spine_name(s), "spine", dpid=dpid_for("spine", s)))
         for l in range(1, self.leaves + 1):

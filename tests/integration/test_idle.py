@@ -10,6 +10,7 @@ from experiments.state import RunState
 from controller.dataplane import PortQueue
 from experiments import reach
 from experiments.fabric import LiveFabric
+from topologies.dragonfly import Dragonfly
 from topologies.fattree import FatTree
 from topologies.spineleaf import SpineLeaf
 
@@ -28,6 +29,9 @@ SHAPES = {
     "spineleaf-4x8": lambda: SpineLeaf(spines=4, leaves=8, hosts_per_leaf=2).build(),
     "spineleaf-2x3-parallel": lambda: SpineLeaf(spines=2, leaves=3, hosts_per_leaf=2, uplinks_per_spine=2).build(),
     "fattree-k4": lambda: FatTree(k=4).build(),
+    # 3 groups of 2 routers (one global link per router): local and global links, minimal routes
+    "dragonfly-3x2": lambda: Dragonfly(groups=3, routers_per_group=2, hosts_per_router=2,
+                                       global_links_per_router=1).build(),
 }
 
 

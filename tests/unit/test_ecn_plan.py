@@ -3,21 +3,24 @@ import struct
 
 import pytest
 
-from common.ecn import SWITCH_LAYERS, EcnProfile, describe, parse_profile, port_profiles, profile_spec, resolve_ecn
+from common.ecn import EcnProfile, describe, parse_profile, port_profiles, profile_spec, resolve_ecn
 from common.errors import ScenarioError
-from experiments.scenario import FRAME_BYTES, validate
+from experiments.scenario import FRAME_BYTES, switch_layers, validate
 from controller import dataplane
 from controller.bpfmarker import CFG, ST, decode_st, encode_cfg
 from experiments import analysis, marking
 from experiments.runner import check_red_weights, choose_marker, ecn_plan, resolve_rounds
-from topologies.spineleaf import LAYERS, SpineLeaf
+from topologies import TOPOLOGIES
+from topologies.spineleaf import SpineLeaf
 
 BUF = 100 * FRAME_BYTES
 
 
 def test_switch_layers_match_the_topologies():
-    for kind, layers in SWITCH_LAYERS.items():
-        assert layers == tuple(l for l in LAYERS[kind] if l != "host")
+    # one source now: the scenario's ECN layers are the registered topology's switch layers
+    for kind, cls in TOPOLOGIES.items():
+        assert switch_layers(kind) == tuple(l for l in cls.LAYERS if l != "host")
+        assert {s.layer for s in cls().build().switches} == set(switch_layers(kind))
 
 
 def test_profile_spec_round_trips():
@@ -75,20 +78,20 @@ def test_error_names_the_key_the_user_wrote():
 ])
 def test_bad_ecn_sections_name_the_key(section, key):
     with pytest.raises(ScenarioError) as e:
-        resolve_ecn(section, "spineleaf", BUF)
+        resolve_ecn(section, "spineleaf", SpineLeaf.LAYERS[:-1], BUF)
     assert e.value.key == key
 
 
 def test_port_profiles_layers_and_ports_override():
     fmap = SpineLeaf(spines=2, leaves=2, hosts_per_leaf=2).build().to_map()
     ecn = resolve_ecn({"profile": {"step": {"k_packets": 20}}, "layers": {"spine": "off"},
-                       "ports": {"leaf1-eth1": {"step": {"k_packets": 5}}}}, "spineleaf", BUF)
+                       "ports": {"leaf1-eth1": {"step": {"k_packets": 5}}}}, "spineleaf", SpineLeaf.LAYERS[:-1], BUF)
     prof = port_profiles(ecn, fmap)
     assert prof["spine1-eth1"].kind == "off"
     assert prof["leaf1-eth1"].k_bytes == 5 * FRAME_BYTES
     assert prof["leaf2-eth1"].k_bytes == 20 * FRAME_BYTES
     with pytest.raises(ScenarioError) as e:
-        port_profiles(resolve_ecn({"ports": {"leaf9-eth1": "off"}}, "spineleaf", BUF), fmap)
+        port_profiles(resolve_ecn({"ports": {"leaf9-eth1": "off"}}, "spineleaf", SpineLeaf.LAYERS[:-1], BUF), fmap)
     assert e.value.key == "ecn.ports.leaf9-eth1"
 
 
