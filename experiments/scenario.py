@@ -21,6 +21,7 @@ from common.pfc import config_sections, parse_pfc
 from common.params import _REQUIRED, F, ListOf
 from common.units import FRAME_BYTES  # noqa: F401 (re-exported: the scenario's sizes)
 from topologies import TOPOLOGIES
+from traffic.patterns import PATTERNS
 
 NUM = (int, float)
 NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
@@ -34,6 +35,20 @@ def _topology_params() -> dict:
             if out.setdefault(key, spec) != spec:
                 raise TypeError(f"topology {kind}: key {key} declared differently by another topology")
     return out
+
+
+def _pattern_params() -> dict:
+    """Every registered traffic pattern's own keys (stride, edge_p, ...) in one section."""
+    out: dict = {}
+    for cls in PATTERNS.values():
+        for key, spec in cls.PARAMS.items():
+            if out.setdefault(key, spec) != spec:
+                raise TypeError(f"pattern {cls.NAME}: key {key} declared differently by another pattern")
+    return out
+
+
+#: Which pattern each pattern-specific ``traffic`` key belongs to.
+PATTERN_KEYS = {key: cls.NAME for cls in PATTERNS.values() for key in cls.PARAMS}
 
 
 #: The whole scenario schema. Nested dicts are sections.
@@ -58,9 +73,11 @@ SCHEMA: dict = {
     },
     "traffic": {
         # incast: `senders` hosts -> `receiver`, response_bytes each (partition-aggregate);
-        # permutation: every host -> one host of another leaf/pod; all-to-all: every ordered pair.
-        # The last two send flows_per_pair flows of flow_bytes each, or for duration_s each.
-        "pattern": F((str,), "incast", choices=("incast", "permutation", "all-to-all")),
+        # permutation: every host -> one host of another leaf/pod; all-to-all: every ordered pair;
+        # Hedera's stride, staggered, random, random-bijection and hotspot (traffic.patterns.PATTERNS).
+        # All but incast send flows_per_pair flows of flow_bytes each, or for duration_s each.
+        "pattern": F((str,), "incast", choices=tuple(PATTERNS)),
+        **_pattern_params(),
         "receiver": F((str,), "h1", pattern=HOST),
         "senders": F((int,), 8, lo=1, hi=1000),
         "sender_hosts": ListOf(F((str,), pattern=HOST), None, min_len=1),
@@ -250,11 +267,16 @@ def validate(data: Any) -> dict:
     hosts = {f"h{i}" for i in range(1, n_hosts + 1)}
     if t["receiver"] not in hosts:
         raise ScenarioError("traffic.receiver", f"no host {t['receiver']!r} in a fabric of {n_hosts} hosts (h1..h{n_hosts})")
+    pattern = PATTERNS[t["pattern"]]
+    given_traffic = data.get("traffic") if isinstance(data, dict) and isinstance(data.get("traffic"), dict) else {}
+    for key in given_traffic:
+        if key in PATTERN_KEYS and key not in pattern.PARAMS:
+            raise ScenarioError(f"traffic.{key}", f"applies to the {PATTERN_KEYS[key]} pattern, not {t['pattern']}")
+    problem = pattern.check(n_hosts, builder.n_groups, t)
+    if problem:
+        raise ScenarioError("traffic.pattern", problem)
     if t["pattern"] != "incast":
-        if t["pattern"] == "permutation" and builder.n_groups < 2:
-            raise ScenarioError("traffic.pattern", "a permutation sends every host to another leaf: "
-                                                   "it needs at least 2 leaves")
-        pairs = n_hosts if t["pattern"] == "permutation" else n_hosts * (n_hosts - 1)
+        pairs = pattern.pair_count(n_hosts)
         if pairs * t["flows_per_pair"] > MAX_FLOWS:
             raise ScenarioError("traffic.flows_per_pair", f"{t['pattern']} on {n_hosts} hosts with "
                                 f"{t['flows_per_pair']} flow(s) per pair is {pairs * t['flows_per_pair']} flows; "
@@ -274,7 +296,7 @@ def validate(data: Any) -> dict:
         if h not in hosts:
             raise ScenarioError(f"roce.pcap_hosts[{i}]", f"no host {h!r} in a fabric of {n_hosts} hosts")
     if t["pattern"] == "incast" and t["duration_s"] is not None:
-        raise ScenarioError("traffic.duration_s", "applies to the permutation and all-to-all patterns, "
+        raise ScenarioError("traffic.duration_s", "applies to the pair patterns (permutation, all-to-all, ...), "
                                                   "not incast (an incast sends response_bytes per sender)")
     if t["sender_hosts"] is not None:
         for i, h in enumerate(t["sender_hosts"]):

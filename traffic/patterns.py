@@ -1,7 +1,9 @@
-"""Pure traffic schedules (no sockets, no root)."""
+"""Pure traffic schedules (no sockets, no root) and the registry of traffic patterns."""
 from __future__ import annotations
 
 import random
+
+from common.params import F
 
 
 def incast_senders(hosts_by_leaf: dict[str, list[str]], receiver: str, count: int) -> list[str]:
@@ -78,28 +80,17 @@ def flow_plan(traffic: dict, fabric, seed: int) -> list[dict]:
     Returns:
         ``[{"flow_id", "src", "dst", "src_ip", "dst_ip", "bytes", "duration_s"}, ...]``;
         ``flow_id`` counts from 0; ``bytes`` is None for time-limited flows.
-        incast: one flow per sender (``response_bytes``); permutation and
-        all-to-all: ``flows_per_pair`` flows per pair (``flow_bytes`` or ``duration_s``).
+        incast: one flow per sender (``response_bytes``); the pair patterns:
+        ``flows_per_pair`` flows per pair (``flow_bytes`` or ``duration_s``).
 
     Raises:
-        ValueError: the pattern cannot be laid out on this fabric.
+        ValueError: the pattern is unknown or cannot be laid out on this fabric.
     """
-    pattern = traffic["pattern"]
-    if pattern == "incast":
-        by_leaf: dict[str, list[str]] = {}
-        for h in fabric.hosts:
-            by_leaf.setdefault(h.leaf, []).append(h.name)
-        senders = traffic["sender_hosts"] or incast_senders(by_leaf, traffic["receiver"], traffic["senders"])
-        pairs, per_pair, size, duration = [(s, traffic["receiver"]) for s in senders], 1, traffic["response_bytes"], None
-    else:
-        if pattern == "permutation":
-            pairs = permutation_pairs(fabric.host_groups(), seed)
-        elif pattern == "all-to-all":
-            pairs = all_to_all_pairs([h.name for h in fabric.hosts])
-        else:
-            raise ValueError(f"unknown traffic pattern {pattern!r}")
-        per_pair, duration = traffic["flows_per_pair"], traffic["duration_s"]
-        size = None if duration else traffic["flow_bytes"]
+    if traffic["pattern"] not in PATTERNS:
+        raise ValueError(f"unknown traffic pattern {traffic['pattern']!r}")
+    pattern = PATTERNS[traffic["pattern"]]
+    pairs = pattern.pairs(fabric, traffic, seed)
+    per_pair, size, duration = pattern.sizes(traffic)
     ip = {h.name: h.ip for h in fabric.hosts}
     plan = []
     for src, dst in pairs:
@@ -107,6 +98,262 @@ def flow_plan(traffic: dict, fabric, seed: int) -> list[dict]:
             plan.append({"flow_id": len(plan), "src": src, "dst": dst, "src_ip": ip[src], "dst_ip": ip[dst],
                          "bytes": size, "duration_s": duration})
     return plan
+
+
+# -- the registry -----------------------------------------------------------------------------------
+#
+# A pattern is one class registered in PATTERNS by NAME: PARAMS (the traffic keys only it takes,
+# checked by the scenario schema), pairs(fabric, traffic, seed) -> [(src, dst)], sizes(traffic) ->
+# (flows per pair, bytes or None, duration_s or None), pair_count(n_hosts) (the most pairs it can
+# give: the schema's flow cap) and check(n_hosts, n_groups, traffic) -> a problem or None.
+
+class Incast:
+    """``senders`` hosts -> ``receiver`` (or ``sender_hosts``), one ``response_bytes`` flow each:
+    partition-aggregate (see :func:`incast_senders`)."""
+
+    NAME = "incast"
+    PARAMS: dict = {}
+
+    @staticmethod
+    def pairs(fabric, traffic: dict, seed: int) -> list[tuple[str, str]]:
+        """The senders (given or chosen across leaves) each paired with the receiver."""
+        by_leaf: dict[str, list[str]] = {}
+        for h in fabric.hosts:
+            by_leaf.setdefault(h.leaf, []).append(h.name)
+        senders = traffic["sender_hosts"] or incast_senders(by_leaf, traffic["receiver"], traffic["senders"])
+        return [(s, traffic["receiver"]) for s in senders]
+
+    @staticmethod
+    def sizes(traffic: dict) -> tuple[int, int | None, float | None]:
+        """One flow of ``response_bytes`` per sender."""
+        return 1, traffic["response_bytes"], None
+
+    @staticmethod
+    def pair_count(n_hosts: int) -> int:
+        """At most every other host sends."""
+        return n_hosts - 1
+
+    @staticmethod
+    def check(n_hosts: int, n_groups: int, traffic: dict) -> str | None:
+        """Nothing beyond the schema's own incast checks."""
+        return None
+
+
+class _PairPattern:
+    """Base of the patterns that send ``flows_per_pair`` flows per (src, dst) pair."""
+
+    PARAMS: dict = {}
+
+    @staticmethod
+    def sizes(traffic: dict) -> tuple[int, int | None, float | None]:
+        """``flows_per_pair`` flows of ``flow_bytes`` each, or time-limited to ``duration_s``."""
+        duration = traffic["duration_s"]
+        return traffic["flows_per_pair"], None if duration else traffic["flow_bytes"], duration
+
+    @staticmethod
+    def pair_count(n_hosts: int) -> int:
+        """One pair per host."""
+        return n_hosts
+
+    @staticmethod
+    def check(n_hosts: int, n_groups: int, traffic: dict) -> str | None:
+        """At least two hosts."""
+        return None if n_hosts >= 2 else "needs at least 2 hosts"
+
+
+class Permutation(_PairPattern):
+    """Every host -> one host of another group (leaf, pod, Dragonfly group), every host receiving
+    once (:func:`permutation_pairs`)."""
+
+    NAME = "permutation"
+
+    @staticmethod
+    def pairs(fabric, traffic: dict, seed: int) -> list[tuple[str, str]]:
+        """A seeded cross-group permutation."""
+        return permutation_pairs(fabric.host_groups(), seed)
+
+    @staticmethod
+    def check(n_hosts: int, n_groups: int, traffic: dict) -> str | None:
+        """Needs two groups."""
+        return None if n_groups >= 2 else "a permutation sends every host to another leaf: it needs at least 2 leaves"
+
+
+class AllToAll(_PairPattern):
+    """Every ordered pair of distinct hosts (:func:`all_to_all_pairs`)."""
+
+    NAME = "all-to-all"
+
+    @staticmethod
+    def pairs(fabric, traffic: dict, seed: int) -> list[tuple[str, str]]:
+        """N(N-1) pairs, source-major."""
+        return all_to_all_pairs([h.name for h in fabric.hosts])
+
+    @staticmethod
+    def pair_count(n_hosts: int) -> int:
+        """N(N-1)."""
+        return n_hosts * (n_hosts - 1)
+
+
+class Stride(_PairPattern):
+    """Hedera's stride(i) (Al-Fares et al., NSDI 2010, section 6.1): the host with index x sends
+    to the host with index (x + i) mod N; ``stride`` is i (default 1)."""
+
+    NAME = "stride"
+    PARAMS = {"stride": F((int,), None, lo=1, hi=100000)}
+
+    @staticmethod
+    def pairs(fabric, traffic: dict, seed: int) -> list[tuple[str, str]]:
+        """One pair per host, in host order."""
+        return stride_pairs([h.name for h in fabric.hosts], traffic.get("stride") or 1)
+
+    @staticmethod
+    def check(n_hosts: int, n_groups: int, traffic: dict) -> str | None:
+        """The stride must not map a host onto itself."""
+        i = traffic.get("stride") or 1
+        return None if i % n_hosts else f"stride {i} is a multiple of the {n_hosts} hosts: every host would send to itself"
+
+
+class Staggered(_PairPattern):
+    """Hedera's staggered(EdgeP, PodP): each host sends to a host on its own edge switch with
+    probability ``edge_p``, to one elsewhere in its pod with ``pod_p``, and to one outside its pod
+    otherwise (:func:`staggered_pairs`; defaults 0.5 and 0.3)."""
+
+    NAME = "staggered"
+    PARAMS = {"edge_p": F((int, float), None, lo=0, hi=1), "pod_p": F((int, float), None, lo=0, hi=1)}
+
+    @staticmethod
+    def pairs(fabric, traffic: dict, seed: int) -> list[tuple[str, str]]:
+        """One seeded draw per host."""
+        edge_p, pod_p = Staggered.probabilities(traffic)
+        return staggered_pairs([(h.name, h.leaf, h.group or h.leaf) for h in fabric.hosts], edge_p, pod_p, seed)
+
+    @staticmethod
+    def probabilities(traffic: dict) -> tuple[float, float]:
+        """``(edge_p, pod_p)`` with the defaults filled in."""
+        edge_p = 0.5 if traffic.get("edge_p") is None else traffic["edge_p"]
+        pod_p = 0.3 if traffic.get("pod_p") is None else traffic["pod_p"]
+        return edge_p, pod_p
+
+    @staticmethod
+    def check(n_hosts: int, n_groups: int, traffic: dict) -> str | None:
+        """The two probabilities leave a share (>= 0) for the rest of the fabric."""
+        edge_p, pod_p = Staggered.probabilities(traffic)
+        return None if edge_p + pod_p <= 1 else f"edge_p + pod_p is {edge_p + pod_p:g}; at most 1"
+
+
+class RandomPairs(_PairPattern):
+    """Hedera's random: each host sends to a uniformly chosen other host (a host may receive from
+    several, or from none) (:func:`random_pairs`)."""
+
+    NAME = "random"
+
+    @staticmethod
+    def pairs(fabric, traffic: dict, seed: int) -> list[tuple[str, str]]:
+        """One seeded draw per host."""
+        return random_pairs([h.name for h in fabric.hosts], seed)
+
+
+class RandomBijection(_PairPattern):
+    """Hedera's random bijective: a uniformly random permutation with no host sending to itself,
+    so every host sends once and receives once (:func:`random_bijection_pairs`)."""
+
+    NAME = "random-bijection"
+
+    @staticmethod
+    def pairs(fabric, traffic: dict, seed: int) -> list[tuple[str, str]]:
+        """A seeded derangement."""
+        return random_bijection_pairs([h.name for h in fabric.hosts], seed)
+
+
+class Hotspot(_PairPattern):
+    """Random traffic with hotspots (Hedera's random patterns "where hotspots are present"):
+    ``hotspots`` hosts are chosen at random and every host sends to one of them (a hotspot to
+    another hotspot, or to any other host if it is the only one) (:func:`hotspot_pairs`; default 1)."""
+
+    NAME = "hotspot"
+    PARAMS = {"hotspots": F((int,), None, lo=1, hi=100000)}
+
+    @staticmethod
+    def pairs(fabric, traffic: dict, seed: int) -> list[tuple[str, str]]:
+        """One seeded draw per host."""
+        return hotspot_pairs([h.name for h in fabric.hosts], traffic.get("hotspots") or 1, seed)
+
+    @staticmethod
+    def check(n_hosts: int, n_groups: int, traffic: dict) -> str | None:
+        """Fewer hotspots than hosts."""
+        k = traffic.get("hotspots") or 1
+        return None if k < n_hosts else f"{k} hotspots in a fabric of {n_hosts} hosts: at most {n_hosts - 1}"
+
+
+#: name -> pattern class.
+PATTERNS = {cls.NAME: cls for cls in (Incast, Permutation, AllToAll, Stride, Staggered, RandomPairs,
+                                      RandomBijection, Hotspot)}
+
+
+def stride_pairs(hosts: list[str], stride: int) -> list[tuple[str, str]]:
+    """``[(hosts[x], hosts[(x + stride) % N])]`` for every x (Hedera's stride(i))."""
+    n = len(hosts)
+    return [(h, hosts[(x + stride) % n]) for x, h in enumerate(hosts)]
+
+
+def staggered_pairs(hosts: list[tuple[str, str, str]], edge_p: float, pod_p: float,
+                    seed: int) -> list[tuple[str, str]]:
+    """Hedera's staggered(EdgeP, PodP) over ``[(host, edge switch, pod)]`` in host order.
+
+    Each host draws u in [0, 1): u < edge_p picks a uniformly chosen other host on its edge switch,
+    u < edge_p + pod_p one in its pod on another edge switch, else one outside its pod. Where the
+    chosen set is empty (one host per edge switch; a pod that is one edge switch, as a Spine-Leaf's
+    leaf) the next wider set is used: edge, pod, the rest, then any other host.
+    """
+    rng = random.Random(seed)
+    out = []
+    for name, edge, pod in hosts:
+        same_edge = [h for h, e, _ in hosts if e == edge and h != name]
+        same_pod = [h for h, e, p in hosts if p == pod and e != edge]
+        rest = [h for h, _, p in hosts if p != pod]
+        u = rng.random()
+        tiers = [same_edge, same_pod, rest] if u < edge_p else [same_pod, rest] if u < edge_p + pod_p else [rest]
+        tiers.append([h for h, _, _ in hosts if h != name])
+        choice = next(t for t in tiers if t)
+        out.append((name, rng.choice(choice)))
+    return out
+
+
+def random_pairs(hosts: list[str], seed: int) -> list[tuple[str, str]]:
+    """Each host -> a uniformly chosen other host (seeded; receivers may repeat)."""
+    rng = random.Random(seed)
+    return [(h, rng.choice([d for d in hosts if d != h])) for h in hosts]
+
+
+def random_bijection_pairs(hosts: list[str], seed: int) -> list[tuple[str, str]]:
+    """A uniformly random derangement of ``hosts`` (seeded; rejection sampling, about e tries):
+    every host sends to one other host and receives from exactly one."""
+    if len(hosts) < 2:
+        raise ValueError("a bijection without fixed points needs at least 2 hosts")
+    rng = random.Random(seed)
+    while True:
+        dsts = hosts[:]
+        rng.shuffle(dsts)
+        if all(s != d for s, d in zip(hosts, dsts)):
+            return list(zip(hosts, dsts))
+
+
+def hotspot_pairs(hosts: list[str], hotspots: int, seed: int) -> list[tuple[str, str]]:
+    """``hotspots`` hosts chosen at random (seeded); every host sends to a uniformly chosen one of
+    them other than itself (a lone hotspot sends to a uniformly chosen other host).
+
+    Raises:
+        ValueError: not fewer hotspots than hosts.
+    """
+    if not 1 <= hotspots < len(hosts):
+        raise ValueError(f"{hotspots} hotspots among {len(hosts)} hosts")
+    rng = random.Random(seed)
+    hot = sorted(rng.sample(hosts, hotspots), key=hosts.index)
+    out = []
+    for h in hosts:
+        choice = [d for d in hot if d != h] or [d for d in hosts if d != h]
+        out.append((h, rng.choice(choice)))
+    return out
 
 
 def message_schedule(senders: int, responses: int, size_bytes: int, arrival: str, load: float | None,
