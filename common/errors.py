@@ -5,6 +5,18 @@ class FabriclabError(Exception):
     """Base class of every error fabriclab raises on purpose."""
 
 
+#: A scenario error's key and message are cut to these lengths: a value quoted whole (a list built
+#: from YAML aliases) once made an 80 MB message.
+MAX_KEY_CHARS = 160
+MAX_MESSAGE_CHARS = 400
+
+
+def _bounded(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters (saying how long it was), on one line."""
+    text = " ".join(text.split("\n"))
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 class ScenarioError(FabriclabError):
     """A scenario key or value is invalid.
 
@@ -14,9 +26,9 @@ class ScenarioError(FabriclabError):
     """
 
     def __init__(self, key: str, message: str):
-        self.key = key
-        self.detail = message
-        super().__init__(f"scenario key '{key}': {message}")
+        self.key = _bounded(str(key), MAX_KEY_CHARS)
+        self.detail = _bounded(str(message), MAX_MESSAGE_CHARS)
+        super().__init__(f"scenario key '{self.key}': {self.detail}")
 
 
 class SetupError(FabriclabError):

@@ -3,13 +3,23 @@ naming the key). The scenario schema (experiments.scenario) and every registered
 or feature declare their keys with these."""
 from __future__ import annotations
 
+import math
 import re
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
 from common.errors import ScenarioError
 
 _REQUIRED = object()
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxlevel = 60, 60, 4, 4, 2
+
+
+def quote(value: Any) -> str:
+    """A short ``repr`` of ``value`` for an error message (long strings and lists abbreviated)."""
+    return _SHORT.repr(value)
 
 
 @dataclass(frozen=True)
@@ -39,15 +49,17 @@ class F:
         if isinstance(value, bool) and bool not in self.types:
             raise ScenarioError(key, f"expected {self._tname()}, got a boolean")
         if not isinstance(value, self.types):
-            raise ScenarioError(key, f"expected {self._tname()}, got {type(value).__name__} {value!r}")
+            raise ScenarioError(key, f"expected {self._tname()}, got {type(value).__name__} {quote(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ScenarioError(key, f"expected a finite number, got {value}")
         if self.choices is not None and value not in self.choices:
-            raise ScenarioError(key, f"must be one of {', '.join(map(str, self.choices))}; got {value!r}")
+            raise ScenarioError(key, f"must be one of {', '.join(map(str, self.choices))}; got {quote(value)}")
         if self.lo is not None and value < self.lo:
-            raise ScenarioError(key, f"must be >= {self.lo}, got {value!r}")
+            raise ScenarioError(key, f"must be >= {self.lo}, got {quote(value)}")
         if self.hi is not None and value > self.hi:
-            raise ScenarioError(key, f"must be <= {self.hi}, got {value!r}")
+            raise ScenarioError(key, f"must be <= {self.hi}, got {quote(value)}")
         if self.pattern is not None and not re.fullmatch(self.pattern, value):
-            raise ScenarioError(key, f"must match {self.pattern}, got {value!r}")
+            raise ScenarioError(key, f"must match {self.pattern}, got {quote(value)}")
         return value
 
     def _tname(self) -> str:

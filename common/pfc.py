@@ -366,7 +366,7 @@ def parse_pfc(priorities: dict | None, pfc: dict | None, buffer_bytes: int, fram
             if k not in ("timeout_s", "action"):
                 raise ScenarioError(f"pfc.watchdog.{k}", "unknown key (known: action, timeout_s)")
         wd_s = wd.get("timeout_s")
-        if isinstance(wd_s, bool) or not isinstance(wd_s, (int, float)) or not wd_s > 0:
+        if isinstance(wd_s, bool) or not isinstance(wd_s, (int, float)) or not 0 < wd_s < math.inf:
             raise ScenarioError("pfc.watchdog.timeout_s", f"expected a time > 0 s, got {wd_s!r}")
         action = wd.get("action", "keep")
         if action not in WATCHDOG_ACTIONS:

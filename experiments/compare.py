@@ -25,11 +25,9 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
-import yaml
-
 from common.errors import ScenarioError
 from experiments import plot, runner
-from experiments.scenario import NAME, validate
+from experiments.scenario import NAME, read_yaml_file, validate
 
 TOP_KEYS = ("name", "description", "base", "fabrics", "traffic")
 DEFAULT = Path(__file__).resolve().parent / "scenarios" / "compare-topologies.yaml"
@@ -91,11 +89,7 @@ def load_comparison(path: str | Path) -> dict:
     Raises:
         ScenarioError: unreadable file, bad YAML, or a bad key.
     """
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise ScenarioError("<file>", f"cannot read {path}: {e}") from None
-    return validate_comparison(data)
+    return validate_comparison(read_yaml_file(path))
 
 
 def row_of(fabric: str, traffic: str, summary: dict, run_dir: Path) -> dict:

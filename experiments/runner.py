@@ -233,6 +233,7 @@ def check_against_fabric(sc: dict):
     except ValueError as e:
         raise ScenarioError("traffic.pattern", str(e)) from None
     rounds = resolve_rounds(sc)
+    port_profiles(sc["ecn"], fabric_map, key="ecn")      # the scenario's own ports, named where written
     profiles = [port_profiles(r["ecn"], fabric_map, key=f"rounds[{i}].ecn" if sc["rounds"] else "ecn")
                 for i, r in enumerate(rounds)]
     if sc["traffic"]["transport"] == "roce":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +189,11 @@ def _resolve(schema: dict, data: Any, prefix: str) -> dict:
     return out
 
 
+#: Most links a fabric may have. Bring-up here grows about as links^1.5 (a k=8 Fat-Tree, 384 links:
+#: 82 s on a 2-core machine), so 1024 links is several minutes; every link is two veth interfaces
+#: and, on switch ends, a shaped queue.
+MAX_FABRIC_LINKS = 1024
+
 #: Most TCP flows one run may open (each is a socket in some host; an all-to-all grows as N^2).
 MAX_FLOWS = 20000
 
@@ -236,6 +242,9 @@ def validate(data: Any) -> dict:
                                                    f"(its keys: {', '.join(TOPOLOGY_KEYS[kind][1:])})")
     sc["topology"] = {k: v for k, v in sc["topology"].items() if k in TOPOLOGY_KEYS[kind]}
     builder = topology_of(sc["topology"])
+    if builder.n_links > MAX_FABRIC_LINKS:
+        raise ScenarioError("topology", f"this {kind} fabric has {builder.n_links} links; one machine builds at most "
+                                        f"{MAX_FABRIC_LINKS} (about a k=10 Fat-Tree): fewer switches or hosts")
     q = sc["queues"]
     if (q["buffer_bytes"] is None) == (q["buffer_packets"] is None):
         if q["buffer_bytes"] is None:
@@ -433,19 +442,100 @@ def _resolve_rounds(data, sc: dict) -> list[dict] | None:
     return out
 
 
+#: A scenario file larger than this is refused before it is read (the bundled ones are under 4 KB).
+MAX_FILE_BYTES = 1 << 20
+#: Values (every mapping, list and scalar, counting what YAML aliases repeat) a scenario may hold.
+MAX_VALUES = 100_000
+#: How deeply mappings and lists may nest.
+MAX_DEPTH = 32
+
+
 def load_scenario(path: str | Path) -> dict:
     """Read a YAML scenario file and return it validated and resolved.
 
+    The file must be a regular file of at most :data:`MAX_FILE_BYTES`, in UTF-8, with no key
+    given twice in one mapping, nested at most :data:`MAX_DEPTH` deep and holding at most
+    :data:`MAX_VALUES` values (aliases counted as often as they are used).
+
     Raises:
-        ScenarioError: the file is missing, is not YAML, or fails :func:`validate`.
+        ScenarioError: the file is missing or not a regular file, too large, not UTF-8, not
+            YAML, breaks one of those limits (a duplicate key is named with its dotted path),
+            or fails :func:`validate`.
+    """
+    return validate(read_yaml_file(path))
+
+
+def read_yaml_file(path: str | Path) -> Any:
+    """The plain data of a YAML file under :func:`load_scenario`'s limits (scenarios, comparisons).
+
+    Raises:
+        ScenarioError: see :func:`load_scenario` (everything but validation).
     """
     p = Path(path)
     try:
-        text = p.read_text()
+        st = p.stat()
+    except OSError as e:
+        raise ScenarioError("<file>", f"cannot read {p}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ScenarioError("<file>", f"{p} is not a regular file")
+    if st.st_size > MAX_FILE_BYTES:
+        raise ScenarioError("<file>", f"{p} is {st.st_size} bytes; a scenario may have at most {MAX_FILE_BYTES}")
+    try:
+        raw = p.read_bytes()
     except OSError as e:
         raise ScenarioError("<file>", f"cannot read {p}: {e.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ScenarioError("<file>", f"{p} is not UTF-8 text (byte {e.start} is 0x{raw[e.start]:02x})") from None
+    return parse_yaml(text, str(p))
+
+
+def parse_yaml(text: str, name: str = "<scenario>") -> Any:
+    """YAML text -> plain data, refusing duplicate keys, deep nesting and alias bombs.
+
+    Raises:
+        ScenarioError: not YAML, or breaks a limit (see :func:`load_scenario`).
+    """
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise ScenarioError("<file>", f"{name} is nested too deeply (at most {MAX_DEPTH} levels)") from None
     except yaml.YAMLError as e:
-        raise ScenarioError("<file>", f"{p} is not valid YAML: {e}") from None
-    return validate(data)
+        raise ScenarioError("<file>", f"{name} is not valid YAML: {e}") from None
+    if node is None:
+        return None
+    _check_node(node)
+    try:
+        return yaml.SafeLoader(text).get_single_data()
+    except yaml.YAMLError as e:
+        raise ScenarioError("<file>", f"{name} is not valid YAML: {e}") from None
+
+
+def _check_node(root) -> None:
+    """Walk a composed YAML document (aliases followed, as often as they are used) and raise
+    ScenarioError at the first duplicate key, a nesting deeper than MAX_DEPTH or the value
+    past MAX_VALUES."""
+    count = 0
+    stack = [(root, "", 0)]
+    while stack:
+        node, where, depth = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise ScenarioError("<file>", f"holds more than {MAX_VALUES} values (YAML aliases count each time "
+                                          "they are used)")
+        if depth > MAX_DEPTH:
+            raise ScenarioError(where or "<top>", f"is nested more than {MAX_DEPTH} levels deep")
+        if isinstance(node, yaml.MappingNode):
+            seen = {}
+            for k, v in node.value:
+                key = k.value if isinstance(k, yaml.ScalarNode) else "<key>"
+                path = f"{where}.{key}" if where else str(key)
+                if key in seen:
+                    raise ScenarioError(path, f"is given twice in one mapping (lines {seen[key]} and "
+                                              f"{k.start_mark.line + 1}); the second would replace the first")
+                seen[key] = k.start_mark.line + 1
+                stack.append((v, path, depth + 1))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                stack.append((v, f"{where}[{i}]", depth + 1))

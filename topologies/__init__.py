@@ -11,7 +11,7 @@ What a registered class provides (SpineLeaf, FatTree and Dragonfly are the examp
   a key two kinds share must be declared the same (a unit test checks);
 - ``MN_ARGS`` and ``from_mn_args(numbers)``: the ``mn --topo KIND,...`` form;
 - the constructor (keyword arguments = PARAMS keys; ScenarioError naming ``topology.<key>``),
-  ``n_hosts``, ``n_groups`` (host groups whose traffic between them crosses the top layer: the
+  ``n_hosts``, ``n_links``, ``n_groups`` (host groups whose traffic between them crosses the top layer: the
   permutation pattern needs two) and ``build() -> Fabric``.
 """
 from topologies.dragonfly import Dragonfly

@@ -121,6 +121,11 @@ class Dragonfly:
         return self.groups * (self.groups - 1) // 2
 
     @property
+    def n_links(self) -> int:
+        """Host links, local links and global links."""
+        return self.n_hosts + self.n_local_links + self.n_global_links
+
+    @property
     def n_groups(self) -> int:
         """Host groups whose traffic between them crosses a global link: the groups."""
         return self.groups

@@ -357,6 +357,11 @@ class SpineLeaf:
         return self.leaves
 
     @property
+    def n_links(self) -> int:
+        """Host links plus leaf-spine links (parallel ones counted)."""
+        return self.leaves * (self.hosts_per_leaf + self.spines * self.uplinks_per_spine)
+
+    @property
     def oversubscription(self) -> Fraction:
         """Leaf oversubscription ratio (downlink capacity / uplink capacity), e.g. 3 for 3:1."""
         down = Fraction(self.hosts_per_leaf) * Fraction(str(self.host_rate_mbps))

@@ -1,0 +1,110 @@
+"""Bad scenario files, tried as a new user would through the command line: each ends with exit 2,
+one line of bounded size naming the key, quickly, and nothing written (`check`, and `run` into an
+empty results folder)."""
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: 453 bytes of YAML whose aliases expand to 9^8 = 43 million list items (a "billion laughs")
+ALIAS_BOMB = "name: bomb\ntraffic:\n  sender_hosts: &a9 [" + ", ".join(["x"] * 9) + "]\n" + "".join(
+    f"  x{i}: &a{8 - i} [" + ", ".join([f"*a{9 - i}"] * 9) + "]\n" for i in range(8))
+
+
+def cli(*args, timeout_s=60):
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "experiments", *args], cwd=REPO, capture_output=True, text=True,
+                         timeout=timeout_s, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return res, time.monotonic() - t0
+
+
+def refused(path: Path, key: str, tmp_path: Path, run_too: bool = True) -> str:
+    """Assert that `check` (and `run`, as root) refuse ``path`` naming ``key``; return the line."""
+    res, took = cli("check", str(path))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1, (res.returncode, res.stderr[-2000:])
+    assert f"scenario key '{key}'" in lines[0], lines[0]
+    assert len(lines[0]) < 700 and took < 20, (len(lines[0]), took)
+    if run_too and os.geteuid() == 0:
+        out = tmp_path / "results"
+        out.mkdir(exist_ok=True)
+        res, _ = cli("run", str(path), "--results", str(out), "--quiet")
+        assert res.returncode == 2 and f"scenario key '{key}'" in res.stderr, res.stderr[-2000:]
+        assert list(out.iterdir()) == []                                   # nothing started or written
+    return lines[0]
+
+
+def write(tmp_path, text, name="s.yaml", mode="w"):
+    p = tmp_path / name
+    with open(p, mode) as f:
+        f.write(text)
+    return p
+
+
+def test_not_utf8(tmp_path):
+    line = refused(write(tmp_path, b"name: caf\xe9\n", mode="wb"), "<file>", tmp_path)
+    assert "not UTF-8" in line
+
+
+def test_nested_five_thousand_lists_deep(tmp_path):
+    refused(write(tmp_path, "name: deep\nrounds: " + "[" * 5000 + "]" * 5000 + "\n"), "<file>", tmp_path)
+
+
+def test_nested_deeper_than_the_limit_names_where(tmp_path):
+    refused(write(tmp_path, "name: deep\nrounds: " + "[" * 40 + "]" * 40 + "\n"), "rounds" + "[0]" * 32, tmp_path)
+
+
+def test_alias_bomb_is_refused_quickly_with_a_short_message(tmp_path):
+    assert len(ALIAS_BOMB) < 600
+    line = refused(write(tmp_path, ALIAS_BOMB), "<file>", tmp_path)
+    assert "aliases" in line
+
+
+@pytest.mark.parametrize("text, key", [
+    ("name: n\ntraffic: {timeout_s: .nan}\n", "traffic.timeout_s"),
+    ("name: n\nmeasurement: {sample_hz: .nan}\n", "measurement.sample_hz"),
+    ("name: n\nmeasurement: {sample_hz: .inf}\n", "measurement.sample_hz"),
+    ("name: n\nqueues: {buffer_packets: 100}\npfc: {watchdog: {timeout_s: .inf}}\n", "pfc.watchdog.timeout_s"),
+    ("name: n\necn: {profile: {red: {kmin_packets: 5, kmax_packets: 50, pmax: .nan}}}\n", "ecn.profile.red.pmax"),
+])
+def test_nan_and_infinity_are_not_numbers_in_range(tmp_path, text, key):
+    refused(write(tmp_path, text), key, tmp_path)
+
+
+def test_a_fabric_no_machine_can_build(tmp_path):
+    line = refused(write(tmp_path, "name: huge\ntopology: {spines: 64, leaves: 250, hosts_per_leaf: 250}\n"),
+                   "topology", tmp_path)
+    assert "1024" in line
+
+
+def test_a_duplicate_key_names_it(tmp_path):
+    text = "name: dup\ntraffic: {senders: 4}\nqueues: {buffer_packets: 50}\ntraffic: {senders: 2}\n"
+    line = refused(write(tmp_path, text), "traffic", tmp_path)
+    assert "lines 2 and 4" in line
+    refused(write(tmp_path, "name: dup\ntraffic:\n  senders: 4\n  senders: 5\n"), "traffic.senders", tmp_path)
+
+
+def test_not_a_regular_file(tmp_path):
+    refused(Path("/dev/zero"), "<file>", tmp_path, run_too=False)
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    refused(fifo, "<file>", tmp_path, run_too=False)            # refused without opening: no block
+
+
+def test_a_file_too_large(tmp_path):
+    refused(write(tmp_path, "name: big\n" + "#" * (2 << 20) + "\n"), "<file>", tmp_path, run_too=False)
+
+
+def test_a_long_value_is_quoted_short(tmp_path):
+    line = refused(write(tmp_path, "name: n\ntraffic: {pattern: " + "x" * 100_000 + "}\n"), "traffic.pattern", tmp_path)
+    assert len(line) < 400
+
+
+def test_an_error_is_named_where_it_was_written_not_under_rounds(tmp_path):
+    text = "name: r\necn: {ports: {leaf9-eth1: off}}\nrounds: [{name: a}, {name: b}]\n"
+    refused(write(tmp_path, text), "ecn.ports.leaf9-eth1", tmp_path)
