@@ -40,3 +40,8 @@ class SetupError(FabriclabError):
 
 class CapabilityError(FabriclabError):
     """The running kernel lacks something the scenario asked for (exit code 2)."""
+
+
+class BusyError(SetupError):
+    """Another fabriclab run holds the machine's run lock. The command-line front ends turn this
+    into exit code 2, before anything is created."""

@@ -18,12 +18,15 @@ import os
 import sys
 from pathlib import Path
 
-from common.errors import CapabilityError, ScenarioError, SetupError
+from common.errors import BusyError, CapabilityError, ScenarioError, SetupError
 from experiments.scenario import load_scenario
 from experiments.state import clean_stale
 
 # Each subcommand imports its own modules inside main(): `check` loads the parser and the fabric
 # only, 0.3 s, where the run's modules (matplotlib among them) would make it 0.65 s.
+
+#: Exit codes of a run ended by a signal (experiments.live.SIGNAL_EXIT), and the signal's name.
+SIGNAL_NAMES = {143: "SIGTERM", 129: "SIGHUP (the terminal closed)"}
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent / "scenarios" / "incast.yaml"
 
@@ -114,12 +117,19 @@ def main(argv=None) -> int:
     except CapabilityError as e:
         print(f"fabriclab: {e}", file=sys.stderr)
         return 2
+    except BusyError as e:
+        print(f"fabriclab: {e}", file=sys.stderr)
+        return 2
     except SetupError as e:
         print(f"fabriclab: set-up failed: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("fabriclab: interrupted; fabric torn down", file=sys.stderr)
         return 130
+    except SystemExit as e:
+        if e.code in SIGNAL_NAMES:
+            print(f"fabriclab: stopped by {SIGNAL_NAMES[e.code]}; fabric torn down (exit {e.code})", file=sys.stderr)
+        raise
     return 0
 
 

@@ -22,23 +22,29 @@ from experiments.state import RunState
 _SIGNALLED: list[int] = []   # signals received during run(), in order
 
 
+#: The exit code of a run ended by each signal (128 + the signal's number, as a shell reports it).
+SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+
+
 def _on_signal(signum, _frame):
-    """SIGTERM/SIGINT: unwind through every `finally` (the fabric is torn down). Recorded too:
-    Python drops an exception raised while a ``__del__`` runs ("Exception ignored in ..."), and a
-    Ctrl-C that landed there once let a run finish with exit 0 (CI); :func:`check_signalled`
-    raises it again."""
+    """SIGTERM/SIGINT/SIGHUP (the terminal closed): unwind through every `finally` (the fabric is
+    torn down). Recorded too: Python drops an exception raised while a ``__del__`` runs
+    ("Exception ignored in ..."), and a Ctrl-C that landed there once let a run finish with exit 0
+    (CI); :func:`check_signalled` raises it again."""
     _SIGNALLED.append(signum)
+    _raise_for(signum)
+
+
+def _raise_for(signum) -> None:
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
-    raise SystemExit(143)
+    raise SystemExit(SIGNAL_EXIT.get(signum, 143))
 
 
 def check_signalled() -> None:
-    """Raise KeyboardInterrupt / SystemExit(143) if a signal arrived during this run and was lost."""
+    """Raise KeyboardInterrupt / SystemExit(143 or 129) if a signal arrived during this run and was lost."""
     if _SIGNALLED:
-        if _SIGNALLED[0] == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise SystemExit(143)
+        _raise_for(_SIGNALLED[0])
 
 
 class Agents:

@@ -132,7 +132,7 @@ def run(sc: dict, results_root: Path, quiet: bool = False) -> Path:
         InjectedFault: when asked to by $FABRICLAB_INJECT_FAULT (tests).
     """
     _SIGNALLED.clear()
-    old = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    old = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         out = _run(sc, Path(results_root), quiet)
         check_signalled()
@@ -294,20 +294,21 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
     while out.exists():
         n += 1
         out = results_root / f"{stamp}-{sc['name']}-{n}"
-    out.mkdir(parents=True)
-    (out / "scenario.yaml").write_text(yaml.safe_dump(sc, sort_keys=False))
     env["git_revision"] = _git_rev()
     env["scale"] = _scale(sc)
     env["routing"] = {"mode": sc["routing"]["mode"], **(ECMP_METHOD if sc["routing"]["mode"] == "ecmp" else {})}
-    (out / "environment.json").write_text(json.dumps(env, indent=2))
-    _say(quiet, f"datapath={env['datapath']} kernel={env['kernel']} ECN marker={marker} results -> {out}")
 
     def host_queue(rate_mbps: float) -> PortQueue:
         return PortQueue(rate_mbps=rate_mbps, buffer_packets=HOST_QUEUE_PACKETS, burst_bytes=sc["queues"]["burst_bytes"])
 
     multi = sc["rounds"] is not None
     done = []
+    # the run lock first: a run refused because another is active creates nothing (BusyError)
     with RunState(out.name) as state, contextlib.ExitStack() as allow:
+        out.mkdir(parents=True)
+        (out / "scenario.yaml").write_text(yaml.safe_dump(sc, sort_keys=False))
+        (out / "environment.json").write_text(json.dumps(env, indent=2))
+        _say(quiet, f"datapath={env['datapath']} kernel={env['kernel']} ECN marker={marker} results -> {out}")
         for cc in ccs:
             allow.enter_context(AllowCongestionControl(cc, state))
         if state.stale_report and any(state.stale_report[k] for k in ("processes", "bridges", "interfaces")):

@@ -12,10 +12,11 @@ import fcntl
 import json
 import os
 import signal
+import stat
 import time
 from pathlib import Path
 
-from common.errors import SetupError
+from common.errors import BusyError, SetupError
 from controller import dataplane
 
 
@@ -34,19 +35,55 @@ os.register_at_fork(after_in_child=_forked_child_defaults)
 
 
 def state_dir() -> Path:
-    """Directory of the run-state record (created on demand)."""
+    """Directory of the run-state record (created on demand, mode 0700 whatever the umask).
+
+    Raises:
+        SetupError: the directory exists but is not this user's, or others can write to it: its
+            record would tell a root run which processes to kill and which links to delete.
+    """
     d = Path(os.environ.get("FABRICLAB_STATE_DIR", "/run/fabriclab"))
-    d.mkdir(parents=True, exist_ok=True)
+    if not d.exists():
+        d.mkdir(parents=True, exist_ok=True)
+        os.chmod(d, 0o700)
+    _check_private(d)
     return d
+
+
+def _check_private(path: Path) -> None:
+    """SetupError unless ``path`` belongs to this user and neither group nor others can write it."""
+    st = path.lstat()
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise SetupError(f"refusing the run-state record {path}: owner uid {st.st_uid}, mode "
+                         f"{stat.S_IMODE(st.st_mode):o}; it must be this user's (uid {os.geteuid()}) and writable "
+                         "by nobody else (remove it, or fix it with chown and chmod go-w)")
+
+
+def _private_write(path: Path, text: str) -> None:
+    """Write ``path`` atomically with mode 0600 (a temporary file renamed over it)."""
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _open_lock(d: Path):
+    """The lock file of ``d``, opened for flock (created 0600)."""
+    fd = os.open(d / "lock", os.O_WRONLY | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "w")
 
 
 def proc_start_time(pid: int) -> int | None:
     """Kernel start time (clock ticks since boot) of ``pid``, or None if it is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    return int(text.rsplit(")", 1)[1].split()[19])
 
 
 def _alive(rec: dict) -> bool:
@@ -147,14 +184,19 @@ class RunState:
         self.final_report = None
 
     def __enter__(self):
-        self._lock = open(self.dir / "lock", "w")
+        self._lock = _open_lock(self.dir)
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock.close()
-            raise SetupError("another fabriclab run is active on this machine (lock held: "
-                             f"{self.dir / 'lock'}); wait for it or stop it with Ctrl-C") from None
+            raise BusyError("another fabriclab run is active on this machine (lock held: "
+                            f"{self.dir / 'lock'}); wait for it or stop it with Ctrl-C") from None
         if self.path.exists():
+            try:
+                _check_private(self.path)
+            except SetupError:
+                self._lock.close()
+                raise
             try:
                 old = json.loads(self.path.read_text())
             except (OSError, ValueError):
@@ -164,9 +206,7 @@ class RunState:
         return self
 
     def _write(self):
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.rec, indent=1))
-        os.replace(tmp, self.path)
+        _private_write(self.path, json.dumps(self.rec, indent=1))
 
     def claim(self, bridges: list[str], interfaces: list[str]) -> None:
         """Record names about to be created; SetupError if any exists already (not ours)."""
@@ -218,14 +258,15 @@ def clean_stale() -> dict | None:
     """
     d = state_dir()
     path = d / "state.json"
-    with open(d / "lock", "w") as lock:
+    with _open_lock(d) as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise SetupError("a fabriclab run is active; stop it with Ctrl-C (it cleans up after itself)") from None
+            raise BusyError("a fabriclab run is active; stop it with Ctrl-C (it cleans up after itself)") from None
         try:
             if not path.exists():
                 return None
+            _check_private(path)
             try:
                 rec = json.loads(path.read_text())
             except ValueError:

@@ -232,6 +232,33 @@ def test_signal_mid_run_tears_down(tmp_path, sig):
 
 
 @_LIFECYCLE
+@pytest.mark.parametrize("sig, code, said", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGHUP, 129, "SIGHUP")])
+def test_sigterm_and_sighup_say_so_tear_down_and_exit_with_the_signal_code(tmp_path, sig, code, said):
+    """SIGTERM (a service manager, `kill`) and SIGHUP (the terminal closed) end a run as Ctrl-C
+    does: a line saying what happened, the fabric torn down, exit 128 + the signal's number."""
+    scenario = small_scenario(tmp_path, traffic={"response_bytes": 5_000_000})
+    proc, results = _start_run(tmp_path, scenario)
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == code, out[-2000:]
+    assert f"stopped by {said}" in out and "torn down" in out, out[-2000:]
+    assert_clean(str(results))
+
+
+@_LIFECYCLE
+def test_a_run_refused_by_the_lock_exits_2_and_creates_nothing(tmp_path):
+    """While another run holds the machine's run lock, a run says so, exits 2 and creates no
+    results folder."""
+    from experiments.state import RunState
+    results = tmp_path / "results"
+    with RunState("holder"):
+        p = run_cli("run", str(small_scenario(tmp_path)), "--results", str(results))
+    assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "another fabriclab run is active" in p.stderr
+    assert not results.exists() or list(results.iterdir()) == []
+
+
+@_LIFECYCLE
 def test_next_run_after_sigkill_starts_clean(tmp_path):
     """Case C2: SIGKILL leaves state behind; the next run removes it and succeeds."""
     scenario = small_scenario(tmp_path, traffic={"response_bytes": 5_000_000})
