@@ -73,3 +73,17 @@ class ListOf:
     item: F
     default: Any = None
     min_len: int = 0
+
+
+def check_params(obj: Any, params: dict, prefix: str) -> None:
+    """Check the attribute of ``obj`` named by every key of ``params`` against its field.
+
+    Args:
+        params: ``{key: F}`` (a registry entry's declared keys).
+        prefix: the section the keys sit in, e.g. ``topology``.
+
+    Raises:
+        ScenarioError: the first value out of its field, naming ``<prefix>.<key>``.
+    """
+    for key, spec in params.items():
+        spec.check(f"{prefix}.{key}", getattr(obj, key))

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.errors import ScenarioError
-from common.params import F
+from common.params import F, check_params
 from topologies.spineleaf import NUM, Fabric, LinkSpec, Node, dpid_for
 
 
@@ -78,14 +78,7 @@ class Dragonfly:
     global_rate_mbps: float = 10.0
 
     def __post_init__(self):
-        for key in ("groups", "routers_per_group", "hosts_per_router", "global_links_per_router"):
-            spec, v = self.PARAMS[key], getattr(self, key)
-            if not isinstance(v, int) or isinstance(v, bool) or not spec.lo <= v <= spec.hi:
-                raise ScenarioError(f"topology.{key}", f"must be an integer in [{spec.lo:g}, {spec.hi:g}], got {v!r}")
-        for key in ("host_rate_mbps", "local_rate_mbps", "global_rate_mbps"):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise ScenarioError(f"topology.{key}", f"must be a number > 0, got {v!r}")
+        check_params(self, self.PARAMS, "topology")
         most = self.routers_per_group * self.global_links_per_router + 1
         if self.groups > most:
             raise ScenarioError("topology.groups", f"{self.groups} groups need {self.groups - 1} global ports per "

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.errors import ScenarioError
-from common.params import F
+from common.params import F, check_params
 from topologies.spineleaf import NUM, Fabric, LinkSpec, Node, dpid_for
 
 
@@ -57,12 +57,9 @@ class FatTree:
     agg_core_rate_mbps: float = 10.0
 
     def __post_init__(self):
-        if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k % 2 or not 4 <= self.k <= 16:
+        check_params(self, self.PARAMS, "topology")
+        if self.k % 2:
             raise ScenarioError("topology.k", f"must be an even integer in [4, 16], got {self.k!r}")
-        for key in ("host_rate_mbps", "edge_agg_rate_mbps", "agg_core_rate_mbps"):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise ScenarioError(f"topology.{key}", f"must be a number > 0, got {v!r}")
 
     @classmethod
     def from_mn_args(cls, nums: list) -> "FatTree":

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from common.errors import ScenarioError
-from common.params import F
+from common.params import F, check_params
 
 NUM = (int, float)
 
@@ -331,15 +331,7 @@ class SpineLeaf:
     uplinks_per_spine: int = 1
 
     def __post_init__(self):
-        for key, lo, hi in (("spines", 1, 64), ("leaves", 1, 250), ("hosts_per_leaf", 1, 250),
-                            ("uplinks_per_spine", 1, 8)):
-            v = getattr(self, key)
-            if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
-                raise ScenarioError(f"topology.{key}", f"must be an integer in [{lo}, {hi}], got {v!r}")
-        for key in ("host_rate_mbps", "uplink_rate_mbps"):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise ScenarioError(f"topology.{key}", f"must be a number > 0, got {v!r}")
+        check_params(self, self.PARAMS, "topology")
 
     @classmethod
     def from_mn_args(cls, nums: list) -> "SpineLeaf":
