@@ -385,6 +385,13 @@ def run_udp_sender(job: dict) -> dict:
                     rec["blocked_sends"] += 1
                     break
                 except OSError as e:
+                    if e.errno == errno.ECONNREFUSED and rec["state"] == "ending" and rec["end_markers"]:
+                        # every datagram and an end marker went out, and the receiver has closed its
+                        # socket since (it had every flow's marker, or gave up): done, not failed
+                        rec.update(state="closed", closed_unix_s=time.time(), receiver_closed_first=True)
+                        sel.unregister(s)
+                        open_flows -= 1
+                        break
                     if e.errno != errno.ENOBUFS:
                         rec.update(state="failed", error=f"{type(e).__name__}: {e}")
                         sel.unregister(s)

@@ -51,3 +51,36 @@ def test_sized_udp_flows_arrive_whole_and_end_by_their_markers(tmp_path):
         assert f["datagrams_sent"] == -(-size // UDP_DATA_BYTES) == r["datagrams_received"]
         assert r["bytes"] == size and r["eof"] and r["datagrams_sent_marker"] == f["datagrams_sent"]
         assert r["duplicates"] == 0
+
+
+def test_a_receiver_that_closes_after_the_first_end_marker_does_not_fail_the_flow(monkeypatch, capsys):
+    """The sender sends each flow's end marker END_MARKERS times; a receiver that had every marker
+    closes its socket, and the kernel then answers a later marker with ICMP port unreachable
+    (ECONNREFUSED on the next send). That flow is done, not failed (seen under CPU load: the
+    receiver exited between two markers)."""
+    import errno
+    import io
+    import socket as socket_mod
+
+    from traffic import agent
+
+    class ClosedAfterFirstMarker(socket_mod.socket):
+        markers = 0
+
+        def send(self, data, *args):
+            if agent.UDP_HEADER.unpack_from(data)[0] == agent.END_SEQ:
+                type(self).markers += 1
+                if type(self).markers > 1:
+                    raise ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+            return super().send(data, *args)
+
+    sink = socket_mod.socket(socket_mod.AF_INET, socket_mod.SOCK_DGRAM)
+    sink.bind(("127.0.0.1", 0))
+    monkeypatch.setattr(agent.socket, "socket", ClosedAfterFirstMarker)
+    monkeypatch.setattr(agent.sys, "stdin", io.StringIO(f"{time.time()}\n"))
+    res = agent.run_udp_sender({"deadline_unix_s": time.time() + 10, "dscp": 0, "flows": [
+        {"dst_ip": "127.0.0.1", "port": sink.getsockname()[1], "bytes": 3000, "flow_id": 0}]})
+    sink.close()
+    (f,) = res["flows"]
+    assert f["state"] == "closed" and "error" not in f and f["receiver_closed_first"], f
+    assert f["bytes_sent"] == 3000 and f["end_markers"] == 1
