@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from common.errors import BusyError, CapabilityError, ScenarioError, SetupError
+from experiments.plan import build_fabric, check_against_fabric
 from experiments.scenario import load_scenario
 from experiments.state import clean_stale
 
@@ -60,7 +61,6 @@ def main(argv=None) -> int:
             print(f"fabriclab: {e}", file=sys.stderr)
             return 2
         if args.cmd == "check":
-            from experiments.runner import check_against_fabric
             try:
                 check_against_fabric(sc)
             except ScenarioError as e:
@@ -70,7 +70,6 @@ def main(argv=None) -> int:
             return 0
         if args.cmd == "draw":
             from experiments import draw
-            from experiments.runner import build_fabric
             print(draw.draw(build_fabric(sc).to_map(), Path(args.out), title=sc["name"]))
             return 0
     if args.cmd == "compare":

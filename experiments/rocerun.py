@@ -16,9 +16,8 @@ import time
 from pathlib import Path
 
 from common.dcqcn import DcqcnParams
-from common.errors import ScenarioError
 from experiments.live import Agents
-from experiments.scenario import buffer_bytes
+from experiments.scenario import buffer_bytes, dcqcn_params
 from experiments.tables import FLOW_COLUMNS, percentile, write_csv
 from traffic.patterns import message_schedule
 
@@ -164,22 +163,6 @@ def scenario_flows(sc: dict, plan: list[dict], seed: int | None = None) -> list[
     return [{"flow_id": f["flow_id"], "src": f["src"], "dst": f["dst"],
              "messages": [{"at_s": round(at, 6), "bytes": t["response_bytes"]} for at in ts]}
             for f, ts in zip(plan, times)]
-
-
-def dcqcn_params(sc: dict) -> DcqcnParams:
-    """The scenario's DCQCN parameters: the scaled NIC defaults for the host link rate, with the
-    ``roce.dcqcn`` keys given replacing them (``*_mbps`` keys in bit/s). Raises ScenarioError
-    naming ``roce.dcqcn.<key>`` when the result is inconsistent."""
-    d = {k: v for k, v in sc["roce"]["dcqcn"].items() if v is not None}
-    ts = d.pop("time_scale", None)
-    over = {(k[:-5] + "_bps" if k.endswith("_mbps") else k): (v * 1e6 if k.endswith("_mbps") else v)
-            for k, v in d.items()}
-    try:
-        return DcqcnParams.scaled(sc["topology"]["host_rate_mbps"] * 1e6, time_scale=ts, **over)
-    except ValueError as e:
-        name = str(e).split(" ")[0]
-        key = next((k for k in sc["roce"]["dcqcn"] if k.replace("_mbps", "_bps") == name), name)
-        raise ScenarioError(f"roce.dcqcn.{key}", str(e)) from None
 
 
 def scenario_job_args(sc: dict, mode: str, sample_interval_s: float = 0.05) -> dict:

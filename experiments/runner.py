@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import yaml
 
-from common.ecn import describe, port_profiles, profile_spec
+from common.ecn import describe, profile_spec
 from common.errors import CapabilityError, ScenarioError, SetupError
 from controller import dataplane
 from controller.bpfmarker import OBJECT as ECN_BPF_OBJECT
@@ -33,10 +33,10 @@ from experiments import analysis, collrun, draw, pfcrun, plot, probe as envprobe
 from experiments.fabric import REPO, LiveFabric
 from experiments.live import (_SIGNALLED, Agents, _on_signal, check_signalled, measure_rtt_s,  # noqa: F401
                               start_sampler, stop_sampler, warm_up_reachability)
-from experiments.scenario import FRAME_BYTES, buffer_bytes, topology_of
+from experiments.plan import check_against_fabric
+from experiments.scenario import FRAME_BYTES, buffer_bytes
 from experiments.state import RunState
 from experiments.tables import write_csv
-from traffic.patterns import flow_plan
 
 #: Host NIC queue length in packets (like a default txqueuelen).
 HOST_QUEUE_PACKETS = 1000
@@ -60,11 +60,6 @@ class InjectedFault(RuntimeError):
 def _maybe_fault(phase: str) -> None:
     if os.environ.get(FAULT_ENV) == phase:
         raise InjectedFault(f"injected fault at phase {phase!r} ({FAULT_ENV})")
-
-
-def build_fabric(sc: dict):
-    """The pure fabric description for a resolved scenario (its registered topology, built)."""
-    return topology_of(sc["topology"]).build()
 
 
 def port_queue(sc: dict, rate_mbps: float) -> PortQueue:
@@ -147,15 +142,6 @@ def _say(quiet, *a):
         print("fabriclab:", *a, flush=True)
 
 
-def resolve_rounds(sc: dict) -> list[dict]:
-    """The rounds of a resolved scenario: its ``rounds``, or one round named after it."""
-    if sc["rounds"]:
-        return sc["rounds"]
-    return [{"name": sc["name"], "ecn": {k: sc["ecn"][k] for k in ("profile", "layers", "ports")},
-             "hosts": sc["hosts"], "pfc": {"enabled": bool(sc["pfc"] and sc["pfc"]["enabled"])},
-             "roce": {"mode": sc["roce"]["mode"]}, "seed": sc["seed"], "collective": sc["collective"]}]
-
-
 def choose_marker(sc: dict, env: dict, needed: bool, priority_queues: bool = False) -> tuple[str, str]:
     """The ECN marker for this run and why: ``none`` when no round marks, else ``red`` or ``bpf``.
 
@@ -216,29 +202,6 @@ def check_red_weights(sc: dict, rounds: list[dict]) -> None:
                     dataplane.red_wlog(spec["red"]["weight"])
                 except ValueError as e:
                     raise ScenarioError(f"{prefix}.{where}.red.weight", str(e)) from None
-
-
-def check_against_fabric(sc: dict):
-    """The checks of a resolved scenario that need its fabric but no root: the traffic plan and
-    every round's per-port ECN profiles. Returns ``(fabric, fabric_map, plan, rounds, profiles)``.
-
-    Raises:
-        ScenarioError: naming the key (``traffic.pattern``, ``ecn.ports.<name>``, ``rounds[i].ecn.ports...``,
-            ``roce.dcqcn.<key>``).
-    """
-    fabric = build_fabric(sc)
-    fabric_map = fabric.to_map()
-    try:
-        plan = flow_plan(sc["traffic"], fabric, sc["seed"])
-    except ValueError as e:
-        raise ScenarioError("traffic.pattern", str(e)) from None
-    rounds = resolve_rounds(sc)
-    port_profiles(sc["ecn"], fabric_map, key="ecn")      # the scenario's own ports, named where written
-    profiles = [port_profiles(r["ecn"], fabric_map, key=f"rounds[{i}].ecn" if sc["rounds"] else "ecn")
-                for i, r in enumerate(rounds)]
-    if sc["traffic"]["transport"] == "roce":
-        rocerun.dcqcn_params(sc)          # DCQCN overrides that contradict each other: named before anything starts
-    return fabric, fabric_map, plan, rounds, profiles
 
 
 class _RoundRun(NamedTuple):

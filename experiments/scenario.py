@@ -16,10 +16,11 @@ from typing import Any
 
 import yaml
 
+from common.dcqcn import DcqcnParams
 from common.ecn import resolve_ecn
 from common.errors import ScenarioError
-from common.pfc import config_sections, parse_pfc
 from common.params import _REQUIRED, F, ListOf
+from common.pfc import config_sections, parse_pfc
 from common.units import FRAME_BYTES  # noqa: F401 (re-exported: the scenario's sizes)
 from topologies import TOPOLOGIES
 from traffic.patterns import PATTERNS
@@ -448,6 +449,22 @@ MAX_FILE_BYTES = 1 << 20
 MAX_VALUES = 100_000
 #: How deeply mappings and lists may nest.
 MAX_DEPTH = 32
+
+
+def dcqcn_params(sc: dict) -> DcqcnParams:
+    """The scenario's DCQCN parameters: the scaled NIC defaults for the host link rate, with the
+    ``roce.dcqcn`` keys given replacing them (``*_mbps`` keys in bit/s). Raises ScenarioError
+    naming ``roce.dcqcn.<key>`` when the result is inconsistent."""
+    d = {k: v for k, v in sc["roce"]["dcqcn"].items() if v is not None}
+    ts = d.pop("time_scale", None)
+    over = {(k[:-5] + "_bps" if k.endswith("_mbps") else k): (v * 1e6 if k.endswith("_mbps") else v)
+            for k, v in d.items()}
+    try:
+        return DcqcnParams.scaled(sc["topology"]["host_rate_mbps"] * 1e6, time_scale=ts, **over)
+    except ValueError as e:
+        name = str(e).split(" ")[0]
+        key = next((k for k in sc["roce"]["dcqcn"] if k.replace("_mbps", "_bps") == name), name)
+        raise ScenarioError(f"roce.dcqcn.{key}", str(e)) from None
 
 
 def load_scenario(path: str | Path) -> dict:

@@ -9,7 +9,8 @@ from experiments.scenario import FRAME_BYTES, switch_layers, validate
 from controller import dataplane
 from controller.bpfmarker import CFG, ST, decode_st, encode_cfg
 from experiments import analysis, marking
-from experiments.runner import check_red_weights, choose_marker, ecn_plan, resolve_rounds
+from experiments.plan import check_against_fabric, resolve_rounds
+from experiments.runner import check_red_weights, choose_marker, ecn_plan
 from topologies import TOPOLOGIES
 from topologies.spineleaf import SpineLeaf
 
@@ -39,7 +40,6 @@ def test_bare_yaml_off_is_drop_tail():
 
 
 def test_check_against_fabric_names_a_missing_port():
-    from experiments.runner import check_against_fabric
     for data, key in (({"ecn": {"ports": {"leaf9-eth1": "off"}}}, "ecn.ports.leaf9-eth1"),
                       ({"rounds": [{"name": "a", "ecn": {"ports": {"leaf9-eth1": "off"}}}]},
                        "rounds[0].ecn.ports.leaf9-eth1")):

@@ -26,7 +26,6 @@ LOCAL_IMPORTS_ALLOWED = {
     ("traffic/agent.py", "traffic.roce"): "only RoCE agents",
     ("experiments/analysis.py", "scipy.stats"): "scipy.stats loads in ~0.7 s; only the ECMP balance test",
     ("experiments/__main__.py", "experiments"): "each subcommand loads its own modules: `check` in 0.3 s, not 0.65 s",
-    ("experiments/__main__.py", "experiments.runner"): "as above",
     ("controller/main.py", "controller"): "os-ken patches the standard library as it loads: after argument parsing",
     ("controller/main.py", "controller.ofp"): "os-ken, as above",
     ("controller/main.py", "topologies.mn_custom"): "only the controller of a plain `mn --custom` run",

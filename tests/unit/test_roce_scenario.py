@@ -4,7 +4,7 @@ import pytest
 from common.errors import ScenarioError
 from experiments.scenario import validate
 from experiments import rocerun
-from experiments.runner import check_against_fabric, resolve_rounds
+from experiments.plan import check_against_fabric, resolve_rounds
 
 
 def roce(**traffic):

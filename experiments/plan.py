@@ -1,0 +1,46 @@
+"""A resolved scenario laid out on its fabric, without root: the fabric built (pure), the
+traffic plan, the rounds, every round's per-port ECN profiles. `python -m experiments check`
+stops here; a run starts from here."""
+from __future__ import annotations
+
+from common.ecn import port_profiles
+from common.errors import ScenarioError
+from experiments.scenario import dcqcn_params, topology_of
+from traffic.patterns import flow_plan
+
+
+def build_fabric(sc: dict):
+    """The pure fabric description for a resolved scenario (its registered topology, built)."""
+    return topology_of(sc["topology"]).build()
+
+
+def resolve_rounds(sc: dict) -> list[dict]:
+    """The rounds of a resolved scenario: its ``rounds``, or one round named after it."""
+    if sc["rounds"]:
+        return sc["rounds"]
+    return [{"name": sc["name"], "ecn": {k: sc["ecn"][k] for k in ("profile", "layers", "ports")},
+             "hosts": sc["hosts"], "pfc": {"enabled": bool(sc["pfc"] and sc["pfc"]["enabled"])},
+             "roce": {"mode": sc["roce"]["mode"]}, "seed": sc["seed"], "collective": sc["collective"]}]
+
+
+def check_against_fabric(sc: dict):
+    """The checks of a resolved scenario that need its fabric but no root: the traffic plan and
+    every round's per-port ECN profiles. Returns ``(fabric, fabric_map, plan, rounds, profiles)``.
+
+    Raises:
+        ScenarioError: naming the key (``traffic.pattern``, ``ecn.ports.<name>``, ``rounds[i].ecn.ports...``,
+            ``roce.dcqcn.<key>``).
+    """
+    fabric = build_fabric(sc)
+    fabric_map = fabric.to_map()
+    try:
+        plan = flow_plan(sc["traffic"], fabric, sc["seed"])
+    except ValueError as e:
+        raise ScenarioError("traffic.pattern", str(e)) from None
+    rounds = resolve_rounds(sc)
+    port_profiles(sc["ecn"], fabric_map, key="ecn")      # the scenario's own ports, named where written
+    profiles = [port_profiles(r["ecn"], fabric_map, key=f"rounds[{i}].ecn" if sc["rounds"] else "ecn")
+                for i, r in enumerate(rounds)]
+    if sc["traffic"]["transport"] == "roce":
+        dcqcn_params(sc)          # DCQCN overrides that contradict each other: named before anything starts
+    return fabric, fabric_map, plan, rounds, profiles
