@@ -234,6 +234,12 @@ def validate(data: Any) -> dict:
         prio_data, pfc_data = data.pop("priorities", None), data.pop("pfc", None)
     else:
         ecn_data = rounds_data = prio_data = pfc_data = None
+    given_topology = data.get("topology") if isinstance(data, dict) else None
+    if isinstance(given_topology, dict) and given_topology.get("kind", "spineleaf") in TOPOLOGY_KEYS:
+        own = TOPOLOGY_KEYS[given_topology.get("kind", "spineleaf")]
+        for key in given_topology:      # a misspelt key: name the keys of the kind given, not of every kind
+            if key not in SCHEMA["topology"]:
+                raise ScenarioError(f"topology.{key}", f"unknown key (known keys here: {', '.join(sorted(own))})")
     sc = _resolve(SCHEMA, data, "")
     kind = sc["topology"]["kind"]
     given = data.get("topology") or {} if isinstance(data, dict) else {}
@@ -284,7 +290,7 @@ def validate(data: Any) -> dict:
             raise ScenarioError(f"traffic.{key}", f"applies to the {PATTERN_KEYS[key]} pattern, not {t['pattern']}")
     problem = pattern.check(n_hosts, builder.n_groups, t)
     if problem:
-        raise ScenarioError("traffic.pattern", problem)
+        raise ScenarioError(f"traffic.{problem[0]}", problem[1])
     if t["pattern"] != "incast":
         pairs = pattern.pair_count(n_hosts)
         if pairs * t["flows_per_pair"] > MAX_FLOWS:

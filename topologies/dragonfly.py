@@ -123,6 +123,14 @@ class Dragonfly:
         """Host groups whose traffic between them crosses a global link: the groups."""
         return self.groups
 
+    @property
+    def oversubscription(self) -> float:
+        """A group's host capacity over its global capacity: a x p x host rate / ((g - 1) x global
+        rate), e.g. 2 for the default (8 hosts share the 4 global links to the other groups). 1 or
+        less: a permutation across groups can run at line rate (on minimal routes)."""
+        return (self.routers_per_group * self.hosts_per_router * self.host_rate_mbps
+                / ((self.groups - 1) * self.global_rate_mbps))
+
     @staticmethod
     def router_name(group: int, router: int) -> str:
         """Router ``router`` (0-based) of group ``group`` (0-based) is ``g<group+1>r<router+1>``."""
@@ -148,8 +156,7 @@ class Dragonfly:
         params = {"groups": g, "routers_per_group": a, "hosts_per_router": p,
                   "global_links_per_router": self.global_links_per_router, "host_rate_mbps": self.host_rate_mbps,
                   "local_rate_mbps": self.local_rate_mbps, "global_rate_mbps": self.global_rate_mbps,
-                  "oversubscription": float(p * self.host_rate_mbps / self.global_rate_mbps
-                                            / self.global_links_per_router)}
+                  "oversubscription": float(self.oversubscription)}
         fab = Fabric(kind=self.KIND, params=params, layers=self.LAYERS)
         for G in range(g):
             for r in range(a):

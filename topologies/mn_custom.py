@@ -44,10 +44,17 @@ def build(spec: str):
     """The fabric named by a Mininet-style ``kind,arg,...`` string (a registered topology's
     ``from_mn_args``); ValueError if the kind is unknown."""
     name, *args = spec.split(",")
-    nums = [float(a) if "." in a else int(a) for a in args]
     if name not in TOPOLOGIES:
         raise ValueError(f"unknown topology {name!r} ({' or '.join(TOPOLOGIES)})")
-    return TOPOLOGIES[name].from_mn_args(nums).build()
+    cls = TOPOLOGIES[name]
+    usage = f"--topo {name},{','.join(a.upper() for a in cls.MN_ARGS)} (the last ones may be left out)"
+    try:
+        nums = [float(a) if "." in a else int(a) for a in args]
+        if len(nums) > len(cls.MN_ARGS):
+            raise ValueError(f"{len(nums)} numbers")
+        return cls.from_mn_args(nums).build()
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{spec!r}: {e}; usage: {usage}") from None
 
 
 def _topo(name):

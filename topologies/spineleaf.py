@@ -32,13 +32,15 @@ class Node:
 
     Attributes:
         name: Mininet node name (also the prefix of its interface names).
-        layer: ``spine``, ``leaf`` (switches) or ``host``.
+        layer: the switch's layer (``spine``, ``leaf``; ``core``, ``aggregation``, ``edge``;
+            ``router``) or ``host``.
         dpid: OpenFlow datapath id (switches), None for hosts.
         mac: host MAC ``02:..`` (locally administered), None for switches.
         ip: host IPv4 address without prefix length, None for switches.
         leaf: for hosts, the name of the switch they attach to.
         group: for hosts, the block whose traffic leaves it only through the
-            fabric's upper layers: the leaf (Spine-Leaf) or the pod (Fat-Tree).
+            fabric's upper layers or global links: the leaf (Spine-Leaf), the pod
+            (Fat-Tree) or the group (Dragonfly).
     """
 
     name: str
@@ -155,7 +157,7 @@ class Fabric:
         return [n for n in self.nodes if n.is_host]
 
     def host_groups(self) -> dict[str, list[str]]:
-        """``{group: [host names in position order]}`` (leaf for Spine-Leaf, pod for Fat-Tree)."""
+        """``{group: [host names in position order]}`` (leaf, pod or Dragonfly group: :attr:`Node.group`)."""
         out: dict[str, list[str]] = {}
         for h in self.hosts:
             out.setdefault(h.group or h.leaf, []).append(h.name)

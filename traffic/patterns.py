@@ -105,7 +105,8 @@ def flow_plan(traffic: dict, fabric, seed: int) -> list[dict]:
 # A pattern is one class registered in PATTERNS by NAME: PARAMS (the traffic keys only it takes,
 # checked by the scenario schema), pairs(fabric, traffic, seed) -> [(src, dst)], sizes(traffic) ->
 # (flows per pair, bytes or None, duration_s or None), pair_count(n_hosts) (the most pairs it can
-# give: the schema's flow cap) and check(n_hosts, n_groups, traffic) -> a problem or None.
+# give: the schema's flow cap) and check(n_hosts, n_groups, traffic) -> None, or (the traffic key
+# at fault, what is wrong).
 
 class Incast:
     """``senders`` hosts -> ``receiver`` (or ``sender_hosts``), one ``response_bytes`` flow each:
@@ -134,7 +135,7 @@ class Incast:
         return n_hosts - 1
 
     @staticmethod
-    def check(n_hosts: int, n_groups: int, traffic: dict) -> str | None:
+    def check(n_hosts: int, n_groups: int, traffic: dict) -> tuple[str, str] | None:
         """Nothing beyond the schema's own incast checks."""
         return None
 
@@ -156,9 +157,9 @@ class _PairPattern:
         return n_hosts
 
     @staticmethod
-    def check(n_hosts: int, n_groups: int, traffic: dict) -> str | None:
+    def check(n_hosts: int, n_groups: int, traffic: dict) -> tuple[str, str] | None:
         """At least two hosts."""
-        return None if n_hosts >= 2 else "needs at least 2 hosts"
+        return None if n_hosts >= 2 else ("pattern", "needs at least 2 hosts")
 
 
 class Permutation(_PairPattern):
@@ -173,9 +174,10 @@ class Permutation(_PairPattern):
         return permutation_pairs(fabric.host_groups(), seed)
 
     @staticmethod
-    def check(n_hosts: int, n_groups: int, traffic: dict) -> str | None:
+    def check(n_hosts: int, n_groups: int, traffic: dict) -> tuple[str, str] | None:
         """Needs two groups."""
-        return None if n_groups >= 2 else "a permutation sends every host to another leaf: it needs at least 2 leaves"
+        return None if n_groups >= 2 else ("pattern", "a permutation sends every host to another leaf: it needs "
+                                                      "at least 2 leaves")
 
 
 class AllToAll(_PairPattern):
@@ -207,10 +209,11 @@ class Stride(_PairPattern):
         return stride_pairs([h.name for h in fabric.hosts], traffic.get("stride") or 1)
 
     @staticmethod
-    def check(n_hosts: int, n_groups: int, traffic: dict) -> str | None:
+    def check(n_hosts: int, n_groups: int, traffic: dict) -> tuple[str, str] | None:
         """The stride must not map a host onto itself."""
         i = traffic.get("stride") or 1
-        return None if i % n_hosts else f"stride {i} is a multiple of the {n_hosts} hosts: every host would send to itself"
+        return None if i % n_hosts else ("stride", f"{i} is a multiple of the {n_hosts} hosts: every host would "
+                                                   "send to itself")
 
 
 class Staggered(_PairPattern):
@@ -235,10 +238,14 @@ class Staggered(_PairPattern):
         return edge_p, pod_p
 
     @staticmethod
-    def check(n_hosts: int, n_groups: int, traffic: dict) -> str | None:
+    def check(n_hosts: int, n_groups: int, traffic: dict) -> tuple[str, str] | None:
         """The two probabilities leave a share (>= 0) for the rest of the fabric."""
         edge_p, pod_p = Staggered.probabilities(traffic)
-        return None if edge_p + pod_p <= 1 else f"edge_p + pod_p is {edge_p + pod_p:g}; at most 1"
+        if edge_p + pod_p <= 1:
+            return None
+        given = "" if traffic.get("pod_p") is not None else " (pod_p not given: its default 0.3)"
+        return "pod_p" if traffic.get("pod_p") is not None else "edge_p", (
+            f"edge_p + pod_p is {edge_p + pod_p:g}{given}; at most 1")
 
 
 class RandomPairs(_PairPattern):
@@ -279,10 +286,10 @@ class Hotspot(_PairPattern):
         return hotspot_pairs([h.name for h in fabric.hosts], traffic.get("hotspots") or 1, seed)
 
     @staticmethod
-    def check(n_hosts: int, n_groups: int, traffic: dict) -> str | None:
+    def check(n_hosts: int, n_groups: int, traffic: dict) -> tuple[str, str] | None:
         """Fewer hotspots than hosts."""
         k = traffic.get("hotspots") or 1
-        return None if k < n_hosts else f"{k} hotspots in a fabric of {n_hosts} hosts: at most {n_hosts - 1}"
+        return None if k < n_hosts else ("hotspots", f"{k} in a fabric of {n_hosts} hosts: at most {n_hosts - 1}")
 
 
 #: name -> pattern class.

@@ -85,10 +85,11 @@ def test_every_pair_pattern_sends_flows_per_pair_flows_of_flow_bytes():
 @pytest.mark.parametrize("traffic, key", [
     ({"pattern": "permutation", "stride": 2}, "traffic.stride"),         # a key of another pattern
     ({"pattern": "stride", "hotspots": 2}, "traffic.hotspots"),
-    ({"pattern": "stride", "stride": 16}, "traffic.pattern"),            # every host to itself
-    ({"pattern": "staggered", "edge_p": 0.7, "pod_p": 0.5}, "traffic.pattern"),
+    ({"pattern": "stride", "stride": 16}, "traffic.stride"),             # every host to itself
+    ({"pattern": "staggered", "edge_p": 0.7, "pod_p": 0.5}, "traffic.pod_p"),
+    ({"pattern": "staggered", "edge_p": 0.8}, "traffic.edge_p"),         # with the default pod_p 0.3
     ({"pattern": "staggered", "edge_p": 1.5}, "traffic.edge_p"),
-    ({"pattern": "hotspot", "hotspots": 16}, "traffic.pattern"),
+    ({"pattern": "hotspot", "hotspots": 16}, "traffic.hotspots"),
     ({"pattern": "zigzag"}, "traffic.pattern"),
 ])
 def test_pattern_keys_are_checked_and_named(traffic, key):
