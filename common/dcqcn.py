@@ -19,7 +19,7 @@ already apply). Names follow the paper:
   R_C = (R_T + R_C) / 2 too (QCN's increase rules, IEEE 802.1Qau, which DCQCN keeps).
   Rates stay within [``min_rate_bps``, line rate].
 
-Scaling to an emulated link (DESIGN.md: keep the dimensionless numbers). NIC
+Scaling to an emulated link (keep the dimensionless numbers: rates down by s, times up by s). NIC
 defaults are those of the paper's 40 Gbit/s testbed: g = 1/256, K = 55 us,
 N = 50 us, T = 55 us, B = 10 MB, F = 5, R_AI = 40 Mbit/s; R_HAI is 10 R_AI
 (fabriclab's choice; the paper names it without a value); the minimum rate is

@@ -218,11 +218,6 @@ class Responder:
         self._nak_pending = False
         self._since_ack = 0
 
-    @property
-    def expected_psn(self) -> int:
-        """The PSN the responder accepts next (ePSN)."""
-        return self._expected & PSN_MASK
-
     def on_packet(self, psn: int, payload_bytes: int, ackreq: bool, last_of_message: bool) -> Response:
         """Account one data packet (PSN as received) and say what to do."""
         d = psn_diff(psn, self._expected & PSN_MASK)

@@ -48,14 +48,6 @@ ECT0 = 0b10
 CE = 0b11
 
 
-def mac_bytes(mac: str) -> bytes:
-    """``"aa:bb:..."`` -> 6 bytes. Raises ValueError on a malformed address."""
-    parts = mac.split(":")
-    if len(parts) != 6:
-        raise ValueError(f"not a MAC address: {mac!r}")
-    return bytes(int(p, 16) for p in parts)
-
-
 def _masked_prefix(frame: bytes | bytearray) -> bytes:
     """The ICRC's input up to and including BTH byte 7, invariant fields masked to ones (A17.4.1)."""
     ip = bytearray(frame[ETH_BYTES:ETH_BYTES + IP_BYTES])

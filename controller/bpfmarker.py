@@ -31,7 +31,6 @@ from controller.libbpf import BPF_ANY, BPF_F_LOCK, Libbpf
 
 REPO = Path(__file__).resolve().parent.parent
 OBJECT = REPO / "build" / "ecn_marker.bpf.o"
-SOURCE = REPO / "controller" / "bpf" / "ecn_marker.bpf.c"
 PROG_NAME = b"fl_ecn_mark"
 #: The filter's name as ``tc filter show`` lists it.
 FILTER_NAME = "fabriclab_ecn"

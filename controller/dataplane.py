@@ -224,15 +224,6 @@ def ovs_del_bridges(names: list[str]) -> None:
     run(argv, timeout_s=20)
 
 
-def ovs_running() -> bool:
-    """True if ovsdb-server and ovs-vswitchd answer."""
-    try:
-        run(["ovs-vsctl", "--timeout=3", "show"], timeout_s=5)
-        return True
-    except SetupError:
-        return False
-
-
 def root_links() -> set[str]:
     """Names of all interfaces in the root network namespace."""
     with IPRoute() as ipr:

@@ -54,11 +54,6 @@ PROGRAMS = ("fl_pfc_in", "fl_pfc_out", "fl_pfc_host", "fl_pfc_enq", "fl_pfc_deq"
 MAPS = ("fl_pfc_port", "fl_pfc_dscp", "fl_pfc_flow", "fl_pfc_occ", "fl_pfc_ctl", "fl_pfc_events")
 
 
-def class_minor(prio: int) -> int:
-    """The HTB class minor the classifier sends priority ``prio`` to (``1:1p`` in hex: 0x10 + prio)."""
-    return 0x10 + prio
-
-
 class PfcBpf:
     """The loaded PFC accounting program (see the module docstring).
 

@@ -2,7 +2,7 @@
 
 Why not pyroute2 here: pyroute2 decodes every attribute of every qdisc in
 Python, which caps a whole-fabric dump at ~140/s on these machines
-(DESIGN.md); the sampler needs 200 Hz for every switch port while sharing
+(measured on a 2-core machine); the sampler needs 200 Hz for every switch port while sharing
 two cores with Open vSwitch. This module sends ``RTM_GETQDISC`` with
 ``NLM_F_DUMP`` on a plain ``AF_NETLINK`` socket and reads only the fixed
 ``struct tc_stats`` attribute (``TCA_STATS``, linux/pkt_sched.h) of each root

@@ -521,7 +521,7 @@ def _git_rev() -> str:
 
 
 def _scale(sc: dict) -> dict:
-    """The dimensionless numbers of the run (DESIGN.md: keep them when scaling)."""
+    """The dimensionless numbers of the run (what a scaled emulation keeps: rates down by s, times up by s)."""
     q = sc["queues"]
     buf_pkts = q["buffer_packets"] if q["buffer_packets"] is not None else q["buffer_bytes"] / FRAME_BYTES
     return {"host_rate_mbps": sc["topology"]["host_rate_mbps"], "buffer_packets": buf_pkts,

@@ -216,11 +216,6 @@ def switch_layers(kind: str) -> tuple[str, ...]:
     return tuple(layer for layer in TOPOLOGIES[kind].LAYERS if layer != "host")
 
 
-def host_count(topology: dict) -> int:
-    """Number of hosts of a resolved topology section."""
-    return topology_of(topology).n_hosts
-
-
 def validate(data: Any) -> dict:
     """Validate a scenario mapping and return it resolved (defaults filled in).
 

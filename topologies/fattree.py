@@ -84,11 +84,6 @@ class FatTree:
         return self.k ** 3 // 4
 
     @property
-    def n_switches(self) -> int:
-        """5k^2/4: (k/2)^2 core + k^2/2 aggregation + k^2/2 edge."""
-        return 5 * self.k ** 2 // 4
-
-    @property
     def n_links(self) -> int:
         """3k^3/4."""
         return 3 * self.k ** 3 // 4

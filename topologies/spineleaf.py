@@ -5,7 +5,7 @@ which both the Mininet ``Topo`` (:mod:`topologies.mininet_topo`) and the
 controller's fabric map (:meth:`Fabric.to_map`) are derived, so the two can
 never disagree. Names, datapath ids, MACs and IPs derive from position.
 
-Oversubscription of a leaf (DESIGN.md):
+Oversubscription of a leaf:
     (hosts_per_leaf x host_rate) / (uplinks x uplink_rate)
 """
 from __future__ import annotations
