@@ -39,7 +39,8 @@ def test_dctcp_incast_drop_tail_vs_ecn(tmp_path, figure):
     """The default incast (its first two rounds, drop-tail then ECN step K = 20 packets) with dctcp
     on every host, on the OVS kernel datapath with the kernel's RED as the marker (the stock-kernel
     lane has them). With ECN the median bottleneck queue after the first round trip stays within
-    1.5 K, drops are at least 10x fewer (or zero), and throughput stays within 10% of drop-tail's.
+    1.5 K, drops are at least 10x fewer (or zero), and throughput stays within the calibrated
+    0.69-1.35x of drop-tail's (the emulated CPU's spread; the host lane holds 10%).
     Case H1: every host has the congestion control and tcp_ecn the scenario asked for, and every
     live flow runs dctcp (read on the socket). The kernel datapath carried it (no userspace
     transmit buffer was touched), and every byte arrived."""
@@ -87,5 +88,10 @@ def test_dctcp_incast_drop_tail_vs_ecn(tmp_path, figure):
     assert ecn["total_drops"] == 0 or ecn["total_drops"] * 10 <= dt["total_drops"]
     dt_tp, ecn_tp = (receiver_link_mbps(top / r["folder"]) for r in rounds)
     figure("ecn_over_drop_tail_throughput", ecn_tp / dt_tp)
-    assert abs(ecn_tp - dt_tp) <= 0.1 * dt_tp, (dt_tp, ecn_tp)
+    # Under the emulated CPU the receiver link's mean rate is as much the guest's CPU as the
+    # marking: calibrated (make test-repeat VM=1 N=10 beside a CPU-heavy process, 2026-12-02):
+    # ECN / drop-tail 0.901 / 1.016 / 1.142 (min / median / max), 1-in-1000 bounds 0.695 .. 1.345;
+    # the 10% bound failed 2 of those 10 runs, and one CI rehearsal under extra load (0.894). The
+    # host lane holds ECN to 10% of drop-tail (test_experiment.py, the default experiment).
+    assert 0.69 * dt_tp <= ecn_tp <= 1.35 * dt_tp, (dt_tp, ecn_tp)
     assert_clean(str(results))
