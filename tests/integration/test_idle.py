@@ -21,7 +21,8 @@ IDLE_S = 10
 #: Case C4's bound: under 1 packet per port per second while idle.
 #: Case C4's "barely move": under 1 packet per port per second. Calibrated (10 runs beside a
 #: CPU-heavy process, 2026-12-02): the most any port moved was 2 (Fat-Tree k=4, 4x8) and 4 (2x2,
-#: 2x3 parallel) in every run, on 16, 16, 4 and 6 ports; a broadcast storm moves thousands.
+#: 2x3 parallel; the Dragonfly 3x2, 10 runs of its own) in every run, on 16, 16, 4, 6 and 12
+#: ports; a broadcast storm moves thousands.
 IDLE_MAX_PACKETS_PER_PORT = IDLE_S * 1
 
 SHAPES = {
