@@ -130,3 +130,11 @@ def test_registry_entries_declare_what_the_schema_mn_and_drawing_read(tmp_path):
             assert getattr(cls(), key) == spec.default, (kind, key)     # the builder's default is the schema's
         assert cls().n_hosts == len(fab.hosts) and cls().n_groups == len(fab.host_groups())
         assert draw.draw(fab.to_map(), tmp_path / f"{kind}.png").exists()
+
+
+def test_the_largest_dragonfly_the_builder_takes_has_linux_sized_names():
+    # case C1: every generated interface name fits 15 characters (g33r16-eth39, h8448-eth0)
+    d = Dragonfly(groups=33, routers_per_group=16, hosts_per_router=16, global_links_per_router=8)
+    f = d.build()                       # check_names raises ScenarioError on a longer name
+    assert max(len(n) for n in f.interface_names()) <= 15
+    assert len(f.hosts) == 33 * 16 * 16 and d.n_links == len(f.links)
