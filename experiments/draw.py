@@ -120,8 +120,14 @@ def draw(fabric_map: dict, path: Path, title: str | None = None) -> Path:
     kinds = {kind: cls.TITLE for kind, cls in TOPOLOGIES.items()}
     ratios = sorted(set(over.values()))
     e2e = end_to_end_oversubscription(fabric_map)
-    sub = (f"{len(fabric_map['switches'])} switches, {len(fabric_map['hosts'])} hosts; oversubscription "
-           f"{', '.join(_ratio(r) for r in ratios) or 'n/a'} per switch (downlink / uplink capacity)"
+    own = fabric_map.get("params", {}).get("oversubscription")
+    if ratios:
+        what = f"oversubscription {', '.join(_ratio(r) for r in ratios)} per switch (downlink / uplink capacity)"
+    elif own is not None:       # one switch layer (a Dragonfly): the topology's own figure
+        what = f"oversubscription {own:g}:1 (the topology's own figure)"
+    else:
+        what = "oversubscription n/a"
+    sub = (f"{len(fabric_map['switches'])} switches, {len(fabric_map['hosts'])} hosts; {what}"
            + (f", {_ratio(e2e)} hosts to {rows[0]}" if e2e is not None else ""))
     ax.set_title((title or kinds.get(fabric_map["kind"], fabric_map["kind"])) + "\n" + sub, fontsize=10)
     ax.set_yticks(range(len(rows)))
