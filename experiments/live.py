@@ -90,11 +90,14 @@ class Agents:
         self.release(time.time() + start_in_s)
 
     def release(self, start_at_unix_s: float):
+        """Tell every started agent its start time (Unix seconds) on its stdin."""
         for _, p in self.procs:
             p.stdin.write(f"{start_at_unix_s:.6f}\n")
             p.stdin.flush()
 
     def wait(self, deadline_unix_s: float) -> dict[str, int]:
+        """Wait for every agent until ``deadline_unix_s`` (killing what is left then); returns
+        ``{"<host>.<role>": exit code}``. Raises KeyboardInterrupt/SystemExit for a lost signal."""
         codes = {}
         for host, p in self.procs:
             check_signalled()
@@ -107,6 +110,7 @@ class Agents:
         return codes
 
     def kill(self):
+        """Kill every agent still running (by its recorded process) and reap it."""
         for _, p in self.procs:
             if p.poll() is None:
                 p.kill()

@@ -204,14 +204,19 @@ class Stride(_PairPattern):
     PARAMS = {"stride": F((int,), None, lo=1, hi=100000)}
 
     @staticmethod
+    def offset(traffic: dict) -> int:
+        """i of stride(i): ``traffic.stride``, 1 when not given."""
+        return traffic.get("stride") or 1
+
+    @staticmethod
     def pairs(fabric, traffic: dict, seed: int) -> list[tuple[str, str]]:
         """One pair per host, in host order."""
-        return stride_pairs([h.name for h in fabric.hosts], traffic.get("stride") or 1)
+        return stride_pairs([h.name for h in fabric.hosts], Stride.offset(traffic))
 
     @staticmethod
     def check(n_hosts: int, n_groups: int, traffic: dict) -> tuple[str, str] | None:
         """The stride must not map a host onto itself."""
-        i = traffic.get("stride") or 1
+        i = Stride.offset(traffic)
         return None if i % n_hosts else ("stride", f"{i} is a multiple of the {n_hosts} hosts: every host would "
                                                    "send to itself")
 
@@ -281,14 +286,19 @@ class Hotspot(_PairPattern):
     PARAMS = {"hotspots": F((int,), None, lo=1, hi=100000)}
 
     @staticmethod
+    def count(traffic: dict) -> int:
+        """``traffic.hotspots``, 1 when not given."""
+        return traffic.get("hotspots") or 1
+
+    @staticmethod
     def pairs(fabric, traffic: dict, seed: int) -> list[tuple[str, str]]:
         """One seeded draw per host."""
-        return hotspot_pairs([h.name for h in fabric.hosts], traffic.get("hotspots") or 1, seed)
+        return hotspot_pairs([h.name for h in fabric.hosts], Hotspot.count(traffic), seed)
 
     @staticmethod
     def check(n_hosts: int, n_groups: int, traffic: dict) -> tuple[str, str] | None:
         """Fewer hotspots than hosts."""
-        k = traffic.get("hotspots") or 1
+        k = Hotspot.count(traffic)
         return None if k < n_hosts else ("hotspots", f"{k} in a fabric of {n_hosts} hosts: at most {n_hosts - 1}")
 
 
