@@ -36,7 +36,8 @@ from experiments.state import RunState  # noqa: E402
 from controller.dataplane import PortQueue  # noqa: E402
 from experiments import collrun  # noqa: E402
 from experiments.fabric import LiveFabric  # noqa: E402
-from experiments.runner import HOST_QUEUE_PACKETS, warm_up_reachability  # noqa: E402
+from experiments.context import HOST_QUEUE_PACKETS  # noqa: E402
+from experiments.live import warm_up_reachability  # noqa: E402
 from topologies.fattree import FatTree  # noqa: E402
 
 RANKS = 16

@@ -67,9 +67,11 @@ def main() -> int:
                 if (out / "rounds.json").exists() else [out]
             sums = [json.loads((d / "summary.json").read_text()) for d in dirs]
             s = sums[0]
-            t = s["timings_s"]
-            rows.append({"wall_s": wall, "setup_s": t["setup_s"], "traffic_s": sum(x["timings_s"]["traffic_s"] for x in sums),
-                         "teardown_s": t["teardown_s"], "analysis_plots_s": wall - t["total_s"],
+            t = json.loads((out / "timings.json").read_text())     # the run's phases (seconds)
+            traffic_s = sum(x["timings_s"]["traffic_s"] for x in sums)
+            rows.append({"wall_s": wall, "setup_s": t["setup_s"], "traffic_s": traffic_s,
+                         "teardown_s": t["teardown_s"],
+                         "analysis_plots_s": wall - t["setup_s"] - t["reachability_s"] - traffic_s - t["teardown_s"],
                          "sampler_hz": s["sampler"]["achieved_hz"], "ports": s["sampler"]["interfaces"],
                          "sampler_cpu_pct": 100 * s["sampler"]["cpu_fraction_of_one_core"]})
             print(f"run {i + 1}: " + ", ".join(f"{k}={v:.2f}" for k, v in rows[-1].items()), flush=True)

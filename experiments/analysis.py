@@ -233,9 +233,11 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     }
 
 
-def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timings: dict, host_cfg: dict,
+def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timings: dict,
                   plan: list[dict], receiver_is_bottleneck: bool = False) -> dict:
-    """Write flows.csv, flow_samples.csv, queues.csv, ports.csv and summary.json into ``out``; return the summary.
+    """Write flows.csv, flow_samples.csv, queues.csv and ports.csv into ``out``; return the round's
+    summary (the run loop writes summary.json once, after the features added their sections).
+    The hosts' TCP settings come from the round's environment.json (``host_config``).
 
     ``receiver_is_bottleneck`` (an incast round with PFC on): the bottleneck is the port toward the
     receiver, not the one that held the most (paused queues upstream can hold more, but they wait;
@@ -311,9 +313,9 @@ def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timi
         "total_drops": sum(p["drops"] for p in ports),
         "sampler": sampler,
         "timings_s": timings,
-        "hosts_tcp": sorted({(v["tcp_congestion_control"], v["tcp_ecn"]) for v in host_cfg.values()}),
+        "hosts_tcp": sorted({(v["tcp_congestion_control"], v["tcp_ecn"])
+                             for v in (env.get("host_config") or {}).values()}),
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
 
 
@@ -338,8 +340,7 @@ def format_summary(summary: dict, out: Path) -> str:
         + ("\n" + _roce_line(summary) if summary.get("roce") else ""),
         f"sampler: {summary['sampler']['achieved_hz']:.0f} Hz on {summary['sampler']['interfaces']} ports, "
         f"{100 * summary['sampler']['cpu_fraction_of_one_core']:.1f}% of one core",
-        f"time: set-up {summary['timings_s'].get('setup_s', 0):.1f} s, traffic {summary['timings_s'].get('traffic_s', 0):.1f} s, "
-        f"teardown {summary['timings_s'].get('teardown_s', 0):.1f} s",
+        f"time: set-up {summary['timings_s'].get('setup_s', 0):.1f} s, traffic {summary['timings_s'].get('traffic_s', 0):.1f} s",
         f"results: {out}",
     ]
     return "\n".join(lines)
@@ -467,7 +468,7 @@ def queue_after_first_rtt(queues_csv: Path, intf: str, rtt_s: float, end_s: floa
 def add_ecn(out: Path, summary: dict, env: dict, profiles: dict, counters: dict, flows: list[dict],
             marker: str) -> dict:
     """Add ``summary["ecn"]`` (profile and counters at the bottleneck, marks at receivers, live
-    congestion control) to ``out/summary.json``; write ``ecn_counters.csv``. Returns the summary.
+    congestion control) to ``summary``; write ``ecn_counters.csv`` into ``out``. Returns the summary.
 
     ``profiles`` maps switch ports to :class:`common.ecn.EcnProfile`; ``counters`` are the
     marker's per-port counters over this round (:func:`counter_deltas`); ``ecn_counters.csv``
@@ -517,7 +518,6 @@ def add_ecn(out: Path, summary: dict, env: dict, profiles: dict, counters: dict,
         "ecn_negotiated_flows": sum(1 for f in flows if f.get("ecn_negotiated")),
         "ss_tin": parse_ss_tin(ss_path.read_text(), known) if ss_path.exists() else None,
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
 
 
@@ -563,12 +563,13 @@ def _pfc_columns(p: dict | None) -> dict:
             "pfc_cap_drops": p["cap_drops"], "reaction_p99_s": p["reaction_s"]["p99"]}
 
 
-def write_rounds(out: Path, summaries: list[dict]) -> list[dict]:
-    """rounds.json and rounds.csv: one row per round (:func:`round_row`), folders under ``rounds/``;
-    with RoCE rounds, rounds.json also compares the rounds of each mode across their seeds
+def write_rounds(out: Path, summaries: list[dict], dirs: list[Path] | None = None) -> list[dict]:
+    """rounds.json and rounds.csv: one row per round (:func:`round_row`), folders under ``rounds/``
+    (``dirs``, one per summary; default: every folder there, in order); with RoCE rounds,
+    rounds.json also compares the rounds of each mode across their seeds
     (``roce_across_seeds``, experiments.rocerun.across_seeds)."""
     out = Path(out)
-    dirs = sorted((out / "rounds").iterdir())
+    dirs = [Path(d) for d in dirs] if dirs is not None else sorted((out / "rounds").iterdir())
     rows = [dict(round_row(i, d.name.split("-", 1)[1], s), folder=f"rounds/{d.name}")
             for i, (d, s) in enumerate(zip(dirs, summaries))]
     _write_csv(out / "rounds.csv", list(ROUND_COLUMNS) + ["folder"], rows)

@@ -98,8 +98,8 @@ class LiveFabric:
         routing: ``ecmp`` (hash each 5-tuple over all equal-cost next hops) or
             ``single`` (one deterministic path per destination); see controller.routing.
         ecn_plan: the ECN plan the controller applies once the ports have queues
-            (experiments.runner.ecn_plan; controller.ecnports), or None.
-        pfc_plan: the PFC plan (experiments.runner.pfc_plan; controller.pfcports): the
+            (experiments.features.ecn.ecn_plan; controller.ecnports), or None.
+        pfc_plan: the PFC plan (experiments.pfcrun.pfc_plan; controller.pfcports): the
             controller installs per-priority queues on every port instead of
             ``switch_queue``/``host_queue`` and runs the pauser; or None.
 

@@ -178,8 +178,8 @@ def format_line(p: dict | None, total_drops: int | None = None) -> str:
 
 def add_to_summary(out: Path, summary: dict, pfc_round: dict, flows: list[dict]) -> dict:
     """Add ``summary["pfc"]`` (:func:`round_results`) for one round, count the lossless class's
-    cap drops into ``total_drops`` (they happen in front of the queues, not in them), and
-    rewrite ``summary.json``.
+    cap drops into ``total_drops`` (they happen in front of the queues, not in them); write
+    ``pauses.csv`` and ``pfc_occupancy.csv`` into ``out``. Returns the summary.
 
     Args:
         pfc_round: ``{"enabled", "begin_unix_s", "before", "after"}`` as the runner kept them.
@@ -198,7 +198,6 @@ def add_to_summary(out: Path, summary: dict, pfc_round: dict, flows: list[dict])
             rx[path.name.split(".")[0]] = drops
     summary["pfc"]["receiver_udp_drops"] = rx or None
     summary["total_drops"] += summary["pfc"]["cap_drops"] + summary["pfc"]["storm_drops"]
-    (Path(out) / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
 
 

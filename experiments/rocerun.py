@@ -302,7 +302,6 @@ def add_to_summary(out: Path, summary: dict, rows: list[dict], mode: str, params
     }
     for w in summary["roce"]["pacing_warnings"] + summary["roce"]["feedback_warnings"]:
         print(f"fabriclab: WARNING: {w}", file=sys.stderr)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
 
 

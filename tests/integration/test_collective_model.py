@@ -12,7 +12,8 @@ from experiments.state import RunState
 from controller.dataplane import PortQueue
 from experiments import collrun
 from experiments.fabric import LiveFabric
-from experiments.runner import HOST_QUEUE_PACKETS, warm_up_reachability
+from experiments.context import HOST_QUEUE_PACKETS
+from experiments.live import warm_up_reachability
 from topologies.fattree import FatTree
 from topologies.spineleaf import SpineLeaf
 

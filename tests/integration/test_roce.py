@@ -19,7 +19,7 @@ from common import roce
 from common.dcqcn import DcqcnParams
 from experiments.scenario import FRAME_BYTES
 from experiments import rocerun
-from experiments.runner import start_sampler, stop_sampler
+from experiments.live import start_sampler, stop_sampler
 
 from .test_ecn_marking import BOTTLENECK, marking_fabric
 

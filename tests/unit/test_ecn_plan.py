@@ -10,7 +10,7 @@ from controller import dataplane
 from controller.bpfmarker import CFG, ST, decode_st, encode_cfg
 from experiments import analysis, marking
 from experiments.plan import check_against_fabric, resolve_rounds
-from experiments.runner import check_red_weights, choose_marker, ecn_plan
+from experiments.features.ecn import check_red_weights, choose_marker, ecn_plan
 from topologies import TOPOLOGIES
 from topologies.spineleaf import SpineLeaf
 

@@ -62,6 +62,7 @@ def tree_copy(tmp_path):
     ("traffic/agent.py", "from controller import dataplane", "layers"),            # an agent on the data plane
     ("traffic/patterns.py", "import yaml", "agents-and-topologies"),               # parsing below the schema
     ("experiments/tables.py", "from experiments import analysis", "acyclic"),      # a cycle
+    ("experiments/runner.py", "from experiments.features.pfc import Pfc", "run-loop"),  # a feature by name
 ])
 def test_a_deliberate_violation_breaks_its_contract(tree_copy, where, line, contract):
     with open(tree_copy / where, "a") as f:

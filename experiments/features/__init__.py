@@ -1,0 +1,15 @@
+"""The feature registry: what the fabric does around a round's traffic. The run loop plans,
+applies and summarises every registered feature in this order (PFC before ECN: the ECN marker
+is chosen knowing whether ports have per-priority queues); adding a feature (a fault injector,
+say) is one module under this package and one line here."""
+from __future__ import annotations
+
+from experiments.features.base import Feature
+from experiments.features.ecn import Ecn
+from experiments.features.hosts import HostTcp
+from experiments.features.pfc import Pfc
+
+#: Registered features by name, in the order the run loop calls them.
+FEATURES: dict[str, type[Feature]] = {f.name: f for f in (HostTcp, Pfc, Ecn)}
+
+__all__ = ["FEATURES", "Feature"]

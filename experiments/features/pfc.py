@@ -1,0 +1,102 @@
+"""PFC (a scenario's ``priorities`` and ``pfc`` sections): priority queues on every switch port
+and host NIC, the pauser in the controller, switched on or off per round; ``pauses.csv``,
+``pfc_occupancy.csv`` and the ``pfc`` section of each round (experiments.pfcrun)."""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from common.errors import CapabilityError
+from common.units import FRAME_BYTES
+from controller.pfcbpf import OBJECT as PFC_OBJECT
+from experiments import pfcrun
+from experiments.context import HOST_QUEUE_PACKETS, RoundRecord
+from experiments.features.base import Feature
+from experiments.scenario import buffer_bytes
+
+
+class Pfc(Feature):
+    """Priority flow control: planned once (XOFF/XON and headroom parsed once, by
+    experiments.pfcrun.pfc_config), toggled per round, reported before and after each round."""
+    name = "pfc"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.cfg = None
+        self.plan_pfc = None
+        self.on = False
+        self._round = None
+
+    def plan(self, queues_per_port: int) -> int:
+        """The controller's PFC plan; one more queue per port for each lossless priority.
+
+        Raises:
+            CapabilityError: the PFC BPF object is not built.
+        """
+        sc, rounds = self.ctx.sc, self.ctx.rounds
+        self.cfg = pfcrun.pfc_config(sc)
+        if self.cfg is None:
+            self.ctx.env["pfc"] = None
+            return 0
+        if not PFC_OBJECT.exists():
+            raise CapabilityError(f"pfc: {PFC_OBJECT} is not built (run 'sudo make setup'; needs clang and "
+                                  "libbpf-dev): the priority queues' accounting needs it")
+        self.plan_pfc = pfcrun.pfc_plan(self.ctx.fabric_map, replace(self.cfg, enabled=rounds[0]["pfc"]["enabled"]),
+                                        buffer_bytes(sc["queues"]), sc["queues"]["burst_bytes"],
+                                        HOST_QUEUE_PACKETS * FRAME_BYTES)
+        self.ctx.env["pfc"] = {"mechanism": pfcrun.MECHANISM, "priorities": sc["priorities"], "pfc": sc["pfc"],
+                               "rounds": [{"name": r["name"], "enabled": r["pfc"]["enabled"]} for r in rounds]}
+        return len(self.cfg.lossless)
+
+    def fabric_args(self) -> dict:
+        """``pfc_plan`` for the controller (None: no priority queues)."""
+        return {"pfc_plan": self.plan_pfc}
+
+    def after_fabric(self, lf) -> None:
+        """Record what the controller applied."""
+        if self.plan_pfc is not None:
+            self.ctx.env["pfc"]["controller"] = lf.pfc_record
+            self.on = self.plan_pfc["enabled"]
+
+    def describe_round(self, rnd: RoundRecord) -> str | None:
+        """``PFC on`` or ``PFC off`` (nothing without priority queues)."""
+        if self.plan_pfc is None:
+            return None
+        return f"PFC {'on' if rnd.round['pfc']['enabled'] else 'off'}"
+
+    def round_options(self, rnd: RoundRecord) -> dict:
+        """With PFC on, an incast's bottleneck is the receiver's port (``receiver_is_bottleneck``)."""
+        return {"receiver_is_bottleneck": self.plan_pfc is not None and rnd.round["pfc"]["enabled"]}
+
+    def before_round(self, lf, rnd: RoundRecord) -> dict:
+        """Switch PFC as the round asks; take the controller's report before the traffic."""
+        if self.plan_pfc is None:
+            return {}
+        if rnd.round["pfc"]["enabled"] != self.on:
+            self.on = rnd.round["pfc"]["enabled"]
+            lf.pfc_request({"enabled": self.on})
+        self._round = {"enabled": self.on, "begin_unix_s": time.time(),
+                       "before": lf.pfc_report(self.ctx.out / ".pfc_report.json")}
+        return {}
+
+    def after_round(self, lf, rnd: RoundRecord) -> dict | None:
+        """The round's PFC record: enabled, begin time, the reports before and after."""
+        if self.plan_pfc is None:
+            return None
+        path = self.ctx.out / ".pfc_report.json"
+        rec = dict(self._round, after=lf.pfc_report(path))
+        path.unlink()
+        return rec
+
+    def summarize(self, rnd: RoundRecord, summary: dict) -> None:
+        """The ``pfc`` section (experiments.pfcrun.add_to_summary) of a round with flow rows."""
+        rec = rnd.features.get(self.name)
+        if rec is not None and rnd.rows is not None:
+            pfcrun.add_to_summary(rnd.dir, summary, rec, rnd.rows)
+
+    def warnings(self, summary: dict) -> list[str]:
+        """The headroom warnings of a round with PFC on."""
+        p = summary.get("pfc") or {}
+        if not p.get("enabled"):
+            return []
+        return [f"PFC: {h['warning']}" for h in p.get("headroom") or [] if h["warning"]]

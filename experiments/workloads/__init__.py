@@ -1,0 +1,27 @@
+"""The workload registry: what moves data in a round. The run loop picks, for each round, the
+first registered workload that wants it (:func:`workload_for`); adding a workload is one module
+under this package and one line here."""
+from __future__ import annotations
+
+from experiments.workloads.base import Workload
+from experiments.workloads.collective import Collective
+from experiments.workloads.flows import KernelFlows
+from experiments.workloads.roce import RoceFlows
+
+#: Registered workloads by name, in the order they are asked whether they want a round.
+WORKLOADS: dict[str, type[Workload]] = {w.name: w for w in (Collective, RoceFlows, KernelFlows)}
+
+
+def workload_for(sc: dict, rnd: dict) -> type[Workload]:
+    """The registered workload that runs round ``rnd`` of the resolved scenario ``sc``.
+
+    Raises:
+        LookupError: no registered workload wants the round (a registry defect, not user input).
+    """
+    for w in WORKLOADS.values():
+        if w.wants(sc, rnd):
+            return w
+    raise LookupError(f"no registered workload runs round {rnd['name']!r}")
+
+
+__all__ = ["WORKLOADS", "Workload", "workload_for"]

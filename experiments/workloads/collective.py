@@ -1,0 +1,53 @@
+"""A collective (``collective.kind``): ranks on hosts reduce real arrays over kernel TCP or
+RoCEv2 (experiments.collrun); collective.csv, collective_steps.csv and the plots per round,
+collective_rounds.csv side by side."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from experiments import collrun, rocerun
+from experiments.context import RoundRecord
+from experiments.tables import write_csv
+from experiments.workloads.base import Workload
+
+
+class Collective(Workload):
+    """One round's collective: an alpha probe, then every size, each ``repeat`` times."""
+    name = "collective"
+
+    @staticmethod
+    def wants(sc: dict, rnd: dict) -> bool:
+        """Rounds whose collective has a kind."""
+        return rnd["collective"]["kind"] is not None
+
+    def describe_round(self, rnd: dict) -> str:
+        """``<kind> on <ranks> ranks over <transport>``."""
+        c = rnd["collective"]
+        ranks = len(c["hosts"]) if c["hosts"] else c["ranks"]
+        return f"{c['kind']} on {ranks} ranks over {c['transport']}"
+
+    def run_round(self, lf, state, rec: RoundRecord) -> dict:
+        """experiments.collrun.run_round; returns its result (JSON-able)."""
+        coll = rec.round["collective"]
+        roce_args = (rocerun.collective_job_args(self.ctx.sc, rec.round["roce"]["mode"])
+                     if coll["transport"] == "roce" else None)
+        return collrun.run_round(lf, state, {**coll, "seed": rec.round["seed"], "roce_args": roce_args},
+                                 rec.dir / "agents", self.ctx.sc["measurement"]["sample_hz"], self.ctx.quiet,
+                                 say=self.ctx.say)
+
+    def summarize(self, rec: RoundRecord) -> dict:
+        """collective.csv, collective_steps.csv, the plots, and the ``collective`` summary."""
+        env = self.ctx.env
+        return {"scenario": self.ctx.sc["name"], "round": rec.round["name"] if self.ctx.multi else None,
+                "datapath": env["datapath"], "kernel": env["kernel"], "timings_s": rec.timings_s,
+                "collective": collrun.summarize(rec.raw, rec.dir)}
+
+    def format_round(self, summary: dict, rdir: Path) -> str:
+        """The folder and experiments.collrun.format_line."""
+        return f"{rdir}\n  {collrun.format_line(summary['collective'])}"
+
+    def finish_run(self, done: list[tuple[RoundRecord, dict]]) -> None:
+        """collective_rounds.csv: every round's sizes, side by side."""
+        rows = [{"round": rec.round["name"], **r} for rec, s in done for r in s["collective"]["sizes"]]
+        if rows:
+            write_csv(self.ctx.out / "collective_rounds.csv", list(rows[0]), rows)

@@ -1,0 +1,128 @@
+"""Kernel TCP or UDP flows (``traffic.transport`` tcp or udp): one receiver agent per
+destination and one sender agent per source, released together; per-flow rows, queues, ports,
+throughput and the bottleneck in the round's summary."""
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from experiments import analysis, plot
+from experiments.context import RoundRecord, maybe_fault
+from experiments.live import Agents, start_sampler, stop_sampler
+from experiments.workloads.base import Workload
+
+#: Seconds a time-limited TCP flow may take past its duration to end (its sender's last bytes and
+#: FIN acknowledged). Under heavy loss a segment can sit in Linux's exponential RTO backoff: lost 7
+#: times in a row from the 200 ms minimum it waits 0.2 x (2^8 - 1) = 51 s in all. With 30 s, a
+#: 3:1 Spine-Leaf permutation at 2 Mbit/s (6178 drops in 8 s) had a flow end at 37 s, after its
+#: receiver's deadline, under a CPU-heavy process (2 of 10 runs, 2026-12-02).
+TAIL_GRACE_S = 60.0
+#: Seconds the runner waits past the agents' own deadline before it kills them: at its deadline an
+#: agent stops waiting and writes what it has (a receiver killed there loses every flow's record).
+AGENT_EXIT_GRACE_S = 5.0
+
+
+class KernelFlows(Workload):
+    """The traffic section's flows over kernel TCP or UDP."""
+    name = "flows"
+
+    @staticmethod
+    def wants(sc: dict, rnd: dict) -> bool:
+        """Rounds without a collective whose transport is tcp or udp."""
+        return rnd["collective"]["kind"] is None and sc["traffic"]["transport"] in ("tcp", "udp")
+
+    def describe_round(self, rnd: dict) -> str:
+        """``UDP DSCP d`` or ``<congestion control> tcp_ecn=<n>``."""
+        t = self.ctx.sc["traffic"]
+        if t["transport"] == "udp":
+            return f"UDP DSCP {t['dscp']}"
+        return f"{rnd['hosts']['tcp_congestion_control']} tcp_ecn={rnd['hosts']['tcp_ecn']}"
+
+    def run_round(self, lf, state, rec: RoundRecord) -> dict:
+        """Start the sampler and the agents, release the synchronized start, take one ``ss -tin``
+        snapshot of the first sender's live flows (the algorithm really in use) into
+        ``ss_tin.txt``, wait; returns ``{"codes": {"<host>.rx|tx": exit code}}``."""
+        sc, plan = self.ctx.sc, self.ctx.plan
+        t = sc["traffic"]
+        count_ecn = bool(rec.options.get("count_ecn")) or rec.round["hosts"]["tcp_ecn"] != 0
+        agent_dir = rec.dir / "agents"
+        sampler = start_sampler(lf, state, rec.dir, sc["measurement"]["sample_hz"])
+        agents = Agents(lf, state)
+        by_dst, by_src = {}, {}
+        for f in plan:
+            by_dst.setdefault(f["dst"], []).append(f)
+            by_src.setdefault(f["src"], []).append(f)
+        try:
+            run_s = t["duration_s"] or t["timeout_s"]
+            deadline = time.time() + run_s + t["start_delay_s"] + TAIL_GRACE_S
+            udp = t["transport"] == "udp"
+            for dst, flows in by_dst.items():
+                agents.start(dst, "rx", {"role": "udp-receiver" if udp else "receiver", "port": t["port"],
+                                         "expect_flows": len(flows), "count_ecn": count_ecn, "dscp": t["dscp"],
+                                         "deadline_unix_s": deadline, "out": str(agent_dir / f"{dst}.rx.json")})
+            for src, flows in by_src.items():
+                agents.start(src, "tx", {"role": "udp-sender" if udp else "sender", "deadline_unix_s": deadline,
+                                         "dscp": t["dscp"], "out": str(agent_dir / f"{src}.tx.json"),
+                                         "flows": [{"dst_ip": f["dst_ip"], "port": t["port"], "bytes": f["bytes"],
+                                                    "duration_s": f["duration_s"], "flow_id": f["flow_id"]}
+                                                   for f in flows]})
+            agents.wait_ready()
+            start_at = time.time() + t["start_delay_s"]
+            agents.release(start_at)
+            what = (f"{len(by_src)} senders x {t['response_bytes']} B -> {t['receiver']}" if t["pattern"] == "incast"
+                    else f"{len(plan)} flows ({t['flows_per_pair']} per pair) between "
+                         f"{len(set(by_src) | set(by_dst))} hosts, "
+                    + (f"{t['duration_s']:g} s each" if t["duration_s"] else f"{t['flow_bytes']} B each"))
+            self.ctx.say(f"{t['pattern']}: {what}")
+            maybe_fault("after_traffic_start")
+            if not udp:
+                snapshot_ss(lf, plan[0]["src"], t["port"], start_at + 0.2, rec.dir / "ss_tin.txt")
+            codes = agents.wait(min(deadline, start_at + (t["duration_s"] + TAIL_GRACE_S if t["duration_s"]
+                                                          else t["timeout_s"])) + AGENT_EXIT_GRACE_S)
+            time.sleep(sc["measurement"]["post_s"])
+        finally:
+            agents.kill()
+            stop_sampler(sampler)
+        return {"codes": codes}
+
+    def collect(self, rec: RoundRecord) -> list[dict]:
+        """The round's per-flow rows (experiments.analysis.collect_flows)."""
+        return analysis.collect_flows(rec.dir / "agents", self.ctx.plan, rec.raw["codes"])
+
+    def summarize(self, rec: RoundRecord) -> dict:
+        """flows.csv, flow_samples.csv, queues.csv, ports.csv and the round's summary
+        (experiments.analysis.write_results)."""
+        rec.rows = self.collect(rec)
+        return analysis.write_results(rec.dir, self.ctx.sc, self.ctx.fabric_map, rec.rows, rec.timings_s,
+                                      self.ctx.plan,
+                                      receiver_is_bottleneck=bool(rec.options.get("receiver_is_bottleneck")))
+
+    def after_summary(self, rec: RoundRecord, summary: dict) -> None:
+        """The round's plots (experiments.plot.plot_all)."""
+        plot.plot_all(rec.dir)
+
+    def format_round(self, summary: dict, rdir: Path) -> str:
+        """experiments.analysis.format_summary."""
+        return analysis.format_summary(summary, rdir)
+
+    def finish_run(self, done: list[tuple[RoundRecord, dict]]) -> None:
+        """rounds.json, rounds.csv and the rounds' plots, side by side."""
+        out = self.ctx.out
+        analysis.write_rounds(out, [s for _, s in done], [rec.dir for rec, _ in done])
+        plot.plot_rounds(out)
+        if not self.ctx.quiet:
+            print(analysis.format_rounds(out))
+
+
+def snapshot_ss(lf, host: str, port: int, at_unix_s: float, path: Path) -> None:
+    """Write ``ss -tin`` of ``host``'s established connections to ``port`` at ``at_unix_s`` to ``path``."""
+    time.sleep(max(0.0, at_unix_s - time.time()))
+    p = lf.host(host).popen(["ss", "-tin", "state", "established", "dport", "=", f":{port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        text, _ = p.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        text = "ss -tin timed out"
+    path.write_text(text)

@@ -1,0 +1,63 @@
+"""RoCEv2 messages over reliable-connection queue pairs (``traffic.transport: roce``): one agent
+per host, the round's mode (DCQCN or a fixed rate) and seed; the flows' rows, and the ``roce``
+section with message completion times, CNPs and retransmissions."""
+from __future__ import annotations
+
+import time
+
+from experiments import rocerun
+from experiments.context import RoundRecord, maybe_fault
+from experiments.live import start_sampler, stop_sampler
+from experiments.scenario import dcqcn_params
+from experiments.workloads.flows import AGENT_EXIT_GRACE_S, KernelFlows
+
+
+class RoceFlows(KernelFlows):
+    """The traffic section's flows as RoCEv2 messages (same files as kernel flows, plus RoCE's)."""
+    name = "roce"
+
+    @staticmethod
+    def wants(sc: dict, rnd: dict) -> bool:
+        """Rounds without a collective whose transport is roce."""
+        return rnd["collective"]["kind"] is None and sc["traffic"]["transport"] == "roce"
+
+    def describe_round(self, rnd: dict) -> str:
+        """``RoCEv2 <mode> DSCP d``."""
+        return f"RoCEv2 {rnd['roce']['mode']} DSCP {self.ctx.sc['traffic']['dscp']}"
+
+    def run_round(self, lf, state, rec: RoundRecord) -> dict:
+        """The round's RoCE agents (experiments.rocerun), arrivals drawn with the round's seed;
+        returns ``{"codes": {"<host>.roce": exit code}}``."""
+        sc, mode, seed = self.ctx.sc, rec.round["roce"]["mode"], rec.round["seed"]
+        t = sc["traffic"]
+        sampler = start_sampler(lf, state, rec.dir, sc["measurement"]["sample_hz"])
+        try:
+            flows = rocerun.scenario_flows(sc, self.ctx.plan, seed)
+            last_post = max((m["at_s"] for f in flows for m in f.get("messages", [])), default=0.0)
+            run_s = max(t["duration_s"] or 0.0, last_post) + t["timeout_s"]
+            deadline = time.time() + run_s + t["start_delay_s"] + 30
+            agents = rocerun.start_roce_flows(lf, state, flows, rec.dir / "agents", deadline,
+                                              start_in_s=t["start_delay_s"], **rocerun.scenario_job_args(sc, mode))
+            try:
+                what = (f"{len(flows)} senders x {t['responses']} x {t['response_bytes']} B -> {t['receiver']} "
+                        f"({t['arrival']}{', load ' + format(t['load'], 'g') if t['load'] else ''})"
+                        if t["pattern"] == "incast" else f"{len(flows)} flows")
+                self.ctx.say(f"{t['pattern']} over RoCEv2 ({mode}): {what}")
+                maybe_fault("after_traffic_start")
+                codes = agents.wait(deadline + AGENT_EXIT_GRACE_S)
+                time.sleep(sc["measurement"]["post_s"])
+            finally:
+                agents.kill()
+        finally:
+            stop_sampler(sampler)
+        return {"codes": codes}
+
+    def collect(self, rec: RoundRecord) -> list[dict]:
+        """The round's per-queue-pair rows (experiments.rocerun.collect_rows)."""
+        return rocerun.collect_rows(rec.dir / "agents", self.ctx.plan, rec.raw["codes"])
+
+    def summarize(self, rec: RoundRecord) -> dict:
+        """The kernel flows' files and summary, plus the ``roce`` section and RoCE's CSV files."""
+        summary = super().summarize(rec)
+        return rocerun.add_to_summary(rec.dir, summary, rec.rows, rec.round["roce"]["mode"],
+                                      dcqcn_params(self.ctx.sc), rec.round["seed"])
