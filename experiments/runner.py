@@ -20,8 +20,11 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+
+from typing import Callable
 
 import yaml
 
@@ -36,7 +39,29 @@ from experiments.live import _SIGNALLED, _on_signal, check_signalled, measure_rt
 from experiments.plan import check_against_fabric
 from experiments.scenario import FRAME_BYTES
 from experiments.state import RunState
-from experiments.workloads import workload_for
+from experiments.workloads import WORKLOADS, workload_for
+
+
+@dataclass(frozen=True)
+class Platform:
+    """The run loop's side effects on this machine, in one place so component tests can drive the
+    loop with fakes (tests/unit/test_run_loop.py).
+
+    Attributes:
+        probe: () -> the environment record (experiments.probe.probe).
+        run_state: run id -> the run-state context (lock and record; experiments.state.RunState).
+        live_fabric: LiveFabric's signature -> the live fabric context (experiments.fabric.LiveFabric).
+        warm_up_s: live fabric -> seconds the all-pairs warm-up took (SetupError when pairs are missing).
+        rtt_s: (live fabric, src, dst) -> the idle round-trip time in seconds.
+        tx_buffer: (scenario, fabric, env, state, queues per port) -> a context that sizes the
+            datapath's transmit buffer for the rounds.
+    """
+    probe: Callable
+    run_state: Callable
+    live_fabric: Callable
+    warm_up_s: Callable
+    rtt_s: Callable
+    tx_buffer: Callable
 
 
 def port_queue(sc: dict, rate_mbps: float) -> PortQueue:
@@ -46,8 +71,13 @@ def port_queue(sc: dict, rate_mbps: float) -> PortQueue:
                      burst_bytes=q["burst_bytes"])
 
 
-def run(sc: dict, results_root: Path, quiet: bool = False) -> Path:
+def run(sc: dict, results_root: Path, quiet: bool = False, platform: Platform | None = None,
+        features: dict | None = None, workloads: dict | None = None) -> Path:
     """Run one resolved scenario; return its results folder.
+
+    ``platform`` (default :data:`PLATFORM`, this machine), ``features`` (default
+    experiments.features.FEATURES) and ``workloads`` (default experiments.workloads.WORKLOADS)
+    are for component tests.
 
     Raises:
         ScenarioError, CapabilityError: a key this machine cannot run (nothing started).
@@ -58,7 +88,8 @@ def run(sc: dict, results_root: Path, quiet: bool = False) -> Path:
     _SIGNALLED.clear()
     old = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
-        out = _run(sc, Path(results_root), quiet)
+        out = _run(sc, Path(results_root), quiet, platform or PLATFORM, FEATURES if features is None else features,
+                   WORKLOADS if workloads is None else workloads)
         check_signalled()
         return out
     finally:
@@ -84,22 +115,23 @@ def _merge(env: dict, more: dict) -> dict:
     return out
 
 
-def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
+def _run(sc: dict, results_root: Path, quiet: bool, platform: Platform, feature_registry: dict,
+         workload_registry: dict) -> Path:
     t_begin = time.monotonic()
     timings = {}
     fabric, fabric_map, plan, rounds, profiles = check_against_fabric(sc)
-    env = envprobe.probe()
+    env = platform.probe()
     multi = sc["rounds"] is not None
     out = _results_folder(results_root, sc["name"])
     ctx = RunContext(sc=sc, fabric=fabric, fabric_map=fabric_map, plan=plan, rounds=rounds, profiles=profiles,
                      env=env, out=out, multi=multi, quiet=quiet)
-    features = [f(ctx) for f in FEATURES.values()]
+    features = [f(ctx) for f in feature_registry.values()]
     queues_per_port = 1
     for f in features:
         queues_per_port += f.plan(queues_per_port)
     workloads = {}
     for r in rounds:
-        w = workload_for(sc, r)
+        w = workload_for(sc, r, workload_registry)
         workloads.setdefault(w.name, w(ctx))
     fabric_args = {k: v for f in features for k, v in f.fabric_args().items()}
     env["git_revision"] = _git_rev()
@@ -112,7 +144,7 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
     done: list[tuple[str, RoundRecord, dict]] = []
     round_env: list[dict] = []
     # the run lock first: a run refused because another is active creates nothing (BusyError)
-    with RunState(out.name) as state, contextlib.ExitStack() as run_long:
+    with platform.run_state(out.name) as state, contextlib.ExitStack() as run_long:
         out.mkdir(parents=True)
         (out / "scenario.yaml").write_text(yaml.safe_dump(sc, sort_keys=False))
         (out / "environment.json").write_text(json.dumps(env, indent=2))
@@ -123,7 +155,7 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
         if state.stale_report and any(state.stale_report[k] for k in ("processes", "bridges", "interfaces")):
             ctx.say(f"removed state of an earlier run: {state.stale_report}")
         maybe_fault("before_fabric")
-        with LiveFabric(fabric, out, state, datapath=env["datapath"],
+        with platform.live_fabric(fabric, out, state, datapath=env["datapath"],
                         switch_queue=lambda rate: port_queue(sc, rate), host_queue=host_queue,
                         routing=sc["routing"]["mode"], **fabric_args) as lf:
             timings.update(lf.timings_s)
@@ -133,14 +165,14 @@ def _run(sc: dict, results_root: Path, quiet: bool) -> Path:
             maybe_fault("after_fabric")
             for f in features:
                 f.after_fabric(lf)
-            timings["reachability_s"] = warm_up_reachability(lf)
-            env["scale"]["measured_rtt_s"] = measure_rtt_s(lf, plan[0]["src"], plan[0]["dst"])
+            timings["reachability_s"] = platform.warm_up_s(lf)
+            env["scale"]["measured_rtt_s"] = platform.rtt_s(lf, plan[0]["src"], plan[0]["dst"])
             env["scale"]["bdp_packets_measured_rtt"] = (sc["topology"]["host_rate_mbps"] * 1e6
                                                         * env["scale"]["measured_rtt_s"] / 8 / FRAME_BYTES)
-            with _tx_buffer(sc, fabric, env, state, queues_per_port):
+            with platform.tx_buffer(sc, fabric, env, state, queues_per_port):
                 for i, r in enumerate(rounds):
                     check_signalled()
-                    w = workloads[workload_for(sc, r).name]
+                    w = workloads[workload_for(sc, r, workload_registry).name]
                     rdir = out / "rounds" / f"{i + 1:02d}-{r['name']}" if multi else out
                     rdir.mkdir(parents=True, exist_ok=True)
                     (rdir / "agents").mkdir()
@@ -217,6 +249,11 @@ def _tx_buffer(sc: dict, fabric, env: dict, state: RunState, queues_per_port: in
                   f"{txbuf.before_bytes} bytes of packet memory, and excess packets are dropped "
                   "inside OVS, not in the qdiscs", file=sys.stderr)
         yield
+
+
+#: This machine: the real probe, run state, fabric, warm-up, RTT probe and transmit buffer.
+PLATFORM = Platform(probe=envprobe.probe, run_state=RunState, live_fabric=LiveFabric,
+                    warm_up_s=warm_up_reachability, rtt_s=measure_rtt_s, tx_buffer=_tx_buffer)
 
 
 def userspace_tx_budget_bytes(sc: dict, fabric, queues_per_port: int = 1) -> int:

@@ -12,13 +12,14 @@ from experiments.workloads.roce import RoceFlows
 WORKLOADS: dict[str, type[Workload]] = {w.name: w for w in (Collective, RoceFlows, KernelFlows)}
 
 
-def workload_for(sc: dict, rnd: dict) -> type[Workload]:
-    """The registered workload that runs round ``rnd`` of the resolved scenario ``sc``.
+def workload_for(sc: dict, rnd: dict, registry: dict[str, type[Workload]] | None = None) -> type[Workload]:
+    """The workload of ``registry`` (default :data:`WORKLOADS`) that runs round ``rnd`` of the
+    resolved scenario ``sc``: the first that wants it.
 
     Raises:
         LookupError: no registered workload wants the round (a registry defect, not user input).
     """
-    for w in WORKLOADS.values():
+    for w in (WORKLOADS if registry is None else registry).values():
         if w.wants(sc, rnd):
             return w
     raise LookupError(f"no registered workload runs round {rnd['name']!r}")
