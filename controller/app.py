@@ -39,16 +39,10 @@ from controller.ecnports import EcnPorts
 from controller.ofp import (CONFIG_DISPATCHER, MAIN_DISPATCHER, BaseApp, arp, ether_types, ethernet, hub, nicira_ext,
                             ofp_event, ofproto_v1_3, packet, set_ev_cls)
 from controller.pfcports import PfcPorts, share_gil_realtime
-from controller.routing import compute_routes, ecmp_tables, hash_basis
+from controller.routing import compute_routes, hash_basis
+from controller.tables import Multipath, Output, SetReg, ToController, port_sets_of, switch_flows
 
 LOG = logging.getLogger("fabriclab.controller")
-
-PRIO_DROP, PRIO_ARP, PRIO_ROUTE = 0, 100, 200
-#: Table 1 maps (port-set id in reg1, link index in reg0) to an output port.
-ECMP_TABLE = 1
-#: OVS's NX_HASH_FIELDS_SYMMETRIC_L3L4_UDP: IP addresses, protocol, TCP/UDP/SCTP
-#: ports (os-ken names only fields 0 and 1; OVS lib/nx-match.h defines 3).
-HASH_FIELDS_L3L4_UDP = 3
 
 
 class FabricController(BaseApp):
@@ -94,35 +88,34 @@ class FabricController(BaseApp):
         ofp, parser = dp.ofproto, dp.ofproto_parser
         dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
                                       out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
-        self._flow(dp, PRIO_DROP, parser.OFPMatch(), [])
-        self._flow(dp, PRIO_ARP, parser.OFPMatch(eth_type=ether_types.ETH_TYPE_ARP),
-                   [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)])
         routes = self.routes[sw["name"]]
-        set_of, port_sets = ecmp_tables(routes)
-        basis = hash_basis(self.index_of[dpid])
-        self._flow(dp, PRIO_DROP, parser.OFPMatch(), [], table_id=ECMP_TABLE)
-        for set_id, ports in port_sets.items():
-            for link, port in enumerate(ports):
-                self._flow(dp, PRIO_ROUTE, parser.OFPMatch(reg1=set_id, reg0=link),
-                           [parser.OFPActionOutput(port)], table_id=ECMP_TABLE)
-        for ip, ports in routes.items():
-            match = parser.OFPMatch(eth_type=ether_types.ETH_TYPE_IP, ipv4_dst=ip)
-            if ip not in set_of:
-                self._flow(dp, PRIO_ROUTE, match, [parser.OFPActionOutput(ports[0])])
-                continue
-            actions = [parser.OFPActionSetField(reg1=set_of[ip]),
-                       parser.NXActionMultipath(fields=HASH_FIELDS_L3L4_UDP, basis=basis,
-                                                algorithm=nicira_ext.NX_MP_ALG_HASH_THRESHOLD,
-                                                max_link=len(ports) - 1, arg=0,
-                                                ofs_nbits=nicira_ext.ofs_nbits(0, 15), dst="reg0")]
-            self._flow(dp, PRIO_ROUTE, match, actions, goto_table=ECMP_TABLE)
+        flows = switch_flows(routes, hash_basis(self.index_of[dpid]))
+        for e in flows:
+            self._flow(dp, e.priority, parser.OFPMatch(**dict(e.match)), [self._action(dp, a) for a in e.actions],
+                       table_id=e.table_id, goto_table=e.goto_table)
         req = parser.OFPBarrierRequest(dp)
         dp.set_xid(req)
         self.pending[dpid] = req.xid
         self.dpid_of[id(dp)] = dpid
         dp.send_msg(req)
         LOG.info("configured %s (%016x): %d routes, %d ECMP port sets, hash basis %d",
-                 sw["name"], dpid, len(routes), len(port_sets), basis)
+                 sw["name"], dpid, len(routes), port_sets_of(flows), hash_basis(self.index_of[dpid]))
+
+    @staticmethod
+    def _action(dp, a):
+        """One typed action of controller.tables as an os-ken action."""
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        if isinstance(a, Output):
+            return parser.OFPActionOutput(a.port)
+        if isinstance(a, ToController):
+            return parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)
+        if isinstance(a, SetReg):
+            return parser.OFPActionSetField(**{a.reg: a.value})
+        if isinstance(a, Multipath):
+            return parser.NXActionMultipath(fields=a.fields, basis=a.basis,
+                                            algorithm=nicira_ext.NX_MP_ALG_HASH_THRESHOLD, max_link=a.max_link,
+                                            arg=0, ofs_nbits=nicira_ext.ofs_nbits(0, 15), dst=a.dst)
+        raise TypeError(f"no os-ken form for {a!r}")
 
     @staticmethod
     def _flow(dp, priority, match, actions, table_id=0, goto_table=None):

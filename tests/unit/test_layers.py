@@ -63,6 +63,7 @@ def tree_copy(tmp_path):
     ("traffic/patterns.py", "import yaml", "agents-and-topologies"),               # parsing below the schema
     ("experiments/tables.py", "from experiments import analysis", "acyclic"),      # a cycle
     ("experiments/runner.py", "from experiments.features.pfc import Pfc", "run-loop"),  # a feature by name
+    ("controller/tables.py", "from controller import ofp", "flow-tables"),         # os-ken in the pure tables
 ])
 def test_a_deliberate_violation_breaks_its_contract(tree_copy, where, line, contract):
     with open(tree_copy / where, "a") as f:
