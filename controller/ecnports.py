@@ -45,12 +45,17 @@ class EcnPorts:
     Args:
         plan: the plan mapping.
         control_dir: folder for requests, acks and ``ecn_marker.json``.
+        load_marker: () -> the BPF marker (default :meth:`BpfEcnMarker.load`); ``tc``: what installs
+            RED and FIFO leaves (default :mod:`controller.dataplane`); ``ifindex``: interface name ->
+            index. Component tests pass fakes (tests/unit/test_ecn_ports.py).
 
     Raises (from :meth:`apply`): SetupError naming the port and the kernel's or tc's message.
     """
 
-    def __init__(self, plan: dict, control_dir: Path):
+    def __init__(self, plan: dict, control_dir: Path, load_marker=BpfEcnMarker.load, tc=dataplane,
+                 ifindex=socket.if_nametoindex):
         self.plan = plan
+        self.load_marker, self.tc, self.ifindex = load_marker, tc, ifindex
         self.marker_kind = plan["marker"]
         self.dir = Path(control_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -61,7 +66,7 @@ class EcnPorts:
     def start(self) -> dict:
         """Apply every port's initial profile; returns what ``ecn_marker.json`` records."""
         if self.marker_kind == "bpf":
-            self.marker = BpfEcnMarker.load()
+            self.marker = self.load_marker()
             for intf in self.plan["ports"]:
                 self.marker.attach(intf)
         n = self.apply({intf: p["profile"] for intf, p in self.plan["ports"].items()}, reset=True)
@@ -82,12 +87,12 @@ class EcnPorts:
                 raise SetupError(f"ECN: {intf} is not a switch port of this fabric")
             prof = from_spec(spec)
             if self.marker_kind == "bpf":
-                self.marker.configure(socket.if_nametoindex(intf), prof, port["rate_bps"], port["buffer_bytes"],
+                self.marker.configure(self.ifindex(intf), prof, port["rate_bps"], port["buffer_bytes"],
                                       port["burst_bytes"], reset=reset)
             elif prof.kind == "off":
-                dataplane.install_fifo_leaf(intf, port["fifo"]["kind"], port["fifo"]["limit"])
+                self.tc.install_fifo_leaf(intf, port["fifo"]["kind"], port["fifo"]["limit"])
             else:
-                dataplane.install_red(intf, port["rate_bps"], port["buffer_bytes"], prof)
+                self.tc.install_red(intf, port["rate_bps"], port["buffer_bytes"], prof)
             if self.current.get(intf) != prof:
                 changed += 1
             self.current[intf] = prof

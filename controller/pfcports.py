@@ -8,7 +8,7 @@ Each (ingress port, lossless priority) owns ``cap_bytes`` of buffer: XOFF plus
 the headroom must fit in it; frames beyond it are dropped (and counted). Lossy
 priorities never pause; their queues drop at the egress buffer, as before.
 
-Plan shape (the runner writes it; :func:`experiments.runner.pfc_plan`)::
+Plan shape (the runner writes it; :func:`experiments.pfcrun.pfc_plan`)::
 
     {"enabled": bool, "dscp_map": {"26": 3, ...}, "default_priority": 0, "lossless": [3],
      "xoff_bytes", "xon_bytes", "cap_bytes", "watchdog_s", "watchdog_action",
@@ -138,8 +138,10 @@ class PfcPorts:
     Raises (from :meth:`start`): SetupError naming the port and the kernel's message.
     """
 
-    def __init__(self, plan: dict, control_dir: Path):
+    def __init__(self, plan: dict, control_dir: Path, clock_ns=time.monotonic_ns):
+        """``clock_ns``: the monotonic clock in nanoseconds (component tests pass a fake one)."""
         self.plan = plan
+        self.clock_ns = clock_ns
         self.dir = Path(control_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.seq = 0
@@ -168,7 +170,7 @@ class PfcPorts:
         self._reconciler = None
         self._gate_readers: dict = {}     # prio -> controller.qstats.QdiscStatsReader of the switches' gates
         self._lock = threading.Lock()
-        self.t0_mono_ns = time.monotonic_ns()
+        self.t0_mono_ns = self.clock_ns()
         self.t0_unix_s = time.time()
 
     # -- set-up ---------------------------------------------------------------------------
@@ -179,14 +181,30 @@ class PfcPorts:
                                         if self.plan.get("weights") else None,
                                         burst_bytes=self.plan["burst_bytes"])
 
+    def plan_pauses(self) -> None:
+        """The pauser's own state from the plan, no side effects: the priorities, every switch
+        port's link (its peer, whose gate a pause closes) and a :class:`PauseState` per (switch,
+        ingress port, lossless priority); enabled as the plan says."""
+        p = self.plan
+        lossless = set(p["lossless"])
+        self.priorities = sorted({int(x) for x in p["switch_fifo_bytes"]})
+        for s in p["switches"]:
+            for port in s["ports"]:
+                for prio in self.priorities:
+                    if prio in lossless:
+                        self.states[(s["sw"], port["index"], prio)] = PauseState(
+                            p["xoff_bytes"], p["xon_bytes"], p["watchdog_s"], p["watchdog_action"])
+                self.links[(s["sw"], port["index"])] = {"switch": s["name"], **port}
+        self.enabled = bool(p["enabled"]) and bool(lossless)
+
     def start(self, host_pids: dict) -> dict:
         """Install queues and classifiers on every port, load the accounting, start the pauser."""
         p = self.plan
         lossless = set(p["lossless"])      # counted and gated; paused only while enabled
         kick = pfc_frame("02:fa:b1:ab:00:00", {prio: 0 for prio in sorted(lossless)}) if lossless else b""
+        self.plan_pauses()
         self.bpf = PfcBpf.load()
         self.bpf.set_dscp_map({int(d): v for d, v in p["dscp_map"].items()}, p["default_priority"])
-        self.priorities = sorted({int(x) for x in p["switch_fifo_bytes"]})
         for h in p["hosts"]:
             pid = host_pids[h["name"]]
             q = self._queues(h["rate_bps"], p["host_fifo_bytes"])
@@ -205,11 +223,6 @@ class PfcPorts:
                     on = prio in lossless and p["enabled"]
                     self.bpf.set_thresholds(s["sw"], port["index"], prio, p["xoff_bytes"] if on else 0,
                                             p["xon_bytes"] if on else 0, p["cap_bytes"] if on else 0)
-                    if prio in lossless:
-                        self.states[(s["sw"], port["index"], prio)] = PauseState(
-                            p["xoff_bytes"], p["xon_bytes"], p["watchdog_s"], p["watchdog_action"])
-                self.links[(s["sw"], port["index"])] = {"switch": s["name"], **port}
-        self.enabled = bool(p["enabled"]) and bool(lossless)
         self.bpf.on_events(self._on_event)
         self._thread = threading.Thread(target=self._run, name="pfc-pauser", daemon=True)
         self._thread.start()
@@ -240,7 +253,7 @@ class PfcPorts:
                     # inline, not on the port's gate thread: a change is one pre-encoded netlink
                     # round trip (~4 us), and the hand-over to another thread cost more than that
                     # under load (pauser -> gate thread p99 1.95 ms, `make bench-pfc`, 2026-12-01)
-                    self._close(worker.gates, e["prio"], e["t_ns"], time.monotonic_ns())
+                    self._close(worker.gates, e["prio"], e["t_ns"], self.clock_ns())
                 for ev in state.update(e["bytes"], self._t_rel(e["t_ns"])):
                     self._after(ev, key, link)
             else:
@@ -263,9 +276,9 @@ class PfcPorts:
         pauser (``t_submit_ns``: when the pauser took the XOFF up), pauser -> the change's start
         (~0 since the pauser changes gates itself; the key keeps its old name,
         ``pauser_to_gate_thread``), the netlink change itself."""
-        t_start = time.monotonic_ns()
+        t_start = self.clock_ns()
         gates.close_gate(prio)
-        t_done = time.monotonic_ns()
+        t_done = self.clock_ns()
         with self._lock:
             self.reaction_s.append((t_done - t_event_ns) / 1e9)
             self.reactions.append((self._t_rel(t_event_ns), self.reaction_s[-1]))
@@ -306,7 +319,7 @@ class PfcPorts:
     def _tick(self) -> None:
         """Every poll: follow the kernel's paused flags (an event the ring buffer could not take
         must not leave a gate shut) and run the watchdog on the paused (link, priority)s."""
-        now_ns = time.monotonic_ns()
+        now_ns = self.clock_ns()
         for key, state in self.states.items():
             c = self.bpf.read(*key)
             if c is None:
@@ -396,7 +409,7 @@ class PfcPorts:
         reaction's [t_s of the XOFF, those three parts]), per-(port, priority)
         counters, and ``occupancy``: every change of a lossless (ingress port, priority)'s held
         bytes the pauser saw (one read per poll, ~10 ms), times in seconds from ``t0_unix_s``."""
-        now = self._t_rel(time.monotonic_ns())
+        now = self._t_rel(self.clock_ns())
         with self._lock:
             pauses = list(self.pauses)
             storms = list(self.storms)
@@ -446,7 +459,7 @@ class PfcPorts:
         at the lossy queues' limit (they drop at the port's buffer). Counts are kept."""
         p = self.plan
         self.enabled = bool(on) and bool(self.states)
-        now_s = self._t_rel(time.monotonic_ns())
+        now_s = self._t_rel(self.clock_ns())
         for key, st in self.states.items():
             if self.enabled:
                 self.bpf.set_limits(*key, p["xoff_bytes"], p["xon_bytes"], p["cap_bytes"])
