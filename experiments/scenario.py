@@ -24,6 +24,7 @@ from common.pfc import config_sections, parse_pfc
 from common.units import FRAME_BYTES  # noqa: F401 (re-exported: the scenario's sizes)
 from topologies import TOPOLOGIES
 from traffic.patterns import PATTERNS
+from traffic.ratecontrol import RATE_CONTROLLERS
 
 NUM = (int, float)
 NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
@@ -106,7 +107,7 @@ SCHEMA: dict = {
     },
     "roce": {
         # dcqcn: DCQCN reaction point per QP (rates from common.dcqcn); none: a fixed rate, CNPs ignored
-        "mode": F((str,), "dcqcn", choices=("dcqcn", "none")),
+        "mode": F((str,), "dcqcn", choices=tuple(RATE_CONTROLLERS)),
         "rate_mbps": F(NUM, None, lo=0.01, hi=1000),        # mode none; default: the host link rate
         "mtu_bytes": F((int,), 1024, choices=(256, 512, 1024, 2048, 4096)),
         "ack_every": F((int,), 16, lo=1, hi=4096),

@@ -7,8 +7,8 @@ thread:
 - Transmit: one persistent AF_PACKET socket on the host's interface sends
   frames built once per QP with scapy and patched per packet
   (common.roce.FrameTemplate). Each sender QP is paced by a token bucket on the
-  monotonic clock at its current rate: the DCQCN rate (mode ``dcqcn``,
-  common.dcqcn.ReactionPoint) or a fixed rate (mode ``none``). A send the host
+  monotonic clock at the rate its rate controller gives (traffic.ratecontrol, by ``mode``:
+  DCQCN's reaction point for ``dcqcn``, a fixed rate for ``none``). A send the host
   cannot take (socket buffer full: EAGAIN; the NIC queue full or paused:
   ENOBUFS) is counted (``blocked_sends``, ``host_queue_full``) and the same
   frame is sent again: back-pressure, never a silent drop.
@@ -55,8 +55,9 @@ import threading
 import time
 
 from common import roce
-from common.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
+from common.dcqcn import DcqcnParams, NotificationPoint
 from common.rc import Requester, Responder
+from traffic.ratecontrol import for_job
 from traffic.sockets import big_receive_buffer, udp_receive_errors
 
 ETH_P_ALL = 0x0003
@@ -137,10 +138,7 @@ class SenderQp:
         self.tmpl = roce.FrameTemplate(src, dst, (job.get("dscp", 0) << 2) | roce.ECT0)
         self.req = Requester(mtu_bytes=job.get("mtu_bytes", 1024), rto_s=job.get("rto_s", 0.1))
         self.mode = job.get("mode", "dcqcn")
-        line_bps = job["line_rate_mbps"] * 1e6
-        self.params = (DcqcnParams(**job["dcqcn"]) if job.get("dcqcn") else DcqcnParams.scaled(line_bps)) \
-            if self.mode == "dcqcn" else None
-        self.target_bps = self.params.line_rate_bps if self.params else job.get("rate_mbps", job["line_rate_mbps"]) * 1e6
+        self.cc = for_job(job)          # the rate controller (traffic.ratecontrol): DCQCN, a fixed rate, ...
         self.schedule = sorted(((m["at_s"], m["bytes"]) for m in flow.get("messages", [])), reverse=True)
         self.duration_s = flow.get("duration_s")
         self.message_bytes = flow.get("message_bytes", 1 << 20)
@@ -156,13 +154,18 @@ class SenderQp:
         self.stats = {"packets_sent": 0, "wire_bytes_sent": 0, "payload_bytes_sent": 0, "cnps_received": 0,
                       "acks_received": 0, "naks_received": 0, "blocked_sends": 0, "host_queue_full": 0}
         self.samples = []           # (t_unix_s, wire_bytes_sent, rate_bps, target_bps)
-        self.rp = self.bucket = None
+        self.bucket = None
+
+    @property
+    def params(self):
+        """The rate controller's parameters (DCQCN's :class:`DcqcnParams`), or None (a fixed rate)."""
+        return self.cc.params
 
     def start(self, now_s: float, unix_offset_s: float) -> None:
         """Start the clock: message times count from ``now_s`` (monotonic); ``unix_offset_s`` converts
-        monotonic to Unix seconds in the records. The QP starts at line rate (``dcqcn``) or its rate."""
+        monotonic to Unix seconds in the records. The QP starts at its controller's first rate."""
         self.start_s, self.unix_offset_s = now_s, unix_offset_s
-        self.rp = ReactionPoint(self.params, now_s=now_s, record=False) if self.params else None
+        self.cc.start(now_s)
         frame_bytes = self.req.mtu_bytes + roce.OVERHEAD_BYTES
         self.bucket = TokenBucket(self.rate_bps(), BURST_FRAMES * frame_bytes, now_s)
 
@@ -208,14 +211,13 @@ class SenderQp:
     # -- pacing and transmission --
     def rate_bps(self) -> float:
         """The QP's sending rate now (bit/s)."""
-        return self.rp.rate_bps if self.rp is not None else self.target_bps
+        return self.cc.rate_bps()
 
     def next_frame(self, now_s: float):
         """The frame to send now, or (None, wait_s) until one may go (inf when nothing is to send)."""
-        if self.rp is not None:
-            self.rp.advance(now_s)
-            if self.rp.rate_bps != self.bucket.rate_bps:
-                self.bucket.set_rate(self.rp.rate_bps, now_s)
+        self.cc.advance(now_s)
+        if self.cc.rate_bps() != self.bucket.rate_bps:
+            self.bucket.set_rate(self.cc.rate_bps(), now_s)
         if self.pending is not None:
             return self.pending, 0.0
         w = self.bucket.ready_wait_s(self.req.unsent_packets > 0, now_s)
@@ -263,8 +265,7 @@ class SenderQp:
         st["packets_sent"] += 1
         st["wire_bytes_sent"] += nbytes
         st["payload_bytes_sent"] += self.pending_payload
-        if self.rp is not None:
-            self.rp.on_sent(nbytes, now_s)
+        self.cc.on_sent(nbytes, now_s)
 
     def pushed_back(self, now_s: float) -> None:
         """The host did not take the frame: keep it (copied: the template buffer is reused), pause accounting."""
@@ -274,12 +275,11 @@ class SenderQp:
 
     # -- feedback --
     def on_feedback(self, b: roce.Bth, now_s: float) -> None:
-        """A CNP (DCQCN cut, mode dcqcn), ACK or NAK (go-back-N) for this QP arrived at ``now_s``."""
+        """A CNP (to the rate controller), ACK or NAK (go-back-N) for this QP arrived at ``now_s``."""
         if b.opcode == roce.CNP:
             self.stats["cnps_received"] += 1
-            if self.rp is not None:
-                self.rp.on_cnp(now_s)
-                self.bucket.set_rate(self.rp.rate_bps, now_s)
+            self.cc.on_cnp(now_s)
+            self.bucket.set_rate(self.cc.rate_bps(), now_s)
         elif b.opcode == roce.ACKNOWLEDGE and b.syndrome is not None:
             if b.syndrome >> 5 == 0:
                 self.stats["acks_received"] += 1
@@ -293,7 +293,7 @@ class SenderQp:
     def sample(self, now_s: float) -> None:
         """Record (Unix time, wire bytes sent, rate, target rate) for the rate-over-time results."""
         self.samples.append((round(now_s + self.unix_offset_s, 6), self.stats["wire_bytes_sent"],
-                             round(self.rate_bps()), round(self.rp.target_bps if self.rp else self.target_bps)))
+                             round(self.rate_bps()), round(self.cc.target_bps())))
 
     def record(self) -> dict:
         """The sender QP's result record (see the module docstring)."""
@@ -312,10 +312,8 @@ class SenderQp:
                "message_bytes": sum(m.size_bytes for m in req.messages),
                "messages": msgs, "all_complete": all(m["completed_unix_s"] is not None for m in msgs) and bool(msgs),
                "retransmitted_packets": req.retransmitted_packets, "naks": req.naks, "timeouts": req.timeouts,
-               "target_rate_bps": self.target_bps if self.rp is None else None,
                "allowed_bytes": round(allowed), "achieved_fraction_of_pacer": achieved_fraction,
-               "final_rate_bps": self.rate_bps(), "cnps_reacted": self.rp.cnps if self.rp else 0,
-               "alpha": self.rp.alpha if self.rp else None, "samples": self.samples, "sampled_s": busy_s}
+               "final_rate_bps": self.rate_bps(), **self.cc.record(), "samples": self.samples, "sampled_s": busy_s}
         if achieved_fraction is not None and achieved_fraction < PACING_WARN_FRACTION:
             rec["pacing_warning"] = (f"SENDER BELOW TARGET: flow {self.flow_id} sent {achieved_fraction:.0%} of the "
                                      f"bytes its pacer allowed (case T5): its rates are not what was asked")
