@@ -4,6 +4,7 @@
     python -m experiments check SCENARIO.yaml     # validate only
     python -m experiments clean                   # remove what a killed run left
     python -m experiments plot RESULTS_DIR        # redraw plots from result files
+    python -m experiments analyze RESULTS_DIR     # rebuild every derived file from the raw ones
     python -m experiments draw SCENARIO.yaml [--out PNG]   # draw the scenario's fabric (no root)
     python -m experiments compare [COMPARISON.yaml] [--results DIR]   # same traffic on several fabrics
 
@@ -45,6 +46,9 @@ def main(argv=None) -> int:
     sub.add_parser("clean", help="remove state left by a killed run")
     p = sub.add_parser("plot", help="redraw the plots of a results folder")
     p.add_argument("results_dir")
+    a = sub.add_parser("analyze", help="rebuild a results folder's tables, summaries and plots from its raw files")
+    a.add_argument("results_dir")
+    a.add_argument("--quiet", action="store_true")
     cm = sub.add_parser("compare", help="run the same traffic on several fabrics and compare them")
     cm.add_argument("comparison", nargs="?", default=None)
     cm.add_argument("--results", default="results")
@@ -91,6 +95,19 @@ def main(argv=None) -> int:
             paths = plot.plot_all(d)
         for path in paths:
             print(path)
+        return 0
+    if args.cmd == "analyze":
+        from experiments import runner
+        d = Path(args.results_dir)
+        if not (d / "scenario.yaml").is_file() or not (d / "environment.json").is_file():
+            print(f"fabriclab: {d}: not a results folder (no scenario.yaml and environment.json)", file=sys.stderr)
+            return 2
+        try:
+            dirs = runner.analyze(d, quiet=args.quiet)
+        except FileNotFoundError as e:
+            print(f"fabriclab: {e}", file=sys.stderr)
+            return 2
+        print(f"fabriclab: analysed {len(dirs)} round(s) of {d}")
         return 0
     if os.geteuid() != 0:
         print("fabriclab: this needs root (Mininet, Open vSwitch, tc): run it with sudo", file=sys.stderr)

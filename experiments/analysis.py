@@ -253,7 +253,9 @@ def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timi
             for t, b in fl.get("_samples") or []:
                 w.writerow((f"{t:.6f}", fl["flow_id"], fl["src"], b))
     raw = out / "queues_raw.csv"
-    samples = load_queue_samples(raw, t0)
+    # the sampler's raw file; once analysed, queues.csv holds the same samples (t_s from the start):
+    # `python -m experiments analyze` reads that again
+    samples = load_queue_samples(raw if raw.exists() else out / "queues.csv", t0)
     with open(out / "queues.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(("t_s", "intf", "backlog_bytes", "backlog_packets", "drops_total", "tx_bytes_total",
@@ -265,7 +267,7 @@ def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timi
                              int(s["drops_total"][k]), int(s["tx_bytes_total"][k]), int(s["tx_packets_total"][k])))
         rows.sort(key=lambda r: r[0])
         w.writerows((f"{r[0]:.6f}",) + r[1:] for r in rows)
-    raw.unlink()
+    raw.unlink(missing_ok=True)
     fcts = [f["fct_s"] for f in flows if f["fct_s"] is not None]
     end = max(fcts) if fcts else 0.0
     ports = port_summaries(samples, fabric_map, sc, (0.0, end))

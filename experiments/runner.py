@@ -194,7 +194,9 @@ def _run(sc: dict, results_root: Path, quiet: bool, platform: Platform, feature_
                         got = f.after_round(lf, rec)
                         if got is not None:
                             rec.features[f.name] = got
+                    _save_round(rec, w.name)
                     done.append((w.name, rec, _analyse_round(ctx, w, features, rec)))
+                maybe_fault("after_rounds")
             t_down = time.monotonic()
         timings["teardown_s"] = time.monotonic() - t_down
     timings["total_s"] = time.monotonic() - t_begin
@@ -207,6 +209,58 @@ def _run(sc: dict, results_root: Path, quiet: bool, platform: Platform, feature_
             w.finish_run([(rec, s) for n, rec, s in done if n == name])
     ctx.say(f"fabric down in {timings['teardown_s']:.1f} s; {timings['total_s']:.1f} s in all; results in {out}")
     return out
+
+
+#: A round's raw record (what the run loop kept of it, for `python -m experiments analyze`).
+ROUND_RECORD = "round.json"
+
+
+def _save_round(rec: RoundRecord, workload: str) -> None:
+    """Write the round's raw record (workload, options, the workload's and features' records,
+    timings) into its folder, before its analysis."""
+    (rec.dir / ROUND_RECORD).write_text(json.dumps(
+        {"index": rec.index, "name": rec.round["name"], "workload": workload, "options": rec.options,
+         "raw": rec.raw, "features": rec.features, "timings_s": rec.timings_s}, indent=1, default=str))
+
+
+def analyze(out: Path, quiet: bool = False, features: dict | None = None, workloads: dict | None = None) -> list[Path]:
+    """Rebuild a results folder's derived files (each round's tables, summary.json and plots, the
+    rounds side by side, the drawing) from its raw files: scenario.yaml, environment.json and, per
+    round, round.json, the agents' records, the sampler's files. Needs no root and no fabric.
+    Returns the round folders analysed.
+
+    Raises:
+        FileNotFoundError: ``out`` is not a results folder, or no round has its raw record
+            (the run ended before any round's traffic finished).
+    """
+    out = Path(out)
+    sc = yaml.safe_load((out / "scenario.yaml").read_text())
+    env = json.loads((out / "environment.json").read_text())
+    fabric, fabric_map, plan, rounds, profiles = check_against_fabric(sc)
+    multi = sc["rounds"] is not None
+    ctx = RunContext(sc=sc, fabric=fabric, fabric_map=fabric_map, plan=plan, rounds=rounds, profiles=profiles,
+                     env=env, out=out, multi=multi, quiet=quiet)
+    feats = [f(ctx) for f in (FEATURES if features is None else features).values()]
+    for f in feats:
+        f.restore()
+    registry = WORKLOADS if workloads is None else workloads
+    made, done = {}, []
+    for i, r in enumerate(rounds):
+        rdir = out / "rounds" / f"{i + 1:02d}-{r['name']}" if multi else out
+        if not (rdir / ROUND_RECORD).exists():
+            continue
+        saved = json.loads((rdir / ROUND_RECORD).read_text())
+        rec = RoundRecord(index=i, round=r, dir=rdir, options=saved["options"], raw=saved["raw"],
+                          features=saved["features"], timings_s=saved["timings_s"])
+        w = made.setdefault(saved["workload"], registry[saved["workload"]](ctx))
+        done.append((saved["workload"], rec, _analyse_round(ctx, w, feats, rec)))
+    if not done:
+        raise FileNotFoundError(f"{out}: no round has its raw record ({ROUND_RECORD}): nothing to analyse")
+    draw.draw(fabric_map, out / "topology.png", title=sc["name"])
+    if multi:
+        for name, w in made.items():
+            w.finish_run([(rec, s) for n, rec, s in done if n == name])
+    return [rec.dir for _, rec, _ in done]
 
 
 def _analyse_round(ctx: RunContext, w, features: list, rec: RoundRecord) -> dict:

@@ -26,6 +26,11 @@ class Feature:
         ScenarioError naming the key, before anything starts."""
         return 0
 
+    def restore(self) -> None:
+        """Take the plan back from ``ctx.env`` (the run's environment.json) instead of planning:
+        `python -m experiments analyze` summarises finished rounds without probing the machine.
+        Default: nothing to restore."""
+
     def fabric_args(self) -> dict:
         """Keyword arguments for :class:`experiments.fabric.LiveFabric` (the plans its controller
         applies). Default: none."""

@@ -102,6 +102,10 @@ class Ecn(Feature):
                           "rounds": [{"name": r["name"], "profiles": lab} for r, lab in zip(ctx.rounds, self.labels)]}
         return 0
 
+    def restore(self) -> None:
+        """The marker the run chose (environment.json's ``ecn.marker``)."""
+        self.marker = (self.ctx.env.get("ecn") or {}).get("marker", "none")
+
     def headline(self) -> str | None:
         """``ECN marker=<none|red|bpf>``."""
         return f"ECN marker={self.marker}"

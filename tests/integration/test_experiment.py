@@ -204,6 +204,35 @@ def test_injected_exception_leaves_nothing(tmp_path):
     assert_clean(str(results))
 
 
+@_LIFECYCLE
+def test_a_run_stopped_after_its_rounds_keeps_them_and_analyze_rebuilds_the_rest(tmp_path):
+    """A run that fails after its last round (as a Ctrl-C during teardown) has analysed every round
+    already (summary.json, flows.csv, plots) and leaves nothing running; `python -m experiments
+    analyze` then rebuilds every derived file from the raw ones, identical, and writes the rounds
+    side by side that only the end of the run writes."""
+    results = tmp_path / "results"
+    scenario = small_scenario(tmp_path, ecn={"profile": {"step": {"k_packets": 10}}},
+                              rounds=[{"name": "drop-tail", "ecn": {"profile": "off"}}, {"name": "ecn"}])
+    p = run_cli("run", str(scenario), "--results", str(results), env={"FABRICLAB_INJECT_FAULT": "after_rounds"})
+    assert p.returncode == 1 and "injected fault at phase 'after_rounds'" in p.stderr, p.stderr[-2000:]
+    assert_clean(str(results))
+    top = only_run_dir(results)
+    rounds = sorted((top / "rounds").iterdir())
+    assert [d.name for d in rounds] == ["01-drop-tail", "02-ecn"] and not (top / "rounds.csv").exists()
+    summaries = {d: json.loads((d / "summary.json").read_text()) for d in rounds}
+    for d in rounds:
+        assert (d / "flows.csv").stat().st_size > 0 and (d / "queue_depth.png").stat().st_size > 0
+        for name in ("summary.json", "flows.csv", "ports.csv", "queue_depth.png", "throughput.png"):
+            (d / name).unlink()
+    a = run_cli("analyze", str(top))
+    assert a.returncode == 0 and "analysed 2 round(s)" in a.stdout, a.stderr[-2000:]
+    for d in rounds:
+        assert json.loads((d / "summary.json").read_text()) == summaries[d]
+        for name in ("flows.csv", "ports.csv", "queue_depth.png", "throughput.png"):
+            assert (d / name).stat().st_size > 0, (d, name)
+    assert [r["name"] for r in csv.DictReader(open(top / "rounds.csv"))] == ["drop-tail", "ecn"]
+
+
 def _start_run(tmp_path, scenario):
     results = tmp_path / "results"
     proc = subprocess.Popen([PY, "-m", "experiments", "run", str(scenario), "--results", str(results)],

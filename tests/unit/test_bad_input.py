@@ -108,3 +108,11 @@ def test_a_long_value_is_quoted_short(tmp_path):
 def test_an_error_is_named_where_it_was_written_not_under_rounds(tmp_path):
     text = "name: r\necn: {ports: {leaf9-eth1: off}}\nrounds: [{name: a}, {name: b}]\n"
     refused(write(tmp_path, text), "ecn.ports.leaf9-eth1", tmp_path)
+
+
+def test_analyze_a_folder_that_is_not_results(tmp_path):
+    """`analyze` on a folder that is not a run's results: exit 2, one line, nothing written."""
+    res, _ = cli("analyze", str(tmp_path))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and "not a results folder" in lines[0], res.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []

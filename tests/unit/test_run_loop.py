@@ -228,3 +228,45 @@ def test_each_round_gets_the_first_workload_that_wants_it(tmp_path):
     runner.run(sc, tmp_path, quiet=True, platform=fake_platform(log, fabric_args),
                features={"recorder": recording_feature(log)}, workloads={"odd": Odd, "writer": picky})
     assert "finish [1, 3]" in log and "finish [0, 2]" in log
+
+
+def test_analyze_rebuilds_every_round_from_its_raw_record(tmp_path, summary_writes):
+    log, fabric_args = [], []
+    out = run_fake(tmp_path, "incast.yaml", log, fabric_args)
+    before = {p: p.read_text() for p in out.rglob("summary.json")}
+    for p in before:
+        p.unlink()
+    log.clear()
+    dirs = runner.analyze(out, quiet=True, features={"recorder": recording_feature(log)},
+                          workloads={"writer": recording_workload(log)})
+    assert len(dirs) == 4 and {p: p.read_text() for p in out.rglob("summary.json")} == before
+    assert not any(x.startswith(("before", "after", "run ", "plan")) for x in log)   # nothing ran again
+    assert log[-1] == "finish [0, 1, 2, 3]"
+
+
+def test_a_run_stopped_after_its_rounds_keeps_them_and_analyze_finishes_it(tmp_path, monkeypatch):
+    """A fault after the last round (as a Ctrl-C during teardown): every round is analysed already;
+    analyze writes what only the end of the run writes (the rounds side by side)."""
+    log, fabric_args = [], []
+    monkeypatch.setenv("FABRICLAB_INJECT_FAULT", "after_rounds")
+    with pytest.raises(RuntimeError, match="after_rounds"):
+        run_fake(tmp_path, "incast.yaml", log, fabric_args)
+    (out,) = (tmp_path / "results").iterdir()
+    assert len(list(out.glob("rounds/*/summary.json"))) == 4 and "finish [0, 1, 2, 3]" not in log
+    assert log[-2:] == ["fabric down", "unlock"]
+    monkeypatch.delenv("FABRICLAB_INJECT_FAULT")
+    for p in out.glob("rounds/*/summary.json"):
+        p.unlink()
+    runner.analyze(out, quiet=True, features={"recorder": recording_feature(log)},
+                   workloads={"writer": recording_workload(log)})
+    assert log[-1] == "finish [0, 1, 2, 3]"
+
+
+def test_analyze_refuses_a_folder_without_round_records(tmp_path):
+    log, fabric_args = [], []
+    out = run_fake(tmp_path, "incast.yaml", log, fabric_args)
+    for p in out.rglob("round.json"):
+        p.unlink()
+    with pytest.raises(FileNotFoundError, match="no round has its raw record"):
+        runner.analyze(out, quiet=True, features={"recorder": recording_feature(log)},
+                       workloads={"writer": recording_workload(log)})
