@@ -21,11 +21,13 @@ with basis 0 and an aggregation switch would repeat its edge switch's choice
 (half the Fat-Tree core idle). Every packet of a flow takes one path.
 
 When every switch of the map has answered its barrier, the app writes the
-ready file the runner waits for and, if it was given an ECN or PFC plan, starts
-answering ECN requests (:mod:`controller.ecnports`) and PFC requests (:mod:`controller.pfcports`): the runner asks it to
-apply the plan once the ports have their queues (adding a port to Open
-vSwitch resets its root qdisc, so that is after the switches connect), and
-to change profiles during the run. OpenFlow 1.3 only (case C3).
+ready file the runner waits for and, if it was given an ECN or PFC plan, its
+REST API (:mod:`controller.rest`, on 127.0.0.1) starts answering ECN
+(:mod:`controller.ecnports`) and PFC (:mod:`controller.pfcports`) requests: the
+runner asks it to apply the plan once the ports have their queues (adding a
+port to Open vSwitch resets its root qdisc, so that is after the switches
+connect), and to change profiles during the run; a user can read and change
+them with curl. OpenFlow 1.3 only.
 """
 from __future__ import annotations
 
@@ -33,12 +35,12 @@ import json
 import logging
 import os
 import time
-from pathlib import Path
 
 from controller.ecnports import EcnPorts
-from controller.ofp import (CONFIG_DISPATCHER, MAIN_DISPATCHER, BaseApp, arp, ether_types, ethernet, hub, nicira_ext,
+from controller.ofp import (CONFIG_DISPATCHER, MAIN_DISPATCHER, BaseApp, arp, ether_types, ethernet, nicira_ext,
                             ofp_event, ofproto_v1_3, packet, set_ev_cls)
 from controller.pfcports import PfcPorts, share_gil_realtime
+from controller.rest import ControlApi, serve
 from controller.routing import compute_routes, hash_basis
 from controller.tables import Multipath, Output, SetReg, ToController, port_sets_of, switch_flows
 
@@ -50,7 +52,8 @@ class FabricController(BaseApp):
 
     Configure through :attr:`config` before the app manager instantiates it:
     ``{"fabric_map": path, "ready_file": path, "routing": "ecmp"|"single",
-    "ecn_plan": path or None, "control_dir": path or None}``.
+    "ecn_plan": path or None, "pfc_plan": path or None, "control_dir": path or None,
+    "rest_port": port or None}`` (the REST API, controller.rest, on 127.0.0.1).
     """
 
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
@@ -70,7 +73,21 @@ class FabricController(BaseApp):
         self.dpid_of = {}          # id(datapath object) -> dpid, as its features reply said
         self.ecn = None
         self.pfc = None
+        self.rest = None
+        if self.config.get("rest_port") is not None:
+            api = ControlApi(self._status, lambda: self.ecn, lambda: self.pfc,
+                             has_ecn=bool(self.config.get("ecn_plan")), has_pfc=bool(self.config.get("pfc_plan")))
+            try:
+                self.rest = serve(api, "127.0.0.1", self.config["rest_port"])
+                LOG.info("REST API on http://127.0.0.1:%d/fabriclab/", self.rest.server_address[1])
+            except OSError as e:
+                LOG.error("REST API not started on 127.0.0.1:%d: %s", self.config["rest_port"], e)
         LOG.info("fabric map: %d switches, %d hosts", len(self.by_dpid), len(self.mac_of))
+
+    def _status(self) -> dict:
+        """What ``GET /fabriclab/status`` answers."""
+        return {"switches": len(self.by_dpid), "configured": len(self.ready), "ecn": self.ecn is not None,
+                "pfc": self.pfc is not None, "arp_replies": self.arp_replies}
 
     # -- switch set-up ---------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
@@ -140,23 +157,11 @@ class FabricController(BaseApp):
             if self.config.get("ecn_plan") and self.ecn is None:
                 with open(self.config["ecn_plan"]) as f:
                     self.ecn = EcnPorts(json.load(f), self.config["control_dir"])
-                hub.spawn(self._request_loop, self.ecn, "ECN")
             if self.config.get("pfc_plan") and self.pfc is None:
-
                 with open(self.config["pfc_plan"]) as f:
-                    self.pfc = PfcPorts(json.load(f), Path(self.config["control_dir"]) / "pfc")
+                    self.pfc = PfcPorts(json.load(f))
                 self.pfc.hub_realtime = share_gil_realtime()
-                hub.spawn(self._request_loop, self.pfc, "PFC")
             self._write_ready()
-
-    @staticmethod
-    def _request_loop(handler, what: str):
-        while True:
-            try:
-                handler.poll()
-            except Exception:   # keep answering; the failed request got its ack with the error
-                LOG.exception("%s request handling failed", what)
-            hub.sleep(0.02)
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
     def on_error(self, ev):

@@ -1,7 +1,9 @@
 """Start the fabriclab controller as its own process.
 
 ``python -m controller.main (--fabric-map MAP | --topo fattree,4) --ready-file FILE [--host 127.0.0.1]
-[--port 6653] [--routing ecmp|single] [--ecn-plan PLAN.json] [--pfc-plan PLAN.json] [--control-dir DIR]``
+[--port 6653] [--routing ecmp|single] [--ecn-plan PLAN.json] [--pfc-plan PLAN.json] [--control-dir DIR]
+[--rest-port 8080]``: the REST API (controller.rest) listens on 127.0.0.1 at ``--rest-port``
+(0: none).
 """
 from __future__ import annotations
 
@@ -26,7 +28,9 @@ def main(argv=None) -> int:
     ap.add_argument("--routing", choices=("ecmp", "single"), default="ecmp")
     ap.add_argument("--ecn-plan", help="ECN plan JSON (controller.ecnports); applied once all switches are up")
     ap.add_argument("--pfc-plan", help="PFC plan JSON (controller.pfcports); started on request once all switches are up")
-    ap.add_argument("--control-dir", help="folder for ECN/PFC requests and acks (with --ecn-plan or --pfc-plan)")
+    ap.add_argument("--control-dir", help="folder for the ECN marker's record (with --ecn-plan)")
+    ap.add_argument("--rest-port", type=int, default=8080,
+                    help="the REST API's port on 127.0.0.1 (Ryu's REST apps use 8080; 0: no API)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     def _stop(*_):
@@ -48,7 +52,8 @@ def main(argv=None) -> int:
     cfg.CONF(args=[f"--ofp-listen-host={args.host}", f"--ofp-tcp-listen-port={args.port}"], project=PROJECT)
     app.FabricController.config = {"fabric_map": args.fabric_map, "ready_file": args.ready_file,
                                    "routing": args.routing, "ecn_plan": args.ecn_plan,
-                                   "pfc_plan": args.pfc_plan, "control_dir": args.control_dir}
+                                   "pfc_plan": args.pfc_plan, "control_dir": args.control_dir,
+                                   "rest_port": args.rest_port or None}
     app_manager.AppManager.run_apps(["controller.app"])
     return 0
 

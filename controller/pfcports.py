@@ -17,17 +17,16 @@ Plan shape (the runner writes it; :func:`experiments.pfcrun.pfc_plan`)::
      "switches": [{"name", "sw", "ports": [{"intf", "index", "rate_bps", "peer", "peer_intf", "peer_is_host"}]}],
      "hosts": [{"name", "intf", "rate_bps"}]}
 
-Requests (the ECN control folder protocol, in ``control/pfc``): ``{"start": true,
-"host_pids": {name: pid}}`` installs everything and starts the pauser; ``{"report":
-PATH}`` writes the pauses, reaction latencies, headroom and counters to PATH;
-``{"limits": {"xoff_bytes", "xon_bytes", "cap_bytes"}}`` changes the thresholds and
-buffers of every lossless counter, counts kept; ``{"enabled": bool}`` turns PFC on or off
-for the lossless priorities (a scenario's rounds): off, they pause nobody, have no cap and
-their egress queues drop at the port's buffer like a lossy priority's.
+Requests (controller.rest): ``POST /fabriclab/pfc/start`` ``{"host_pids": {name: pid}}``
+installs everything and starts the pauser; ``GET /fabriclab/pfc/report`` answers the
+pauses, reaction latencies, headroom and counters; ``PUT /fabriclab/pfc`` with ``{"xoff_bytes",
+"xon_bytes", "cap_bytes"}`` changes the thresholds and buffers of every lossless counter,
+counts kept, and with ``{"enabled": bool}`` turns PFC on or off for the lossless priorities
+(a scenario's rounds): off, they pause nobody, have no cap and their egress queues drop at
+the port's buffer like a lossy priority's.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import queue
@@ -35,14 +34,12 @@ import socket
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 
 from common.errors import SetupError
 from common.pfc import PauseState, buffer_warning, headroom_bytes, pfc_frame
 from controller import dataplane
-from controller.ecnports import answer_requests
 from controller.pfcbpf import PfcBpf
 from controller.qstats import QdiscStatsReader, ifindexes_for
 
@@ -138,13 +135,10 @@ class PfcPorts:
     Raises (from :meth:`start`): SetupError naming the port and the kernel's message.
     """
 
-    def __init__(self, plan: dict, control_dir: Path, clock_ns=time.monotonic_ns):
+    def __init__(self, plan: dict, clock_ns=time.monotonic_ns):
         """``clock_ns``: the monotonic clock in nanoseconds (component tests pass a fake one)."""
         self.plan = plan
         self.clock_ns = clock_ns
-        self.dir = Path(control_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.seq = 0
         self.bpf = None
         self.workers: dict[str, GateWorker] = {}   # upstream interface -> its gates' thread
         self.priorities: list[int] = []
@@ -549,18 +543,3 @@ class PfcPorts:
             self.bpf.close()
 
     # -- requests -------------------------------------------------------------------------
-    def poll(self) -> None:
-        """Answer every pending request in the control folder (see controller.ecnports.request)."""
-        self.seq = answer_requests(self.dir, self.seq, self._handle, "PFC")
-
-    def _handle(self, body: dict) -> dict:
-        if body.get("start"):
-            return {"ok": True, "record": self.start(body["host_pids"])}
-        if "report" in body:
-            Path(body["report"]).write_text(json.dumps(self.report(), indent=1))
-            return {"ok": True}
-        if "limits" in body:
-            return {"ok": True, "changed": self.set_limits(**body["limits"])}
-        if "enabled" in body:
-            return {"ok": True, "changed": self.set_enabled(body["enabled"])}
-        raise ValueError(f"unknown PFC request {sorted(body)}")

@@ -21,7 +21,7 @@ from mininet.node import OVSSwitch, RemoteController
 
 from common.errors import SetupError
 from controller import dataplane
-from controller.ecnports import read_counters, request
+from controller.rest import ControlClient, free_port
 from experiments.state import RunState
 from topologies.mininet_topo import FabricTopo
 from topologies.spineleaf import Fabric
@@ -104,7 +104,8 @@ class LiveFabric:
             ``switch_queue``/``host_queue`` and runs the pauser; or None.
 
     Attributes after enter: ``net`` (Mininet), ``fabric_map`` (dict),
-    ``timings_s`` (set-up phases), ``ecn_record`` / ``pfc_record`` (what the controller applied).
+    ``timings_s`` (set-up phases), ``ecn_record`` / ``pfc_record`` (what the controller applied),
+    ``rest_url`` (the controller's REST API, controller.rest: curl it during a run).
 
     Raises:
         SetupError: port 6653 is taken, the controller dies, switches do not
@@ -127,6 +128,8 @@ class LiveFabric:
         self.pfc_record: dict = {}
         self.control_dir = self.workdir / "control"
         self.ecn_record: dict = {}
+        self.rest_url = None
+        self.api = None
         self.net = None
         self.controller = None
         self.fabric_map = fabric.to_map()
@@ -167,11 +170,12 @@ class LiveFabric:
         if self.pfc_plan is not None:
             t5 = time.monotonic()
             pids = {h.name: h.pid for h in self.net.hosts}
-            self.pfc_record = self.pfc_request({"start": True, "host_pids": pids}, timeout_s=120)["record"]
+            self.pfc_record = self.api.call("POST", "/pfc/start", {"host_pids": pids}, timeout_s=120,
+                                            what="PFC")["record"]
             self.timings_s["pfc_s"] = time.monotonic() - t5
         if self.ecn_plan is not None:
             t4 = time.monotonic()
-            self.ecn_record = self._ecn_call({"start": True}, timeout_s=60)["record"]
+            self.ecn_record = self.api.call("POST", "/ecn/start", timeout_s=60, what="ECN")["record"]
             self.timings_s["ecn_s"] = time.monotonic() - t4
         self._up_at = time.monotonic()
         log_fabric_event("up", switches=len(self.fabric.switches), hosts=len(self.fabric.hosts),
@@ -195,13 +199,16 @@ class LiveFabric:
             ecn_args += ["--pfc-plan", str(plan_path)]
         if ecn_args:
             ecn_args += ["--control-dir", str(self.control_dir)]
+        rest_port = free_port()
+        self.rest_url = f"http://127.0.0.1:{rest_port}"
         self.controller = subprocess.Popen(
             [sys.executable, "-m", "controller.main", "--fabric-map", str(map_path),
              "--ready-file", str(self.ready_file), "--host", "127.0.0.1", "--port", str(OF_PORT),
-             "--routing", self.routing] + ecn_args,
+             "--routing", self.routing, "--rest-port", str(rest_port)] + ecn_args,
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.state.add_process(self.controller.pid, "controller")
+        self.api = ControlClient(self.rest_url, is_alive=lambda: self.controller.poll() is None)
         deadline = time.monotonic() + 20
         while not port_listening(OF_PORT):
             if self.controller.poll() is not None:
@@ -244,33 +251,37 @@ class LiveFabric:
                                  f"controller log: {self._tail(self.workdir / 'controller.log')}")
             time.sleep(0.05)
 
-    def _ecn_call(self, body: dict, timeout_s: float) -> dict:
+    def ecn_request(self, specs: dict, timeout_s: float = 20.0) -> dict:
+        """Ask the controller to change ECN profiles ``{intf: spec}`` now (``PUT /fabriclab/ecn``);
+        returns its answer once they took effect (SetupError on failure or without an ECN plan)."""
         if self.ecn_plan is None:
             raise SetupError("ECN change asked of a fabric started without an ECN plan")
-        return request(self.control_dir, body, timeout_s, is_alive=lambda: self.controller.poll() is None)
-
-    def ecn_request(self, specs: dict, timeout_s: float = 20.0) -> dict:
-        """Ask the controller to change ECN profiles ``{intf: spec}`` now; waits for its ack (SetupError)."""
-        return self._ecn_call({"ports": specs}, timeout_s)
+        return self.api.call("PUT", "/ecn", {"ports": specs}, timeout_s=timeout_s, what="ECN")
 
     def pfc_request(self, body: dict, timeout_s: float = 30.0) -> dict:
-        """Send the controller's PFC part one request (controller.pfcports); its ack (SetupError on failure)."""
+        """Change PFC now (``PUT /fabriclab/pfc``): ``{"enabled": bool}`` or ``{"limits": {"xoff_bytes",
+        "xon_bytes", "cap_bytes"}}``; returns the controller's answer (SetupError on failure or without a
+        PFC plan)."""
         if self.pfc_plan is None:
             raise SetupError("PFC request to a fabric started without a PFC plan")
-        return request(self.control_dir / "pfc", body, timeout_s=timeout_s,
-                       is_alive=lambda: self.controller.poll() is None, what="PFC")
+        return self.api.call("PUT", "/pfc", body.get("limits", body), timeout_s=timeout_s, what="PFC")
 
     def pfc_report(self, path: Path) -> dict:
-        """Have the controller write its PFC report (pauses, storms, reaction latencies, counters) to
-        ``path`` and return it (SetupError without a PFC plan or when the controller fails)."""
-        self.pfc_request({"report": str(path)})
-        return json.loads(Path(path).read_text())
+        """The controller's PFC report now (``GET /fabriclab/pfc/report``: pauses, storms, reaction
+        latencies, counters), also written to ``path``; SetupError without a PFC plan or when the
+        controller fails."""
+        if self.pfc_plan is None:
+            raise SetupError("PFC report asked of a fabric started without a PFC plan")
+        rep = self.api.call("GET", "/pfc/report", timeout_s=30.0, what="PFC")
+        Path(path).write_text(json.dumps(rep, indent=1))
+        return rep
 
     def ecn_counters(self) -> dict:
-        """Per-port marker counters now ({} without an ECN plan); see controller.ecnports.read_counters."""
+        """Per-port marker counters now ({} without an ECN plan): ``GET /fabriclab/ecn/counters``
+        (controller.ecnports.EcnPorts.counters)."""
         if self.ecn_plan is None:
             return {}
-        return read_counters(self.control_dir, list(self.ecn_plan["ports"]))
+        return self.api.call("GET", "/ecn/counters", what="ECN")
 
     def _unconnected(self) -> list[str]:
         out = []

@@ -161,7 +161,9 @@ def _run(sc: dict, results_root: Path, quiet: bool, platform: Platform, feature_
             timings.update(lf.timings_s)
             timings["setup_s"] = time.monotonic() - t_begin
             ctx.say(f"fabric up in {timings['setup_s']:.1f} s: {len(fabric.switches)} switches, "
-                    f"{len(fabric.hosts)} hosts, oversubscription {fabric.params['oversubscription']:g}:1")
+                    f"{len(fabric.hosts)} hosts, oversubscription {fabric.params['oversubscription']:g}:1; "
+                    f"controller API {lf.rest_url}/fabriclab/")
+            env["controller_api"] = f"{lf.rest_url}/fabriclab/"
             maybe_fault("after_fabric")
             for f in features:
                 f.after_fabric(lf)

@@ -1,10 +1,15 @@
 """The controller's ECN port manager (controller.ecnports.EcnPorts) with a fake marker and a fake
-tc: the plan applied when the fabric starts, profiles changed between rounds through the control
-folder's requests, only changed ports counted, a bad port refused in the ack, and kernel RED vs
-FIFO chosen per profile. No root, no BPF, no qdiscs."""
+tc, driven through the controller's REST API (controller.rest) as the runner drives it: the plan
+applied when the fabric starts, profiles changed between rounds, only changed ports counted, a bad
+port refused with the error, counters read, and kernel RED vs FIFO chosen per profile. No root,
+no BPF, no qdiscs."""
 import json
 
-from controller.ecnports import EcnPorts, request
+import pytest
+
+from common.errors import SetupError
+from controller.ecnports import EcnPorts
+from controller.rest import ControlApi, ControlClient, serve
 from experiments.features.ecn import ecn_plan
 from experiments.plan import check_against_fabric
 from experiments.scenario import validate
@@ -22,6 +27,9 @@ class FakeMarker:
 
     def ids(self):
         return {"counters_map_id": 7}
+
+    def read(self, ifindex):
+        return {"packets": 10, "marked": ifindex % 7}
 
 
 class FakeTc:
@@ -59,31 +67,38 @@ def test_start_attaches_the_marker_to_every_port_and_records_its_maps(tmp_path):
     assert json.loads((tmp_path / "ecn_marker.json").read_text()) == rec
 
 
-def test_a_round_changes_profiles_through_the_control_folder_and_counts_only_changes(tmp_path):
-    ep, p, m, _ = ports(tmp_path)
-    ep.poll()                                   # nothing asked yet
-    (tmp_path / "req-1.json").write_text(json.dumps({"start": True}))
-    ep.poll()
-    assert json.loads((tmp_path / "ack-1.json").read_text())["ok"]
+@pytest.fixture()
+def api(tmp_path):
+    """EcnPorts behind a live REST server on a free port, and the runner's client."""
+    ep, p, m, tc = ports(tmp_path)
+    server = serve(ControlApi(lambda: {"ok": True}, lambda: ep, lambda: None, has_ecn=True, has_pfc=False),
+                   "127.0.0.1", 0)
+    yield ep, p, m, ControlClient(f"http://127.0.0.1:{server.server_address[1]}")
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_round_changes_profiles_through_the_api_and_counts_only_changes(api):
+    ep, p, m, client = api
+    assert client.call("POST", "/ecn/start")["record"]["marker"] == "bpf"
     first = sorted(p["ports"])[0]
     same = p["ports"][first]["profile"]          # the profile it has: nothing changes
-    off = "off"
-    (tmp_path / "req-2.json").write_text(json.dumps({"ports": {first: same}}))
-    ep.poll()
-    assert json.loads((tmp_path / "ack-2.json").read_text()) == {"ok": True, "applied": 0}
-    (tmp_path / "req-3.json").write_text(json.dumps({"ports": {first: off}}))
-    ep.poll()
-    assert json.loads((tmp_path / "ack-3.json").read_text()) == {"ok": True, "applied": 1}
+    assert client.call("PUT", "/ecn", {"ports": {first: same}}) == {"applied": 0}
+    assert client.call("PUT", "/ecn", {"ports": {first: "off"}}) == {"applied": 1}
     assert ep.current[first].kind == "off" and m.configured[-1][1:] == ("off", False)
+    now = client.call("GET", "/ecn")
+    assert now["marker"] == "bpf" and now["ports"][first] == "off" and len(now["ports"]) == len(p["ports"])
+    counters = client.call("GET", "/ecn/counters")
+    assert set(counters) == set(p["ports"]) and all(c["packets"] == 10 for c in counters.values())
 
 
-def test_a_port_outside_the_fabric_is_refused_in_the_ack(tmp_path):
-    ep, *_ = ports(tmp_path)
-    ep.start()
-    (tmp_path / "req-1.json").write_text(json.dumps({"ports": {"nosuch-eth9": "off"}}))
-    ep.poll()
-    ack = json.loads((tmp_path / "ack-1.json").read_text())
-    assert ack["ok"] is False and "nosuch-eth9" in ack["error"]
+def test_a_port_outside_the_fabric_is_refused_with_the_error(api):
+    ep, _, _, client = api
+    client.call("POST", "/ecn/start")
+    with pytest.raises(SetupError, match="nosuch-eth9 is not a switch port"):
+        client.call("PUT", "/ecn", {"ports": {"nosuch-eth9": "off"}}, what="ECN")
+    with pytest.raises(SetupError, match=r"ecn.ports.leaf1-eth1: expected 'off'"):
+        client.call("PUT", "/ecn", {"ports": {"leaf1-eth1": {"bogus": 1}}})
 
 
 def test_kernel_red_replaces_the_fifo_for_marking_profiles_and_puts_it_back_for_off(tmp_path):
@@ -93,13 +108,3 @@ def test_kernel_red_replaces_the_fifo_for_marking_profiles_and_puts_it_back_for_
     first = sorted(p["ports"])[0]
     ep.apply({first: "off"})
     assert tc.calls[-1] == ("fifo", first, p["ports"][first]["fifo"]["kind"], p["ports"][first]["fifo"]["limit"])
-
-
-def test_the_runner_side_of_the_folder_gets_the_ack(tmp_path):
-    """controller.ecnports.request (the runner's side) against a poll that answers at once."""
-    ep, *_ = ports(tmp_path)
-
-    def alive():
-        ep.poll()
-        return True
-    assert request(tmp_path, {"start": True}, timeout_s=5, is_alive=alive)["ok"]

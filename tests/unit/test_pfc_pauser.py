@@ -87,7 +87,7 @@ def pauser(enabled=True, watchdog_s=None, action="keep"):
 
 def started(tmp_path, **kw):
     plan, clock = pauser(**kw)
-    pp = PfcPorts(plan, tmp_path, clock_ns=clock)
+    pp = PfcPorts(plan, clock_ns=clock)
     pp.plan_pauses()
     pp.bpf = FakeBpf()
     intfs = {p["peer_intf"] for s in plan["switches"] for p in s["ports"]} | {p["intf"] for s in plan["switches"]

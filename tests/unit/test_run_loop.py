@@ -23,6 +23,7 @@ class FakeFabric:
     def __init__(self, log):
         self.log = log
         self.timings_s = {"mininet_s": 0.5}
+        self.rest_url = "http://127.0.0.1:1"
 
     def __enter__(self):
         self.log.append("fabric up")

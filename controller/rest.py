@@ -1,0 +1,231 @@
+"""The controller's REST API on 127.0.0.1, as Ryu's ``rest_qos`` and ``ofctl_rest`` apps offer
+theirs: the runner changes ECN profiles and PFC through it between rounds, and a user or a lab
+can read and change them with ``curl`` during a run (docs/controller-api.md lists the endpoints).
+
+Endpoints (bodies and answers are JSON objects; errors are ``{"error": "..."}`` with 400 for a
+malformed message, 404 for an unknown path or a part this run does not have, 409 before the
+switches are configured, 500 when the kernel or tc refused the change):
+
+- ``GET /fabriclab/status``: switches configured, whether ECN and PFC run, this API's URL.
+- ``GET /fabriclab/ecn``: the marker and every switch port's profile now.
+- ``PUT /fabriclab/ecn`` ``{"ports": {intf: profile}}``: new profiles (controller.messages.EcnChange).
+- ``POST /fabriclab/ecn/start``: apply the plan (the runner, once the ports have their queues).
+- ``GET /fabriclab/ecn/counters``: the marker's per-port counters.
+- ``GET /fabriclab/pfc``: enabled, lossless priorities, XOFF, XON, buffer per counter.
+- ``PUT /fabriclab/pfc`` ``{"enabled": bool}`` or ``{"xoff_bytes", "xon_bytes", "cap_bytes"}``.
+- ``POST /fabriclab/pfc/start`` ``{"host_pids": {host: pid}}``: install PFC, start the pauser.
+- ``GET /fabriclab/pfc/report``: pauses, storms, reaction latencies, counters, occupancy.
+
+The server is the standard library's, one request at a time on its own thread (the runner's
+requests are sequential; a change takes effect before its answer). :class:`ControlClient` is the
+runner's side.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Callable
+
+from common.ecn import profile_spec
+from common.errors import SetupError
+from controller.messages import EcnChange, MessageError, PfcChange, PfcStart
+
+LOG = logging.getLogger("fabriclab.controller.rest")
+#: Ryu's REST apps listen on 8080; fabriclab takes it when it is free (another port otherwise).
+DEFAULT_PORT = 8080
+PREFIX = "/fabriclab"
+
+
+class HttpError(Exception):
+    """An answer other than 200: ``code`` and the error text."""
+
+    def __init__(self, code: int, text: str):
+        super().__init__(text)
+        self.code = code
+
+
+class ControlApi:
+    """The routes, over the controller's ECN and PFC parts (no sockets: unit-tested directly).
+
+    Args:
+        status: () -> the status record (switches configured, ...).
+        ecn: () -> the ECN port manager (controller.ecnports.EcnPorts), None before the switches
+            are configured; ``has_ecn``/``has_pfc``: whether this run has that plan at all.
+        pfc: () -> the PFC part (controller.pfcports.PfcPorts), likewise.
+    """
+
+    def __init__(self, status: Callable[[], dict], ecn: Callable, pfc: Callable, has_ecn: bool, has_pfc: bool):
+        self.status, self._ecn, self._pfc = status, ecn, pfc
+        self.has_ecn, self.has_pfc = has_ecn, has_pfc
+        self.lock = threading.Lock()
+        self.routes = {
+            ("GET", "/status"): lambda body: self.status(),
+            ("GET", "/ecn"): self.get_ecn, ("PUT", "/ecn"): self.put_ecn,
+            ("POST", "/ecn/start"): lambda body: {"record": self.ecn().start()},
+            ("GET", "/ecn/counters"): lambda body: self.ecn().counters(),
+            ("GET", "/pfc"): self.get_pfc, ("PUT", "/pfc"): self.put_pfc,
+            ("POST", "/pfc/start"): lambda body: {"record": self.pfc().start(PfcStart.from_json(body).host_pids)},
+            ("GET", "/pfc/report"): lambda body: self.pfc().report(),
+        }
+
+    def ecn(self):
+        """The ECN part (HttpError 404 without an ECN plan, 409 before the switches are configured)."""
+        if not self.has_ecn:
+            raise HttpError(404, "this run has no ECN plan (no round marks)")
+        if self._ecn() is None:
+            raise HttpError(409, "the switches are not configured yet")
+        return self._ecn()
+
+    def pfc(self):
+        """The PFC part (HttpError 404 without a PFC plan, 409 before the switches are configured)."""
+        if not self.has_pfc:
+            raise HttpError(404, "this run has no PFC plan (no priorities or pfc section)")
+        if self._pfc() is None:
+            raise HttpError(409, "the switches are not configured yet")
+        return self._pfc()
+
+    def get_ecn(self, body=None) -> dict:
+        """The marker and every port's profile (scenario syntax, thresholds in bytes)."""
+        e = self.ecn()
+        return {"marker": e.marker_kind, "ports": {intf: profile_spec(p) for intf, p in sorted(e.current.items())}}
+
+    def put_ecn(self, body) -> dict:
+        """Apply an :class:`EcnChange`; ``applied``: how many ports changed."""
+        return {"applied": self.ecn().apply(EcnChange.from_json(body).ports)}
+
+    def get_pfc(self, body=None) -> dict:
+        """PFC's state and thresholds now."""
+        p = self.pfc()
+        return {"enabled": p.enabled, "lossless": list(p.plan["lossless"]),
+                **{k: p.plan[k] for k in ("xoff_bytes", "xon_bytes", "cap_bytes")}}
+
+    def put_pfc(self, body) -> dict:
+        """Apply a :class:`PfcChange`; ``changed``: how many (ingress port, priority) counters."""
+        msg = PfcChange.from_json(body)
+        p = self.pfc()
+        if msg.enabled is not None:
+            return {"changed": p.set_enabled(msg.enabled)}
+        return {"changed": p.set_limits(msg.xoff_bytes, msg.xon_bytes, msg.cap_bytes)}
+
+    def handle(self, method: str, path: str, body) -> tuple[int, dict]:
+        """Answer one request: (HTTP status, JSON object)."""
+        if not path.startswith(PREFIX + "/"):
+            return 404, {"error": f"no such path {path!r} (the API is under {PREFIX}/)"}
+        route = self.routes.get((method, path[len(PREFIX):].rstrip("/")))
+        if route is None:
+            known = sorted({p for _, p in self.routes})
+            return 404, {"error": f"no {method} {path} (paths: {', '.join(PREFIX + p for p in known)})"}
+        with self.lock:
+            try:
+                return 200, route(body)
+            except HttpError as e:
+                return e.code, {"error": str(e)}
+            except (MessageError, ValueError, KeyError, TypeError) as e:
+                return 400, {"error": str(e)}
+            except SetupError as e:
+                LOG.error("%s %s failed: %s", method, path, e)
+                return 500, {"error": str(e)}
+
+
+def _handler(api: ControlApi) -> type:
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self, method: str) -> None:
+            n = int(self.headers.get("Content-Length") or 0)
+            body = None
+            if n:
+                try:
+                    body = json.loads(self.rfile.read(n))
+                except ValueError as e:
+                    code, out = 400, {"error": f"the body is not JSON: {e}"}
+                    return self._send(code, out)
+            code, out = api.handle(method, self.path.split("?", 1)[0], body)
+            self._send(code, out)
+
+        def _send(self, code: int, out: dict) -> None:
+            data = json.dumps(out).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self._answer("GET")
+
+        def do_PUT(self):
+            self._answer("PUT")
+
+        def do_POST(self):
+            self._answer("POST")
+
+        def log_message(self, fmt, *args):
+            LOG.info("REST %s", fmt % args)
+    return Handler
+
+
+def serve(api: ControlApi, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> HTTPServer:
+    """Serve ``api`` on ``host``:``port`` from a daemon thread; returns the server (its
+    ``server_address`` has the port, useful with port 0). Raises OSError when the port is taken."""
+    server = HTTPServer((host, port), _handler(api))
+    threading.Thread(target=server.serve_forever, name="fabriclab-rest", daemon=True).start()
+    return server
+
+
+def free_port(preferred: int = DEFAULT_PORT, host: str = "127.0.0.1") -> int:
+    """``preferred`` if nothing listens there on ``host``, else a free port the kernel picks."""
+    for port in (preferred, 0):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise SetupError(f"no free TCP port on {host} for the controller's REST API")
+
+
+class ControlClient:
+    """The runner's side of the API: one call per change, answered once it took effect.
+
+    Args:
+        url: the API's base URL (``http://127.0.0.1:PORT``).
+        is_alive: () -> whether the controller process still runs (a dead one ends a wait early).
+    """
+
+    def __init__(self, url: str, is_alive: Callable[[], bool] = lambda: True):
+        self.url, self.is_alive = url.rstrip("/"), is_alive
+
+    def call(self, method: str, path: str, body: dict | None = None, timeout_s: float = 20.0,
+             what: str = "controller") -> dict:
+        """``method`` ``PREFIX + path`` with ``body``; the answer. Retries while the server is not
+        listening yet, until ``timeout_s``.
+
+        Raises:
+            SetupError: the controller answered with an error (its text), died, or did not answer in time.
+        """
+        data = None if body is None else json.dumps(body).encode()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            req = urllib.request.Request(self.url + PREFIX + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=max(0.1, deadline - time.monotonic())) as r:
+                    return json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                try:
+                    text = json.loads(e.read()).get("error")
+                except ValueError:
+                    text = e.reason
+                raise SetupError(f"{what}: the controller could not apply it: {text}") from None
+            except (urllib.error.URLError, ConnectionError, TimeoutError, socket.timeout) as e:
+                if not self.is_alive():
+                    raise SetupError(f"{what} request: the controller died") from None
+                if time.monotonic() > deadline:
+                    raise SetupError(f"{what} request: no answer from the controller within {timeout_s:g} s ({e})") \
+                        from None
+                time.sleep(0.05)
