@@ -253,21 +253,12 @@ def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timi
             for t, b in fl.get("_samples") or []:
                 w.writerow((f"{t:.6f}", fl["flow_id"], fl["src"], b))
     raw = out / "queues_raw.csv"
-    # the sampler's raw file; once analysed, queues.csv holds the same samples (t_s from the start):
-    # `python -m experiments analyze` reads that again
-    samples = load_queue_samples(raw if raw.exists() else out / "queues.csv", t0)
-    with open(out / "queues.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(("t_s", "intf", "backlog_bytes", "backlog_packets", "drops_total", "tx_bytes_total",
-                    "tx_packets_total"))
-        rows = []
-        for intf, s in samples.items():
-            for k in range(len(s["t_s"])):
-                rows.append((s["t_s"][k], intf, int(s["backlog_bytes"][k]), int(s["backlog_packets"][k]),
-                             int(s["drops_total"][k]), int(s["tx_bytes_total"][k]), int(s["tx_packets_total"][k])))
-        rows.sort(key=lambda r: r[0])
-        w.writerows((f"{r[0]:.6f}",) + r[1:] for r in rows)
-    raw.unlink(missing_ok=True)
+    if raw.exists():          # the sampler's raw file -> queues.csv (t_s from the start), once
+        _write_queues(out / "queues.csv", load_queue_samples(raw, t0))
+        raw.unlink()
+    # every figure comes from queues.csv, so `python -m experiments analyze` later computes the
+    # same figures from the same file
+    samples = load_queue_samples(out / "queues.csv", 0.0)
     fcts = [f["fct_s"] for f in flows if f["fct_s"] is not None]
     end = max(fcts) if fcts else 0.0
     ports = port_summaries(samples, fabric_map, sc, (0.0, end))
@@ -319,6 +310,21 @@ def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timi
                              for v in (env.get("host_config") or {}).values()}),
     }
     return summary
+
+
+def _write_queues(path: Path, samples: dict) -> None:
+    """queues.csv: every sample of every port (as load_queue_samples), in time order."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(("t_s", "intf", "backlog_bytes", "backlog_packets", "drops_total", "tx_bytes_total",
+                    "tx_packets_total"))
+        rows = []
+        for intf, s in samples.items():
+            for k in range(len(s["t_s"])):
+                rows.append((s["t_s"][k], intf, int(s["backlog_bytes"][k]), int(s["backlog_packets"][k]),
+                             int(s["drops_total"][k]), int(s["tx_bytes_total"][k]), int(s["tx_packets_total"][k])))
+        rows.sort(key=lambda r: r[0])
+        w.writerows((f"{r[0]:.6f}",) + r[1:] for r in rows)
 
 
 def format_summary(summary: dict, out: Path) -> str:
