@@ -5,6 +5,7 @@
     python -m experiments clean                   # remove what a killed run left
     python -m experiments plot RESULTS_DIR        # redraw plots from result files
     python -m experiments analyze RESULTS_DIR     # rebuild every derived file from the raw ones
+    python -m experiments schema [--markdown]     # the scenario's JSON Schema (or its key reference)
     python -m experiments draw SCENARIO.yaml [--out PNG]   # draw the scenario's fabric (no root)
     python -m experiments compare [COMPARISON.yaml] [--results DIR]   # same traffic on several fabrics
 
@@ -46,6 +47,8 @@ def main(argv=None) -> int:
     sub.add_parser("clean", help="remove state left by a killed run")
     p = sub.add_parser("plot", help="redraw the plots of a results folder")
     p.add_argument("results_dir")
+    sch = sub.add_parser("schema", help="print the scenario's JSON Schema (editors complete and check YAML with it)")
+    sch.add_argument("--markdown", action="store_true", help="the scenario-key reference instead (docs/scenario-keys.md)")
     a = sub.add_parser("analyze", help="rebuild a results folder's tables, summaries and plots from its raw files")
     a.add_argument("results_dir")
     a.add_argument("--quiet", action="store_true")
@@ -95,6 +98,10 @@ def main(argv=None) -> int:
             paths = plot.plot_all(d)
         for path in paths:
             print(path)
+        return 0
+    if args.cmd == "schema":
+        from experiments import schema_export
+        print(schema_export.markdown() if args.markdown else json.dumps(schema_export.scenario_schema(), indent=1))
         return 0
     if args.cmd == "analyze":
         from experiments import runner

@@ -1,0 +1,261 @@
+"""The scenario's JSON Schema and the key reference generated from it.
+
+The schema is generated from the same declarations that validate a scenario: the fields of
+:data:`experiments.scenario.SCHEMA` (``common.params.F`` and ``ListOf``), every registered
+topology's own keys (one branch per kind), the rate controllers' and patterns' names, and the
+ECN, priority, PFC and round sections as their parsers accept them (``common.ecn``,
+``common.pfc``, ``experiments.scenario``). ``python -m experiments schema`` prints it; editors
+that read JSON Schema (e.g. yaml-language-server with ``# yaml-language-server:
+$schema=...``) complete and check scenario YAML with it. docs/scenario-keys.md is
+:func:`markdown` of it, and a unit test keeps the two equal.
+
+The schema checks the shape of a scenario (keys, types, ranges, choices); what needs the fabric
+(a host that exists, a threshold under the buffer, a port name of this fabric) is checked by
+``python -m experiments check``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from common.ecn import MARKERS, PORT_NAME
+from common.params import _REQUIRED, F, ListOf
+from common.pfc import WATCHDOG_ACTIONS
+from experiments.scenario import MAX_ROUNDS, NAME, ROUND_COLLECTIVE_KEYS, SCHEMA, switch_layers
+from topologies import TOPOLOGIES
+
+#: What each top-level section is, for the reference.
+SECTIONS = {
+    "name": "the scenario's name (results folders are named after it)",
+    "description": "free text",
+    "seed": "the seed of every random choice (patterns, arrivals)",
+    "topology": "the fabric: its kind and that kind's sizes and link rates",
+    "routing": "how switches pick among equal-cost next hops",
+    "queues": "every switch egress port's FIFO and shaper",
+    "hosts": "the hosts' kernel TCP settings",
+    "traffic": "the flows (pattern, sizes, transport)",
+    "roce": "RoCEv2 queue pairs and their rate controller",
+    "collective": "a collective over ranks on hosts, instead of the traffic section's flows",
+    "measurement": "the queue sampler and the throughput window",
+    "ecn": "ECN marking at switch egress ports (profile per port, layer or for all)",
+    "priorities": "DSCP to priority classes and their scheduling",
+    "pfc": "priority flow control for the lossless classes",
+    "rounds": "the same traffic several times on one fabric, changing ECN, hosts, PFC, RoCE mode, seed or the collective",
+}
+
+_JSON_TYPE = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def _field(spec: F) -> dict:
+    types = sorted({_JSON_TYPE[t] for t in spec.types})
+    if "integer" in types and "number" in types:
+        types.remove("integer")
+    out: dict[str, Any] = {}
+    nullable = spec.default is None
+    out["type"] = types[0] if len(types) == 1 and not nullable else types + (["null"] if nullable else [])
+    if spec.choices is not None:
+        out["enum"] = list(spec.choices) + ([None] if nullable else [])
+    if spec.lo is not None:
+        out["minimum"] = spec.lo
+    if spec.hi is not None:
+        out["maximum"] = spec.hi
+    if spec.pattern is not None:
+        out["pattern"] = f"^(?:{spec.pattern})$"
+    if spec.default is not _REQUIRED and spec.default is not None:
+        out["default"] = spec.default
+    return out
+
+
+def _spec(spec) -> dict:
+    if isinstance(spec, dict):
+        return _object(spec)
+    if isinstance(spec, ListOf):
+        out = {"type": ["array", "null"], "items": _field(spec.item)}
+        if spec.min_len:
+            out["minItems"] = spec.min_len
+        return out
+    return _field(spec)
+
+
+def _object(fields: dict, keys=None) -> dict:
+    keys = list(fields) if keys is None else keys
+    return {"type": "object", "additionalProperties": False,
+            "properties": {k: _spec(fields[k]) for k in keys},
+            **({"required": [k for k in keys if isinstance(fields[k], F) and fields[k].default is _REQUIRED]}
+               if any(isinstance(fields[k], F) and fields[k].default is _REQUIRED for k in keys) else {})}
+
+
+def _size(name: str) -> dict:
+    return {f"{name}_bytes": {"type": "integer", "minimum": 1}, f"{name}_packets": {"type": "integer", "minimum": 1}}
+
+
+def _one_of_sizes(*names: str) -> list:
+    return [{"oneOf": [{"required": [f"{n}_bytes"]}, {"required": [f"{n}_packets"]}]} for n in names]
+
+
+def _profile() -> dict:
+    step = {"type": "object", "additionalProperties": False, "properties": _size("k"), "allOf": _one_of_sizes("k")}
+    red = {"type": "object", "additionalProperties": False, "required": ["pmax"],
+           "properties": {**_size("kmin"), **_size("kmax"),
+                          "pmax": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+                          "weight": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1}},
+           "allOf": _one_of_sizes("kmin", "kmax")}
+    return {"description": "an ECN marking profile: off, a step at K, or RED between Kmin and Kmax (thresholds in "
+                           "bytes or packets, below the buffer)",
+            "oneOf": [{"enum": ["off", False]},
+                      {"type": "object", "additionalProperties": False, "required": ["step"],
+                       "properties": {"step": step}},
+                      {"type": "object", "additionalProperties": False, "required": ["red"],
+                       "properties": {"red": red}}]}
+
+
+def _ecn(marker: bool) -> dict:
+    layers = sorted({layer for kind in TOPOLOGIES for layer in switch_layers(kind)})
+    props = {"profile": {"$ref": "#/$defs/ecnProfile", "default": "off"},
+             "layers": {"type": ["object", "null"], "propertyNames": {"enum": layers},
+                        "additionalProperties": {"$ref": "#/$defs/ecnProfile"}},
+             "ports": {"type": ["object", "null"], "propertyNames": {"pattern": f"^(?:{PORT_NAME})$"},
+                       "additionalProperties": {"$ref": "#/$defs/ecnProfile"}}}
+    if marker:
+        props = {"marker": {"enum": list(MARKERS), "default": "auto"}, **props}
+    return {"type": ["object", "null"], "additionalProperties": False, "properties": props}
+
+
+def _priorities() -> dict:
+    prio = {"type": "integer", "minimum": 0, "maximum": 7}
+    return {"type": ["object", "null"], "additionalProperties": False, "properties": {
+        "dscp": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": "^[0-9]{1,2}$"},
+                 "additionalProperties": prio},
+        "default_priority": dict(prio, default=0),
+        "scheduling": {"oneOf": [{"const": "strict"},
+                                 {"type": "object", "additionalProperties": False, "required": ["weighted"],
+                                  "properties": {"weighted": {
+                                      "type": "object", "propertyNames": {"pattern": "^[0-7]$"},
+                                      "additionalProperties": {"type": "number", "exclusiveMinimum": 0}}}}],
+                       "default": "strict"}}}
+
+
+def _pfc() -> dict:
+    return {"type": ["object", "null"], "additionalProperties": False, "properties": {
+        "enabled": {"type": "boolean", "default": True},
+        "lossless": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0, "maximum": 7},
+                     "default": [3]},
+        **{f"{n}_{u}": {"type": "integer", "minimum": 0} for n in ("xoff", "xon") for u in ("bytes", "packets")},
+        "watchdog": {"type": ["object", "null"], "additionalProperties": False, "required": ["timeout_s"],
+                     "properties": {"timeout_s": {"type": "number", "exclusiveMinimum": 0},
+                                    "action": {"enum": list(WATCHDOG_ACTIONS), "default": "keep"}}}}}
+
+
+def _rounds() -> dict:
+    hosts = {k: {a: b for a, b in _field(v).items() if a != "default"} for k, v in SCHEMA["hosts"].items()}
+    coll = _object(SCHEMA["collective"], [k for k in ROUND_COLLECTIVE_KEYS])
+    for p in coll["properties"].values():
+        p.pop("default", None)
+    rnd = {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
+        "name": {"type": "string", "pattern": f"^(?:{NAME})$"},
+        "ecn": _ecn(marker=False),
+        "hosts": {"type": "object", "additionalProperties": False, "properties": hosts},
+        "pfc": {"type": "object", "additionalProperties": False, "properties": {"enabled": {"type": "boolean"}}},
+        "roce": {"type": "object", "additionalProperties": False, "properties": {"mode": {
+            k: v for k, v in _field(SCHEMA["roce"]["mode"]).items() if k != "default"}}},
+        "seed": {k: v for k, v in _field(SCHEMA["seed"]).items() if k != "default"},
+        "collective": coll}}
+    return {"type": "array", "minItems": 1, "maxItems": MAX_ROUNDS, "items": rnd}
+
+
+def _topology() -> dict:
+    branches = []
+    for kind, cls in TOPOLOGIES.items():
+        props = {"kind": {"const": kind}, **{k: _field(v) for k, v in cls.PARAMS.items()}}
+        branches.append({"type": "object", "additionalProperties": False, "properties": props,
+                         **({} if kind == "spineleaf" else {"required": ["kind"]}),
+                         "title": cls.TITLE})
+    return {"type": ["object", "null"], "oneOf": branches + [{"type": "null"}]}
+
+
+def scenario_schema() -> dict:
+    """The JSON Schema (draft 2020-12) of a scenario file, as a dict."""
+    top = _object(SCHEMA)
+    top["properties"]["topology"] = _topology()
+    top["properties"].update(ecn=_ecn(marker=True), priorities=_priorities(), pfc=_pfc(), rounds=_rounds())
+    for key, text in SECTIONS.items():
+        top["properties"][key]["description"] = text
+    for sec in ("routing", "queues", "hosts", "traffic", "roce", "collective", "measurement"):
+        top["properties"][sec]["type"] = ["object", "null"]
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": "https://fabriclab.invalid/scenario.schema.json",
+            "title": "fabriclab scenario", "$defs": {"ecnProfile": _profile()}, **top}
+
+
+def _describe(p: dict) -> tuple[str, str]:
+    """(type and range, default) of one property, for the table."""
+    if "$ref" in p:
+        return "ECN profile", str(p.get("default", ""))
+    if "oneOf" in p and "type" not in p:
+        return "see below", str(p.get("default", ""))
+    t = p.get("type", "")
+    t = " or ".join(x for x in (t if isinstance(t, list) else [t]) if x != "null")
+    if "enum" in p:
+        t = " / ".join(str(x) for x in p["enum"] if x is not None)
+    elif "const" in p:
+        t = str(p["const"])
+    bounds = []
+    if "minimum" in p or "exclusiveMinimum" in p:
+        bounds.append(f">= {p['minimum']}" if "minimum" in p else f"> {p['exclusiveMinimum']}")
+    if "maximum" in p:
+        bounds.append(f"<= {p['maximum']}")
+    if "pattern" in p:
+        bounds.append(f"matching `{p['pattern'][4:-2]}`")
+    if p.get("type") in ("array", ["array", "null"]) and "items" in p:
+        t = f"list of {_describe(p['items'])[0]}"
+    text = t + (f" ({', '.join(bounds)})" if bounds else "")
+    default = p.get("default")
+    return text, "" if default is None else ("`\"\"`" if default == "" else f"`{default}`")
+
+
+def markdown(schema: dict | None = None) -> str:
+    """The scenario-key reference (docs/scenario-keys.md) from the schema."""
+    s = scenario_schema() if schema is None else schema
+    lines = ["# Scenario keys", "",
+             "Back to [scenarios](scenarios.md). Generated from the scenario's JSON Schema "
+             "(`python -m experiments schema`, `python -m experiments schema --markdown`); do not edit by hand.",
+             "Units are in the key names: `_bytes`, `_packets`, `_s` (seconds), `_mbps` (Mbit/s), `_hz`.", "",
+             "| key | type and range | default |", "|---|---|---|"]
+
+    def rows(props: dict, prefix: str) -> None:
+        for key, p in props.items():
+            path = f"{prefix}{key}"
+            if p.get("type") in ("object", ["object", "null"]) and "properties" in p:
+                lines.append(f"| **`{path}`** | {p.get('description', 'section')} | |")
+                rows(p["properties"], path + ".")
+                continue
+            text, default = _describe(p)
+            lines.append(f"| `{path}` | {text} | {default} |")
+    props = dict(s["properties"])
+    topo = props.pop("topology")
+    rnds = props.pop("rounds")
+    rows({k: v for k, v in props.items()}, "")
+    lines += ["", "## topology", "", topo["description"] + "; `kind` picks the keys that apply.", ""]
+    for b in topo["oneOf"]:
+        if b.get("type") == "null":
+            continue
+        lines += [f"### kind `{b['properties']['kind']['const']}`: {b['title']}", "",
+                  "| key | type and range | default |", "|---|---|---|"]
+        for key, p in b["properties"].items():
+            if key != "kind":
+                text, default = _describe(p)
+                lines.append(f"| `topology.{key}` | {text} | {default} |")
+        lines.append("")
+    lines += ["## rounds", "", rnds["description"] + f" (1 to {rnds['maxItems']} rounds); each round:", "",
+              "| key | type and range |", "|---|---|"]
+    for key, p in rnds["items"]["properties"].items():
+        if "properties" in p:
+            for sub, q in p["properties"].items():
+                lines.append(f"| `rounds[i].{key}.{sub}` | {_describe(q)[0]} |")
+        else:
+            lines.append(f"| `rounds[i].{key}` | {_describe(p)[0]} |")
+    lines += ["", "## ECN profile", "", s["$defs"]["ecnProfile"]["description"] + ":", "",
+              "- `off`", "- `{step: {k_bytes: K}}` or `{step: {k_packets: K}}`",
+              "- `{red: {kmin_bytes|kmin_packets, kmax_bytes|kmax_packets, pmax, weight}}` "
+              "(pmax in (0, 1]; weight: the averaging weight, a power of two for kernel RED, absent = instantaneous)",
+              ""]
+    return "\n".join(lines)
