@@ -76,19 +76,20 @@ class ControlApi:
 
     def ecn(self):
         """The ECN part (HttpError 404 without an ECN plan, 409 before the switches are configured)."""
-        if not self.has_ecn:
-            raise HttpError(404, "this run has no ECN plan (no round marks)")
-        if self._ecn() is None:
-            raise HttpError(409, "the switches are not configured yet")
-        return self._ecn()
+        return self._part(self._ecn, self.has_ecn, "ECN plan (no round marks)")
 
     def pfc(self):
         """The PFC part (HttpError 404 without a PFC plan, 409 before the switches are configured)."""
-        if not self.has_pfc:
-            raise HttpError(404, "this run has no PFC plan (no priorities or pfc section)")
-        if self._pfc() is None:
+        return self._part(self._pfc, self.has_pfc, "PFC plan (no priorities or pfc section)")
+
+    @staticmethod
+    def _part(get, planned: bool, what: str):
+        if not planned:
+            raise HttpError(404, f"this run has no {what}")
+        part = get()
+        if part is None:
             raise HttpError(409, "the switches are not configured yet")
-        return self._pfc()
+        return part
 
     def get_ecn(self, body=None) -> dict:
         """The marker and every port's profile (scenario syntax, thresholds in bytes)."""
