@@ -30,7 +30,7 @@ import logging
 import socket
 from pathlib import Path
 
-from common.ecn import EcnProfile, describe, from_spec
+from common.ecn import EcnProfile, describe, parse_profile
 from common.errors import SetupError
 from controller import dataplane
 from controller.bpfmarker import BpfEcnMarker
@@ -76,14 +76,29 @@ class EcnPorts:
         tmp.replace(self.dir / "ecn_marker.json")
         return record
 
-    def apply(self, specs: dict, reset: bool = False) -> int:
-        """Set the profiles ``{intf: spec}``; returns how many ports changed. SetupError on failure."""
-        changed = 0
+    def check(self, specs: dict) -> dict[str, EcnProfile]:
+        """The profiles ``{intf: spec}`` parsed against each port's buffer, before anything is
+        applied.
+
+        Raises:
+            LookupError: a port that is not a switch port of this fabric (named).
+            ScenarioError: a malformed profile, or a threshold at or above the port's buffer
+                (it could never mark), naming ``ecn.ports.<intf>...``.
+        """
+        out = {}
         for intf, spec in specs.items():
             port = self.plan["ports"].get(intf)
             if port is None:
-                raise SetupError(f"ECN: {intf} is not a switch port of this fabric")
-            prof = from_spec(spec)
+                raise LookupError(f"ECN: {intf} is not a switch port of this fabric")
+            out[intf] = parse_profile(spec, port["buffer_bytes"], f"ecn.ports.{intf}")
+        return out
+
+    def apply(self, specs: dict, reset: bool = False) -> int:
+        """Set the profiles ``{intf: spec}`` (all checked first: :meth:`check`); returns how many
+        ports changed. SetupError when the kernel or tc refuses."""
+        changed = 0
+        for intf, prof in self.check(specs).items():
+            port = self.plan["ports"][intf]
             if self.marker_kind == "bpf":
                 self.marker.configure(self.ifindex(intf), prof, port["rate_bps"], port["buffer_bytes"],
                                       port["burst_bytes"], reset=reset)

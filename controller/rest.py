@@ -3,8 +3,9 @@ theirs: the runner changes ECN profiles and PFC through it between rounds, and a
 can read and change them with ``curl`` during a run (docs/controller-api.md lists the endpoints).
 
 Endpoints (bodies and answers are JSON objects; errors are ``{"error": "..."}`` with 400 for a
-malformed message, 404 for an unknown path or a part this run does not have, 409 before the
-switches are configured, 500 when the kernel or tc refused the change):
+malformed message or a profile a port cannot hold, 404 for an unknown path or port or a part this
+run does not have, 405 for a method a path does not take, 409 before the switches are configured,
+500 when the kernel or tc refused the change):
 
 - ``GET /fabriclab/status``: switches configured, whether ECN and PFC run, this API's URL.
 - ``GET /fabriclab/ecn``: the marker and every switch port's profile now.
@@ -33,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Callable
 
 from common.ecn import profile_spec
-from common.errors import SetupError
+from common.errors import ScenarioError, SetupError
 from controller.messages import EcnChange, MessageError, PfcChange, PfcStart
 
 LOG = logging.getLogger("fabriclab.controller.rest")
@@ -97,8 +98,15 @@ class ControlApi:
         return {"marker": e.marker_kind, "ports": {intf: profile_spec(p) for intf, p in sorted(e.current.items())}}
 
     def put_ecn(self, body) -> dict:
-        """Apply an :class:`EcnChange`; ``applied``: how many ports changed."""
-        return {"applied": self.ecn().apply(EcnChange.from_json(body).ports)}
+        """Apply an :class:`EcnChange` (every profile checked against its port's buffer first:
+        nothing changes when one is wrong); ``applied``: how many ports changed."""
+        msg = EcnChange.from_json(body)
+        e = self.ecn()
+        try:
+            e.check(msg.ports)
+        except LookupError as err:
+            raise HttpError(404, str(err).strip("'\"")) from None
+        return {"applied": e.apply(msg.ports)}
 
     def get_pfc(self, body=None) -> dict:
         """PFC's state and thresholds now."""
@@ -118,8 +126,12 @@ class ControlApi:
         """Answer one request: (HTTP status, JSON object)."""
         if not path.startswith(PREFIX + "/"):
             return 404, {"error": f"no such path {path!r} (the API is under {PREFIX}/)"}
-        route = self.routes.get((method, path[len(PREFIX):].rstrip("/")))
+        sub = path[len(PREFIX):].rstrip("/")
+        route = self.routes.get((method, sub))
         if route is None:
+            allowed = sorted(m for m, p in self.routes if p == sub)
+            if allowed:
+                return 405, {"error": f"{method} {path}: not allowed (use {', '.join(allowed)})"}
             known = sorted({p for _, p in self.routes})
             return 404, {"error": f"no {method} {path} (paths: {', '.join(PREFIX + p for p in known)})"}
         with self.lock:
@@ -127,7 +139,7 @@ class ControlApi:
                 return 200, route(body)
             except HttpError as e:
                 return e.code, {"error": str(e)}
-            except (MessageError, ValueError, KeyError, TypeError) as e:
+            except (MessageError, ScenarioError, ValueError, KeyError, TypeError) as e:
                 return 400, {"error": str(e)}
             except SetupError as e:
                 LOG.error("%s %s failed: %s", method, path, e)
@@ -165,6 +177,12 @@ def _handler(api: ControlApi) -> type:
         def do_POST(self):
             self._answer("POST")
 
+        def do_DELETE(self):
+            self._answer("DELETE")
+
+        def do_PATCH(self):
+            self._answer("PATCH")
+
         def log_message(self, fmt, *args):
             LOG.info("REST %s", fmt % args)
     return Handler
@@ -182,6 +200,9 @@ def free_port(preferred: int = DEFAULT_PORT, host: str = "127.0.0.1") -> int:
     """``preferred`` if nothing listens there on ``host``, else a free port the kernel picks."""
     for port in (preferred, 0):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            # as the server binds (SO_REUSEADDR): a port held only by TIME-WAIT sockets of the last
+            # run's API is free for it; one with a listener is not
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((host, port))
             except OSError:

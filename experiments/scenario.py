@@ -157,7 +157,11 @@ SCHEMA: dict = {
 }
 
 
-def _resolve(schema: dict, data: Any, prefix: str) -> dict:
+#: Top-level sections that their own parsers check (not fields of SCHEMA): named among the known keys.
+OWN_SECTIONS = ("ecn", "priorities", "pfc", "rounds")
+
+
+def _resolve(schema: dict, data: Any, prefix: str, also_known: tuple = ()) -> dict:
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -165,7 +169,7 @@ def _resolve(schema: dict, data: Any, prefix: str) -> dict:
     for key in data:
         if key not in schema:
             where = f"{prefix}.{key}" if prefix else str(key)
-            known = ", ".join(sorted(schema))
+            known = ", ".join(sorted([*schema, *also_known]))
             raise ScenarioError(where, f"unknown key (known keys here: {known})")
     out = {}
     for key, spec in schema.items():
@@ -236,7 +240,7 @@ def validate(data: Any) -> dict:
         for key in given_topology:      # a misspelt key: name the keys of the kind given, not of every kind
             if key not in SCHEMA["topology"]:
                 raise ScenarioError(f"topology.{key}", f"unknown key (known keys here: {', '.join(sorted(own))})")
-    sc = _resolve(SCHEMA, data, "")
+    sc = _resolve(SCHEMA, data, "", also_known=OWN_SECTIONS)
     kind = sc["topology"]["kind"]
     given = data.get("topology") or {} if isinstance(data, dict) else {}
     for key in given:
@@ -401,7 +405,7 @@ def _resolve_rounds(data, sc: dict) -> list[dict] | None:
             raise ScenarioError(key, "expected a mapping with name, ecn, hosts, pfc")
         for k in r:
             if k not in ROUND_KEYS:
-                raise ScenarioError(f"{key}.{k}", f"unknown key (known keys here: {', '.join(ROUND_KEYS)})")
+                raise ScenarioError(f"{key}.{k}", f"unknown key (known keys here: {', '.join(sorted(ROUND_KEYS))})")
         if "name" not in r:
             raise ScenarioError(f"{key}.name", "is required")
         name = F((str,), pattern=NAME).check(f"{key}.name", r["name"])

@@ -4,6 +4,8 @@ applied when the fabric starts, profiles changed between rounds, only changed po
 port refused with the error, counters read, and kernel RED vs FIFO chosen per profile. No root,
 no BPF, no qdiscs."""
 import json
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -108,3 +110,27 @@ def test_kernel_red_replaces_the_fifo_for_marking_profiles_and_puts_it_back_for_
     first = sorted(p["ports"])[0]
     ep.apply({first: "off"})
     assert tc.calls[-1] == ("fifo", first, p["ports"][first]["fifo"]["kind"], p["ports"][first]["fifo"]["limit"])
+
+
+def test_a_profile_the_port_cannot_hold_is_refused_and_nothing_changes(api):
+    """A misspelt threshold, a negative one, or K at or above the port's buffer (it could never
+    mark): 400 naming the key, and no port changed; an unknown port: 404; a method the path does
+    not take: 405."""
+    ep, p, m, client = api
+    client.call("POST", "/ecn/start")
+    first, second = sorted(p["ports"])[:2]
+    before = dict(ep.current)
+    for spec, key in [({"step": {"k_bites": 15140}}, f"ecn.ports.{first}.step.k_bites"),
+                      ({"step": {"k_bytes": -5}}, f"ecn.ports.{first}.step.k_bytes"),
+                      ({"step": {"k_bytes": 99_999_999}}, f"ecn.ports.{first}.step.k_bytes")]:
+        with pytest.raises(SetupError, match=key.replace(".", r"\.")):
+            client.call("PUT", "/ecn", {"ports": {second: "off", first: spec}})
+    assert ep.current == before
+    with pytest.raises(SetupError, match="nosuch-eth9 is not a switch port"):
+        client.call("PUT", "/ecn", {"ports": {"nosuch-eth9": "off"}})
+    code = None
+    try:
+        urllib.request.urlopen(urllib.request.Request(client.url + "/fabriclab/ecn", method="DELETE"), timeout=5)
+    except urllib.error.HTTPError as e:
+        code, body = e.code, json.loads(e.read())
+    assert code == 405 and "use GET, PUT" in body["error"]

@@ -138,3 +138,17 @@ def test_pfc_scenario_errors_name_the_key(over, key):
     with pytest.raises(ScenarioError) as e:
         validate(_pfc_scenario(**over))
     assert e.value.key == key
+
+
+def test_a_misspelt_top_level_key_lists_every_section_it_could_be():
+    """`ecm:` for `ecn:` must not be told that ecn is unknown: the sections with parsers of their
+    own (ecn, priorities, pfc, rounds) are among the known keys, and a round's keys are sorted."""
+    with pytest.raises(ScenarioError) as e:
+        validate({"name": "t", "ecm": {"marker": "auto"}})
+    known = str(e.value).split("known keys here: ")[1].rstrip(")").split(", ")
+    assert e.value.key == "ecm" and {"ecn", "priorities", "pfc", "rounds", "traffic"} <= set(known)
+    assert known == sorted(known)
+    with pytest.raises(ScenarioError) as e:
+        validate({"name": "t", "rounds": [{"name": "a", "ecnn": {}}]})
+    known = str(e.value).split("known keys here: ")[1].rstrip(")").split(", ")
+    assert known == sorted(known) and "ecn" in known
