@@ -148,6 +148,8 @@ class ControlApi:
 
 def _handler(api: ControlApi) -> type:
     class Handler(BaseHTTPRequestHandler):
+        """One HTTP request: its JSON body to ``api.handle``, the answer back as JSON."""
+
         def _answer(self, method: str) -> None:
             n = int(self.headers.get("Content-Length") or 0)
             body = None
