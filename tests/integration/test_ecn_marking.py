@@ -12,7 +12,7 @@ next dozen behind it). A CE packet reaching the receiving
 socket also shows the marker fixed the IP header checksum: the kernel drops
 packets whose header checksum is wrong. What
 queue each packet found is reckoned independently of the marker, from its
-one-way delay on the hosts' shared clock (experiments.marking): (delay -
+one-way delay on the hosts' shared clock (tests/marking.py): (delay -
 idle delay) x rate. The marker is what this kernel offers (auto: kernel RED
 where sch_red exists, the BPF marker here), plus the BPF marker explicitly
 where it can run.
@@ -31,7 +31,7 @@ from common.ecn import port_profiles
 from experiments.scenario import FRAME_BYTES, validate
 from experiments.state import RunState
 from controller import dataplane
-from experiments import marking
+from tests import marking
 from experiments.fabric import REPO, LiveFabric
 from traffic.udp_probe import WARMUP_FLAG
 from experiments.features.ecn import choose_marker, ecn_plan

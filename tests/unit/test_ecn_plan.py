@@ -8,7 +8,8 @@ from common.errors import ScenarioError
 from experiments.scenario import FRAME_BYTES, switch_layers, validate
 from controller import dataplane
 from controller.bpfmarker import CFG, ST, decode_st, encode_cfg
-from experiments import analysis, marking
+from experiments import analysis
+from tests import marking
 from experiments.plan import check_against_fabric, resolve_rounds
 from experiments.features.ecn import check_red_weights, choose_marker, ecn_plan
 from topologies import TOPOLOGIES

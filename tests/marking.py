@@ -12,7 +12,7 @@ packets find an empty queue). How far this reckoning itself scatters is
 measured the same way on a run that never builds a queue
 (:func:`reckoning_noise_bytes`): sub-millisecond on a real CPU, several
 packet times under the VM lane's emulated one. This uses only the real packets' timing, never the
-marker's own estimate (issue 5's acceptance).
+marker's own estimate.
 """
 from __future__ import annotations
 
