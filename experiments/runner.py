@@ -23,7 +23,6 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-
 from typing import Callable
 
 import yaml
@@ -107,6 +106,19 @@ def _results_folder(results_root: Path, name: str) -> Path:
     return out
 
 
+def _round_dir(ctx: RunContext, index: int, rnd: dict) -> Path:
+    """A round's folder: ``rounds/<nn>-<name>`` of a scenario with rounds, else the run's own folder."""
+    return ctx.out / "rounds" / f"{index + 1:02d}-{rnd['name']}" if ctx.multi else ctx.out
+
+
+def _context(sc: dict, layout: tuple, env: dict, out: Path, quiet: bool) -> RunContext:
+    """The run's context: the resolved scenario, its ``layout`` on the fabric
+    (experiments.plan.check_against_fabric), ``env`` and the results folder ``out``."""
+    fabric, fabric_map, plan, rounds, profiles = layout
+    return RunContext(sc=sc, fabric=fabric, fabric_map=fabric_map, plan=plan, rounds=rounds, profiles=profiles,
+                      env=env, out=out, multi=sc["rounds"] is not None, quiet=quiet)
+
+
 def _merge(env: dict, more: dict) -> dict:
     """``env`` with ``more`` merged one level deep (a dict value updates a dict value)."""
     out = dict(env)
@@ -119,20 +131,19 @@ def _run(sc: dict, results_root: Path, quiet: bool, platform: Platform, feature_
          workload_registry: dict) -> Path:
     t_begin = time.monotonic()
     timings = {}
-    fabric, fabric_map, plan, rounds, profiles = check_against_fabric(sc)
-    env = platform.probe()
-    multi = sc["rounds"] is not None
-    out = _results_folder(results_root, sc["name"])
-    ctx = RunContext(sc=sc, fabric=fabric, fabric_map=fabric_map, plan=plan, rounds=rounds, profiles=profiles,
-                     env=env, out=out, multi=multi, quiet=quiet)
+    layout = check_against_fabric(sc)          # a scenario that does not fit its fabric: refused before the probe
+    ctx = _context(sc, layout, platform.probe(), _results_folder(results_root, sc["name"]), quiet)
+    env = ctx.env
+    fabric, fabric_map, plan, rounds, out, multi = ctx.fabric, ctx.fabric_map, ctx.plan, ctx.rounds, ctx.out, ctx.multi
     features = [f(ctx) for f in feature_registry.values()]
     queues_per_port = 1
     for f in features:
         queues_per_port += f.plan(queues_per_port)
-    workloads = {}
+    workloads = {}                    # name -> the run's instance; and each round's
+    round_workload = []
     for r in rounds:
         w = workload_for(sc, r, workload_registry)
-        workloads.setdefault(w.name, w(ctx))
+        round_workload.append(workloads.setdefault(w.name, w(ctx)))
     fabric_args = {k: v for f in features for k, v in f.fabric_args().items()}
     env["git_revision"] = _git_rev()
     env["scale"] = _scale(sc)
@@ -156,8 +167,8 @@ def _run(sc: dict, results_root: Path, quiet: bool, platform: Platform, feature_
             ctx.say(f"removed state of an earlier run: {state.stale_report}")
         maybe_fault("before_fabric")
         with platform.live_fabric(fabric, out, state, datapath=env["datapath"],
-                        switch_queue=lambda rate: port_queue(sc, rate), host_queue=host_queue,
-                        routing=sc["routing"]["mode"], **fabric_args) as lf:
+                                  switch_queue=lambda rate: port_queue(sc, rate), host_queue=host_queue,
+                                  routing=sc["routing"]["mode"], **fabric_args) as lf:
             timings.update(lf.timings_s)
             timings["setup_s"] = time.monotonic() - t_begin
             ctx.say(f"fabric up in {timings['setup_s']:.1f} s: {len(fabric.switches)} switches, "
@@ -174,8 +185,8 @@ def _run(sc: dict, results_root: Path, quiet: bool, platform: Platform, feature_
             with platform.tx_buffer(sc, fabric, env, state, queues_per_port):
                 for i, r in enumerate(rounds):
                     check_signalled()
-                    w = workloads[workload_for(sc, r, workload_registry).name]
-                    rdir = out / "rounds" / f"{i + 1:02d}-{r['name']}" if multi else out
+                    w = round_workload[i]
+                    rdir = _round_dir(ctx, i, r)
                     rdir.mkdir(parents=True, exist_ok=True)
                     (rdir / "agents").mkdir()
                     rec = RoundRecord(index=i, round=r, dir=rdir)
@@ -237,18 +248,14 @@ def analyze(out: Path, quiet: bool = False, features: dict | None = None, worklo
     """
     out = Path(out)
     sc = yaml.safe_load((out / "scenario.yaml").read_text())
-    env = json.loads((out / "environment.json").read_text())
-    fabric, fabric_map, plan, rounds, profiles = check_against_fabric(sc)
-    multi = sc["rounds"] is not None
-    ctx = RunContext(sc=sc, fabric=fabric, fabric_map=fabric_map, plan=plan, rounds=rounds, profiles=profiles,
-                     env=env, out=out, multi=multi, quiet=quiet)
+    ctx = _context(sc, check_against_fabric(sc), json.loads((out / "environment.json").read_text()), out, quiet)
     feats = [f(ctx) for f in (FEATURES if features is None else features).values()]
     for f in feats:
         f.restore()
     registry = WORKLOADS if workloads is None else workloads
     made, done = {}, []
-    for i, r in enumerate(rounds):
-        rdir = out / "rounds" / f"{i + 1:02d}-{r['name']}" if multi else out
+    for i, r in enumerate(ctx.rounds):
+        rdir = _round_dir(ctx, i, r)
         if not (rdir / ROUND_RECORD).exists():
             continue
         saved = json.loads((rdir / ROUND_RECORD).read_text())
@@ -258,8 +265,8 @@ def analyze(out: Path, quiet: bool = False, features: dict | None = None, worklo
         done.append((saved["workload"], rec, _analyse_round(ctx, w, feats, rec)))
     if not done:
         raise FileNotFoundError(f"{out}: no round has its raw record ({ROUND_RECORD}): nothing to analyse")
-    draw.draw(fabric_map, out / "topology.png", title=sc["name"])
-    if multi:
+    draw.draw(ctx.fabric_map, out / "topology.png", title=sc["name"])
+    if ctx.multi:
         for name, w in made.items():
             w.finish_run([(rec, s) for n, rec, s in done if n == name])
     return [rec.dir for _, rec, _ in done]

@@ -1,7 +1,7 @@
 """The feature registry: what the fabric does around a round's traffic. The run loop plans,
 applies and summarises every registered feature in this order (PFC before ECN: the ECN marker
 is chosen knowing whether ports have per-priority queues); adding a feature (a fault injector,
-say) is one module under this package and one line here."""
+say) is one module under this package, plus its import and an entry in the tuple here."""
 from __future__ import annotations
 
 from experiments.features.base import Feature

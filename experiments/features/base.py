@@ -2,7 +2,7 @@
 the hosts' kernel TCP settings; later faults). A feature plans itself from the scenario and the
 fabric before anything starts, acts before and after each round, and adds its section to each
 round's summary. The run loop (experiments.runner) calls only these methods; a new feature is
-one module with a subclass plus one line in :data:`experiments.features.FEATURES`.
+one module with a subclass, plus its import and an entry in :data:`experiments.features.FEATURES`.
 """
 from __future__ import annotations
 

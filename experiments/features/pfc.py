@@ -16,8 +16,9 @@ from experiments.scenario import buffer_bytes
 
 
 class Pfc(Feature):
-    """Priority flow control: planned once (XOFF/XON and headroom parsed once, by
-    experiments.pfcrun.pfc_config), toggled per round, reported before and after each round."""
+    """Priority flow control: planned once before the fabric starts (the plan's XOFF/XON from
+    experiments.pfcrun.pfc_config, which reads the schema's resolved bytes), toggled per round,
+    reported before and after each round."""
     name = "pfc"
 
     def __init__(self, ctx):

@@ -1,6 +1,6 @@
 """The workload registry: what moves data in a round. The run loop picks, for each round, the
 first registered workload that wants it (:func:`workload_for`); adding a workload is one module
-under this package and one line here."""
+under this package, plus its import and an entry in the tuple here."""
 from __future__ import annotations
 
 from experiments.workloads.base import Workload

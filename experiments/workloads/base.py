@@ -1,6 +1,6 @@
 """The workload protocol: what moves data in a round (kernel TCP/UDP flows, RoCEv2 messages,
 collectives; later training iterations). The run loop (experiments.runner) calls only these
-methods; a new workload is one module with a subclass plus one line in
+methods; a new workload is one module with a subclass, plus its import and an entry in
 :data:`experiments.workloads.WORKLOADS`.
 """
 from __future__ import annotations
