@@ -16,7 +16,7 @@ The marking itself is in :mod:`controller.ecn` (policy),
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 
 from common.errors import ScenarioError
 from common.units import FRAME_BYTES
@@ -92,9 +92,9 @@ def parse_profile(spec, buffer_bytes: int, key: str, frame_bytes: int = FRAME_BY
         raise ScenarioError(f"{key}.{kind}", "unknown ECN profile (off, step, red)")
     if not isinstance(body, dict):
         raise ScenarioError(f"{key}.{kind}", "expected a mapping")
-    for field in body:
-        if field not in allowed[kind]:
-            raise ScenarioError(f"{key}.{kind}.{field}", f"unknown key (known: {', '.join(sorted(allowed[kind]))})")
+    for name in body:
+        if name not in allowed[kind]:
+            raise ScenarioError(f"{key}.{kind}.{name}", f"unknown key (known: {', '.join(sorted(allowed[kind]))})")
     where = f"{key}.{kind}"
 
     def given(name):
@@ -149,12 +149,40 @@ ECN_KEYS = ("marker", "profile", "layers", "ports")
 PORT_NAME = r"[A-Za-z0-9_.-]{1,15}-eth[0-9]{1,4}"
 
 
+@dataclass(frozen=True)
+class EcnSettings:
+    """A scenario's (or one round's) ECN marking, parsed once: thresholds in bytes.
+
+    Attributes:
+        marker: ``auto``, ``red`` or ``bpf`` (a round has its scenario's).
+        profile: every switch egress port's profile unless a layer or port says otherwise.
+        layers: ``{switch layer: profile}`` (e.g. ``leaf``).
+        ports: ``{switch port: profile}`` (e.g. ``l1-eth1``; checked against the fabric by
+            :func:`port_profiles`).
+    """
+    marker: str = "auto"
+    profile: EcnProfile = EcnProfile("off")
+    layers: dict = field(default_factory=dict)
+    ports: dict = field(default_factory=dict)
+
+
+def settings_spec(s: EcnSettings, marker: bool = True) -> dict:
+    """``s`` in scenario syntax, thresholds in bytes (what :func:`resolve_ecn` reads back)."""
+    out = {"marker": s.marker} if marker else {}
+    out["profile"] = profile_spec(s.profile)
+    out["layers"] = {k: profile_spec(p) for k, p in s.layers.items()}
+    out["ports"] = {k: profile_spec(p) for k, p in s.ports.items()}
+    return out
+
+
 def resolve_ecn(section, kind: str, switch_layers: tuple[str, ...], buffer_bytes: int, key: str = "ecn",
-                allow_marker: bool = True) -> dict:
-    """Check a scenario's ``ecn`` section; return it with every profile in byte syntax.
+                base: EcnSettings | None = None) -> EcnSettings:
+    """Parse a scenario's ``ecn`` section (or a round's) once, into :class:`EcnSettings`.
 
     ``kind`` names the fabric (for messages) and ``switch_layers`` are its switch layers (the
-    ``layers`` keys allowed: ``("spine", "leaf")``; experiments.scenario.switch_layers).
+    ``layers`` keys allowed: ``("spine", "leaf")``; experiments.scenario.switch_layers). A round's
+    section is given with ``base``, the scenario's settings: it has no marker key, and the keys
+    it leaves out are the scenario's (already parsed: only the round's own profiles are parsed).
 
     Shape::
 
@@ -162,7 +190,7 @@ def resolve_ecn(section, kind: str, switch_layers: tuple[str, ...], buffer_bytes
           marker: auto | red | bpf     # default auto
           profile: <profile>           # every switch egress port; default off
           layers: {<layer>: <profile>} # e.g. spine/leaf, core/aggregation/edge, router
-          ports: {<switch port>: <profile>}   # e.g. l1-eth1 (checked against the fabric by the runner)
+          ports: {<switch port>: <profile>}   # e.g. l1-eth1 (checked against the fabric by port_profiles)
 
     Raises:
         ScenarioError: naming the bad key (unknown key, layer or marker, or
@@ -171,52 +199,42 @@ def resolve_ecn(section, kind: str, switch_layers: tuple[str, ...], buffer_bytes
     section = {} if section is None else section
     if not isinstance(section, dict):
         raise ScenarioError(key, f"expected a mapping, got {type(section).__name__}")
+    allow_marker = base is None
     for k in section:
         if k not in ECN_KEYS or (k == "marker" and not allow_marker):
             raise ScenarioError(f"{key}.{k}", f"unknown key (known keys here: "
                                               f"{', '.join(k2 for k2 in ECN_KEYS if allow_marker or k2 != 'marker')})")
-    out = {}
-    if allow_marker:
-        marker = section.get("marker", "auto")
-        if marker not in MARKERS:
-            raise ScenarioError(f"{key}.marker", f"must be one of {', '.join(MARKERS)}; got {marker!r}")
-        out["marker"] = marker
-    out["profile"] = profile_spec(parse_profile(section.get("profile", "off"), buffer_bytes, f"{key}.profile"))
-    layers = section.get("layers") or {}
-    ports = section.get("ports") or {}
-    for name, sub in (("layers", layers), ("ports", ports)):
-        if not isinstance(sub, dict):
+    base = base if base is not None else EcnSettings(marker=section.get("marker", "auto"))
+    if base.marker not in MARKERS:
+        raise ScenarioError(f"{key}.marker", f"must be one of {', '.join(MARKERS)}; got {base.marker!r}")
+    profile = parse_profile(section["profile"], buffer_bytes, f"{key}.profile") if "profile" in section \
+        else base.profile
+    for name in ("layers", "ports"):
+        if not isinstance(section.get(name) or {}, dict):
             raise ScenarioError(f"{key}.{name}", "expected a mapping")
-    out["layers"] = {}
-    for layer, spec in layers.items():
-        if layer not in switch_layers:
-            raise ScenarioError(f"{key}.layers.{layer}", f"no such switch layer in a {kind} fabric "
-                                                         f"(its layers: {', '.join(switch_layers)})")
-        out["layers"][layer] = profile_spec(parse_profile(spec, buffer_bytes, f"{key}.layers.{layer}"))
-    out["ports"] = {}
-    for port, spec in ports.items():
-        if not isinstance(port, str) or not re.fullmatch(PORT_NAME, port):
-            raise ScenarioError(f"{key}.ports.{port}", "expected a switch port name like l1-eth1")
-        out["ports"][port] = profile_spec(parse_profile(spec, buffer_bytes, f"{key}.ports.{port}"))
-    return out
+    layers = base.layers
+    if "layers" in section:
+        layers = {}
+        for layer, spec in (section["layers"] or {}).items():
+            if layer not in switch_layers:
+                raise ScenarioError(f"{key}.layers.{layer}", f"no such switch layer in a {kind} fabric "
+                                                             f"(its layers: {', '.join(switch_layers)})")
+            layers[layer] = parse_profile(spec, buffer_bytes, f"{key}.layers.{layer}")
+    ports = base.ports
+    if "ports" in section:
+        ports = {}
+        for port, spec in (section["ports"] or {}).items():
+            if not isinstance(port, str) or not re.fullmatch(PORT_NAME, port):
+                raise ScenarioError(f"{key}.ports.{port}", "expected a switch port name like l1-eth1")
+            ports[port] = parse_profile(spec, buffer_bytes, f"{key}.ports.{port}")
+    return EcnSettings(marker=base.marker, profile=profile, layers=dict(layers), ports=dict(ports))
 
 
-#: Buffer bound for re-reading specs that were validated against the real buffer already.
-_VALIDATED = 2**62
-
-
-def from_spec(spec) -> EcnProfile:
-    """A profile from a spec that :func:`resolve_ecn` already checked (plans, requests between processes).
-
-    Raises ScenarioError only for a malformed spec (it was checked against the buffer before)."""
-    return parse_profile(spec, _VALIDATED, "ecn")
-
-
-def port_profiles(ecn: dict, fabric_map: dict, key: str = "ecn") -> dict[str, EcnProfile]:
+def port_profiles(ecn: EcnSettings, fabric_map: dict, key: str = "ecn") -> dict[str, EcnProfile]:
     """Every switch egress port's profile: ``ports`` over ``layers`` over ``profile``.
 
     Args:
-        ecn: a section resolved by :func:`resolve_ecn`.
+        ecn: the parsed settings (:func:`resolve_ecn`).
         fabric_map: the fabric map (``switches[*].layer``, ``switches[*].ports[*].intf``).
 
     Raises:
@@ -224,10 +242,10 @@ def port_profiles(ecn: dict, fabric_map: dict, key: str = "ecn") -> dict[str, Ec
     """
     out = {}
     for sw in fabric_map["switches"]:
-        spec = ecn["layers"].get(sw["layer"], ecn["profile"])
+        spec = ecn.layers.get(sw["layer"], ecn.profile)
         for p in sw["ports"]:
-            out[p["intf"]] = parse_profile(ecn["ports"].get(p["intf"], spec), _VALIDATED, key)
-    for port in ecn["ports"]:
+            out[p["intf"]] = ecn.ports.get(p["intf"], spec)
+    for port in ecn.ports:
         if port not in out:
             raise ScenarioError(f"{key}.ports.{port}", "no such switch port in this fabric")
     return out

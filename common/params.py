@@ -1,6 +1,6 @@
 """Scenario fields: one declared key with its type, range and default (pure; raises ScenarioError
-naming the key). The scenario schema (experiments.scenario) and every registered topology, pattern
-or feature declare their keys with these."""
+naming the key). Every registered topology and traffic pattern declares its own keys with these;
+the typed scenario (experiments.model.field_of) turns them into pydantic fields."""
 from __future__ import annotations
 
 import math
@@ -64,15 +64,6 @@ class F:
 
     def _tname(self) -> str:
         return " or ".join(t.__name__ for t in self.types)
-
-
-@dataclass(frozen=True)
-class ListOf:
-    """A list whose items are all checked by ``item``; ``default`` as for :class:`F`."""
-
-    item: F
-    default: Any = None
-    min_len: int = 0
 
 
 def check_params(obj: Any, params: dict, prefix: str) -> None:

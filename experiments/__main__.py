@@ -77,7 +77,7 @@ def main(argv=None) -> int:
             return 0
         if args.cmd == "draw":
             from experiments import draw
-            print(draw.draw(build_fabric(sc).to_map(), Path(args.out), title=sc["name"]))
+            print(draw.draw(build_fabric(sc).to_map(), Path(args.out), title=sc.name))
             return 0
     if args.cmd == "compare":
         from experiments import compare

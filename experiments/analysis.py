@@ -19,6 +19,7 @@ from experiments import pfcrun, rocerun
 from experiments.fluid import hash_ecmp_aggregate, max_min_rates
 from experiments.tables import (FLOW_COLUMNS, load_queue_samples, percentile as _percentile,  # noqa: F401
                                 write_csv as _write_csv)
+from experiments.model import Scenario
 
 
 def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> list[dict]:
@@ -89,9 +90,9 @@ def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> l
     return rows
 
 
-def port_summaries(samples: dict, fabric_map: dict, sc: dict, window_s: tuple[float, float]) -> list[dict]:
+def port_summaries(samples: dict, fabric_map: dict, sc: Scenario, window_s: tuple[float, float]) -> list[dict]:
     """Per switch-port figures over the sampled run (rows of ports.csv)."""
-    q = sc["queues"]
+    q = sc.queues
     rows = []
     for sw in fabric_map["switches"]:
         for p in sw["ports"]:
@@ -151,7 +152,7 @@ def bytes_at(samples: list, t_s: float) -> float:
     return float(np.interp(t_s, ts, bs, left=0.0, right=bs[-1]))
 
 
-def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc: dict,
+def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc: Scenario,
                        samples: dict | None = None) -> dict:
     """Delivered throughput while every flow is running, and the fluid model's prediction.
 
@@ -184,8 +185,8 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
         "hash_ecmp_model_aggregate_mbps": {median, p10, p90}, "per_flow_mbps": {min, p10, median, max},
         "jain_index_per_flow"}`` (Mbit/s).
     """
-    warm = sc["measurement"]["warmup_s"]
-    duration = sc["traffic"]["duration_s"]
+    warm = sc.measurement.warmup_s
+    duration = sc.traffic.duration_s
     kind = "all flows running"
     ends = [f["fct_s"] for f in flows if f["complete"] and f["fct_s"] is not None]
     t_b = duration if duration else (min(ends) if ends else None)
@@ -200,10 +201,10 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     rate_of = {h["name"]: h["rate_mbps"] for h in fabric_map["hosts"]}
     line = sum(rate_of[s] for s in senders)
     pairs = [(p["src"], p["dst"]) for p in plan]
-    routing = sc["routing"]["mode"]
+    routing = sc.routing.mode
     model = max_min_rates(fabric_map, pairs, routing)
     # single-path routing has no hashing: its model is the one fixed path per destination
-    hashed = hash_ecmp_aggregate(fabric_map, pairs, seed=sc["seed"]) if routing == "ecmp" else None
+    hashed = hash_ecmp_aggregate(fabric_map, pairs, seed=sc.seed) if routing == "ecmp" else None
     wire = None
     if samples:
         receivers = {q["dst"] for q in plan}
@@ -233,7 +234,7 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     }
 
 
-def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timings: dict,
+def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], timings: dict,
                   plan: list[dict], receiver_is_bottleneck: bool = False) -> dict:
     """Write flows.csv, flow_samples.csv, queues.csv and ports.csv into ``out``; return the round's
     summary (the run loop writes summary.json once, after the features added their sections).
@@ -264,8 +265,8 @@ def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timi
     ports = port_summaries(samples, fabric_map, sc, (0.0, end))
     _write_csv(out / "ports.csv", list(ports[0].keys()) if ports else ["intf"], ports)
     bn = bottleneck(ports)
-    incast = sc["traffic"]["pattern"] == "incast"
-    receiver = sc["traffic"]["receiver"] if incast else None
+    incast = sc.traffic.pattern == "incast"
+    receiver = sc.traffic.receiver if incast else None
     chosen = None
     if receiver_is_bottleneck and incast:
         toward = next((p for p in ports if p["peer"] == receiver), None)
@@ -276,10 +277,10 @@ def write_results(out: Path, sc: dict, fabric_map: dict, flows: list[dict], timi
     env = json.loads((out / "environment.json").read_text())
     ccs = sorted({f["congestion_control"] for f in flows if f["congestion_control"]})
     summary = {
-        "scenario": sc["name"],
-        "pattern": sc["traffic"]["pattern"],
-        "flows_kind": "time-limited" if sc["traffic"]["duration_s"] else "sized",
-        "topology": dict(sc["topology"], oversubscription=fabric_map["params"].get("oversubscription")),
+        "scenario": sc.name,
+        "pattern": sc.traffic.pattern,
+        "flows_kind": "time-limited" if sc.traffic.duration_s else "sized",
+        "topology": dict(sc.topology, oversubscription=fabric_map["params"].get("oversubscription")),
         "routing": env.get("routing"),
         "datapath": env["datapath"],
         "kernel": env["kernel"],

@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from experiments.model import Scenario
+
 #: Host NIC queue length in packets (like a default txqueuelen).
 HOST_QUEUE_PACKETS = 1000
 #: Set to a phase name to raise an exception there (used by the teardown tests).
@@ -35,13 +37,13 @@ class RunContext:
         sc: the resolved scenario (experiments.scenario.load_scenario).
         fabric: the pure fabric (topologies.*) and ``fabric_map`` its JSON map.
         plan: the traffic plan (traffic.patterns.flow_plan): one dict per flow.
-        rounds: the resolved rounds (experiments.plan.resolve_rounds), at least one.
+        rounds: the resolved rounds (the scenario's ``rounds``), at least one.
         profiles: per round, switch port name -> :class:`common.ecn.EcnProfile`.
         env: the run's environment record (environment.json); features add their sections.
         out: the run's results folder; ``multi`` whether it has a folder per round.
         quiet: no progress lines on stdout.
     """
-    sc: dict
+    sc: Scenario
     fabric: object
     fabric_map: dict
     plan: list

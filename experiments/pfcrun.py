@@ -18,25 +18,18 @@ import json
 from pathlib import Path
 
 from common.errors import SetupError
-from common.pfc import PfcConfig, parse_pfc
+from common.pfc import PfcConfig
 from controller import dataplane
 from experiments import probe
 from experiments.fabric import LiveFabric
 from experiments.live import Agents, warm_up_reachability
-from experiments.scenario import FRAME_BYTES, buffer_bytes
+from experiments.scenario import FRAME_BYTES
 from experiments.tables import percentile, write_csv
 
 #: What every result records as the PFC mechanism.
 MECHANISM = ("per-priority HTB classes with a TBF gate each on every switch port and host NIC; bytes held "
              "counted per (switch, ingress port, priority) by BPF at the qdisc tracepoints; the controller's "
              "pauser closes the upstream transmitter's gate at XOFF and opens it at XON")
-
-
-def pfc_config(sc: dict) -> PfcConfig | None:
-    """The resolved scenario's priority classes and PFC, or None when it has neither (one FIFO per port)."""
-    if sc.get("pfc") is None:
-        return None
-    return parse_pfc(sc["priorities"], sc["pfc"], buffer_bytes(sc["queues"]), FRAME_BYTES)
 
 
 def pfc_plan(fabric_map: dict, cfg, buffer_bytes: int, burst_bytes: int, host_fifo_bytes: int) -> dict:

@@ -5,25 +5,17 @@ from __future__ import annotations
 
 from common.ecn import port_profiles
 from common.errors import ScenarioError
+from experiments.model import Scenario
 from experiments.scenario import dcqcn_params, topology_of
 from traffic.patterns import flow_plan
 
 
-def build_fabric(sc: dict):
+def build_fabric(sc: Scenario):
     """The pure fabric description for a resolved scenario (its registered topology, built)."""
-    return topology_of(sc["topology"]).build()
+    return topology_of(sc.topology).build()
 
 
-def resolve_rounds(sc: dict) -> list[dict]:
-    """The rounds of a resolved scenario: its ``rounds``, or one round named after it."""
-    if sc["rounds"]:
-        return sc["rounds"]
-    return [{"name": sc["name"], "ecn": {k: sc["ecn"][k] for k in ("profile", "layers", "ports")},
-             "hosts": sc["hosts"], "pfc": {"enabled": bool(sc["pfc"] and sc["pfc"]["enabled"])},
-             "roce": {"mode": sc["roce"]["mode"]}, "seed": sc["seed"], "collective": sc["collective"]}]
-
-
-def check_against_fabric(sc: dict):
+def check_against_fabric(sc: Scenario):
     """The checks of a resolved scenario that need its fabric but no root: the traffic plan and
     every round's per-port ECN profiles. Returns ``(fabric, fabric_map, plan, rounds, profiles)``.
 
@@ -34,13 +26,13 @@ def check_against_fabric(sc: dict):
     fabric = build_fabric(sc)
     fabric_map = fabric.to_map()
     try:
-        plan = flow_plan(sc["traffic"], fabric, sc["seed"])
+        plan = flow_plan(sc.traffic, fabric, sc.seed)
     except ValueError as e:
         raise ScenarioError("traffic.pattern", str(e)) from None
-    rounds = resolve_rounds(sc)
-    port_profiles(sc["ecn"], fabric_map, key="ecn")      # the scenario's own ports, named where written
-    profiles = [port_profiles(r["ecn"], fabric_map, key=f"rounds[{i}].ecn" if sc["rounds"] else "ecn")
+    rounds = list(sc.rounds)
+    port_profiles(sc.ecn, fabric_map, key="ecn")      # the scenario's own ports, named where written
+    profiles = [port_profiles(r.ecn, fabric_map, key=f"rounds[{i}].ecn" if sc.multi_round else "ecn")
                 for i, r in enumerate(rounds)]
-    if sc["traffic"]["transport"] == "roce":
+    if sc.traffic.transport == "roce":
         dcqcn_params(sc)          # DCQCN overrides that contradict each other: named before anything starts
     return fabric, fabric_map, plan, rounds, profiles

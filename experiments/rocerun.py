@@ -20,6 +20,7 @@ from experiments.live import Agents
 from experiments.scenario import buffer_bytes, dcqcn_params
 from experiments.tables import FLOW_COLUMNS, percentile, write_csv
 from traffic.patterns import message_schedule
+from experiments.model import Scenario
 
 SENDER_QPN, RECEIVER_QPN, SPORT_BASE = 0x100, 0x200, 49152
 MODES = ("dcqcn", "none")
@@ -147,35 +148,35 @@ def rate_series_bps(samples: list, t0_unix_s: float, t1_unix_s: float) -> float:
     return (at(t1_unix_s) - at(t0_unix_s)) * 8 / (t1_unix_s - t0_unix_s) if t1_unix_s > t0_unix_s else math.nan
 
 
-def scenario_flows(sc: dict, plan: list[dict], seed: int | None = None) -> list[dict]:
+def scenario_flows(sc: Scenario, plan: list[dict], seed: int | None = None) -> list[dict]:
     """The RoCE flows of a resolved scenario's traffic ``plan`` (traffic.patterns.flow_plan): incast
     senders carry ``traffic.responses`` messages of ``response_bytes`` at the times of
     traffic.patterns.message_schedule (``arrival``, ``load`` of the receiver's link, ``seed``: the
     round's, default the scenario's); other patterns one message of ``flow_bytes``, or a
     long-lived flow for ``duration_s``."""
-    t = sc["traffic"]
-    if t["pattern"] != "incast":
+    t = sc.traffic
+    if t.pattern != "incast":
         return [{"flow_id": f["flow_id"], "src": f["src"], "dst": f["dst"],
                  **({"bytes": f["bytes"]} if f["bytes"] is not None else {"duration_s": f["duration_s"]})}
                 for f in plan]
-    times = message_schedule(len(plan), t["responses"], t["response_bytes"], t["arrival"], t["load"],
-                             sc["topology"]["host_rate_mbps"] * 1e6, sc["seed"] if seed is None else seed)
+    times = message_schedule(len(plan), t.responses, t.response_bytes, t.arrival, t.load,
+                             sc.topology.host_rate_mbps * 1e6, sc.seed if seed is None else seed)
     return [{"flow_id": f["flow_id"], "src": f["src"], "dst": f["dst"],
-             "messages": [{"at_s": round(at, 6), "bytes": t["response_bytes"]} for at in ts]}
+             "messages": [{"at_s": round(at, 6), "bytes": t.response_bytes} for at in ts]}
             for f, ts in zip(plan, times)]
 
 
-def scenario_job_args(sc: dict, mode: str, sample_interval_s: float = 0.05) -> dict:
+def scenario_job_args(sc: Scenario, mode: str, sample_interval_s: float = 0.05) -> dict:
     """Keyword arguments of :func:`start_roce_flows` for a resolved scenario in RoCE ``mode``."""
-    r, host_mbps = sc["roce"], sc["topology"]["host_rate_mbps"]
-    return {"mode": mode, "line_rate_mbps": host_mbps, "rate_mbps": r["rate_mbps"] or host_mbps,
-            "dcqcn": dcqcn_params(sc), "dscp": sc["traffic"]["dscp"], "cnp_dscp": r["cnp_dscp"],
-            "mtu_bytes": r["mtu_bytes"], "ack_every": r["ack_every"],
-            "rto_s": r["rto_s"] or default_rto_s(buffer_bytes(sc["queues"]), host_mbps * 1e6),
-            "sample_interval_s": sample_interval_s, "pcap_hosts": tuple(r["pcap_hosts"] or ())}
+    r, host_mbps = sc.roce, sc.topology.host_rate_mbps
+    return {"mode": mode, "line_rate_mbps": host_mbps, "rate_mbps": r.rate_mbps or host_mbps,
+            "dcqcn": dcqcn_params(sc), "dscp": sc.traffic.dscp, "cnp_dscp": r.cnp_dscp,
+            "mtu_bytes": r.mtu_bytes, "ack_every": r.ack_every,
+            "rto_s": r.rto_s or default_rto_s(buffer_bytes(sc.queues), host_mbps * 1e6),
+            "sample_interval_s": sample_interval_s, "pcap_hosts": tuple(r.pcap_hosts or ())}
 
 
-def collective_job_args(sc: dict, mode: str) -> dict:
+def collective_job_args(sc: Scenario, mode: str) -> dict:
     """The RoCE settings of a resolved scenario's collective over RoCEv2 (traffic.collective's
     ``roce`` job field) in ``mode``: :func:`scenario_job_args` without the pcap and the traffic
     section's DSCP: the lossless class's default, 26, as for RoCE traffic."""

@@ -36,9 +36,10 @@ from experiments.fabric import REPO, LiveFabric
 from experiments.features import FEATURES
 from experiments.live import _SIGNALLED, _on_signal, check_signalled, measure_rtt_s, warm_up_reachability
 from experiments.plan import check_against_fabric
-from experiments.scenario import FRAME_BYTES
+from experiments.scenario import FRAME_BYTES, validate
 from experiments.state import RunState
 from experiments.workloads import WORKLOADS, workload_for
+from experiments.model import Round, Scenario
 
 
 @dataclass(frozen=True)
@@ -63,14 +64,14 @@ class Platform:
     tx_buffer: Callable
 
 
-def port_queue(sc: dict, rate_mbps: float) -> PortQueue:
+def port_queue(sc: Scenario, rate_mbps: float) -> PortQueue:
     """The switch egress queue a scenario asks for at ``rate_mbps``."""
-    q = sc["queues"]
-    return PortQueue(rate_mbps=rate_mbps, buffer_bytes=q["buffer_bytes"], buffer_packets=q["buffer_packets"],
-                     burst_bytes=q["burst_bytes"])
+    q = sc.queues
+    return PortQueue(rate_mbps=rate_mbps, buffer_bytes=q.buffer_bytes, buffer_packets=q.buffer_packets,
+                     burst_bytes=q.burst_bytes)
 
 
-def run(sc: dict, results_root: Path, quiet: bool = False, platform: Platform | None = None,
+def run(sc: Scenario, results_root: Path, quiet: bool = False, platform: Platform | None = None,
         features: dict | None = None, workloads: dict | None = None) -> Path:
     """Run one resolved scenario; return its results folder.
 
@@ -106,17 +107,17 @@ def _results_folder(results_root: Path, name: str) -> Path:
     return out
 
 
-def _round_dir(ctx: RunContext, index: int, rnd: dict) -> Path:
+def _round_dir(ctx: RunContext, index: int, rnd: Round) -> Path:
     """A round's folder: ``rounds/<nn>-<name>`` of a scenario with rounds, else the run's own folder."""
-    return ctx.out / "rounds" / f"{index + 1:02d}-{rnd['name']}" if ctx.multi else ctx.out
+    return ctx.out / "rounds" / f"{index + 1:02d}-{rnd.name}" if ctx.multi else ctx.out
 
 
-def _context(sc: dict, layout: tuple, env: dict, out: Path, quiet: bool) -> RunContext:
+def _context(sc: Scenario, layout: tuple, env: dict, out: Path, quiet: bool) -> RunContext:
     """The run's context: the resolved scenario, its ``layout`` on the fabric
     (experiments.plan.check_against_fabric), ``env`` and the results folder ``out``."""
     fabric, fabric_map, plan, rounds, profiles = layout
     return RunContext(sc=sc, fabric=fabric, fabric_map=fabric_map, plan=plan, rounds=rounds, profiles=profiles,
-                      env=env, out=out, multi=sc["rounds"] is not None, quiet=quiet)
+                      env=env, out=out, multi=sc.multi_round, quiet=quiet)
 
 
 def _merge(env: dict, more: dict) -> dict:
@@ -127,12 +128,12 @@ def _merge(env: dict, more: dict) -> dict:
     return out
 
 
-def _run(sc: dict, results_root: Path, quiet: bool, platform: Platform, feature_registry: dict,
+def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feature_registry: dict,
          workload_registry: dict) -> Path:
     t_begin = time.monotonic()
     timings = {}
     layout = check_against_fabric(sc)          # a scenario that does not fit its fabric: refused before the probe
-    ctx = _context(sc, layout, platform.probe(), _results_folder(results_root, sc["name"]), quiet)
+    ctx = _context(sc, layout, platform.probe(), _results_folder(results_root, sc.name), quiet)
     env = ctx.env
     fabric, fabric_map, plan, rounds, out, multi = ctx.fabric, ctx.fabric_map, ctx.plan, ctx.rounds, ctx.out, ctx.multi
     features = [f(ctx) for f in feature_registry.values()]
@@ -147,17 +148,17 @@ def _run(sc: dict, results_root: Path, quiet: bool, platform: Platform, feature_
     fabric_args = {k: v for f in features for k, v in f.fabric_args().items()}
     env["git_revision"] = _git_rev()
     env["scale"] = _scale(sc)
-    env["routing"] = {"mode": sc["routing"]["mode"], **(ECMP_METHOD if sc["routing"]["mode"] == "ecmp" else {})}
+    env["routing"] = {"mode": sc.routing.mode, **(ECMP_METHOD if sc.routing.mode == "ecmp" else {})}
 
     def host_queue(rate_mbps: float) -> PortQueue:
-        return PortQueue(rate_mbps=rate_mbps, buffer_packets=HOST_QUEUE_PACKETS, burst_bytes=sc["queues"]["burst_bytes"])
+        return PortQueue(rate_mbps=rate_mbps, buffer_packets=HOST_QUEUE_PACKETS, burst_bytes=sc.queues.burst_bytes)
 
     done: list[tuple[str, RoundRecord, dict]] = []
     round_env: list[dict] = []
     # the run lock first: a run refused because another is active creates nothing (BusyError)
     with platform.run_state(out.name) as state, contextlib.ExitStack() as run_long:
         out.mkdir(parents=True)
-        (out / "scenario.yaml").write_text(yaml.safe_dump(sc, sort_keys=False))
+        (out / "scenario.yaml").write_text(yaml.safe_dump(sc.to_data(), sort_keys=False))
         (out / "environment.json").write_text(json.dumps(env, indent=2))
         ctx.say(" ".join([f"datapath={env['datapath']} kernel={env['kernel']}"]
                          + [h for h in (f.headline() for f in features) if h] + [f"results -> {out}"]))
@@ -168,7 +169,7 @@ def _run(sc: dict, results_root: Path, quiet: bool, platform: Platform, feature_
         maybe_fault("before_fabric")
         with platform.live_fabric(fabric, out, state, datapath=env["datapath"],
                                   switch_queue=lambda rate: port_queue(sc, rate), host_queue=host_queue,
-                                  routing=sc["routing"]["mode"], **fabric_args) as lf:
+                                  routing=sc.routing.mode, **fabric_args) as lf:
             timings.update(lf.timings_s)
             timings["setup_s"] = time.monotonic() - t_begin
             ctx.say(f"fabric up in {timings['setup_s']:.1f} s: {len(fabric.switches)} switches, "
@@ -180,7 +181,7 @@ def _run(sc: dict, results_root: Path, quiet: bool, platform: Platform, feature_
                 f.after_fabric(lf)
             timings["reachability_s"] = platform.warm_up_s(lf)
             env["scale"]["measured_rtt_s"] = platform.rtt_s(lf, plan[0]["src"], plan[0]["dst"])
-            env["scale"]["bdp_packets_measured_rtt"] = (sc["topology"]["host_rate_mbps"] * 1e6
+            env["scale"]["bdp_packets_measured_rtt"] = (sc.topology.host_rate_mbps * 1e6
                                                         * env["scale"]["measured_rtt_s"] / 8 / FRAME_BYTES)
             with platform.tx_buffer(sc, fabric, env, state, queues_per_port):
                 for i, r in enumerate(rounds):
@@ -190,7 +191,7 @@ def _run(sc: dict, results_root: Path, quiet: bool, platform: Platform, feature_
                     rdir.mkdir(parents=True, exist_ok=True)
                     (rdir / "agents").mkdir()
                     rec = RoundRecord(index=i, round=r, dir=rdir)
-                    renv = dict(env, round={"index": i, "name": r["name"], "of": len(rounds)})
+                    renv = dict(env, round={"index": i, "name": r.name, "of": len(rounds)})
                     for f in features:
                         renv = _merge(renv, f.before_round(lf, rec))
                         rec.options.update(f.round_options(rec))
@@ -198,7 +199,7 @@ def _run(sc: dict, results_root: Path, quiet: bool, platform: Platform, feature_
                     (rdir / "environment.json").write_text(json.dumps(renv, indent=2))
                     if multi:
                         parts = [p for p in (f.describe_round(rec) for f in features) if p]
-                        ctx.say(f"round {i + 1}/{len(rounds)} {r['name']}: "
+                        ctx.say(f"round {i + 1}/{len(rounds)} {r.name}: "
                                 + ", ".join(parts + [w.describe_round(r)]))
                     t_round = time.monotonic()
                     rec.raw = w.run_round(lf, state, rec)
@@ -215,8 +216,8 @@ def _run(sc: dict, results_root: Path, quiet: bool, platform: Platform, feature_
     timings["total_s"] = time.monotonic() - t_begin
     (out / "environment.json").write_text(json.dumps(_run_environment(env, rounds, round_env, multi), indent=2))
     (out / "timings.json").write_text(json.dumps(
-        {**timings, "rounds": {rec.round["name"]: rec.timings_s.get("traffic_s") for _, rec, _ in done}}, indent=2))
-    draw.draw(fabric_map, out / "topology.png", title=sc["name"])
+        {**timings, "rounds": {rec.round.name: rec.timings_s.get("traffic_s") for _, rec, _ in done}}, indent=2))
+    draw.draw(fabric_map, out / "topology.png", title=sc.name)
     if multi:
         for name, w in workloads.items():
             w.finish_run([(rec, s) for n, rec, s in done if n == name])
@@ -232,7 +233,7 @@ def _save_round(rec: RoundRecord, workload: str) -> None:
     """Write the round's raw record (workload, options, the workload's and features' records,
     timings) into its folder, before its analysis."""
     (rec.dir / ROUND_RECORD).write_text(json.dumps(
-        {"index": rec.index, "name": rec.round["name"], "workload": workload, "options": rec.options,
+        {"index": rec.index, "name": rec.round.name, "workload": workload, "options": rec.options,
          "raw": rec.raw, "features": rec.features, "timings_s": rec.timings_s}, indent=1, default=str))
 
 
@@ -247,7 +248,7 @@ def analyze(out: Path, quiet: bool = False, features: dict | None = None, worklo
             (the run ended before any round's traffic finished).
     """
     out = Path(out)
-    sc = yaml.safe_load((out / "scenario.yaml").read_text())
+    sc = validate(yaml.safe_load((out / "scenario.yaml").read_text()))
     ctx = _context(sc, check_against_fabric(sc), json.loads((out / "environment.json").read_text()), out, quiet)
     feats = [f(ctx) for f in (FEATURES if features is None else features).values()]
     for f in feats:
@@ -265,7 +266,7 @@ def analyze(out: Path, quiet: bool = False, features: dict | None = None, worklo
         done.append((saved["workload"], rec, _analyse_round(ctx, w, feats, rec)))
     if not done:
         raise FileNotFoundError(f"{out}: no round has its raw record ({ROUND_RECORD}): nothing to analyse")
-    draw.draw(ctx.fabric_map, out / "topology.png", title=sc["name"])
+    draw.draw(ctx.fabric_map, out / "topology.png", title=sc.name)
     if ctx.multi:
         for name, w in made.items():
             w.finish_run([(rec, s) for n, rec, s in done if n == name])
@@ -288,17 +289,17 @@ def _analyse_round(ctx: RunContext, w, features: list, rec: RoundRecord) -> dict
     return summary
 
 
-def _run_environment(env: dict, rounds: list[dict], round_env: list[dict], multi: bool) -> dict:
+def _run_environment(env: dict, rounds: list[Round], round_env: list[dict], multi: bool) -> dict:
     """The run's environment.json at the end: with one round, what the round added (e.g.
     ``host_config``); with rounds, each such key as ``<key>_per_round`` by round name."""
     if not multi:
         return {**env, **{k: v for k, v in round_env[0].items() if k != "round"}}
     keys = list(dict.fromkeys(k for re_ in round_env for k in re_ if k != "round"))
-    return {**env, **{f"{k}_per_round": {r["name"]: re_.get(k) for r, re_ in zip(rounds, round_env)} for k in keys}}
+    return {**env, **{f"{k}_per_round": {r.name: re_.get(k) for r, re_ in zip(rounds, round_env)} for k in keys}}
 
 
 @contextlib.contextmanager
-def _tx_buffer(sc: dict, fabric, env: dict, state: RunState, queues_per_port: int):
+def _tx_buffer(sc: Scenario, fabric, env: dict, state: RunState, queues_per_port: int):
     """On the userspace datapath, OVS's shared transmit buffer enlarged for the block so every
     queue can fill (recorded as ``ovs_userspace_tx_buffer``; a warning when it cannot be)."""
     if env["datapath"] != "user":
@@ -319,11 +320,11 @@ PLATFORM = Platform(probe=envprobe.probe, run_state=RunState, live_fabric=LiveFa
                     warm_up_s=warm_up_reachability, rtt_s=measure_rtt_s, tx_buffer=_tx_buffer)
 
 
-def userspace_tx_budget_bytes(sc: dict, fabric, queues_per_port: int = 1) -> int:
+def userspace_tx_budget_bytes(sc: Scenario, fabric, queues_per_port: int = 1) -> int:
     """Send buffer OVS's shared transmit socket needs (bytes) so every switch FIFO can fill at once
     (see dataplane): ``queues_per_port`` buffers of the scenario's size per switch port."""
-    q = sc["queues"]
-    per_port_frames = q["buffer_packets"] if q["buffer_packets"] is not None else -(-q["buffer_bytes"] // FRAME_BYTES)
+    q = sc.queues
+    per_port_frames = q.buffer_packets if q.buffer_packets is not None else -(-q.buffer_bytes // FRAME_BYTES)
     return len(fabric.switch_interfaces()) * (per_port_frames + 2) * queues_per_port * dataplane.FRAME_TRUESIZE_BYTES
 
 
@@ -337,9 +338,9 @@ def _git_rev() -> str:
         return "unknown"
 
 
-def _scale(sc: dict) -> dict:
+def _scale(sc: Scenario) -> dict:
     """The dimensionless numbers of the run (what a scaled emulation keeps: rates down by s, times up by s)."""
-    q = sc["queues"]
-    buf_pkts = q["buffer_packets"] if q["buffer_packets"] is not None else q["buffer_bytes"] / FRAME_BYTES
-    return {"host_rate_mbps": sc["topology"]["host_rate_mbps"], "buffer_packets": buf_pkts,
-            "response_packets": sc["traffic"]["response_bytes"] / 1448}
+    q = sc.queues
+    buf_pkts = q.buffer_packets if q.buffer_packets is not None else q.buffer_bytes / FRAME_BYTES
+    return {"host_rate_mbps": sc.topology.host_rate_mbps, "buffer_packets": buf_pkts,
+            "response_packets": sc.traffic.response_bytes / 1448}

@@ -1,13 +1,15 @@
 """The scenario's JSON Schema and the key reference generated from it.
 
-The schema is generated from the same declarations that validate a scenario: the fields of
-:data:`experiments.scenario.SCHEMA` (``common.params.F`` and ``ListOf``), every registered
-topology's own keys (one branch per kind), the rate controllers' and patterns' names, and the
-ECN, priority, PFC and round sections as their parsers accept them (``common.ecn``,
-``common.pfc``, ``experiments.scenario``). ``python -m experiments schema`` prints it; editors
-that read JSON Schema (e.g. yaml-language-server with ``# yaml-language-server:
-$schema=...``) complete and check scenario YAML with it. docs/scenario-keys.md is
-:func:`markdown` of it, and a unit test keeps the two equal.
+The schema is generated from the typed models that validate a scenario
+(:class:`experiments.model.ScenarioFile`, pydantic's ``model_json_schema``): every section, every
+registered topology's own keys (one branch per kind), the rate controllers' and patterns' names.
+The ECN, priority and PFC sections, which their own parsers read in their own syntax
+(``common.ecn``, ``common.pfc``), bring their schema fragments here. The result is normalised
+into plain draft 2020-12 (``$ref`` inlined, ``anyOf [X, null]`` as a type list, bounds as
+``minimum``/``maximum``). ``python -m experiments schema`` prints it; editors that read JSON
+Schema (e.g. yaml-language-server with ``# yaml-language-server: $schema=...``) complete and check
+scenario YAML with it. docs/scenario-keys.md is :func:`markdown` of it, and a unit test keeps the
+two equal.
 
 The schema checks the shape of a scenario (keys, types, ranges, choices); what needs the fabric
 (a host that exists, a threshold under the buffer, a port name of this fabric) is checked by
@@ -18,9 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 from common.ecn import MARKERS, PORT_NAME
-from common.params import _REQUIRED, F, ListOf
 from common.pfc import WATCHDOG_ACTIONS
-from experiments.scenario import MAX_ROUNDS, NAME, ROUND_COLLECTIVE_KEYS, SCHEMA, switch_layers
+from experiments.model import ScenarioFile
+from experiments.scenario import switch_layers
 from topologies import TOPOLOGIES
 
 #: What each top-level section is, for the reference.
@@ -42,46 +44,67 @@ SECTIONS = {
     "rounds": "the same traffic several times on one fabric, changing ECN, hosts, PFC, RoCE mode, seed or the collective",
 }
 
-_JSON_TYPE = {str: "string", int: "integer", float: "number", bool: "boolean"}
+_KEEP = ("type", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "pattern", "default", "items",
+         "properties", "additionalProperties", "required", "minItems", "maxItems", "oneOf",
+         "propertyNames", "minProperties", "allOf", "$ref")
 
 
-def _field(spec: F) -> dict:
-    types = sorted({_JSON_TYPE[t] for t in spec.types})
-    if "integer" in types and "number" in types:
-        types.remove("integer")
-    out: dict[str, Any] = {}
-    nullable = spec.default is None
-    out["type"] = types[0] if len(types) == 1 and not nullable else types + (["null"] if nullable else [])
-    if spec.choices is not None:
-        out["enum"] = list(spec.choices) + ([None] if nullable else [])
-    if spec.lo is not None:
-        out["minimum"] = spec.lo
-    if spec.hi is not None:
-        out["maximum"] = spec.hi
-    if spec.pattern is not None:
-        out["pattern"] = f"^(?:{spec.pattern})$"
-    if spec.default is not _REQUIRED and spec.default is not None:
-        out["default"] = spec.default
+def _normalise(node: Any, defs: dict, title: bool = False) -> Any:
+    """pydantic's schema node as plain JSON Schema: refs inlined (but the shared ECN profile),
+    ``anyOf [X, null]`` -> X with ``null`` allowed, ``ge``/``le`` -> ``minimum``/``maximum``."""
+    if isinstance(node, list):
+        return [_normalise(x, defs) for x in node]
+    if not isinstance(node, dict):
+        return node
+    node = dict(node)
+    if "x-fabriclab-section" in node:
+        return _normalise(defs[node["x-fabriclab-section"]], defs)
+    ref = node.pop("$ref", None)
+    if ref is not None and not ref.endswith("/ecnProfile"):
+        target = _normalise(defs[ref.rsplit("/", 1)[1]], defs, title)
+        return {**target, **{k: _normalise(v, defs) for k, v in node.items() if k == "default"}}
+    if ref is not None:
+        node["$ref"] = ref
+    if "ge" in node:
+        node["minimum"] = node.pop("ge")
+    if "le" in node:
+        node["maximum"] = node.pop("le")
+    any_of = node.pop("anyOf", None)
+    if any_of is not None:
+        members = [_normalise(m, defs) for m in any_of]
+        nullable = any(m.get("type") == "null" for m in members)
+        members = [m for m in members if m.get("type") != "null"]
+        if {m.get("type") for m in members} == {"integer", "number"} and all(len(m) == 1 for m in members):
+            members = [{"type": "number"}]
+        base = members[0] if len(members) == 1 else {"anyOf": members}
+        if nullable:
+            t = base.get("type")
+            if t is not None:
+                base = {**base, "type": (t if isinstance(t, list) else [t]) + ["null"]}
+                if "enum" in base:
+                    base["enum"] = list(base["enum"]) + [None]
+                if "const" in base:
+                    base = {**{k: v for k, v in base.items() if k != "const"}, "enum": [base["const"], None]}
+            elif "properties" not in base:
+                base = {"anyOf": [base, {"type": "null"}]}
+        for k in ("minimum", "maximum"):
+            if k in node:
+                base[k] = node.pop(k)
+        node = {**base, **{k: v for k, v in node.items() if k == "default"}}
+        return node
+    out = {}
+    for k, v in node.items():
+        if k == "title" and title:
+            out[k] = v
+        elif k in ("properties",):
+            out[k] = {name: _normalise(p, defs) for name, p in v.items()}
+        elif k == "oneOf":
+            out[k] = [_normalise(m, defs, title=True) for m in v]
+        elif k in _KEEP:
+            out[k] = _normalise(v, defs)
+    if isinstance(out.get("default"), dict):
+        del out["default"]                  # a section's defaults are its keys' defaults
     return out
-
-
-def _spec(spec) -> dict:
-    if isinstance(spec, dict):
-        return _object(spec)
-    if isinstance(spec, ListOf):
-        out = {"type": ["array", "null"], "items": _field(spec.item)}
-        if spec.min_len:
-            out["minItems"] = spec.min_len
-        return out
-    return _field(spec)
-
-
-def _object(fields: dict, keys=None) -> dict:
-    keys = list(fields) if keys is None else keys
-    return {"type": "object", "additionalProperties": False,
-            "properties": {k: _spec(fields[k]) for k in keys},
-            **({"required": [k for k in keys if isinstance(fields[k], F) and fields[k].default is _REQUIRED]}
-               if any(isinstance(fields[k], F) and fields[k].default is _REQUIRED for k in keys) else {})}
 
 
 def _size(name: str) -> dict:
@@ -145,38 +168,18 @@ def _pfc() -> dict:
                                     "action": {"enum": list(WATCHDOG_ACTIONS), "default": "keep"}}}}}
 
 
-def _rounds() -> dict:
-    hosts = {k: {a: b for a, b in _field(v).items() if a != "default"} for k, v in SCHEMA["hosts"].items()}
-    coll = _object(SCHEMA["collective"], [k for k in ROUND_COLLECTIVE_KEYS])
-    for p in coll["properties"].values():
-        p.pop("default", None)
-    rnd = {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
-        "name": {"type": "string", "pattern": f"^(?:{NAME})$"},
-        "ecn": _ecn(marker=False),
-        "hosts": {"type": "object", "additionalProperties": False, "properties": hosts},
-        "pfc": {"type": "object", "additionalProperties": False, "properties": {"enabled": {"type": "boolean"}}},
-        "roce": {"type": "object", "additionalProperties": False, "properties": {"mode": {
-            k: v for k, v in _field(SCHEMA["roce"]["mode"]).items() if k != "default"}}},
-        "seed": {k: v for k, v in _field(SCHEMA["seed"]).items() if k != "default"},
-        "collective": coll}}
-    return {"type": "array", "minItems": 1, "maxItems": MAX_ROUNDS, "items": rnd}
-
-
-def _topology() -> dict:
-    branches = []
-    for kind, cls in TOPOLOGIES.items():
-        props = {"kind": {"const": kind}, **{k: _field(v) for k, v in cls.PARAMS.items()}}
-        branches.append({"type": "object", "additionalProperties": False, "properties": props,
-                         **({} if kind == "spineleaf" else {"required": ["kind"]}),
-                         "title": cls.TITLE})
+def _topology(node: dict) -> dict:
+    branches = node["oneOf"]
     return {"type": ["object", "null"], "oneOf": branches + [{"type": "null"}]}
 
 
 def scenario_schema() -> dict:
     """The JSON Schema (draft 2020-12) of a scenario file, as a dict."""
-    top = _object(SCHEMA)
-    top["properties"]["topology"] = _topology()
-    top["properties"].update(ecn=_ecn(marker=True), priorities=_priorities(), pfc=_pfc(), rounds=_rounds())
+    raw = ScenarioFile.model_json_schema(ref_template="#/$defs/{model}")
+    defs = {**raw.pop("$defs", {}), "ecn": _ecn(marker=True), "roundEcn": _ecn(marker=False),
+            "priorities": _priorities(), "pfc": _pfc()}
+    top = _normalise(raw, defs)
+    top["properties"]["topology"] = _topology(top["properties"]["topology"])
     for key, text in SECTIONS.items():
         top["properties"][key]["description"] = text
     for sec in ("routing", "queues", "hosts", "traffic", "roce", "collective", "measurement"):

@@ -55,5 +55,5 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
   touch "$stamp"
 fi
-.venv/bin/python -c "import mininet.net, os_ken, pyroute2, scapy, yaml, networkx, matplotlib, scipy" \
+.venv/bin/python -c "import mininet.net, os_ken, pyroute2, scapy, yaml, networkx, matplotlib, scipy, pydantic" \
   || { echo "fabriclab: the Python environment is incomplete; remove .venv and rerun sudo make setup" >&2; exit 1; }

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from common.params import F
 
@@ -74,7 +75,7 @@ def all_to_all_pairs(hosts: list[str]) -> list[tuple[str, str]]:
     return [(s, d) for s in hosts for d in hosts if s != d]
 
 
-def flow_plan(traffic: dict, fabric, seed: int) -> list[dict]:
+def flow_plan(traffic: Any, fabric, seed: int) -> list[dict]:
     """Every flow a resolved scenario's ``traffic`` section asks for, on ``fabric``.
 
     Returns:
@@ -86,9 +87,9 @@ def flow_plan(traffic: dict, fabric, seed: int) -> list[dict]:
     Raises:
         ValueError: the pattern is unknown or cannot be laid out on this fabric.
     """
-    if traffic["pattern"] not in PATTERNS:
-        raise ValueError(f"unknown traffic pattern {traffic['pattern']!r}")
-    pattern = PATTERNS[traffic["pattern"]]
+    if traffic.pattern not in PATTERNS:
+        raise ValueError(f"unknown traffic pattern {traffic.pattern!r}")
+    pattern = PATTERNS[traffic.pattern]
     pairs = pattern.pairs(fabric, traffic, seed)
     per_pair, size, duration = pattern.sizes(traffic)
     ip = {h.name: h.ip for h in fabric.hosts}
@@ -116,18 +117,18 @@ class Incast:
     PARAMS: dict = {}
 
     @staticmethod
-    def pairs(fabric, traffic: dict, seed: int) -> list[tuple[str, str]]:
+    def pairs(fabric, traffic: Any, seed: int) -> list[tuple[str, str]]:
         """The senders (given or chosen across leaves) each paired with the receiver."""
         by_leaf: dict[str, list[str]] = {}
         for h in fabric.hosts:
             by_leaf.setdefault(h.leaf, []).append(h.name)
-        senders = traffic["sender_hosts"] or incast_senders(by_leaf, traffic["receiver"], traffic["senders"])
-        return [(s, traffic["receiver"]) for s in senders]
+        senders = traffic.sender_hosts or incast_senders(by_leaf, traffic.receiver, traffic.senders)
+        return [(s, traffic.receiver) for s in senders]
 
     @staticmethod
-    def sizes(traffic: dict) -> tuple[int, int | None, float | None]:
+    def sizes(traffic: Any) -> tuple[int, int | None, float | None]:
         """One flow of ``response_bytes`` per sender."""
-        return 1, traffic["response_bytes"], None
+        return 1, traffic.response_bytes, None
 
     @staticmethod
     def pair_count(n_hosts: int) -> int:
@@ -135,7 +136,7 @@ class Incast:
         return n_hosts - 1
 
     @staticmethod
-    def check(n_hosts: int, n_groups: int, traffic: dict) -> tuple[str, str] | None:
+    def check(n_hosts: int, n_groups: int, traffic: Any) -> tuple[str, str] | None:
         """Nothing beyond the schema's own incast checks."""
         return None
 
@@ -146,10 +147,10 @@ class _PairPattern:
     PARAMS: dict = {}
 
     @staticmethod
-    def sizes(traffic: dict) -> tuple[int, int | None, float | None]:
+    def sizes(traffic: Any) -> tuple[int, int | None, float | None]:
         """``flows_per_pair`` flows of ``flow_bytes`` each, or time-limited to ``duration_s``."""
-        duration = traffic["duration_s"]
-        return traffic["flows_per_pair"], None if duration else traffic["flow_bytes"], duration
+        duration = traffic.duration_s
+        return traffic.flows_per_pair, None if duration else traffic.flow_bytes, duration
 
     @staticmethod
     def pair_count(n_hosts: int) -> int:
@@ -157,7 +158,7 @@ class _PairPattern:
         return n_hosts
 
     @staticmethod
-    def check(n_hosts: int, n_groups: int, traffic: dict) -> tuple[str, str] | None:
+    def check(n_hosts: int, n_groups: int, traffic: Any) -> tuple[str, str] | None:
         """At least two hosts."""
         return None if n_hosts >= 2 else ("pattern", "needs at least 2 hosts")
 
@@ -169,12 +170,12 @@ class Permutation(_PairPattern):
     NAME = "permutation"
 
     @staticmethod
-    def pairs(fabric, traffic: dict, seed: int) -> list[tuple[str, str]]:
+    def pairs(fabric, traffic: Any, seed: int) -> list[tuple[str, str]]:
         """A seeded cross-group permutation."""
         return permutation_pairs(fabric.host_groups(), seed)
 
     @staticmethod
-    def check(n_hosts: int, n_groups: int, traffic: dict) -> tuple[str, str] | None:
+    def check(n_hosts: int, n_groups: int, traffic: Any) -> tuple[str, str] | None:
         """Needs two groups."""
         return None if n_groups >= 2 else ("pattern", "a permutation sends every host to another leaf: it needs "
                                                       "at least 2 leaves")
@@ -186,7 +187,7 @@ class AllToAll(_PairPattern):
     NAME = "all-to-all"
 
     @staticmethod
-    def pairs(fabric, traffic: dict, seed: int) -> list[tuple[str, str]]:
+    def pairs(fabric, traffic: Any, seed: int) -> list[tuple[str, str]]:
         """N(N-1) pairs, source-major."""
         return all_to_all_pairs([h.name for h in fabric.hosts])
 
@@ -204,17 +205,17 @@ class Stride(_PairPattern):
     PARAMS = {"stride": F((int,), None, lo=1, hi=100000)}
 
     @staticmethod
-    def offset(traffic: dict) -> int:
+    def offset(traffic: Any) -> int:
         """i of stride(i): ``traffic.stride``, 1 when not given."""
-        return traffic.get("stride") or 1
+        return traffic.stride or 1
 
     @staticmethod
-    def pairs(fabric, traffic: dict, seed: int) -> list[tuple[str, str]]:
+    def pairs(fabric, traffic: Any, seed: int) -> list[tuple[str, str]]:
         """One pair per host, in host order."""
         return stride_pairs([h.name for h in fabric.hosts], Stride.offset(traffic))
 
     @staticmethod
-    def check(n_hosts: int, n_groups: int, traffic: dict) -> tuple[str, str] | None:
+    def check(n_hosts: int, n_groups: int, traffic: Any) -> tuple[str, str] | None:
         """The stride must not map a host onto itself."""
         i = Stride.offset(traffic)
         return None if i % n_hosts else ("stride", f"{i} is a multiple of the {n_hosts} hosts: every host would "
@@ -230,26 +231,26 @@ class Staggered(_PairPattern):
     PARAMS = {"edge_p": F((int, float), None, lo=0, hi=1), "pod_p": F((int, float), None, lo=0, hi=1)}
 
     @staticmethod
-    def pairs(fabric, traffic: dict, seed: int) -> list[tuple[str, str]]:
+    def pairs(fabric, traffic: Any, seed: int) -> list[tuple[str, str]]:
         """One seeded draw per host."""
         edge_p, pod_p = Staggered.probabilities(traffic)
         return staggered_pairs([(h.name, h.leaf, h.group or h.leaf) for h in fabric.hosts], edge_p, pod_p, seed)
 
     @staticmethod
-    def probabilities(traffic: dict) -> tuple[float, float]:
+    def probabilities(traffic: Any) -> tuple[float, float]:
         """``(edge_p, pod_p)`` with the defaults filled in."""
-        edge_p = 0.5 if traffic.get("edge_p") is None else traffic["edge_p"]
-        pod_p = 0.3 if traffic.get("pod_p") is None else traffic["pod_p"]
+        edge_p = 0.5 if traffic.edge_p is None else traffic.edge_p
+        pod_p = 0.3 if traffic.pod_p is None else traffic.pod_p
         return edge_p, pod_p
 
     @staticmethod
-    def check(n_hosts: int, n_groups: int, traffic: dict) -> tuple[str, str] | None:
+    def check(n_hosts: int, n_groups: int, traffic: Any) -> tuple[str, str] | None:
         """The two probabilities leave a share (>= 0) for the rest of the fabric."""
         edge_p, pod_p = Staggered.probabilities(traffic)
         if edge_p + pod_p <= 1:
             return None
-        given = "" if traffic.get("pod_p") is not None else " (pod_p not given: its default 0.3)"
-        return "pod_p" if traffic.get("pod_p") is not None else "edge_p", (
+        given = "" if traffic.pod_p is not None else " (pod_p not given: its default 0.3)"
+        return "pod_p" if traffic.pod_p is not None else "edge_p", (
             f"edge_p + pod_p is {edge_p + pod_p:g}{given}; at most 1")
 
 
@@ -260,7 +261,7 @@ class RandomPairs(_PairPattern):
     NAME = "random"
 
     @staticmethod
-    def pairs(fabric, traffic: dict, seed: int) -> list[tuple[str, str]]:
+    def pairs(fabric, traffic: Any, seed: int) -> list[tuple[str, str]]:
         """One seeded draw per host."""
         return random_pairs([h.name for h in fabric.hosts], seed)
 
@@ -272,7 +273,7 @@ class RandomBijection(_PairPattern):
     NAME = "random-bijection"
 
     @staticmethod
-    def pairs(fabric, traffic: dict, seed: int) -> list[tuple[str, str]]:
+    def pairs(fabric, traffic: Any, seed: int) -> list[tuple[str, str]]:
         """A seeded derangement."""
         return random_bijection_pairs([h.name for h in fabric.hosts], seed)
 
@@ -286,17 +287,17 @@ class Hotspot(_PairPattern):
     PARAMS = {"hotspots": F((int,), None, lo=1, hi=100000)}
 
     @staticmethod
-    def count(traffic: dict) -> int:
+    def count(traffic: Any) -> int:
         """``traffic.hotspots``, 1 when not given."""
-        return traffic.get("hotspots") or 1
+        return traffic.hotspots or 1
 
     @staticmethod
-    def pairs(fabric, traffic: dict, seed: int) -> list[tuple[str, str]]:
+    def pairs(fabric, traffic: Any, seed: int) -> list[tuple[str, str]]:
         """One seeded draw per host."""
         return hotspot_pairs([h.name for h in fabric.hosts], Hotspot.count(traffic), seed)
 
     @staticmethod
-    def check(n_hosts: int, n_groups: int, traffic: dict) -> tuple[str, str] | None:
+    def check(n_hosts: int, n_groups: int, traffic: Any) -> tuple[str, str] | None:
         """Fewer hotspots than hosts."""
         k = Hotspot.count(traffic)
         return None if k < n_hosts else ("hotspots", f"{k} in a fabric of {n_hosts} hosts: at most {n_hosts - 1}")

@@ -101,7 +101,7 @@ chroot "$root" /usr/bin/python3 -m venv --system-site-packages /opt/fabriclab/ve
 chroot "$root" /opt/fabriclab/venv/bin/pip install -q --disable-pip-version-check --no-index \
   --find-links /opt/fabriclab/wheels $deps >&2
 rm -rf "$root/opt/fabriclab/wheels"
-chroot "$root" /opt/fabriclab/venv/bin/python -c "import mininet.net, os_ken, pyroute2, scapy, yaml, networkx, matplotlib, scipy"
+chroot "$root" /opt/fabriclab/venv/bin/python -c "import mininet.net, os_ken, pyroute2, scapy, yaml, networkx, matplotlib, scipy, pydantic"
 
 install -m 0755 vm/guest-init.sh "$root/usr/local/sbin/fabriclab-vm-init"
 echo fabriclab-vm > "$root/etc/hostname"

@@ -12,9 +12,10 @@ from experiments import analysis
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
 from experiments.scenario import buffer_bytes
+from experiments.model import Round, Scenario
 
 
-def choose_marker(sc: dict, env: dict, needed: bool, priority_queues: bool = False) -> tuple[str, str]:
+def choose_marker(sc: Scenario, env: dict, needed: bool, priority_queues: bool = False) -> tuple[str, str]:
     """The ECN marker for this run and why: ``none`` when no round marks, else ``red`` or ``bpf``.
 
     ``auto`` picks the kernel's RED where the kernel has sch_red and the ports have one FIFO
@@ -26,7 +27,7 @@ def choose_marker(sc: dict, env: dict, needed: bool, priority_queues: bool = Fal
     """
     if not needed:
         return "none", "no round asks for ECN marking"
-    asked = sc["ecn"]["marker"]
+    asked = sc.ecn.marker
     has_red = bool(env["qdiscs"].get("red"))
     if asked == "red" and not has_red:
         raise CapabilityError("ecn.marker: red: this kernel has no sch_red (use bpf or auto)")
@@ -43,35 +44,35 @@ def choose_marker(sc: dict, env: dict, needed: bool, priority_queues: bool = Fal
                    + ("(asked for)" if asked == "red" else "(this kernel has sch_red)"))
 
 
-def ecn_plan(sc: dict, fabric_map: dict, marker: str, profiles: dict) -> dict:
+def ecn_plan(sc: Scenario, fabric_map: dict, marker: str, profiles: dict) -> dict:
     """The plan the controller applies (controller.ecnports): every switch port's rate, buffer,
     shaper burst, FIFO and first-round profile (``profiles``: port -> EcnProfile)."""
-    q = sc["queues"]
-    fifo = {"kind": "bfifo", "limit": q["buffer_bytes"]} if q["buffer_bytes"] is not None else \
-        {"kind": "pfifo", "limit": q["buffer_packets"]}
+    q = sc.queues
+    fifo = {"kind": "bfifo", "limit": q.buffer_bytes} if q.buffer_bytes is not None else \
+        {"kind": "pfifo", "limit": q.buffer_packets}
     ports = {}
     for sw in fabric_map["switches"]:
         for p in sw["ports"]:
             prof = profiles[p["intf"]]
             ports[p["intf"]] = {"rate_bps": p["rate_mbps"] * 1e6, "buffer_bytes": buffer_bytes(q),
-                                "burst_bytes": q["burst_bytes"], "fifo": fifo, "profile": profile_spec(prof)}
+                                "burst_bytes": q.burst_bytes, "fifo": fifo, "profile": profile_spec(prof)}
     return {"marker": marker, "ports": ports}
 
 
-def check_red_weights(sc: dict, rounds: list[dict]) -> None:
+def check_red_weights(sc: Scenario, rounds: list[Round]) -> None:
     """Kernel RED keeps its EWMA weight as a shift: refuse a weight it cannot hold.
 
     Raises:
         ScenarioError: naming the profile's key, e.g. ``rounds[1].ecn.layers.leaf.red.weight``.
     """
     for i, r in enumerate(rounds):
-        prefix = f"rounds[{i}].ecn" if sc["rounds"] else "ecn"
-        specs = [("profile", r["ecn"]["profile"])] + [(f"layers.{k}", v) for k, v in r["ecn"]["layers"].items()] \
-            + [(f"ports.{k}", v) for k, v in r["ecn"]["ports"].items()]
-        for where, spec in specs:
-            if isinstance(spec, dict) and "red" in spec and spec["red"].get("weight") is not None:
+        prefix = f"rounds[{i}].ecn" if sc.multi_round else "ecn"
+        specs = [("profile", r.ecn.profile)] + [(f"layers.{k}", v) for k, v in r.ecn.layers.items()] \
+            + [(f"ports.{k}", v) for k, v in r.ecn.ports.items()]
+        for where, prof in specs:
+            if prof.kind == "red" and prof.weight is not None:
                 try:
-                    dataplane.red_wlog(spec["red"]["weight"])
+                    dataplane.red_wlog(prof.weight)
                 except ValueError as e:
                     raise ScenarioError(f"{prefix}.{where}.red.weight", str(e)) from None
 
@@ -99,7 +100,7 @@ class Ecn(Feature):
             self.plan_ecn = ecn_plan(ctx.sc, ctx.fabric_map, self.marker, ctx.profiles[0])
         self.labels = [sorted({describe(p) for p in pr.values()}) for pr in ctx.profiles]
         ctx.env["ecn"] = {"marker": self.marker, "mechanism": why,
-                          "rounds": [{"name": r["name"], "profiles": lab} for r, lab in zip(ctx.rounds, self.labels)]}
+                          "rounds": [{"name": r.name, "profiles": lab} for r, lab in zip(ctx.rounds, self.labels)]}
         return 0
 
     def restore(self) -> None:

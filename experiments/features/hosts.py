@@ -47,8 +47,8 @@ def configure_hosts(lf, hosts: dict) -> dict:
     """Set per-namespace TCP congestion control and ECN (a round's ``hosts`` section) on every host
     of the live fabric ``lf``; return what was read back, per host. Raises SetupError if a read-back
     differs."""
-    cc = hosts["tcp_congestion_control"]
-    ecn = str(hosts["tcp_ecn"])
+    cc = hosts.tcp_congestion_control
+    ecn = str(hosts.tcp_ecn)
     seen = {}
     for h in lf.net.hosts:
         dataplane.set_sysctl("net.ipv4.tcp_congestion_control", cc, h.pid)
@@ -70,7 +70,7 @@ class HostTcp(Feature):
         record what the kernel offers under ``tcp_congestion_control``."""
         ctx = self.ctx
         for i, r in enumerate(ctx.rounds):
-            cc = r["hosts"]["tcp_congestion_control"]
+            cc = r.hosts.tcp_congestion_control
             if not envprobe.ensure_congestion_control(cc):
                 key = f"rounds[{i}].hosts.tcp_congestion_control" if ctx.multi else "hosts.tcp_congestion_control"
                 raise CapabilityError(f"{key}: the kernel has no '{cc}' "
@@ -80,9 +80,9 @@ class HostTcp(Feature):
 
     def enter(self, stack: contextlib.ExitStack, state) -> None:
         """Allow each round's congestion control in the namespaces for the run."""
-        for cc in sorted({r["hosts"]["tcp_congestion_control"] for r in self.ctx.rounds}):
+        for cc in sorted({r.hosts.tcp_congestion_control for r in self.ctx.rounds}):
             stack.enter_context(AllowCongestionControl(cc, state))
 
     def before_round(self, lf, rnd: RoundRecord) -> dict:
         """Set the round's sysctls on every host; ``host_config`` is what was read back."""
-        return {"host_config": configure_hosts(lf, rnd.round["hosts"])}
+        return {"host_config": configure_hosts(lf, rnd.round.hosts)}

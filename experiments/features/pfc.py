@@ -7,6 +7,7 @@ import time
 from dataclasses import replace
 
 from common.errors import CapabilityError
+from common.pfc import config_sections
 from common.units import FRAME_BYTES
 from controller.pfcbpf import OBJECT as PFC_OBJECT
 from experiments import pfcrun
@@ -16,8 +17,8 @@ from experiments.scenario import buffer_bytes
 
 
 class Pfc(Feature):
-    """Priority flow control: planned once before the fabric starts (the plan's XOFF/XON from
-    experiments.pfcrun.pfc_config, which reads the schema's resolved bytes), toggled per round,
+    """Priority flow control: planned once before the fabric starts (XOFF/XON in bytes from the
+    resolved scenario's ``pfc``, parsed once by common.pfc.parse_pfc), toggled per round,
     reported before and after each round."""
     name = "pfc"
 
@@ -35,18 +36,18 @@ class Pfc(Feature):
             CapabilityError: the PFC BPF object is not built.
         """
         sc, rounds = self.ctx.sc, self.ctx.rounds
-        self.cfg = pfcrun.pfc_config(sc)
+        self.cfg = sc.pfc
         if self.cfg is None:
             self.ctx.env["pfc"] = None
             return 0
         if not PFC_OBJECT.exists():
             raise CapabilityError(f"pfc: {PFC_OBJECT} is not built (run 'sudo make setup'; needs clang and "
                                   "libbpf-dev): the priority queues' accounting needs it")
-        self.plan_pfc = pfcrun.pfc_plan(self.ctx.fabric_map, replace(self.cfg, enabled=rounds[0]["pfc"]["enabled"]),
-                                        buffer_bytes(sc["queues"]), sc["queues"]["burst_bytes"],
+        self.plan_pfc = pfcrun.pfc_plan(self.ctx.fabric_map, replace(self.cfg, enabled=rounds[0].pfc_enabled),
+                                        buffer_bytes(sc.queues), sc.queues.burst_bytes,
                                         HOST_QUEUE_PACKETS * FRAME_BYTES)
-        self.ctx.env["pfc"] = {"mechanism": pfcrun.MECHANISM, "priorities": sc["priorities"], "pfc": sc["pfc"],
-                               "rounds": [{"name": r["name"], "enabled": r["pfc"]["enabled"]} for r in rounds]}
+        self.ctx.env["pfc"] = {"mechanism": pfcrun.MECHANISM, **dict(zip(("priorities", "pfc"), config_sections(sc.pfc))),
+                               "rounds": [{"name": r.name, "enabled": r.pfc_enabled} for r in rounds]}
         return len(self.cfg.lossless)
 
     def fabric_args(self) -> dict:
@@ -63,18 +64,18 @@ class Pfc(Feature):
         """``PFC on`` or ``PFC off`` (nothing without priority queues)."""
         if self.plan_pfc is None:
             return None
-        return f"PFC {'on' if rnd.round['pfc']['enabled'] else 'off'}"
+        return f"PFC {'on' if rnd.round.pfc_enabled else 'off'}"
 
     def round_options(self, rnd: RoundRecord) -> dict:
         """With PFC on, an incast's bottleneck is the receiver's port (``receiver_is_bottleneck``)."""
-        return {"receiver_is_bottleneck": self.plan_pfc is not None and rnd.round["pfc"]["enabled"]}
+        return {"receiver_is_bottleneck": self.plan_pfc is not None and rnd.round.pfc_enabled}
 
     def before_round(self, lf, rnd: RoundRecord) -> dict:
         """Switch PFC as the round asks; take the controller's report before the traffic."""
         if self.plan_pfc is None:
             return {}
-        if rnd.round["pfc"]["enabled"] != self.on:
-            self.on = rnd.round["pfc"]["enabled"]
+        if rnd.round.pfc_enabled != self.on:
+            self.on = rnd.round.pfc_enabled
             lf.pfc_request({"enabled": self.on})
         self._round = {"enabled": self.on, "begin_unix_s": time.time(),
                        "before": lf.pfc_report(self.ctx.out / ".pfc_report.json")}

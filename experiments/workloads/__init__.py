@@ -7,12 +7,13 @@ from experiments.workloads.base import Workload
 from experiments.workloads.collective import Collective
 from experiments.workloads.flows import KernelFlows
 from experiments.workloads.roce import RoceFlows
+from experiments.model import Round, Scenario
 
 #: Registered workloads by name, in the order they are asked whether they want a round.
 WORKLOADS: dict[str, type[Workload]] = {w.name: w for w in (Collective, RoceFlows, KernelFlows)}
 
 
-def workload_for(sc: dict, rnd: dict, registry: dict[str, type[Workload]] | None = None) -> type[Workload]:
+def workload_for(sc: Scenario, rnd: Round, registry: dict[str, type[Workload]] | None = None) -> type[Workload]:
     """The workload of ``registry`` (default :data:`WORKLOADS`) that runs round ``rnd`` of the
     resolved scenario ``sc``: the first that wants it.
 
@@ -22,7 +23,7 @@ def workload_for(sc: dict, rnd: dict, registry: dict[str, type[Workload]] | None
     for w in (WORKLOADS if registry is None else registry).values():
         if w.wants(sc, rnd):
             return w
-    raise LookupError(f"no registered workload runs round {rnd['name']!r}")
+    raise LookupError(f"no registered workload runs round {rnd.name!r}")
 
 
 __all__ = ["WORKLOADS", "Workload", "workload_for"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiments.context import RoundRecord, RunContext
+from experiments.model import Round, Scenario
 
 
 class Workload:
@@ -23,11 +24,11 @@ class Workload:
         self.ctx = ctx
 
     @staticmethod
-    def wants(sc: dict, rnd: dict) -> bool:
+    def wants(sc: Scenario, rnd: Round) -> bool:
         """Whether this workload runs round ``rnd`` of the resolved scenario ``sc``."""
         raise NotImplementedError
 
-    def describe_round(self, rnd: dict) -> str:
+    def describe_round(self, rnd: Round) -> str:
         """A few words on what the round sends (the progress line of a scenario with rounds)."""
         return self.name
 

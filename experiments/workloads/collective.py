@@ -9,6 +9,7 @@ from experiments import collrun, rocerun
 from experiments.context import RoundRecord
 from experiments.tables import write_csv
 from experiments.workloads.base import Workload
+from experiments.model import Round, Scenario
 
 
 class Collective(Workload):
@@ -16,29 +17,29 @@ class Collective(Workload):
     name = "collective"
 
     @staticmethod
-    def wants(sc: dict, rnd: dict) -> bool:
+    def wants(sc: Scenario, rnd: Round) -> bool:
         """Rounds whose collective has a kind."""
-        return rnd["collective"]["kind"] is not None
+        return rnd.collective.kind is not None
 
-    def describe_round(self, rnd: dict) -> str:
+    def describe_round(self, rnd: Round) -> str:
         """``<kind> on <ranks> ranks over <transport>``."""
-        c = rnd["collective"]
-        ranks = len(c["hosts"]) if c["hosts"] else c["ranks"]
-        return f"{c['kind']} on {ranks} ranks over {c['transport']}"
+        c = rnd.collective
+        ranks = len(c.hosts) if c.hosts else c.ranks
+        return f"{c.kind} on {ranks} ranks over {c.transport}"
 
     def run_round(self, lf, state, rec: RoundRecord) -> dict:
         """experiments.collrun.run_round; returns its result (JSON-able)."""
-        coll = rec.round["collective"]
-        roce_args = (rocerun.collective_job_args(self.ctx.sc, rec.round["roce"]["mode"])
-                     if coll["transport"] == "roce" else None)
-        return collrun.run_round(lf, state, {**coll, "seed": rec.round["seed"], "roce_args": roce_args},
-                                 rec.dir / "agents", self.ctx.sc["measurement"]["sample_hz"], self.ctx.quiet,
+        coll = rec.round.collective
+        roce_args = (rocerun.collective_job_args(self.ctx.sc, rec.round.roce_mode)
+                     if coll.transport == "roce" else None)
+        return collrun.run_round(lf, state, {**coll.model_dump(), "seed": rec.round.seed, "roce_args": roce_args},
+                                 rec.dir / "agents", self.ctx.sc.measurement.sample_hz, self.ctx.quiet,
                                  say=self.ctx.say)
 
     def summarize(self, rec: RoundRecord) -> dict:
         """collective.csv, collective_steps.csv, the plots, and the ``collective`` summary."""
         env = self.ctx.env
-        return {"scenario": self.ctx.sc["name"], "round": rec.round["name"] if self.ctx.multi else None,
+        return {"scenario": self.ctx.sc.name, "round": rec.round.name if self.ctx.multi else None,
                 "datapath": env["datapath"], "kernel": env["kernel"], "timings_s": rec.timings_s,
                 "collective": collrun.summarize(rec.raw, rec.dir)}
 
@@ -48,6 +49,6 @@ class Collective(Workload):
 
     def finish_run(self, done: list[tuple[RoundRecord, dict]]) -> None:
         """collective_rounds.csv: every round's sizes, side by side."""
-        rows = [{"round": rec.round["name"], **r} for rec, s in done for r in s["collective"]["sizes"]]
+        rows = [{"round": rec.round.name, **r} for rec, s in done for r in s["collective"]["sizes"]]
         if rows:
             write_csv(self.ctx.out / "collective_rounds.csv", list(rows[0]), rows)

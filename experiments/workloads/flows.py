@@ -11,6 +11,7 @@ from experiments import analysis, plot
 from experiments.context import RoundRecord, maybe_fault
 from experiments.live import Agents, start_sampler, stop_sampler
 from experiments.workloads.base import Workload
+from experiments.model import Round, Scenario
 
 #: Seconds a time-limited TCP flow may take past its duration to end (its sender's last bytes and
 #: FIN acknowledged). Under heavy loss a segment can sit in Linux's exponential RTO backoff: lost 7
@@ -28,59 +29,59 @@ class KernelFlows(Workload):
     name = "flows"
 
     @staticmethod
-    def wants(sc: dict, rnd: dict) -> bool:
+    def wants(sc: Scenario, rnd: Round) -> bool:
         """Rounds without a collective whose transport is tcp or udp."""
-        return rnd["collective"]["kind"] is None and sc["traffic"]["transport"] in ("tcp", "udp")
+        return rnd.collective.kind is None and sc.traffic.transport in ("tcp", "udp")
 
-    def describe_round(self, rnd: dict) -> str:
+    def describe_round(self, rnd: Round) -> str:
         """``UDP DSCP d`` or ``<congestion control> tcp_ecn=<n>``."""
-        t = self.ctx.sc["traffic"]
-        if t["transport"] == "udp":
-            return f"UDP DSCP {t['dscp']}"
-        return f"{rnd['hosts']['tcp_congestion_control']} tcp_ecn={rnd['hosts']['tcp_ecn']}"
+        t = self.ctx.sc.traffic
+        if t.transport == "udp":
+            return f"UDP DSCP {t.dscp}"
+        return f"{rnd.hosts.tcp_congestion_control} tcp_ecn={rnd.hosts.tcp_ecn}"
 
     def run_round(self, lf, state, rec: RoundRecord) -> dict:
         """Start the sampler and the agents, release the synchronized start, take one ``ss -tin``
         snapshot of the first sender's live flows (the algorithm really in use) into
         ``ss_tin.txt``, wait; returns ``{"codes": {"<host>.rx|tx": exit code}}``."""
         sc, plan = self.ctx.sc, self.ctx.plan
-        t = sc["traffic"]
-        count_ecn = bool(rec.options.get("count_ecn")) or rec.round["hosts"]["tcp_ecn"] != 0
+        t = sc.traffic
+        count_ecn = bool(rec.options.get("count_ecn")) or rec.round.hosts.tcp_ecn != 0
         agent_dir = rec.dir / "agents"
-        sampler = start_sampler(lf, state, rec.dir, sc["measurement"]["sample_hz"])
+        sampler = start_sampler(lf, state, rec.dir, sc.measurement.sample_hz)
         agents = Agents(lf, state)
         by_dst, by_src = {}, {}
         for f in plan:
             by_dst.setdefault(f["dst"], []).append(f)
             by_src.setdefault(f["src"], []).append(f)
         try:
-            run_s = t["duration_s"] or t["timeout_s"]
-            deadline = time.time() + run_s + t["start_delay_s"] + TAIL_GRACE_S
-            udp = t["transport"] == "udp"
+            run_s = t.duration_s or t.timeout_s
+            deadline = time.time() + run_s + t.start_delay_s + TAIL_GRACE_S
+            udp = t.transport == "udp"
             for dst, flows in by_dst.items():
-                agents.start(dst, "rx", {"role": "udp-receiver" if udp else "receiver", "port": t["port"],
-                                         "expect_flows": len(flows), "count_ecn": count_ecn, "dscp": t["dscp"],
+                agents.start(dst, "rx", {"role": "udp-receiver" if udp else "receiver", "port": t.port,
+                                         "expect_flows": len(flows), "count_ecn": count_ecn, "dscp": t.dscp,
                                          "deadline_unix_s": deadline, "out": str(agent_dir / f"{dst}.rx.json")})
             for src, flows in by_src.items():
                 agents.start(src, "tx", {"role": "udp-sender" if udp else "sender", "deadline_unix_s": deadline,
-                                         "dscp": t["dscp"], "out": str(agent_dir / f"{src}.tx.json"),
-                                         "flows": [{"dst_ip": f["dst_ip"], "port": t["port"], "bytes": f["bytes"],
+                                         "dscp": t.dscp, "out": str(agent_dir / f"{src}.tx.json"),
+                                         "flows": [{"dst_ip": f["dst_ip"], "port": t.port, "bytes": f["bytes"],
                                                     "duration_s": f["duration_s"], "flow_id": f["flow_id"]}
                                                    for f in flows]})
             agents.wait_ready()
-            start_at = time.time() + t["start_delay_s"]
+            start_at = time.time() + t.start_delay_s
             agents.release(start_at)
-            what = (f"{len(by_src)} senders x {t['response_bytes']} B -> {t['receiver']}" if t["pattern"] == "incast"
-                    else f"{len(plan)} flows ({t['flows_per_pair']} per pair) between "
+            what = (f"{len(by_src)} senders x {t.response_bytes} B -> {t.receiver}" if t.pattern == "incast"
+                    else f"{len(plan)} flows ({t.flows_per_pair} per pair) between "
                          f"{len(set(by_src) | set(by_dst))} hosts, "
-                    + (f"{t['duration_s']:g} s each" if t["duration_s"] else f"{t['flow_bytes']} B each"))
-            self.ctx.say(f"{t['pattern']}: {what}")
+                    + (f"{t.duration_s:g} s each" if t.duration_s else f"{t.flow_bytes} B each"))
+            self.ctx.say(f"{t.pattern}: {what}")
             maybe_fault("after_traffic_start")
             if not udp:
-                snapshot_ss(lf, plan[0]["src"], t["port"], start_at + 0.2, rec.dir / "ss_tin.txt")
-            codes = agents.wait(min(deadline, start_at + (t["duration_s"] + TAIL_GRACE_S if t["duration_s"]
-                                                          else t["timeout_s"])) + AGENT_EXIT_GRACE_S)
-            time.sleep(sc["measurement"]["post_s"])
+                snapshot_ss(lf, plan[0]["src"], t.port, start_at + 0.2, rec.dir / "ss_tin.txt")
+            codes = agents.wait(min(deadline, start_at + (t.duration_s + TAIL_GRACE_S if t.duration_s
+                                                          else t.timeout_s)) + AGENT_EXIT_GRACE_S)
+            time.sleep(sc.measurement.post_s)
         finally:
             agents.kill()
             stop_sampler(sampler)

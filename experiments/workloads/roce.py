@@ -10,6 +10,7 @@ from experiments.context import RoundRecord, maybe_fault
 from experiments.live import start_sampler, stop_sampler
 from experiments.scenario import dcqcn_params
 from experiments.workloads.flows import AGENT_EXIT_GRACE_S, KernelFlows
+from experiments.model import Round, Scenario
 
 
 class RoceFlows(KernelFlows):
@@ -17,35 +18,35 @@ class RoceFlows(KernelFlows):
     name = "roce"
 
     @staticmethod
-    def wants(sc: dict, rnd: dict) -> bool:
+    def wants(sc: Scenario, rnd: Round) -> bool:
         """Rounds without a collective whose transport is roce."""
-        return rnd["collective"]["kind"] is None and sc["traffic"]["transport"] == "roce"
+        return rnd.collective.kind is None and sc.traffic.transport == "roce"
 
-    def describe_round(self, rnd: dict) -> str:
+    def describe_round(self, rnd: Round) -> str:
         """``RoCEv2 <mode> DSCP d``."""
-        return f"RoCEv2 {rnd['roce']['mode']} DSCP {self.ctx.sc['traffic']['dscp']}"
+        return f"RoCEv2 {rnd.roce_mode} DSCP {self.ctx.sc.traffic.dscp}"
 
     def run_round(self, lf, state, rec: RoundRecord) -> dict:
         """The round's RoCE agents (experiments.rocerun), arrivals drawn with the round's seed;
         returns ``{"codes": {"<host>.roce": exit code}}``."""
-        sc, mode, seed = self.ctx.sc, rec.round["roce"]["mode"], rec.round["seed"]
-        t = sc["traffic"]
-        sampler = start_sampler(lf, state, rec.dir, sc["measurement"]["sample_hz"])
+        sc, mode, seed = self.ctx.sc, rec.round.roce_mode, rec.round.seed
+        t = sc.traffic
+        sampler = start_sampler(lf, state, rec.dir, sc.measurement.sample_hz)
         try:
             flows = rocerun.scenario_flows(sc, self.ctx.plan, seed)
             last_post = max((m["at_s"] for f in flows for m in f.get("messages", [])), default=0.0)
-            run_s = max(t["duration_s"] or 0.0, last_post) + t["timeout_s"]
-            deadline = time.time() + run_s + t["start_delay_s"] + 30
+            run_s = max(t.duration_s or 0.0, last_post) + t.timeout_s
+            deadline = time.time() + run_s + t.start_delay_s + 30
             agents = rocerun.start_roce_flows(lf, state, flows, rec.dir / "agents", deadline,
-                                              start_in_s=t["start_delay_s"], **rocerun.scenario_job_args(sc, mode))
+                                              start_in_s=t.start_delay_s, **rocerun.scenario_job_args(sc, mode))
             try:
-                what = (f"{len(flows)} senders x {t['responses']} x {t['response_bytes']} B -> {t['receiver']} "
-                        f"({t['arrival']}{', load ' + format(t['load'], 'g') if t['load'] else ''})"
-                        if t["pattern"] == "incast" else f"{len(flows)} flows")
-                self.ctx.say(f"{t['pattern']} over RoCEv2 ({mode}): {what}")
+                what = (f"{len(flows)} senders x {t.responses} x {t.response_bytes} B -> {t.receiver} "
+                        f"({t.arrival}{', load ' + format(t.load, 'g') if t.load else ''})"
+                        if t.pattern == "incast" else f"{len(flows)} flows")
+                self.ctx.say(f"{t.pattern} over RoCEv2 ({mode}): {what}")
                 maybe_fault("after_traffic_start")
                 codes = agents.wait(deadline + AGENT_EXIT_GRACE_S)
-                time.sleep(sc["measurement"]["post_s"])
+                time.sleep(sc.measurement.post_s)
             finally:
                 agents.kill()
         finally:
@@ -59,5 +60,5 @@ class RoceFlows(KernelFlows):
     def summarize(self, rec: RoundRecord) -> dict:
         """The kernel flows' files and summary, plus the ``roce`` section and RoCE's CSV files."""
         summary = super().summarize(rec)
-        return rocerun.add_to_summary(rec.dir, summary, rec.rows, rec.round["roce"]["mode"],
-                                      dcqcn_params(self.ctx.sc), rec.round["seed"])
+        return rocerun.add_to_summary(rec.dir, summary, rec.rows, rec.round.roce_mode,
+                                      dcqcn_params(self.ctx.sc), rec.round.seed)

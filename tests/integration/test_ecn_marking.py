@@ -71,11 +71,11 @@ def marking_fabric(tmp_path, profile, marker="auto", rate_mbps=10):
                                                    "host_rate_mbps": rate_mbps, "uplink_rate_mbps": rate_mbps},
                    "queues": {"buffer_packets": 100}, "traffic": {"senders": 2},
                    "ecn": {"marker": marker, "profile": profile}})
-    fabric = SpineLeaf(**{k: v for k, v in sc["topology"].items() if k != "kind"}).build()
+    fabric = SpineLeaf(**{k: v for k, v in sc.topology.model_dump().items() if k != "kind"}).build()
     fmap = fabric.to_map()
     env = _env()
     kind, _why = choose_marker(sc, env, True)
-    plan = ecn_plan(sc, fmap, kind, port_profiles(sc["ecn"], fmap))
+    plan = ecn_plan(sc, fmap, kind, port_profiles(sc.ecn, fmap))
     with RunState(f"marking-{tmp_path.name}") as st:
         with LiveFabric(fabric, tmp_path / "run", st, datapath=env["datapath"],
                         switch_queue=lambda r: port_queue(sc, r),

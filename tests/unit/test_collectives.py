@@ -217,12 +217,12 @@ def test_collective_scenario_section_is_validated():
     base = {"name": "c", "topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 4}}
     sc = validate({**base, "collective": {"kind": "allreduce", "ranks": 4},
                    "rounds": [{"name": "a", "collective": {"placement": "spread"}}, {"name": "b"}]})
-    assert [r["collective"]["placement"] for r in sc["rounds"]] == ["spread", "local"]
+    assert [r.collective.placement for r in sc.rounds] == ["spread", "local"]
     sc = validate({**base, "collective": {"kind": "all_to_all", "hosts": ["h1", "h1", "h2"]}})
-    assert sc["collective"]["ranks"] == 3 and sc["collective"]["transport"] == "tcp"
+    assert sc.collective.ranks == 3 and sc.collective.transport == "tcp"
     sc = validate({**base, "collective": {"kind": "allreduce", "ranks": 4, "transport": "roce"},
                    "rounds": [{"name": "r"}, {"name": "t", "collective": {"transport": "tcp"}}]})
-    assert [r["collective"]["transport"] for r in sc["rounds"]] == ["roce", "tcp"]
+    assert [r.collective.transport for r in sc.rounds] == ["roce", "tcp"]
     for bad, key in [({"collective": {"kind": "broadcast"}}, "collective.kind"),
                      ({"collective": {"kind": "allreduce", "ranks": 9}}, "collective.ranks"),
                      ({"collective": {"kind": "allreduce", "hosts": ["h1", "h99"]}}, "collective.hosts[1]"),

@@ -11,7 +11,7 @@ GOOD = {"name": "cmp", "fabrics": {"ft": {"kind": "fattree", "k": 4}, "sl": {"ki
 def test_default_file_is_valid_and_expands_to_runs():
     cmp = load_comparison(DEFAULT)
     assert len(cmp["runs"]) == len({f for f, _, _ in cmp["runs"]}) * len({t for _, t, _ in cmp["runs"]})
-    fabrics = {f: sc["topology"]["kind"] for f, _, sc in cmp["runs"]}
+    fabrics = {f: sc.topology.kind for f, _, sc in cmp["runs"]}
     assert set(fabrics.values()) == {"fattree", "spineleaf"}
 
 

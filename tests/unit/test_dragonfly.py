@@ -97,7 +97,7 @@ def test_a_scenario_builds_a_dragonfly_and_refuses_other_kinds_keys():
     sc = validate({"name": "df", "topology": {"kind": "dragonfly", "groups": 3, "routers_per_group": 2,
                                               "hosts_per_router": 2, "global_links_per_router": 1},
                    "traffic": {"pattern": "permutation"}, "ecn": {"layers": {"router": {"step": {"k_packets": 20}}}}})
-    assert sc["topology"] == {"kind": "dragonfly", "groups": 3, "routers_per_group": 2, "hosts_per_router": 2,
+    assert sc.topology.model_dump() == {"kind": "dragonfly", "groups": 3, "routers_per_group": 2, "hosts_per_router": 2,
                               "global_links_per_router": 1, "host_rate_mbps": 10, "local_rate_mbps": 10,
                               "global_rate_mbps": 10}
     for bad, key in (({"kind": "dragonfly", "leaves": 2}, "topology.leaves"),

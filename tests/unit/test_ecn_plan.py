@@ -3,14 +3,14 @@ import struct
 
 import pytest
 
-from common.ecn import EcnProfile, describe, parse_profile, port_profiles, profile_spec, resolve_ecn
+from common.ecn import EcnProfile, describe, parse_profile, port_profiles, profile_spec, resolve_ecn, settings_spec
 from common.errors import ScenarioError
 from experiments.scenario import FRAME_BYTES, switch_layers, validate
 from controller import dataplane
 from controller.bpfmarker import CFG, ST, decode_st, encode_cfg
 from experiments import analysis
 from tests import marking
-from experiments.plan import check_against_fabric, resolve_rounds
+from experiments.plan import check_against_fabric
 from experiments.features.ecn import check_red_weights, choose_marker, ecn_plan
 from topologies import TOPOLOGIES
 from topologies.spineleaf import SpineLeaf
@@ -37,7 +37,7 @@ def test_profile_spec_round_trips():
 def test_bare_yaml_off_is_drop_tail():
     import yaml
     sc = validate(yaml.safe_load("name: x\necn: {profile: off, layers: {spine: off}}\n"))
-    assert sc["ecn"]["profile"] == "off" and sc["ecn"]["layers"] == {"spine": "off"}
+    assert profile_spec(sc.ecn.profile) == "off" and settings_spec(sc.ecn)["layers"] == {"spine": "off"}
 
 
 def test_check_against_fabric_names_a_missing_port():
@@ -99,12 +99,12 @@ def test_port_profiles_layers_and_ports_override():
 def test_rounds_inherit_and_override():
     sc = validate({"name": "x", "hosts": {"tcp_ecn": 1}, "ecn": {"profile": {"step": {"k_packets": 20}}},
                    "rounds": [{"name": "dt", "ecn": {"profile": "off"}}, {"name": "k", "hosts": {"tcp_ecn": 2}}]})
-    r = resolve_rounds(sc)
-    assert [x["name"] for x in r] == ["dt", "k"]
-    assert r[0]["ecn"]["profile"] == "off" and r[0]["hosts"]["tcp_ecn"] == 1
-    assert r[1]["ecn"]["profile"] == {"step": {"k_bytes": 20 * FRAME_BYTES}} and r[1]["hosts"]["tcp_ecn"] == 2
-    one = resolve_rounds(validate({"name": "solo"}))
-    assert len(one) == 1 and one[0]["name"] == "solo" and one[0]["ecn"]["profile"] == "off"
+    r = sc.rounds
+    assert [x.name for x in r] == ["dt", "k"]
+    assert profile_spec(r[0].ecn.profile) == "off" and r[0].hosts.tcp_ecn == 1
+    assert profile_spec(r[1].ecn.profile) == {"step": {"k_bytes": 20 * FRAME_BYTES}} and r[1].hosts.tcp_ecn == 2
+    one = validate({"name": "solo"}).rounds
+    assert len(one) == 1 and one[0].name == "solo" and profile_spec(one[0].ecn.profile) == "off"
 
 
 @pytest.mark.parametrize("rounds,key", [
@@ -135,7 +135,7 @@ def test_plan_carries_every_switch_port():
     sc = validate({"name": "x", "topology": {"spines": 1, "leaves": 2, "hosts_per_leaf": 2},
                    "traffic": {"senders": 2}, "ecn": {"profile": {"step": {"k_packets": 20}}}})
     fmap = SpineLeaf(spines=1, leaves=2, hosts_per_leaf=2).build().to_map()
-    plan = ecn_plan(sc, fmap, "bpf", port_profiles(sc["ecn"], fmap))
+    plan = ecn_plan(sc, fmap, "bpf", port_profiles(sc.ecn, fmap))
     assert set(plan["ports"]) == {p["intf"] for s in fmap["switches"] for p in s["ports"]}
     p = plan["ports"]["leaf1-eth1"]
     assert p["rate_bps"] == 10e6 and p["buffer_bytes"] == 100 * FRAME_BYTES and p["burst_bytes"] == 2 * FRAME_BYTES
@@ -143,15 +143,15 @@ def test_plan_carries_every_switch_port():
     red = {"red": {"kmin_packets": 5, "kmax_packets": 50, "pmax": 0.1, "weight": 0.3}}
     sc2 = validate({"name": "x", "ecn": {"layers": {"leaf": red}}})
     with pytest.raises(ScenarioError) as e:
-        check_red_weights(sc2, resolve_rounds(sc2))
+        check_red_weights(sc2, sc2.rounds)
     assert e.value.key == "ecn.layers.leaf.red.weight"
     sc3 = validate({"name": "x", "rounds": [{"name": "a"}, {"name": "b", "ecn": {"profile": red}}]})
     with pytest.raises(ScenarioError) as e:
-        check_red_weights(sc3, resolve_rounds(sc3))
+        check_red_weights(sc3, sc3.rounds)
     assert e.value.key == "rounds[1].ecn.profile.red.weight"
     ok = dict(red["red"], weight=0.5)
     sc4 = validate({"name": "x", "ecn": {"profile": {"red": ok}}})
-    check_red_weights(sc4, resolve_rounds(sc4))
+    check_red_weights(sc4, sc4.rounds)
 
 
 def test_bpf_map_encodings():

@@ -18,7 +18,7 @@ POD = {h.name: h.group for h in FAB.hosts}
 
 def plan(**traffic):
     sc = validate({"name": "p", "topology": {"kind": "fattree", "k": 4}, "traffic": traffic})
-    return [(f["src"], f["dst"]) for f in flow_plan(sc["traffic"], FAB, sc["seed"])]
+    return [(f["src"], f["dst"]) for f in flow_plan(sc.traffic, FAB, sc.seed)]
 
 
 def test_stride_sends_host_x_to_host_x_plus_i():
@@ -45,7 +45,7 @@ def test_staggered_draws_edge_pod_and_rest_in_proportion():
     for seed in range(200):
         sc = validate({"name": "p", "seed": seed, "topology": {"kind": "fattree", "k": 4},
                        "traffic": {"pattern": "staggered"}})
-        for f in flow_plan(sc["traffic"], FAB, seed):
+        for f in flow_plan(sc.traffic, FAB, seed):
             s, d = f["src"], f["dst"]
             tally["edge" if EDGE[s] == EDGE[d] else "pod" if POD[s] == POD[d] else "rest"] += 1
     n = sum(tally.values())
@@ -78,7 +78,7 @@ def test_every_pair_pattern_sends_flows_per_pair_flows_of_flow_bytes():
             continue
         sc = validate({"name": "p", "topology": {"kind": "fattree", "k": 4},
                        "traffic": {"pattern": name, "flows_per_pair": 2, "flow_bytes": 5000}})
-        flows = flow_plan(sc["traffic"], FAB, sc["seed"])
+        flows = flow_plan(sc.traffic, FAB, sc.seed)
         assert {f["bytes"] for f in flows} == {5000} and len(flows) % 2 == 0, name
 
 

@@ -4,7 +4,7 @@ import pytest
 from common.errors import ScenarioError
 from experiments.scenario import validate
 from experiments import rocerun
-from experiments.plan import check_against_fabric, resolve_rounds
+from experiments.plan import check_against_fabric
 
 
 def roce(**traffic):
@@ -14,10 +14,10 @@ def roce(**traffic):
 
 def test_roce_defaults_dscp_26_and_modes_per_round():
     sc = validate({**roce(), "rounds": [{"name": "a", "roce": {"mode": "dcqcn"}}, {"name": "b", "roce": {"mode": "none"}}]})
-    assert sc["traffic"]["dscp"] == 26 and sc["roce"]["mode"] == "dcqcn"
-    assert [r["roce"]["mode"] for r in resolve_rounds(sc)] == ["dcqcn", "none"]
-    assert validate({"name": "t", "traffic": {}})["traffic"]["dscp"] == 0
-    assert resolve_rounds(validate(roce()))[0]["roce"] == {"mode": "dcqcn"}
+    assert sc.traffic.dscp == 26 and sc.roce.mode == "dcqcn"
+    assert [r.roce_mode for r in sc.rounds] == ["dcqcn", "none"]
+    assert validate({"name": "t", "traffic": {}}).traffic.dscp == 0
+    assert validate(roce()).rounds[0].roce_mode == "dcqcn"
 
 
 @pytest.mark.parametrize("data,key", [
@@ -80,8 +80,8 @@ def test_jain_rates_and_median_interval():
 def test_rounds_repeat_with_their_own_seeds_and_compare_across_them():
     sc = validate({**roce(responses=5, arrival="poisson", load=0.5),
                    "rounds": [{"name": "a", "seed": 1}, {"name": "b", "seed": 2}, {"name": "c", "roce": {"mode": "none"}}]})
-    r = resolve_rounds(sc)
-    assert [x["seed"] for x in r] == [1, 2, sc["seed"]]
+    r = sc.rounds
+    assert [x.seed for x in r] == [1, 2, sc.seed]
     _, _, plan, _, _ = check_against_fabric(sc)
     one, two = (rocerun.scenario_flows(sc, plan, s) for s in (1, 2))
     assert one != two and one == rocerun.scenario_flows(sc, plan, 1)

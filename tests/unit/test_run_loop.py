@@ -225,7 +225,7 @@ def test_each_round_gets_the_first_workload_that_wants_it(tmp_path):
 
         @staticmethod
         def wants(sc, rnd):
-            return rnd["name"] in ("ecn-k20", "ecn-pfc")
+            return rnd.name in ("ecn-k20", "ecn-pfc")
     runner.run(sc, tmp_path, quiet=True, platform=fake_platform(log, fabric_args),
                features={"recorder": recording_feature(log)}, workloads={"odd": Odd, "writer": picky})
     assert "finish [1, 3]" in log and "finish [0, 2]" in log

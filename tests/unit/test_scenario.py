@@ -16,16 +16,16 @@ def base():
 
 def test_default_scenario_resolves():
     sc = load_scenario(DEFAULT)
-    assert sc["name"] == "incast"
-    assert sc["topology"]["spines"] == 2 and sc["topology"]["leaves"] == 4
-    assert sc["queues"]["buffer_packets"] == 100 and sc["queues"]["buffer_bytes"] is None
-    assert sc["traffic"]["senders"] == 8
-    assert sc["measurement"]["sample_hz"] >= 200
+    assert sc.name == "incast"
+    assert sc.topology.spines == 2 and sc.topology.leaves == 4
+    assert sc.queues.buffer_packets == 100 and sc.queues.buffer_bytes is None
+    assert sc.traffic.senders == 8
+    assert sc.measurement.sample_hz >= 200
 
 
 def test_defaults_fill_in():
     sc = validate({"name": "x"})
-    assert sc["topology"]["hosts_per_leaf"] == 6 and sc["queues"]["buffer_packets"] == 100
+    assert sc.topology.hosts_per_leaf == 6 and sc.queues.buffer_packets == 100
 
 
 @pytest.mark.parametrize("mutate,key", [
@@ -57,7 +57,7 @@ def test_bad_input_names_the_key(mutate, key):
 def test_sender_hosts_sets_count():
     d = base()
     d["traffic"]["sender_hosts"] = ["h7", "h13"]
-    assert validate(d)["traffic"]["senders"] == 2
+    assert validate(d).traffic.senders == 2
 
 
 def test_unreadable_and_non_yaml_files(tmp_path):
@@ -72,7 +72,7 @@ def test_unreadable_and_non_yaml_files(tmp_path):
 def test_fattree_scenario():
     sc = validate({"name": "ft", "topology": {"kind": "fattree", "k": 6, "agg_core_rate_mbps": 20},
                    "traffic": {"receiver": "h54", "senders": 53}})
-    assert sc["topology"] == {"kind": "fattree", "k": 6, "host_rate_mbps": 10, "edge_agg_rate_mbps": 10,
+    assert sc.topology.model_dump() == {"kind": "fattree", "k": 6, "host_rate_mbps": 10, "edge_agg_rate_mbps": 10,
                               "agg_core_rate_mbps": 20}
 
 
@@ -97,7 +97,7 @@ def test_fattree_receiver_must_exist():
 def test_traffic_patterns_checked_against_the_fabric():
     from experiments.scenario import MAX_FLOWS
     ok = validate({"name": "p", "traffic": {"pattern": "permutation", "flows_per_pair": 8, "duration_s": 5}})
-    assert ok["traffic"]["flows_per_pair"] == 8
+    assert ok.traffic.flows_per_pair == 8
     with pytest.raises(ScenarioError) as e:
         validate({"name": "p", "topology": {"leaves": 1}, "traffic": {"pattern": "permutation"}})
     assert e.value.key == "traffic.pattern"
@@ -118,13 +118,13 @@ def _pfc_scenario(**over):
 
 def test_pfc_sections_resolve_and_rounds_turn_pfc_on_and_off():
     sc = validate(_pfc_scenario(rounds=[{"name": "off", "pfc": {"enabled": False}}, {"name": "on"}]))
-    assert sc["pfc"]["enabled"] and sc["pfc"]["xoff_bytes"] == 24 * 1514 and sc["priorities"]["dscp"][26] == 3
-    assert [r["pfc"]["enabled"] for r in sc["rounds"]] == [False, True]
-    assert sc["traffic"]["transport"] == "udp" and sc["traffic"]["dscp"] == 26
+    assert sc.pfc.enabled and sc.pfc.xoff_bytes == 24 * 1514 and sc.pfc.dscp_map[26] == 3
+    assert [r.pfc_enabled for r in sc.rounds] == [False, True]
+    assert sc.traffic.transport == "udp" and sc.traffic.dscp == 26
     plain = validate({"name": "x"})
-    assert plain["pfc"] is None and plain["priorities"] is None       # one FIFO per port, as before
+    assert plain.pfc is None       # one FIFO per port, as before
     only_round = validate({"name": "y", "rounds": [{"name": "a"}, {"name": "b", "pfc": {"enabled": True}}]})
-    assert only_round["pfc"]["enabled"] is False and only_round["rounds"][1]["pfc"]["enabled"]
+    assert only_round.pfc.enabled is False and only_round.rounds[1].pfc_enabled
 
 
 @pytest.mark.parametrize("over,key", [

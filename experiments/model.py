@@ -1,0 +1,438 @@
+"""The scenario as typed, frozen objects (pydantic v2): what a scenario file may say, and what it
+resolves to.
+
+Two kinds of model live here:
+
+- :class:`ScenarioFile` is the file as the user writes it: every section a strict model
+  (``extra="forbid"``, strict types, no NaN, units in the key names), defaults filled in. Its
+  JSON Schema is the scenario's schema (``python -m experiments schema``). The ``ecn``,
+  ``priorities`` and ``pfc`` sections are given in their own syntax (thresholds in bytes or
+  packets) and parsed once, by :func:`common.ecn.resolve_ecn` and :func:`common.pfc.parse_pfc`.
+- :class:`Scenario` is the resolved scenario every layer reads: the same sections, ECN profiles
+  as :class:`common.ecn.EcnSettings` (thresholds in bytes), priorities and PFC as one
+  :class:`common.pfc.PfcConfig` (XOFF/XON in bytes), and at least one :class:`Round`.
+  :func:`experiments.scenario.validate` builds it; nothing re-parses it.
+
+Topologies and traffic patterns declare their own keys (``PARAMS``, :class:`common.params.F`);
+their sections are built here from those declarations, one model per topology kind.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, WithJsonSchema, create_model, model_validator
+
+from common.ecn import EcnSettings, settings_spec
+from common.params import _REQUIRED, F
+from common.pfc import PfcConfig, config_sections
+from common.units import FRAME_BYTES
+from topologies import TOPOLOGIES
+from traffic.patterns import PATTERNS
+from traffic.ratecontrol import RATE_CONTROLLERS
+
+#: A name of a scenario or a round (results folders are named after it).
+NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+#: A host's name.
+HOST = r"h[0-9]{1,5}"
+#: Most rounds one run may have.
+MAX_ROUNDS = 32
+
+
+class Section(BaseModel):
+    """Base of every scenario section: frozen, unknown keys refused, strict types, finite numbers."""
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+
+Number = Union[int, float]
+
+
+def _no_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"expected an integer, got a boolean ({value})")
+    return value
+
+
+def int_choice(*values: int) -> Any:
+    """An integer that must be one of ``values`` (a YAML ``true`` is not the integer 1)."""
+    return Annotated[Literal[values], BeforeValidator(_no_bool)]
+
+
+def _bounded(t: Any, lo=None, hi=None, pattern: str | None = None) -> Any:
+    kw = {k: v for k, v in (("ge", lo), ("le", hi), ("pattern", f"^(?:{pattern})$" if pattern else None))
+          if v is not None}
+    if t is Number:
+        return Annotated[t, Field(**kw)] if kw else t
+    return Annotated[t, Field(**kw)] if kw else t
+
+
+def field_of(spec: F) -> tuple[Any, Any]:
+    """A :class:`common.params.F` declaration (a topology's or a pattern's key) as a pydantic
+    field: ``(annotation, default)`` for :func:`pydantic.create_model`.
+
+    Raises:
+        TypeError: a type combination the scenario does not use.
+    """
+    types = set(spec.types)
+    if spec.choices is not None and all(type(c) is int for c in spec.choices):
+        t: Any = int_choice(*spec.choices)
+    elif spec.choices is not None:
+        t = Literal[tuple(spec.choices)]
+    elif types == {str}:
+        t = _bounded(str, pattern=spec.pattern)
+    elif types == {int}:
+        t = _bounded(int, spec.lo, spec.hi)
+    elif types == {int, float}:
+        t = _bounded(Number, spec.lo, spec.hi)
+    elif types == {bool}:
+        t = bool
+    else:
+        raise TypeError(f"no pydantic type for {spec.types}")
+    if spec.default is _REQUIRED:
+        return t, ...
+    if spec.default is None:
+        return Optional[t], None
+    return t, spec.default
+
+
+# --- topology: one model per registered kind, told apart by `kind` (default spineleaf) ---------
+
+def _topology_model(kind: str, cls) -> type[Section]:
+    fields = {key: field_of(spec) for key, spec in cls.PARAMS.items()}
+    # the default kind may be left out; every other kind names itself (so the JSON Schema's branches
+    # never overlap)
+    kind_field = (Literal[kind], kind) if kind == "spineleaf" else (Literal[kind], ...)
+    model = create_model(f"{cls.__name__}Topology", __base__=Section, __doc__=f"topology kind {kind}: {cls.TITLE}",
+                         kind=kind_field, **fields)
+    model.model_config["title"] = cls.TITLE
+    return model
+
+
+#: ``{kind: the model of its topology section}`` (from topologies.TOPOLOGIES).
+TOPOLOGY_MODELS: dict[str, type[Section]] = {kind: _topology_model(kind, cls) for kind, cls in TOPOLOGIES.items()}
+
+
+def _kind_of(value: Any) -> str | None:
+    if isinstance(value, dict):
+        kind = value.get("kind", "spineleaf")
+        return kind if isinstance(kind, str) else None
+    return getattr(value, "kind", None)
+
+
+Topology = Annotated[Union[tuple(Annotated[m, Tag(k)] for k, m in TOPOLOGY_MODELS.items())],
+                     Discriminator(_kind_of, custom_error_type="topology_kind",
+                                   custom_error_message=f"must be one of {', '.join(TOPOLOGY_MODELS)}")]
+
+
+# --- the plain sections ----------------------------------------------------------------------
+
+class Routing(Section):
+    """How switches pick among equal-cost next hops."""
+    mode: Literal["ecmp", "single"] = "ecmp"
+
+
+class Queues(Section):
+    """Every switch egress port's FIFO and shaper. Exactly one of the buffer keys (default 100 packets)."""
+    buffer_bytes: Optional[Annotated[int, Field(ge=FRAME_BYTES, le=64 * 2**20)]] = None
+    buffer_packets: Optional[Annotated[int, Field(ge=1, le=100000)]] = None
+    burst_bytes: Annotated[int, Field(ge=FRAME_BYTES, le=2**20)] = 2 * FRAME_BYTES
+
+    @property
+    def limit_bytes(self) -> int:
+        """The buffer in bytes (packets x FRAME_BYTES for a packet limit; 100 packets if neither is set)."""
+        if self.buffer_bytes is not None:
+            return self.buffer_bytes
+        return (self.buffer_packets or 100) * FRAME_BYTES
+
+
+class Hosts(Section):
+    """The hosts' kernel TCP settings (per network namespace)."""
+    tcp_congestion_control: Annotated[str, Field(pattern=r"^(?:[a-z0-9_]{1,16})$")] = "cubic"
+    tcp_ecn: int_choice(0, 1, 2) = 0
+
+
+class _TrafficBase(Section):
+    """The flows: incast (``senders`` hosts -> ``receiver``, ``response_bytes`` each), or a pair
+    pattern (permutation, all-to-all, Hedera's stride, staggered, random, random-bijection,
+    hotspot: ``flows_per_pair`` flows of ``flow_bytes`` each, or for ``duration_s`` each), over
+    kernel TCP, UDP datagrams, or RoCEv2 queue pairs."""
+    pattern: Literal[tuple(PATTERNS)] = "incast"
+    receiver: Annotated[str, Field(pattern=f"^(?:{HOST})$")] = "h1"
+    senders: Annotated[int, Field(ge=1, le=1000)] = 8
+    sender_hosts: Optional[Annotated[list[Annotated[str, Field(pattern=f"^(?:{HOST})$")]], Field(min_length=1)]] = None
+    response_bytes: Annotated[int, Field(ge=1, le=10**10)] = 500_000
+    flows_per_pair: Annotated[int, Field(ge=1, le=64)] = 1
+    flow_bytes: Annotated[int, Field(ge=1, le=10**10)] = 1_000_000
+    duration_s: Optional[_bounded(Number, 0.5, 3600)] = None
+    port: Annotated[int, Field(ge=1024, le=65535)] = 5001
+    #: tcp: kernel TCP; udp: sequence-numbered datagrams; roce: RoCEv2 queue pairs (the roce section)
+    transport: Literal["tcp", "udp", "roce"] = "tcp"
+    #: incast responses (roce): how many each sender sends, all at once or as Poisson arrivals
+    responses: Annotated[int, Field(ge=1, le=100000)] = 1
+    arrival: Literal["synchronized", "poisson"] = "synchronized"
+    load: Optional[_bounded(Number, 0.001, 1.0)] = None
+    #: the DSCP every flow carries (default 26 for roce, the lossless class; else 0)
+    dscp: Optional[Annotated[int, Field(ge=0, le=63)]] = None
+    start_delay_s: _bounded(Number, 0.05, 60) = 0.5
+    timeout_s: _bounded(Number, 1, 3600) = 120
+
+
+def _pattern_fields() -> dict:
+    out: dict = {}
+    for cls in PATTERNS.values():
+        for key, spec in cls.PARAMS.items():
+            if key in out and out[key] != field_of(spec):
+                raise TypeError(f"pattern {cls.NAME}: key {key} declared differently by another pattern")
+            out[key] = field_of(spec)
+    return out
+
+
+#: The ``traffic`` section: the common keys and every registered pattern's own keys.
+Traffic = create_model("Traffic", __base__=_TrafficBase, __doc__=_TrafficBase.__doc__, **_pattern_fields())
+
+#: Which pattern each pattern-specific ``traffic`` key belongs to.
+PATTERN_KEYS = {key: cls.NAME for cls in PATTERNS.values() for key in cls.PARAMS}
+
+
+class Dcqcn(Section):
+    """DCQCN parameters (names as in Zhu et al., SIGCOMM 2015); absent = the paper's NIC defaults
+    scaled to the host link rate (common.dcqcn.DcqcnParams.scaled)."""
+    time_scale: Optional[_bounded(Number, 1e-3, 1e6)] = None
+    g: Optional[_bounded(Number, 1e-6, 1.0)] = None
+    alpha_timer_s: Optional[_bounded(Number, 1e-6, 60)] = None
+    cnp_interval_s: Optional[_bounded(Number, 0.0, 60)] = None
+    timer_s: Optional[_bounded(Number, 1e-6, 60)] = None
+    byte_counter_bytes: Optional[_bounded(Number, 1, 1e12)] = None
+    fast_recovery_stages: Optional[Annotated[int, Field(ge=1, le=1000)]] = None
+    rate_ai_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
+    rate_hai_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
+    min_rate_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
+
+
+class Roce(Section):
+    """RoCEv2 queue pairs and their rate controller (traffic.ratecontrol.RATE_CONTROLLERS)."""
+    mode: Literal[tuple(RATE_CONTROLLERS)] = "dcqcn"
+    #: mode none: the fixed rate; default the host link rate
+    rate_mbps: Optional[_bounded(Number, 0.01, 1000)] = None
+    mtu_bytes: int_choice(256, 512, 1024, 2048, 4096) = 1024
+    ack_every: Annotated[int, Field(ge=1, le=4096)] = 16
+    #: default: experiments.rocerun.default_rto_s
+    rto_s: Optional[_bounded(Number, 0.001, 60)] = None
+    cnp_dscp: Annotated[int, Field(ge=0, le=63)] = 48
+    pcap_hosts: Optional[list[Annotated[str, Field(pattern=f"^(?:{HOST})$")]]] = None
+    dcqcn: Dcqcn = Dcqcn()
+
+
+class Collective(Section):
+    """A collective over ranks on hosts (real arrays reduced over kernel TCP or RoCEv2), instead
+    of the traffic section's flows; ``kind`` absent = no collective."""
+    kind: Optional[Literal["allreduce", "reduce_scatter", "all_gather", "all_to_all"]] = None
+    ranks: Annotated[int, Field(ge=2, le=1024)] = 8
+    #: local: consecutive ranks on a rack; spread: round-robin over leaves (pods); or `hosts`
+    placement: Literal["local", "spread"] = "local"
+    hosts: Optional[Annotated[list[Annotated[str, Field(pattern=f"^(?:{HOST})$")]], Field(min_length=2)]] = None
+    #: bytes per rank (D); sizes_bytes: a sweep (busbw against size)
+    size_bytes: Annotated[int, Field(ge=4, le=2**31)] = 1_000_000
+    sizes_bytes: Optional[Annotated[list[Annotated[int, Field(ge=4, le=2**31)]], Field(min_length=1)]] = None
+    repeat: Annotated[int, Field(ge=1, le=100)] = 1
+    init: Literal["seeded", "textbook"] = "seeded"
+    timeout_s: _bounded(Number, 1, 7200) = 300
+    transport: Literal["tcp", "roce"] = "tcp"
+
+
+class Measurement(Section):
+    """The queue sampler and the throughput window (averaged from ``warmup_s`` after the start)."""
+    sample_hz: _bounded(Number, 1, 2000) = 200
+    post_s: _bounded(Number, 0, 10) = 0.5
+    warmup_s: _bounded(Number, 0, 600) = 1.0
+
+
+# --- rounds as written -----------------------------------------------------------------------
+
+class _Override(Section):
+    """A round's change to a section: only the keys given replace the scenario's."""
+
+    def changes(self) -> dict:
+        """``{key: value}`` of the keys the round gave."""
+        return {k: getattr(self, k) for k in self.model_fields_set}
+
+
+class HostsOverride(_Override):
+    """A round's ``hosts`` keys."""
+    tcp_congestion_control: Optional[Annotated[str, Field(pattern=r"^(?:[a-z0-9_]{1,16})$")]] = None
+    tcp_ecn: Optional[int_choice(0, 1, 2)] = None
+
+
+class RoundPfc(Section):
+    """A round turns PFC on or off (the scenario's other PFC settings hold)."""
+    enabled: Optional[bool] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _only_enabled(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or set(data) - {"enabled"}:
+            raise ValueError("a round can only turn PFC on or off: {enabled: true|false}")
+        return data
+
+
+class RoundRoce(Section):
+    """A round sets the RoCE rate controller (A/B runs of dcqcn against none)."""
+    mode: Optional[Literal[tuple(RATE_CONTROLLERS)]] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _only_mode(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or set(data) - {"mode"}:
+            raise ValueError(f"a round can only set the RoCE mode: {{mode: {'|'.join(RATE_CONTROLLERS)}}}")
+        return data
+
+
+class CollectiveOverride(_Override):
+    """What a round may change of the collective section."""
+    kind: Optional[Literal["allreduce", "reduce_scatter", "all_gather", "all_to_all"]] = None
+    ranks: Optional[Annotated[int, Field(ge=2, le=1024)]] = None
+    placement: Optional[Literal["local", "spread"]] = None
+    hosts: Optional[Annotated[list[Annotated[str, Field(pattern=f"^(?:{HOST})$")]], Field(min_length=2)]] = None
+    transport: Optional[Literal["tcp", "roce"]] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known(cls, data: Any) -> Any:
+        if isinstance(data, dict) and set(data) - set(cls.model_fields):
+            raise ValueError(f"a round can set the collective's {', '.join(cls.model_fields)}")
+        return data
+
+
+def _own(name: str) -> Any:
+    """A section its own parser reads (common.ecn, common.pfc); experiments.schema_export puts
+    that parser's schema fragment where the marker ``x-fabriclab-section`` stands."""
+    return Annotated[Any, WithJsonSchema({"x-fabriclab-section": name})]
+
+
+class RoundFile(Section):
+    """One round as written: the same traffic again on the same fabric, with the ECN profiles,
+    host settings, PFC, RoCE mode, seed or collective it gives replacing the scenario's."""
+    name: Annotated[str, Field(pattern=f"^(?:{NAME})$")]
+    ecn: _own("roundEcn") = None
+    hosts: Optional[HostsOverride] = None
+    pfc: Optional[RoundPfc] = None
+    roce: Optional[RoundRoce] = None
+    seed: Optional[Annotated[int, Field(ge=0, le=2**31 - 1)]] = None
+    collective: Optional[CollectiveOverride] = None
+
+
+class ScenarioFile(Section):
+    """A scenario file as written (defaults filled in); :func:`experiments.scenario.validate`
+    resolves it into a :class:`Scenario`."""
+    model_config = ConfigDict(title="fabriclab scenario")
+    name: Annotated[str, Field(pattern=f"^(?:{NAME})$")]
+    description: str = ""
+    seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 1
+    topology: Topology = Field(default_factory=lambda: TOPOLOGY_MODELS["spineleaf"]())
+    routing: Routing = Routing()
+    queues: Queues = Queues()
+    hosts: Hosts = Hosts()
+    traffic: Traffic = Field(default_factory=Traffic)
+    roce: Roce = Roce()
+    collective: Collective = Collective()
+    measurement: Measurement = Measurement()
+    ecn: _own("ecn") = None
+    priorities: _own("priorities") = None
+    pfc: _own("pfc") = None
+    rounds: Optional[Annotated[list[RoundFile], Field(min_length=1, max_length=MAX_ROUNDS)]] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_sections(cls, data: Any) -> Any:
+        """A section written with no keys (``traffic:`` alone) is that section's defaults."""
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None or k in ("ecn", "priorities", "pfc", "rounds")}
+        return data
+
+
+# --- the resolved scenario -------------------------------------------------------------------
+
+class Resolved(BaseModel):
+    """Base of the resolved models: frozen, holding the already-checked objects of the parsers."""
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+
+class Round(Resolved):
+    """One round, resolved: everything it runs with.
+
+    Attributes:
+        name: its name (its folder is ``rounds/<nn>-<name>`` in a scenario with rounds).
+        ecn: every switch port's profile source (scenario's merged with the round's), in bytes.
+        hosts, collective: the sections as they hold in this round.
+        pfc_enabled: PFC on in this round.
+        roce_mode: the RoCE rate controller in this round.
+        seed: the seed of its random choices.
+    """
+    name: str
+    ecn: EcnSettings
+    hosts: Hosts
+    pfc_enabled: bool
+    roce_mode: str
+    seed: int
+    collective: Collective
+
+
+class Scenario(Resolved):
+    """A resolved scenario: parsed once, read by every layer.
+
+    Attributes:
+        name, description, seed, topology, routing, queues, hosts, traffic, roce, collective,
+            measurement: the sections (defaults filled in; ``traffic.senders`` counts
+            ``sender_hosts``, ``traffic.dscp`` is set, ``collective.ranks`` counts its hosts).
+        ecn: marker and profiles, thresholds in bytes (common.ecn.resolve_ecn).
+        pfc: priority classes and PFC, thresholds in bytes (common.pfc.parse_pfc); None when the
+            scenario has neither section and no round turns PFC on (one FIFO per port).
+        rounds: at least one round; a scenario without ``rounds`` has one named after it.
+        multi_round: the file gave ``rounds`` (results per round under ``rounds/``).
+    """
+    name: str
+    description: str
+    seed: int
+    topology: Any
+    routing: Routing
+    queues: Queues
+    hosts: Hosts
+    traffic: Any
+    roce: Roce
+    collective: Collective
+    measurement: Measurement
+    ecn: EcnSettings
+    pfc: Optional[PfcConfig]
+    rounds: tuple[Round, ...]
+    multi_round: bool
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Every switch egress port's buffer in bytes."""
+        return self.queues.limit_bytes
+
+    def to_data(self) -> dict:
+        """The scenario in file syntax, every default written out and every threshold in bytes: what
+        a results folder records as scenario.yaml, and what :func:`experiments.scenario.validate`
+        reads back into an equal Scenario."""
+        out = {k: _plain(getattr(self, k)) for k in ("name", "description", "seed", "topology", "routing", "queues",
+                                                    "hosts", "traffic", "roce", "collective", "measurement")}
+        out["ecn"] = settings_spec(self.ecn, marker=True)
+        out["priorities"], out["pfc"] = config_sections(self.pfc) if self.pfc is not None else (None, None)
+        out["rounds"] = [_round_data(r, self) for r in self.rounds] if self.multi_round else None
+        if any(r.collective.kind for r in self.rounds):
+            del out["traffic"]            # a collective scenario has none (its defaults are resolved again)
+        return out
+
+
+def _plain(v: Any) -> Any:
+    return v.model_dump() if isinstance(v, BaseModel) else v
+
+
+def _round_data(r: Round, sc: Scenario) -> dict:
+    coll = {k: getattr(r.collective, k) for k in CollectiveOverride.model_fields}
+    if sc.collective.kind is None and r.collective.kind is None:
+        coll = None
+    return {"name": r.name, "ecn": settings_spec(r.ecn, marker=False), "hosts": r.hosts.model_dump(),
+            **({"pfc": {"enabled": r.pfc_enabled}} if sc.pfc is not None else {}),
+            "roce": {"mode": r.roce_mode}, "seed": r.seed,
+            **({"collective": coll} if coll is not None else {})}
