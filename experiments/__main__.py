@@ -114,6 +114,9 @@ def main(argv=None) -> int:
         except FileNotFoundError as e:
             print(f"fabriclab: {e}", file=sys.stderr)
             return 2
+        except ScenarioError as e:
+            print(f"fabriclab: {d}/scenario.yaml: {e}", file=sys.stderr)
+            return 2
         print(f"fabriclab: analysed {len(dirs)} round(s) of {d}")
         return 0
     if os.geteuid() != 0:

@@ -116,3 +116,15 @@ def test_analyze_a_folder_that_is_not_results(tmp_path):
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1 and "not a results folder" in lines[0], res.stderr[-2000:]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_analyze_a_folder_whose_recorded_scenario_does_not_parse(tmp_path):
+    """A results folder whose scenario.yaml was edited into something invalid: exit 2, one line
+    naming the file and the key, nothing written."""
+    (tmp_path / "scenario.yaml").write_text("name: r\ntraffic: {sendrs: 3}\n")
+    (tmp_path / "environment.json").write_text("{}")
+    res, _ = cli("analyze", str(tmp_path))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
+    assert "scenario.yaml" in lines[0] and "'traffic.sendrs'" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["environment.json", "scenario.yaml"]
