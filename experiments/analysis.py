@@ -106,7 +106,7 @@ def port_summaries(samples: dict, fabric_map: dict, sc: Scenario, window_s: tupl
             mean_mbps = (tx[sel][-1] - tx[sel][0]) * 8 / dt / 1e6 if dt > 0 else 0.0
             rows.append({
                 "switch": sw["name"], "port": p["port"], "intf": p["intf"], "peer": p["peer"],
-                "rate_mbps": p["rate_mbps"], "buffer_bytes": q["buffer_bytes"], "buffer_packets": q["buffer_packets"],
+                "rate_mbps": p["rate_mbps"], "buffer_bytes": q.buffer_bytes, "buffer_packets": q.buffer_packets,
                 "tx_bytes": int(tx[-1] - tx[0]), "tx_packets": int(s["tx_packets_total"][-1] - s["tx_packets_total"][0]),
                 "drops": int(s["drops_total"][-1] - s["drops_total"][0]),
                 "peak_backlog_bytes": int(s["backlog_bytes"].max()), "peak_backlog_packets": int(s["backlog_packets"].max()),
@@ -280,7 +280,7 @@ def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], 
         "scenario": sc.name,
         "pattern": sc.traffic.pattern,
         "flows_kind": "time-limited" if sc.traffic.duration_s else "sized",
-        "topology": dict(sc.topology, oversubscription=fabric_map["params"].get("oversubscription")),
+        "topology": dict(sc.topology.model_dump(), oversubscription=fabric_map["params"].get("oversubscription")),
         "routing": env.get("routing"),
         "datapath": env["datapath"],
         "kernel": env["kernel"],
