@@ -392,11 +392,11 @@ class Scenario(Resolved):
     name: str
     description: str
     seed: int
-    topology: Any
+    topology: Topology
     routing: Routing
     queues: Queues
     hosts: Hosts
-    traffic: Any
+    traffic: Traffic
     roce: Roce
     collective: Collective
     measurement: Measurement

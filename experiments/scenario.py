@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import stat
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,12 @@ _TYPE_NAMES = {"int_type": "int", "float_type": "float", "string_type": "str", "
                "int_from_float": "int", "none_required": "nothing"}
 
 
+#: Names pydantic puts in an error's location for a union's member: not keys the user wrote.
+_UNION_MEMBERS = {"int", "float", "str", "bool", "none", "list", "dict"}
+
+
 def _key(loc: tuple) -> str:
+    """A pydantic error location as the dotted key the user wrote (``rounds[1].hosts.tcp_ecn``)."""
     out = ""
     parts = list(loc)
     if len(parts) > 1 and parts[0] == "topology" and parts[1] in TOPOLOGY_MODELS:
@@ -77,36 +83,27 @@ def _key(loc: tuple) -> str:
     return out or "<top>"
 
 
-_UNION_MEMBERS = {"int", "float", "str", "bool", "none", "list", "dict"}
+
+def _models_in(t: Any) -> list[type[BaseModel]]:
+    """The models an annotation can hold (through Optional, Union, Annotated and list)."""
+    if isinstance(t, type) and issubclass(t, BaseModel):
+        return [t]
+    return [m for arg in typing.get_args(t) for m in _models_in(arg)]
 
 
 def _known_keys(model: type[BaseModel], loc: tuple) -> list[str]:
-    """The keys of the section at ``loc`` (a pydantic error location) in ``model``'s tree."""
-    here: Any = model
-    for part in loc:
-        if isinstance(here, type) and issubclass(here, BaseModel):
-            if part in here.model_fields:
-                here = here.model_fields[part].annotation
-            elif part in TOPOLOGY_MODELS:
-                here = TOPOLOGY_MODELS[part]
+    """The keys of the section at ``loc`` (a pydantic error location, without the unknown key)."""
+    models = [model]
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            continue                                  # an item of a list: the same models
+        if i > 0 and loc[i - 1] == "topology" and part in TOPOLOGY_MODELS:
+            models = [TOPOLOGY_MODELS[part]]          # the kind the user gave
             continue
-        for arg in _flatten(here):
-            if isinstance(arg, type) and issubclass(arg, BaseModel):
-                here = arg.model_fields[part].annotation if part in arg.model_fields else TOPOLOGY_MODELS.get(part, arg)
-                break
-    for arg in _flatten(here):
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
-            return sorted(arg.model_fields)
-    return []
-
-
-def _flatten(t: Any) -> list:
-    args = getattr(t, "__args__", None) or getattr(t, "__origin__", None) and () or ()
-    if getattr(t, "__metadata__", None) is not None:      # Annotated
-        return _flatten(t.__origin__)
-    if args:
-        return [x for a in args for x in _flatten(a)]
-    return [t]
+        inner = [m2 for m in models if part in m.model_fields for m2 in _models_in(m.model_fields[part].annotation)]
+        if inner:
+            models = inner
+    return sorted(models[0].model_fields) if models else []
 
 
 def _scenario_error(err: ValidationError, model: type[BaseModel], prefix: tuple = ()) -> ScenarioError:
