@@ -94,7 +94,7 @@ def parse_profile(spec, buffer_bytes: int, key: str, frame_bytes: int = FRAME_BY
         raise ScenarioError(f"{key}.{kind}", "expected a mapping")
     for name in body:
         if name not in allowed[kind]:
-            raise ScenarioError(f"{key}.{kind}.{name}", f"unknown key (known: {', '.join(sorted(allowed[kind]))})")
+            raise ScenarioError(f"{key}.{kind}.{name}", f"unknown key (known keys here: {', '.join(sorted(allowed[kind]))})")
     where = f"{key}.{kind}"
 
     def given(name):

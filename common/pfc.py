@@ -304,7 +304,7 @@ def parse_pfc(priorities: dict | None, pfc: dict | None, buffer_bytes: int, fram
     known = {"dscp", "default_priority", "scheduling"}
     for k in pr:
         if k not in known:
-            raise ScenarioError(f"priorities.{k}", f"unknown key (known: {', '.join(sorted(known))})")
+            raise ScenarioError(f"priorities.{k}", f"unknown key (known keys here: {', '.join(sorted(known))})")
     dscp_map = dict(DEFAULT_DSCP_MAP)
     if "dscp" in pr:
         if not isinstance(pr["dscp"], dict) or not pr["dscp"]:
@@ -316,8 +316,8 @@ def parse_pfc(priorities: dict | None, pfc: dict | None, buffer_bytes: int, fram
     if isinstance(sched, dict) and set(sched) == {"weighted"} and isinstance(sched["weighted"], dict):
         weights = {_int_in(p, 0, 7, f"priorities.scheduling.weighted.{p}"): w for p, w in sched["weighted"].items()}
         for p, w in weights.items():
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0:
-                raise ScenarioError(f"priorities.scheduling.weighted.{p}", f"expected a weight > 0, got {w!r}")
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 < w < math.inf:
+                raise ScenarioError(f"priorities.scheduling.weighted.{p}", f"expected a finite weight > 0, got {w!r}")
         sched = "weighted"
     elif sched != "strict":
         raise ScenarioError("priorities.scheduling", f"expected 'strict' or {{weighted: {{PRIO: WEIGHT}}}}, got {sched!r}")
@@ -327,7 +327,7 @@ def parse_pfc(priorities: dict | None, pfc: dict | None, buffer_bytes: int, fram
              "watchdog"}
     for k in pf:
         if k not in known:
-            raise ScenarioError(f"pfc.{k}", f"unknown key (known: {', '.join(sorted(known))})")
+            raise ScenarioError(f"pfc.{k}", f"unknown key (known keys here: {', '.join(sorted(known))})")
     enabled = pf.get("enabled", pfc is not None)
     if not isinstance(enabled, bool):
         raise ScenarioError("pfc.enabled", f"expected true or false, got {enabled!r}")
@@ -364,7 +364,7 @@ def parse_pfc(priorities: dict | None, pfc: dict | None, buffer_bytes: int, fram
             raise ScenarioError("pfc.watchdog", "expected {timeout_s: S, action: keep|drop}")
         for k in wd:
             if k not in ("timeout_s", "action"):
-                raise ScenarioError(f"pfc.watchdog.{k}", "unknown key (known: action, timeout_s)")
+                raise ScenarioError(f"pfc.watchdog.{k}", "unknown key (known keys here: action, timeout_s)")
         wd_s = wd.get("timeout_s")
         if isinstance(wd_s, bool) or not isinstance(wd_s, (int, float)) or not 0 < wd_s < math.inf:
             raise ScenarioError("pfc.watchdog.timeout_s", f"expected a time > 0 s, got {wd_s!r}")

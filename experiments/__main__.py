@@ -1,7 +1,7 @@
 """fabriclab command line.
 
     python -m experiments run [SCENARIO.yaml] [--results DIR]
-    python -m experiments check SCENARIO.yaml     # validate only
+    python -m experiments check SCENARIO.yaml     # validate only (a comparison file too)
     python -m experiments clean                   # remove what a killed run left
     python -m experiments plot RESULTS_DIR        # redraw plots from result files
     python -m experiments analyze RESULTS_DIR     # rebuild every derived file from the raw ones
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from common.errors import BusyError, CapabilityError, ScenarioError, SetupError
 from experiments.plan import build_fabric, check_against_fabric
-from experiments.scenario import load_scenario
+from experiments.scenario import load_scenario, read_yaml_file
 from experiments.state import clean_stale
 
 # Each subcommand imports its own modules inside main(): `check` loads the parser and the fabric
@@ -61,6 +61,18 @@ def main(argv=None) -> int:
     d.add_argument("--out", default="topology.png")
     args = ap.parse_args(argv)
 
+    if args.cmd == "check" and _is_comparison(args.scenario):
+        from experiments import compare
+        try:
+            cmp = compare.load_comparison(args.scenario)
+            for _fabric, _traffic, sc in cmp["runs"]:
+                check_against_fabric(sc)
+        except ScenarioError as e:
+            print(f"fabriclab: {e}", file=sys.stderr)
+            return 2
+        print(f"fabriclab: {args.scenario} is a valid comparison of {len(cmp['runs'])} runs "
+              "(run it with: python -m experiments compare FILE)")
+        return 0
     if args.cmd in ("run", "check", "draw"):
         try:
             sc = load_scenario(args.scenario)
@@ -115,7 +127,8 @@ def main(argv=None) -> int:
             print(f"fabriclab: {e}", file=sys.stderr)
             return 2
         except ScenarioError as e:
-            print(f"fabriclab: {d}/scenario.yaml: {e}", file=sys.stderr)
+            print(f"fabriclab: {d}/scenario.yaml does not parse as a scenario of this fabriclab (a folder recorded "
+                  f"by an earlier version: run its scenario again): {e}", file=sys.stderr)
             return 2
         print(f"fabriclab: analysed {len(dirs)} round(s) of {d}")
         return 0
@@ -157,6 +170,15 @@ def main(argv=None) -> int:
             print(f"fabriclab: stopped by {SIGNAL_NAMES[e.code]}; fabric torn down (exit {e.code})", file=sys.stderr)
         raise
     return 0
+
+
+def _is_comparison(path: str) -> bool:
+    """Whether ``path`` reads as a comparison file (it has ``fabrics``), not a scenario."""
+    try:
+        data = read_yaml_file(path)
+    except ScenarioError:
+        return False            # the scenario reader says what is wrong with it
+    return isinstance(data, dict) and "fabrics" in data
 
 
 if __name__ == "__main__":

@@ -46,15 +46,16 @@ class Section(BaseModel):
 Number = Union[int, float]
 
 
-def _no_bool(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise ValueError(f"expected an integer, got a boolean ({value})")
+def _exact_int(value: Any) -> Any:
+    if type(value) is not int:
+        got = "a boolean" if isinstance(value, bool) else f"{type(value).__name__} {value!r}"
+        raise ValueError(f"expected an integer, got {got}")
     return value
 
 
 def int_choice(*values: int) -> Any:
-    """An integer that must be one of ``values`` (a YAML ``true`` is not the integer 1)."""
-    return Annotated[Literal[values], BeforeValidator(_no_bool)]
+    """An integer that must be one of ``values`` (a YAML ``true`` or ``1.0`` is not the integer 1)."""
+    return Annotated[Literal[values], BeforeValidator(_exact_int)]
 
 
 def _bounded(t: Any, lo=None, hi=None, pattern: str | None = None) -> Any:

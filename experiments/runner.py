@@ -36,7 +36,7 @@ from experiments.fabric import REPO, LiveFabric
 from experiments.features import FEATURES
 from experiments.live import _SIGNALLED, _on_signal, check_signalled, measure_rtt_s, warm_up_reachability
 from experiments.plan import check_against_fabric
-from experiments.scenario import FRAME_BYTES, validate
+from experiments.scenario import FRAME_BYTES, read_yaml_file, validate
 from experiments.state import RunState
 from experiments.workloads import WORKLOADS, workload_for
 from experiments.model import Round, Scenario
@@ -248,7 +248,7 @@ def analyze(out: Path, quiet: bool = False, features: dict | None = None, worklo
             (the run ended before any round's traffic finished).
     """
     out = Path(out)
-    sc = validate(yaml.safe_load((out / "scenario.yaml").read_text()))
+    sc = validate(read_yaml_file(out / "scenario.yaml"))
     ctx = _context(sc, check_against_fabric(sc), json.loads((out / "environment.json").read_text()), out, quiet)
     feats = [f(ctx) for f in (FEATURES if features is None else features).values()]
     for f in feats:

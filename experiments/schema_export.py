@@ -212,6 +212,8 @@ def _describe(p: dict) -> tuple[str, str]:
         t = f"list of {_describe(p['items'])[0]}"
     text = t + (f" ({', '.join(bounds)})" if bounds else "")
     default = p.get("default")
+    if isinstance(default, bool):
+        default = str(default).lower()      # as YAML writes it
     return text, "" if default is None else ("`\"\"`" if default == "" else f"`{default}`")
 
 
@@ -260,5 +262,8 @@ def markdown(schema: dict | None = None) -> str:
               "- `off`", "- `{step: {k_bytes: K}}` or `{step: {k_packets: K}}`",
               "- `{red: {kmin_bytes|kmin_packets, kmax_bytes|kmax_packets, pmax, weight}}` "
               "(pmax in (0, 1]; weight: the averaging weight, a power of two for kernel RED, absent = instantaneous)",
-              ""]
+              "", "## priorities.scheduling", "",
+              "- `strict`: the higher priority number first",
+              "- `{weighted: {PRIO: WEIGHT}}`: shares of the port's rate (finite weights > 0), one for every "
+              "priority in use", ""]
     return "\n".join(lines)

@@ -118,13 +118,31 @@ def test_analyze_a_folder_that_is_not_results(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_analyze_a_folder_whose_recorded_scenario_does_not_parse(tmp_path):
-    """A results folder whose scenario.yaml was edited into something invalid: exit 2, one line
-    naming the file and the key, nothing written."""
-    (tmp_path / "scenario.yaml").write_text("name: r\ntraffic: {sendrs: 3}\n")
+@pytest.mark.parametrize("text, key", [
+    ("name: r\ntraffic: {sendrs: 3}\n", "traffic.sendrs"),            # edited into an invalid scenario
+    ("name: r\nname: s\n", "name"),                                    # a key twice: not the second silently
+    (": bad: [\n", "<file>"),                                          # not YAML
+    (b"name: r\xff\n", "<file>"),                                      # not UTF-8
+])
+def test_analyze_a_folder_whose_recorded_scenario_does_not_parse(tmp_path, text, key):
+    """A results folder whose scenario.yaml does not parse (edited, or by an earlier version):
+    exit 2, one line naming the file and the key, nothing written; read under the same limits
+    as a scenario file."""
+    rec = tmp_path / "scenario.yaml"
+    rec.write_bytes(text if isinstance(text, bytes) else text.encode())
     (tmp_path / "environment.json").write_text("{}")
     res, _ = cli("analyze", str(tmp_path))
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
-    assert "scenario.yaml" in lines[0] and "'traffic.sendrs'" in lines[0]
+    assert "scenario.yaml" in lines[0] and f"'{key}'" in lines[0], lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["environment.json", "scenario.yaml"]
+
+
+def test_check_on_a_comparison_checks_every_run_of_it(tmp_path):
+    """`check` on a comparison file checks the comparison (every fabric x traffic run), not a scenario."""
+    res, _ = cli("check", "experiments/scenarios/compare-topologies.yaml")
+    assert res.returncode == 0 and "valid comparison of" in res.stdout, res.stdout + res.stderr
+    bad = write(tmp_path, "name: c\nfabrics: {sl: {kind: spineleaf, spinez: 2}}\ntraffic: {p: {pattern: permutation}}\n")
+    res, _ = cli("check", str(bad))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and "'fabrics.sl.spinez'" in lines[0], res.stderr[-2000:]

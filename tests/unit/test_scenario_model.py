@@ -59,6 +59,10 @@ def test_every_scenario_has_at_least_one_round():
     ({"name": "t", "measurement": {"sample_hz": float("inf")}}, "measurement.sample_hz"),
     ({"name": "t", "rounds": [{"name": "a"}, {"name": "b", "collective": {"repeat": 2}}]}, "rounds[1].collective"),
     ({"name": "t", "rounds": [{"name": "a", "hosts": {"tcp_ecn": True}}]}, "rounds[0].hosts.tcp_ecn"),
+    ({"name": "t", "hosts": {"tcp_ecn": 1.0}}, "hosts.tcp_ecn"),
+    ({"name": "t", "roce": {"mtu_bytes": 1024.0}}, "roce.mtu_bytes"),
+    ({"name": "t", "priorities": {"scheduling": {"weighted": {3: float("inf"), 0: 1}}}},
+     "priorities.scheduling.weighted.3"),
     ({"name": "t", "rounds": "all"}, "rounds"),
     ({"name": "t", "traffic": {"sender_hosts": []}}, "traffic.sender_hosts"),
 ])
