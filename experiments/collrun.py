@@ -17,6 +17,7 @@ from controller.dataplane import ovs_trace_output_port
 from experiments import plot
 from experiments.fluid import hash_ecmp_min_rate, max_min_on_paths, max_min_rates
 from experiments.live import Agents, start_sampler, stop_sampler
+from experiments.model import Collective
 from experiments.rocerun import SPORT_BASE
 from experiments.tables import write_csv
 from traffic.collective import initial_array
@@ -386,9 +387,16 @@ def run(lf, state, hosts: list[str], kind: str, elements: int, out: Path, timeou
 ALPHA_PROBE_ELEMENTS_PER_RANK = 4
 
 
-def run_round(lf, state, coll: dict, out: Path, sample_hz: float, quiet: bool = True, say=print) -> dict:
+def run_round(lf, state, coll: Collective, out: Path, sample_hz: float, quiet: bool = True, say=print,
+              seed: int = 0, roce_args: dict | None = None) -> dict:
     """Run one round's collective on a live fabric: a small run for alpha, then every size of
     ``coll`` (``sizes_bytes`` or ``size_bytes``), each ``repeat`` times, with the queue sampler on.
+
+    Args:
+        coll: the round's collective section (typed; ``kind`` set).
+        seed: the seed of the ranks' arrays (``init: seeded``).
+        roce_args: the RoCE queue pairs' settings (experiments.rocerun.collective_job_args) for
+            ``transport: roce``.
 
     Returns ``{"hosts", "alpha_s", "rate_bps" (B: hash-ECMP bottleneck x TCP_PAYLOAD_FRACTION),
     "link_rate_bps" (that bottleneck link's rate), "rate_ideal_ecmp_bps",
@@ -396,13 +404,13 @@ def run_round(lf, state, coll: dict, out: Path, sample_hz: float, quiet: bool = 
     "transfers", "expected_transfers", "iterations": [timings], "errors", "dir"}]}``.
     Raises SetupError when the agents cannot start.
     """
-    hosts = coll["hosts"] or place_ranks(lf.fabric, coll["ranks"], coll["placement"])
-    n, kind = len(hosts), coll["kind"]
-    transport = coll.get("transport", "tcp")
-    tr = {"transport": transport, "roce": coll.get("roce_args")} if transport == "roce" else {}
+    hosts = coll.hosts or place_ranks(lf.fabric, coll.ranks, coll.placement)
+    n, kind = len(hosts), coll.kind
+    transport = coll.transport
+    tr = {"transport": transport, "roce": roce_args} if transport == "roce" else {}
     # B: every transfer is one TCP connection (RoCE queue pair), kept for the whole run, so on one
     # hashed path; the model counts payload bytes, so B is the link rate's payload share
-    ra = coll.get("roce_args") or {}
+    ra = roce_args or {}
     frac = payload_fraction(transport, ra.get("mtu_bytes", 1024))
     fmap = lf.fabric.to_map()
     link_rate = bottleneck_rate_bps(fmap, hosts, kind, "hash")
@@ -413,24 +421,24 @@ def run_round(lf, state, coll: dict, out: Path, sample_hz: float, quiet: bool = 
         link_rate = ra["rate_mbps"] * 1e6       # every queue pair paced at the fixed rate
         model = f"fixed rate, {label} payload"
     rate = link_rate * frac
-    res = {"hosts": hosts, "kind": kind, "ranks": n, "placement": "list" if coll["hosts"] else coll["placement"],
+    res = {"hosts": hosts, "kind": kind, "ranks": n, "placement": "list" if coll.hosts else coll.placement,
            "transport": transport, "payload_fraction": frac,
            "rate_bps": rate, "link_rate_bps": link_rate, "rate_model": model,
            "rate_ideal_ecmp_bps": bottleneck_rate_bps(fmap, hosts, kind, "ecmp") * frac, "runs": []}
     sampler = start_sampler(lf, state, out, sample_hz)
     try:
         probe_el = max(n * ALPHA_PROBE_ELEMENTS_PER_RANK, 4)
-        recs, _ = run(lf, state, hosts, kind, probe_el, out / "alpha", timeout_s=coll["timeout_s"], repeat=3, **tr)
+        recs, _ = run(lf, state, hosts, kind, probe_el, out / "alpha", timeout_s=coll.timeout_s, repeat=3, **tr)
         probe = timings([r for r in recs if r], kind, probe_el) if all(recs) else []
         drop_arrays(recs)
         res["alpha_s"] = (float(np.median([alpha_from_run(t["time_s"], kind, n, 4 * probe_el, rate) for t in probe]))
                           if probe else None)
-        for size in coll["sizes_bytes"] or [coll["size_bytes"]]:
+        for size in coll.sizes_bytes or [coll.size_bytes]:
             el = size // 4
             d = out / f"size-{size}"
-            recs, codes = run(lf, state, hosts, kind, el, d, timeout_s=coll["timeout_s"], init=coll["init"],
-                              seed=coll.get("seed", 0), repeat=coll["repeat"], **tr)
-            chk = check_results(recs, kind, el, init=coll["init"], seed=coll.get("seed", 0))
+            recs, codes = run(lf, state, hosts, kind, el, d, timeout_s=coll.timeout_s, init=coll.init,
+                              seed=seed, repeat=coll.repeat, **tr)
+            chk = check_results(recs, kind, el, init=coll.init, seed=seed)
             tim = timings(recs, kind, el) if chk["exact"] else []
             drop_arrays(recs)
             traced, traced_error = None, None

@@ -32,9 +32,8 @@ class Collective(Workload):
         coll = rec.round.collective
         roce_args = (rocerun.collective_job_args(self.ctx.sc, rec.round.roce_mode)
                      if coll.transport == "roce" else None)
-        return collrun.run_round(lf, state, {**coll.model_dump(), "seed": rec.round.seed, "roce_args": roce_args},
-                                 rec.dir / "agents", self.ctx.sc.measurement.sample_hz, self.ctx.quiet,
-                                 say=self.ctx.say)
+        return collrun.run_round(lf, state, coll, rec.dir / "agents", self.ctx.sc.measurement.sample_hz,
+                                 self.ctx.quiet, say=self.ctx.say, seed=rec.round.seed, roce_args=roce_args)
 
     def summarize(self, rec: RoundRecord) -> dict:
         """collective.csv, collective_steps.csv, the plots, and the ``collective`` summary."""

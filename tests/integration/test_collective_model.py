@@ -14,6 +14,7 @@ from experiments import collrun
 from experiments.fabric import LiveFabric
 from experiments.context import HOST_QUEUE_PACKETS
 from experiments.live import warm_up_reachability
+from experiments.model import Collective
 from topologies.fattree import FatTree
 from topologies.spineleaf import SpineLeaf
 
@@ -48,9 +49,9 @@ def measure(lf, st, tmp, hosts, size_bytes, repeat=2) -> dict:
     :func:`experiments.collrun.summarize`): the median T, busbw, the model's T (B: the hash-ECMP
     bottleneck's TCP payload rate, a median over hash outcomes) and the model's T on the paths
     this run's connections took (traced from Open vSwitch's tables), exactness and transfers."""
-    coll = {"kind": "allreduce", "hosts": hosts, "ranks": len(hosts), "placement": "local", "size_bytes": size_bytes,
-            "sizes_bytes": None, "repeat": repeat, "init": "seeded", "seed": 5, "timeout_s": 300}
-    res = collrun.run_round(lf, st, coll, tmp, sample_hz=20)
+    coll = Collective(kind="allreduce", hosts=hosts, ranks=len(hosts), placement="local", size_bytes=size_bytes,
+                      repeat=repeat, init="seeded", timeout_s=300)
+    res = collrun.run_round(lf, st, coll, tmp, sample_hz=20, seed=5)
     (row,) = collrun.summarize(res, tmp)["sizes"]
     (run,) = res["runs"]
     assert row["exact"] and run["traced_error"] is None, (run["errors"], run["agent_exit_codes"], run["traced_error"])
