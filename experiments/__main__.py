@@ -22,7 +22,7 @@ from pathlib import Path
 
 from common.errors import BusyError, CapabilityError, ScenarioError, SetupError
 from experiments.plan import build_fabric, check_against_fabric
-from experiments.scenario import load_scenario, read_yaml_file
+from experiments.scenario import read_yaml_file, validate
 from experiments.state import clean_stale
 
 # Each subcommand imports its own modules inside main(): `check` loads the parser and the fabric
@@ -61,21 +61,18 @@ def main(argv=None) -> int:
     d.add_argument("--out", default="topology.png")
     args = ap.parse_args(argv)
 
-    if args.cmd == "check" and _is_comparison(args.scenario):
-        from experiments import compare
-        try:
-            cmp = compare.load_comparison(args.scenario)
-            for _fabric, _traffic, sc in cmp["runs"]:
-                check_against_fabric(sc)
-        except ScenarioError as e:
-            print(f"fabriclab: {e}", file=sys.stderr)
-            return 2
-        print(f"fabriclab: {args.scenario} is a valid comparison of {len(cmp['runs'])} runs "
-              "(run it with: python -m experiments compare FILE)")
-        return 0
     if args.cmd in ("run", "check", "draw"):
         try:
-            sc = load_scenario(args.scenario)
+            data = read_yaml_file(args.scenario)
+            if args.cmd == "check" and isinstance(data, dict) and "fabrics" in data:     # a comparison file
+                from experiments import compare
+                cmp = compare.validate_comparison(data)
+                for _fabric, _traffic, sc in cmp["runs"]:
+                    check_against_fabric(sc)
+                print(f"fabriclab: {args.scenario} is a valid comparison of {len(cmp['runs'])} runs "
+                      "(run it with: python -m experiments compare FILE)")
+                return 0
+            sc = validate(data)
         except ScenarioError as e:
             print(f"fabriclab: {e}", file=sys.stderr)
             return 2
@@ -170,15 +167,6 @@ def main(argv=None) -> int:
             print(f"fabriclab: stopped by {SIGNAL_NAMES[e.code]}; fabric torn down (exit {e.code})", file=sys.stderr)
         raise
     return 0
-
-
-def _is_comparison(path: str) -> bool:
-    """Whether ``path`` reads as a comparison file (it has ``fabrics``), not a scenario."""
-    try:
-        data = read_yaml_file(path)
-    except ScenarioError:
-        return False            # the scenario reader says what is wrong with it
-    return isinstance(data, dict) and "fabrics" in data
 
 
 if __name__ == "__main__":

@@ -61,8 +61,6 @@ def int_choice(*values: int) -> Any:
 def _bounded(t: Any, lo=None, hi=None, pattern: str | None = None) -> Any:
     kw = {k: v for k, v in (("ge", lo), ("le", hi), ("pattern", f"^(?:{pattern})$" if pattern else None))
           if v is not None}
-    if t is Number:
-        return Annotated[t, Field(**kw)] if kw else t
     return Annotated[t, Field(**kw)] if kw else t
 
 
@@ -131,18 +129,23 @@ class Routing(Section):
     mode: Literal["ecmp", "single"] = "ecmp"
 
 
+#: A switch egress port's buffer when the scenario gives neither buffer key.
+DEFAULT_BUFFER_PACKETS = 100
+
+
 class Queues(Section):
-    """Every switch egress port's FIFO and shaper. Exactly one of the buffer keys (default 100 packets)."""
+    """Every switch egress port's FIFO and shaper. Exactly one of the buffer keys (default
+    :data:`DEFAULT_BUFFER_PACKETS`)."""
     buffer_bytes: Optional[Annotated[int, Field(ge=FRAME_BYTES, le=64 * 2**20)]] = None
     buffer_packets: Optional[Annotated[int, Field(ge=1, le=100000)]] = None
     burst_bytes: Annotated[int, Field(ge=FRAME_BYTES, le=2**20)] = 2 * FRAME_BYTES
 
     @property
     def limit_bytes(self) -> int:
-        """The buffer in bytes (packets x FRAME_BYTES for a packet limit; 100 packets if neither is set)."""
+        """The buffer in bytes (packets x FRAME_BYTES for a packet limit; the default if neither is set)."""
         if self.buffer_bytes is not None:
             return self.buffer_bytes
-        return (self.buffer_packets or 100) * FRAME_BYTES
+        return (self.buffer_packets or DEFAULT_BUFFER_PACKETS) * FRAME_BYTES
 
 
 class Hosts(Section):
@@ -257,10 +260,35 @@ class _Override(Section):
         return {k: getattr(self, k) for k in self.model_fields_set}
 
 
-class HostsOverride(_Override):
-    """A round's ``hosts`` keys."""
-    tcp_congestion_control: Optional[Annotated[str, Field(pattern=r"^(?:[a-z0-9_]{1,16})$")]] = None
-    tcp_ecn: Optional[int_choice(0, 1, 2)] = None
+def _override(base: type[Section], name: str, doc: str, keys: tuple[str, ...] | None = None,
+              refuse: str | None = None) -> type[_Override]:
+    """The model of a round's change to ``base``: its ``keys`` (default all), each optional with
+    ``base``'s type and bounds. With ``refuse``, another key is refused with that message at the
+    section's own key (``rounds[0].roce``), instead of as an unknown key."""
+    keys = tuple(base.model_fields) if keys is None else keys
+    def optional(f) -> Any:
+        return Optional[Annotated[(f.annotation, *f.metadata)] if f.metadata else f.annotation]
+    fields = {k: (optional(base.model_fields[k]), None) for k in keys}
+    validators = {}
+    if refuse is not None:
+        def _only_keys(cls, data: Any) -> Any:
+            if not isinstance(data, dict) or set(data) - set(keys):
+                raise ValueError(refuse)
+            return data
+        validators["_only_keys"] = model_validator(mode="before")(classmethod(_only_keys))
+    return create_model(name, __base__=_Override, __doc__=doc, __validators__=validators, **fields)
+
+
+#: A round's ``hosts`` keys.
+HostsOverride = _override(Hosts, "HostsOverride", "A round's ``hosts`` keys.")
+#: A round sets the RoCE rate controller (A/B runs of dcqcn against none).
+RoundRoce = _override(Roce, "RoundRoce", "A round's RoCE rate controller.", ("mode",),
+                      refuse=f"a round can only set the RoCE mode: {{mode: {'|'.join(RATE_CONTROLLERS)}}}")
+#: What a round may change of the collective section.
+ROUND_COLLECTIVE_KEYS = ("kind", "ranks", "placement", "hosts", "transport")
+CollectiveOverride = _override(Collective, "CollectiveOverride", "A round's change to the collective section.",
+                               ROUND_COLLECTIVE_KEYS,
+                               refuse=f"a round can set the collective's {', '.join(ROUND_COLLECTIVE_KEYS)}")
 
 
 class RoundPfc(Section):
@@ -272,34 +300,6 @@ class RoundPfc(Section):
     def _only_enabled(cls, data: Any) -> Any:
         if not isinstance(data, dict) or set(data) - {"enabled"}:
             raise ValueError("a round can only turn PFC on or off: {enabled: true|false}")
-        return data
-
-
-class RoundRoce(Section):
-    """A round sets the RoCE rate controller (A/B runs of dcqcn against none)."""
-    mode: Optional[Literal[tuple(RATE_CONTROLLERS)]] = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _only_mode(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or set(data) - {"mode"}:
-            raise ValueError(f"a round can only set the RoCE mode: {{mode: {'|'.join(RATE_CONTROLLERS)}}}")
-        return data
-
-
-class CollectiveOverride(_Override):
-    """What a round may change of the collective section."""
-    kind: Optional[Literal["allreduce", "reduce_scatter", "all_gather", "all_to_all"]] = None
-    ranks: Optional[Annotated[int, Field(ge=2, le=1024)]] = None
-    placement: Optional[Literal["local", "spread"]] = None
-    hosts: Optional[Annotated[list[Annotated[str, Field(pattern=f"^(?:{HOST})$")]], Field(min_length=2)]] = None
-    transport: Optional[Literal["tcp", "roce"]] = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known(cls, data: Any) -> Any:
-        if isinstance(data, dict) and set(data) - set(cls.model_fields):
-            raise ValueError(f"a round can set the collective's {', '.join(cls.model_fields)}")
         return data
 
 
@@ -406,11 +406,6 @@ class Scenario(Resolved):
     rounds: tuple[Round, ...]
     multi_round: bool
 
-    @property
-    def buffer_bytes(self) -> int:
-        """Every switch egress port's buffer in bytes."""
-        return self.queues.limit_bytes
-
     def to_data(self) -> dict:
         """The scenario in file syntax, every default written out and every threshold in bytes: what
         a results folder records as scenario.yaml, and what :func:`experiments.scenario.validate`
@@ -430,7 +425,7 @@ def _plain(v: Any) -> Any:
 
 
 def _round_data(r: Round, sc: Scenario) -> dict:
-    coll = {k: getattr(r.collective, k) for k in CollectiveOverride.model_fields}
+    coll = {k: getattr(r.collective, k) for k in ROUND_COLLECTIVE_KEYS}
     if sc.collective.kind is None and r.collective.kind is None:
         coll = None
     return {"name": r.name, "ecn": settings_spec(r.ecn, marker=False), "hosts": r.hosts.model_dump(),

@@ -12,12 +12,11 @@ import json
 import math
 import statistics
 import sys
-import time
 from pathlib import Path
 
 from common.dcqcn import DcqcnParams
 from experiments.live import Agents
-from experiments.scenario import buffer_bytes, dcqcn_params
+from experiments.scenario import dcqcn_params
 from experiments.tables import FLOW_COLUMNS, percentile, write_csv
 from traffic.patterns import message_schedule
 from experiments.model import Scenario
@@ -172,7 +171,7 @@ def scenario_job_args(sc: Scenario, mode: str, sample_interval_s: float = 0.05) 
     return {"mode": mode, "line_rate_mbps": host_mbps, "rate_mbps": r.rate_mbps or host_mbps,
             "dcqcn": dcqcn_params(sc), "dscp": sc.traffic.dscp, "cnp_dscp": r.cnp_dscp,
             "mtu_bytes": r.mtu_bytes, "ack_every": r.ack_every,
-            "rto_s": r.rto_s or default_rto_s(buffer_bytes(sc.queues), host_mbps * 1e6),
+            "rto_s": r.rto_s or default_rto_s(sc.queues.limit_bytes, host_mbps * 1e6),
             "sample_interval_s": sample_interval_s, "pcap_hosts": tuple(r.pcap_hosts or ())}
 
 

@@ -24,8 +24,8 @@ from common.errors import ScenarioError
 from common.params import quote
 from common.pfc import PfcConfig, parse_pfc
 from common.units import FRAME_BYTES  # noqa: F401 (re-exported: the scenario's sizes)
-from experiments.model import (MAX_ROUNDS, NAME, PATTERN_KEYS, TOPOLOGY_MODELS, Collective,  # noqa: F401
-                               CollectiveOverride, Queues, Round, RoundFile, Scenario, ScenarioFile, _kind_of)
+from experiments.model import (DEFAULT_BUFFER_PACKETS, NAME, PATTERN_KEYS, TOPOLOGY_MODELS,  # noqa: F401 (NAME)
+                               Collective, Round, RoundFile, Scenario, ScenarioFile, _kind_of)
 from topologies import TOPOLOGIES
 from traffic.patterns import PATTERNS
 
@@ -37,10 +37,6 @@ MAX_FABRIC_LINKS = 1024
 #: Most TCP flows one run may open (each is a socket in some host; an all-to-all grows as N^2).
 MAX_FLOWS = 20000
 
-#: The topology keys each fabric kind takes (the others are refused for it).
-TOPOLOGY_KEYS = {kind: ("kind", *cls.PARAMS) for kind, cls in TOPOLOGIES.items()}
-#: What a round may change of the collective section.
-ROUND_COLLECTIVE_KEYS = tuple(CollectiveOverride.model_fields)
 
 
 def topology_of(topology):
@@ -171,7 +167,7 @@ def validate(data: Any) -> Scenario:
     if q.buffer_bytes is not None and q.buffer_packets is not None:
         raise ScenarioError("queues.buffer_bytes", "give either buffer_bytes or buffer_packets, not both")
     if q.buffer_bytes is None and q.buffer_packets is None:
-        q = q.model_copy(update={"buffer_packets": 100})
+        q = q.model_copy(update={"buffer_packets": DEFAULT_BUFFER_PACKETS})
     buf = q.limit_bytes
     ecn = resolve_ecn(f.ecn, kind, switch_layers(kind), buf)
     pfc = _resolve_pfc(f.priorities, f.pfc, f.rounds, buf)
@@ -184,7 +180,7 @@ def validate(data: Any) -> Scenario:
     rounds = _resolve_rounds(f, ecn, pfc, collective, buf, n_hosts)
     t = f.traffic
     if any(c.kind for c in [collective] + [r.collective for r in rounds]):
-        if "traffic" in data:
+        if "traffic" in f.model_fields_set:
             raise ScenarioError("traffic", "a collective scenario moves its own data (the collective section); "
                                            "it has no traffic section")
         if f.roce.pcap_hosts:
@@ -192,14 +188,14 @@ def validate(data: Any) -> Scenario:
                                                    "none (capture a host with tcpdump in its namespace instead)")
         # unused by a collective run; only the warm-up's RTT probe reads its receiver and first sender
         t = t.model_copy(update={"senders": min(t.senders, n_hosts - 1)})
-    t = _check_traffic(t, data.get("traffic"), f.roce, builder)
+    t = _check_traffic(t, f.roce, builder)
     return Scenario(name=f.name, description=f.description, seed=f.seed, topology=f.topology, routing=f.routing,
                     queues=q, hosts=f.hosts, traffic=t, roce=f.roce, collective=collective,
                     measurement=f.measurement, ecn=ecn, pfc=pfc, rounds=tuple(rounds),
                     multi_round=f.rounds is not None)
 
 
-def _check_traffic(t, given: Any, roce, builder):
+def _check_traffic(t, roce, builder):
     """The traffic section against the fabric's hosts and its pattern (ScenarioError naming the key);
     returns it with ``dscp`` and ``senders`` resolved."""
     n_hosts = builder.n_hosts
@@ -207,8 +203,8 @@ def _check_traffic(t, given: Any, roce, builder):
     if t.receiver not in hosts:
         raise ScenarioError("traffic.receiver", f"no host {t.receiver!r} in a fabric of {n_hosts} hosts (h1..h{n_hosts})")
     pattern = PATTERNS[t.pattern]
-    for key, value in (given if isinstance(given, dict) else {}).items():
-        if key in PATTERN_KEYS and key not in pattern.PARAMS and value is not None:
+    for key in t.model_fields_set:            # the keys the file gave
+        if key in PATTERN_KEYS and key not in pattern.PARAMS and getattr(t, key) is not None:
             raise ScenarioError(f"traffic.{key}", f"applies to the {PATTERN_KEYS[key]} pattern, not {t.pattern}")
     problem = pattern.check(n_hosts, builder.n_groups, t)
     if problem:
@@ -274,11 +270,6 @@ def _check_collective(key: str, c: Collective, n_hosts: int) -> Collective:
     return c
 
 
-def buffer_bytes(queues: Queues) -> int:
-    """A resolved ``queues`` section's buffer in bytes (packets x FRAME_BYTES for a packet limit)."""
-    return queues.limit_bytes
-
-
 def _resolve_pfc(prio_data, pfc_data, rounds: list[RoundFile] | None, buf_bytes: int) -> PfcConfig | None:
     """The ``priorities`` and ``pfc`` sections parsed once (common.pfc.parse_pfc), or None when the
     scenario has neither and no round turns PFC on: then every port keeps one FIFO, as before. A
@@ -302,7 +293,7 @@ def _resolve_rounds(f: ScenarioFile, ecn: EcnSettings, pfc: PfcConfig | None, co
     replace the scenario's for that round; its ``pfc: {enabled}`` turns PFC on or off (the
     scenario's other PFC settings hold); its ``roce: {mode}`` sets the RoCE mode (A/B runs of
     dcqcn against none), its ``seed`` the seed of its random choices (rounds that differ only in
-    their seed repeat an experiment); its ``collective`` keys (ROUND_COLLECTIVE_KEYS) replace the
+    their seed repeat an experiment); its ``collective`` keys (experiments.model.ROUND_COLLECTIVE_KEYS) replace the
     scenario's.
 
     Raises ScenarioError naming e.g. ``rounds[1].ecn.profile.step.k_bytes``.

@@ -11,7 +11,6 @@ from controller.bpfmarker import OBJECT as ECN_BPF_OBJECT
 from experiments import analysis
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
-from experiments.scenario import buffer_bytes
 from experiments.model import Round, Scenario
 
 
@@ -54,7 +53,7 @@ def ecn_plan(sc: Scenario, fabric_map: dict, marker: str, profiles: dict) -> dic
     for sw in fabric_map["switches"]:
         for p in sw["ports"]:
             prof = profiles[p["intf"]]
-            ports[p["intf"]] = {"rate_bps": p["rate_mbps"] * 1e6, "buffer_bytes": buffer_bytes(q),
+            ports[p["intf"]] = {"rate_bps": p["rate_mbps"] * 1e6, "buffer_bytes": q.limit_bytes,
                                 "burst_bytes": q.burst_bytes, "fifo": fifo, "profile": profile_spec(prof)}
     return {"marker": marker, "ports": ports}
 

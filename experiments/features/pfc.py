@@ -13,7 +13,6 @@ from controller.pfcbpf import OBJECT as PFC_OBJECT
 from experiments import pfcrun
 from experiments.context import HOST_QUEUE_PACKETS, RoundRecord
 from experiments.features.base import Feature
-from experiments.scenario import buffer_bytes
 
 
 class Pfc(Feature):
@@ -44,7 +43,7 @@ class Pfc(Feature):
             raise CapabilityError(f"pfc: {PFC_OBJECT} is not built (run 'sudo make setup'; needs clang and "
                                   "libbpf-dev): the priority queues' accounting needs it")
         self.plan_pfc = pfcrun.pfc_plan(self.ctx.fabric_map, replace(self.cfg, enabled=rounds[0].pfc_enabled),
-                                        buffer_bytes(sc.queues), sc.queues.burst_bytes,
+                                        sc.queues.limit_bytes, sc.queues.burst_bytes,
                                         HOST_QUEUE_PACKETS * FRAME_BYTES)
         self.ctx.env["pfc"] = {"mechanism": pfcrun.MECHANISM, **dict(zip(("priorities", "pfc"), config_sections(sc.pfc))),
                                "rounds": [{"name": r.name, "enabled": r.pfc_enabled} for r in rounds]}
