@@ -2,3 +2,29 @@
 
 #: A full-size Ethernet frame as a veth and the shapers count it: 1500 B MTU + 14 B header.
 FRAME_BYTES = 1514
+
+#: How late the port shaper's timer may fire without costing the line time: the shaper's bucket
+#: holds what the line sends in this long (see :func:`shaper_burst_bytes`).
+SHAPER_SLACK_S = 100e-6
+
+
+def shaper_burst_bytes(rate_bps: float) -> int:
+    """The port shaper's (HTB's) burst for a line of ``rate_bps``: the bytes the line sends in
+    :data:`SHAPER_SLACK_S`, at least a tenth of a frame, at most one frame.
+
+    HTB sends while its bucket is not negative and then charges the frame, so after an idle spell
+    a bucket of B bytes lets the next frame follow the first (B / rate) seconds early: at most one
+    frame ensures no two full frames ever leave back to back, and a port never runs ahead of its
+    line by more than B. A bucket also absorbs a dequeue timer that fires late, up to B / rate,
+    without losing line time. Measured on this machine kind (one TCP flow, 3 s, through one HTB
+    port with single-frame packets, idle and with both cores busy): with B = 1 byte a 100 Mbit/s
+    port sent 0.88 of its rate while backlogged; with this rule (1250 B there) 0.9997-0.9999, and
+    the gaps between dequeues were within 10% of one frame time for 99.6-99.8% of frames at
+    10 Mbit/s, 98.7-98.8% at 50, 97.5% at 100.
+
+    Raises:
+        ValueError: ``rate_bps`` not positive.
+    """
+    if not rate_bps > 0:
+        raise ValueError(f"rate_bps must be > 0, got {rate_bps}")
+    return int(min(FRAME_BYTES, max(FRAME_BYTES // 10, round(rate_bps * SHAPER_SLACK_S / 8))))

@@ -38,6 +38,7 @@ import time
 import numpy as np
 
 from common.errors import SetupError
+from common.units import shaper_burst_bytes
 from common.pfc import PauseState, buffer_warning, headroom_bytes, pfc_frame
 from controller import dataplane
 from controller.pfcbpf import PfcBpf
@@ -173,7 +174,7 @@ class PfcPorts:
                                         default_prio=self.plan["default_priority"],
                                         weights={int(p): w for p, w in self.plan["weights"].items()}
                                         if self.plan.get("weights") else None,
-                                        burst_bytes=self.plan["burst_bytes"])
+                                        burst_bytes=self.plan["burst_bytes"] or shaper_burst_bytes(rate_bps))
 
     def plan_pauses(self) -> None:
         """The pauser's own state from the plan, no side effects: the priorities, every switch

@@ -25,7 +25,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Fiel
 from common.ecn import EcnSettings, settings_spec
 from common.params import _REQUIRED, F
 from common.pfc import PfcConfig, config_sections
-from common.units import FRAME_BYTES
+from common.units import FRAME_BYTES, shaper_burst_bytes
 from topologies import TOPOLOGIES
 from traffic.patterns import PATTERNS
 from traffic.ratecontrol import RATE_CONTROLLERS
@@ -138,7 +138,8 @@ class Queues(Section):
     :data:`DEFAULT_BUFFER_PACKETS`)."""
     buffer_bytes: Optional[Annotated[int, Field(ge=FRAME_BYTES, le=64 * 2**20)]] = None
     buffer_packets: Optional[Annotated[int, Field(ge=1, le=100000)]] = None
-    burst_bytes: Annotated[int, Field(ge=FRAME_BYTES, le=2**20)] = 2 * FRAME_BYTES
+    #: the port shaper's burst; None: per port, from its rate (common.units.shaper_burst_bytes)
+    burst_bytes: Optional[Annotated[int, Field(ge=1, le=2**20)]] = None
 
     @property
     def limit_bytes(self) -> int:
@@ -146,6 +147,11 @@ class Queues(Section):
         if self.buffer_bytes is not None:
             return self.buffer_bytes
         return (self.buffer_packets or DEFAULT_BUFFER_PACKETS) * FRAME_BYTES
+
+    def burst_for(self, rate_mbps: float) -> int:
+        """The shaper burst in bytes of a port at ``rate_mbps``: ``burst_bytes`` if the scenario
+        gives it, else :func:`common.units.shaper_burst_bytes` of the rate."""
+        return self.burst_bytes if self.burst_bytes is not None else shaper_burst_bytes(rate_mbps * 1e6)
 
 
 class Hosts(Section):

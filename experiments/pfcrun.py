@@ -42,7 +42,8 @@ def pfc_plan(fabric_map: dict, cfg, buffer_bytes: int, burst_bytes: int, host_fi
         buffer_bytes: each switch egress port's buffer (lossy priorities drop there, and lossless
             ones while PFC is off), and each (ingress port, lossless priority)'s own share of
             the switch buffer (its cap).
-        burst_bytes: HTB burst of every port.
+        burst_bytes: HTB burst of every port; None: per port from its rate
+            (common.units.shaper_burst_bytes).
         host_fifo_bytes: each host NIC priority queue's limit.
     """
     prios = cfg.priorities()
@@ -195,7 +196,7 @@ def add_to_summary(out: Path, summary: dict, pfc_round: dict, flows: list[dict])
 
 
 @contextlib.contextmanager
-def live_fabric(fabric, cfg: PfcConfig, buf_bytes: int, workdir: Path, state, burst_bytes: int = 2 * FRAME_BYTES,
+def live_fabric(fabric, cfg: PfcConfig, buf_bytes: int, workdir: Path, state, burst_bytes: int | None = None,
                 host_fifo_bytes: int = 1000 * FRAME_BYTES, ovs_tx_budget_bytes: int = 32 << 20):
     """A running fabric with priority queues and PFC as ``cfg`` says (tests and benches that drive
     traffic themselves): the controller's PFC plan, OVS's userspace transmit buffer raised (every

@@ -68,7 +68,7 @@ def port_queue(sc: Scenario, rate_mbps: float) -> PortQueue:
     """The switch egress queue a scenario asks for at ``rate_mbps``."""
     q = sc.queues
     return PortQueue(rate_mbps=rate_mbps, buffer_bytes=q.buffer_bytes, buffer_packets=q.buffer_packets,
-                     burst_bytes=q.burst_bytes)
+                     burst_bytes=q.burst_for(rate_mbps))
 
 
 def run(sc: Scenario, results_root: Path, quiet: bool = False, platform: Platform | None = None,
@@ -151,7 +151,8 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
     env["routing"] = {"mode": sc.routing.mode, **(ECMP_METHOD if sc.routing.mode == "ecmp" else {})}
 
     def host_queue(rate_mbps: float) -> PortQueue:
-        return PortQueue(rate_mbps=rate_mbps, buffer_packets=HOST_QUEUE_PACKETS, burst_bytes=sc.queues.burst_bytes)
+        return PortQueue(rate_mbps=rate_mbps, buffer_packets=HOST_QUEUE_PACKETS,
+                         burst_bytes=sc.queues.burst_for(rate_mbps))
 
     done: list[tuple[str, RoundRecord, dict]] = []
     round_env: list[dict] = []

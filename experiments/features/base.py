@@ -67,7 +67,10 @@ class Feature:
 
     def summarize(self, rnd: RoundRecord, summary: dict) -> None:
         """Add this feature's section to the round's ``summary`` (and write its own files into
-        ``rnd.dir``). Default: nothing."""
+        ``rnd.dir``). A feature that stopped a port's transmitter on purpose during the round (a
+        PFC pause) adds the interface to ``summary["paused_transmitters"]`` (sorted names), so the
+        fidelity checks that run after it do not count the pause against the emulation.
+        Default: nothing."""
 
     def warnings(self, summary: dict) -> list[str]:
         """Warnings to print once the round is summarised. Default: none."""

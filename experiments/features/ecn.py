@@ -54,7 +54,7 @@ def ecn_plan(sc: Scenario, fabric_map: dict, marker: str, profiles: dict) -> dic
         for p in sw["ports"]:
             prof = profiles[p["intf"]]
             ports[p["intf"]] = {"rate_bps": p["rate_mbps"] * 1e6, "buffer_bytes": q.limit_bytes,
-                                "burst_bytes": q.burst_bytes, "fifo": fifo, "profile": profile_spec(prof)}
+                                "burst_bytes": q.burst_for(p["rate_mbps"]), "fifo": fifo, "profile": profile_spec(prof)}
     return {"marker": marker, "ports": ports}
 
 

@@ -94,6 +94,8 @@ class Pfc(Feature):
         rec = rnd.features.get(self.name)
         if rec is not None and rnd.rows is not None:
             pfcrun.add_to_summary(rnd.dir, summary, rec, rnd.rows)
+            paused = {p["upstream"] for p in (summary.get("pfc") or {}).get("per_port") or [] if p["pauses"]}
+            summary["paused_transmitters"] = sorted(set(summary.get("paused_transmitters", [])) | paused)
 
     def warnings(self, summary: dict) -> list[str]:
         """The headroom warnings of a round with PFC on."""

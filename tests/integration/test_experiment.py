@@ -124,6 +124,17 @@ def test_default_experiment_end_to_end(tmp_path, figure):
     figure("bottleneck_peak_backlog_packets", bn["peak_backlog_packets"])
     assert s["sampler"]["interfaces"] == 40 and s["sampler"]["achieved_hz"] >= min_hz, s["sampler"]
 
+    # -- the run checks its own serialisation: every qdisc saw single frames; the bottleneck, backlogged
+    # for most of the incast, sent one frame per frame time (Mininet-HiFi's inter-dequeue metric) --
+    for d in (out, ecn_out, pfc_out, both_out):
+        ser = json.loads((d / "summary.json").read_text())["fidelity"]["serialisation"]
+        assert ser["max_packet_bytes"] <= 1514 and not ser["failures"], (d, ser["failures"], ser["max_packet_bytes"])
+    ser = s["fidelity"]["serialisation"]["bottleneck"]
+    assert ser["intf"] == bn["intf"] and ser["backlogged_gaps"] >= 1000, ser
+    figure("bottleneck_dequeue_gaps_within_10pct", ser["within_10pct"])
+    figure("bottleneck_rate_share_backlogged", ser["rate_share_backlogged"])
+    assert ser["rate_share_backlogged"] >= 0.97 and ser["within_10pct"] >= 0.95, ser
+
     # -- the ECN round against the drop-tail round (issue 5) --
     e = json.loads((ecn_out / "summary.json").read_text())
     assert e["flows"]["all_complete"] and e["flows"]["congestion_control_on_live_flows"] == ["cubic"]

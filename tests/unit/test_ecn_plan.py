@@ -138,7 +138,8 @@ def test_plan_carries_every_switch_port():
     plan = ecn_plan(sc, fmap, "bpf", port_profiles(sc.ecn, fmap))
     assert set(plan["ports"]) == {p["intf"] for s in fmap["switches"] for p in s["ports"]}
     p = plan["ports"]["leaf1-eth1"]
-    assert p["rate_bps"] == 10e6 and p["buffer_bytes"] == 100 * FRAME_BYTES and p["burst_bytes"] == 2 * FRAME_BYTES
+    assert p["rate_bps"] == 10e6 and p["buffer_bytes"] == 100 * FRAME_BYTES
+    assert p["burst_bytes"] == FRAME_BYTES // 10        # 10 Mbit/s x 100 us is 125 B: a tenth of a frame, the floor
     assert p["fifo"] == {"kind": "pfifo", "limit": 100}
     red = {"red": {"kmin_packets": 5, "kmax_packets": 50, "pmax": 0.1, "weight": 0.3}}
     sc2 = validate({"name": "x", "ecn": {"layers": {"leaf": red}}})

@@ -1,0 +1,122 @@
+"""The serialisation check in the kernel: loads ``controller/bpf/dequeue.bpf.c`` (compiled by
+``make setup`` to ``build/dequeue.bpf.o``), attaches it to the ``qdisc:qdisc_dequeue`` tracepoint
+and reads, per watched port, the gaps between dequeues while the port was backlogged against one
+frame's time on the wire (the C source's header says how).
+
+Nothing is pinned: the tracepoint link lives in the loading process, so a crashed run leaves
+nothing behind.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+from pathlib import Path
+
+from common.errors import SetupError
+from controller.libbpf import BPF_ANY, Libbpf
+
+REPO = Path(__file__).resolve().parent.parent
+OBJECT = REPO / "build" / "dequeue.bpf.o"
+WHO = "BPF dequeue-gap check"
+IFNAMSIZ = 16
+#: Bins of gap / frame time in tenths; the last one is open-ended (3.0 and above).
+NBINS = 31
+#: struct fl_deq_port: rate_kbps, last_ns, last_len, backlogged, packets, bytes, gaps, within,
+#: gap_ns, frame_ns, max_len, bins[NBINS]
+PORT = struct.Struct(f"=11Q{NBINS}Q")
+FIELDS = ("rate_kbps", "last_ns", "last_len", "backlogged", "packets", "bytes", "gaps", "within",
+          "gap_ns", "frame_ns", "max_len")
+
+
+def _key(ifname: str) -> bytes:
+    raw = ifname.encode()
+    if not raw or len(raw) >= IFNAMSIZ:
+        raise ValueError(f"interface name {ifname!r} is not 1..15 bytes")
+    return raw.ljust(IFNAMSIZ, b"\0")
+
+
+class DequeueGaps:
+    """The loaded dequeue-gap program. Use :meth:`load` (or as a context manager); every method
+    raises SetupError with libbpf's or the kernel's reason."""
+
+    def __init__(self, lib: Libbpf, obj, prog, map_fd: int):
+        self.lib, self.obj, self.prog, self.map_fd = lib, obj, prog, map_fd
+        self.link = None
+
+    @classmethod
+    def load(cls, path: Path = OBJECT) -> "DequeueGaps":
+        """Open and load ``build/dequeue.bpf.o`` and attach it to the dequeue tracepoint.
+
+        Raises:
+            SetupError: the object is not built, the kernel refused it, or the attach failed.
+        """
+        if not Path(path).exists():
+            raise SetupError(f"{WHO}: {path} is not built (run 'sudo make setup'; needs clang, libbpf-dev)")
+        lib = Libbpf(WHO)
+        obj = lib.lib.bpf_object__open_file(str(path).encode(), None)
+        if not obj:
+            raise SetupError(f"{WHO}: cannot open {path}: {os.strerror(ctypes.get_errno())}")
+        try:
+            lib.check(lib.lib.bpf_object__load(obj), f"the kernel refused to load {Path(path).name}")
+            prog = lib.lib.bpf_object__find_program_by_name(obj, b"fl_deq")
+            if not prog:
+                raise SetupError(f"{WHO}: no program fl_deq in {path}")
+            map_fd = lib.check(lib.lib.bpf_object__find_map_fd_by_name(obj, b"fl_deq_port"), "map fl_deq_port")
+            if lib.map_value_size(map_fd) != PORT.size:
+                raise SetupError(f"{WHO}: {Path(path).name} has a port value of {lib.map_value_size(map_fd)} "
+                                 f"bytes, this loader expects {PORT.size}: rebuild it (make bpf)")
+            self = cls(lib, obj, prog, map_fd)
+            link = lib.lib.bpf_program__attach(prog)
+            if not link or lib.lib.libbpf_get_error(link):
+                raise SetupError(f"{WHO}: cannot attach to the qdisc_dequeue tracepoint: "
+                                 f"{os.strerror(ctypes.get_errno() or 22)}")
+            self.link = link
+            return self
+        except BaseException:
+            lib.lib.bpf_object__close(obj)
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def close(self) -> None:
+        """Detach and unload (idempotent)."""
+        if self.link:
+            self.lib.lib.bpf_link__destroy(self.link)
+            self.link = None
+        if self.obj:
+            self.lib.lib.bpf_object__close(self.obj)
+            self.obj = None
+
+    def watch(self, ifname: str, rate_bps: float) -> None:
+        """Start (or restart from zero) counting port ``ifname`` at line rate ``rate_bps``.
+
+        Raises:
+            ValueError: a name longer than 15 bytes or a rate below 1 kbit/s.
+            SetupError: the map refused the entry.
+        """
+        rate_kbps = int(round(rate_bps / 1000))
+        if rate_kbps < 1:
+            raise ValueError(f"rate_bps {rate_bps} is below 1 kbit/s")
+        k = ctypes.create_string_buffer(_key(ifname), IFNAMSIZ)
+        v = ctypes.create_string_buffer(PORT.pack(rate_kbps, *([0] * (len(FIELDS) - 1 + NBINS))), PORT.size)
+        self.lib.check(self.lib.lib.bpf_map_update_elem(self.map_fd, k, v, BPF_ANY), f"watch {ifname}")
+
+    def read(self, ifname: str) -> dict | None:
+        """Port ``ifname``'s counters (:data:`FIELDS` without the state, and ``bins``: NBINS counts
+        of gap / frame time in tenths), or None if it is not watched."""
+        k = ctypes.create_string_buffer(_key(ifname), IFNAMSIZ)
+        v = ctypes.create_string_buffer(PORT.size)
+        if self.lib.lib.bpf_map_lookup_elem(self.map_fd, k, v) < 0:
+            return None
+        vals = PORT.unpack(v.raw)
+        d = dict(zip(FIELDS, vals[:len(FIELDS)]))
+        for state in ("last_ns", "last_len", "backlogged"):
+            del d[state]
+        d["bins"] = list(vals[len(FIELDS):])
+        return d

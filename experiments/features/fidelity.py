@@ -1,0 +1,142 @@
+"""The run checks its own emulation (a round's ``fidelity`` section): every shaped port, switch
+ports and host NICs, is watched by a BPF program at the qdisc dequeue tracepoint
+(controller.dequeuebpf), which compares each gap between dequeues while the port was backlogged
+with one frame's time on the wire (Mininet-HiFi's fidelity metric: Handigol et al., "Reproducible
+Network Experiments Using Container-Based Emulation", CoNEXT 2012, section 3) and records the
+longest packet its qdisc saw (a port that serialises sees single frames).
+
+Each round's ``fidelity.serialisation`` holds, for the bottleneck port (the workload's, else the
+port with the most backlogged gaps) and for every port that was backlogged: the share of gaps
+within 10% of one frame time, the rate achieved while backlogged over the configured rate, the
+histogram of gap / frame time, and the longest packet. A check fails when a port that was
+backlogged for at least :data:`MIN_GAPS` gaps sent below :data:`MIN_RATE_SHARE` of its rate (unless
+a feature paused its transmitter on purpose: a PFC pause), or
+when any qdisc saw a packet longer than one frame; each failure is a warning naming the port.
+"""
+from __future__ import annotations
+
+import contextlib
+
+from common.errors import CapabilityError
+from common.units import FRAME_BYTES, SHAPER_SLACK_S
+from controller.dequeuebpf import NBINS, OBJECT as DEQUEUE_OBJECT, DequeueGaps
+from experiments.context import RoundRecord
+from experiments.features.base import Feature
+
+#: A port counts as backlogged (and is checked) after this many gaps measured while frames waited.
+MIN_GAPS = 100
+#: A backlogged port must send at least this share of its configured rate (3%: the tolerance the
+#: check allows for a dequeue timer that fires late beyond the shaper's slack).
+MIN_RATE_SHARE = 0.97
+#: A gap within this fraction of one frame time counts as exact (Mininet-HiFi's 10%).
+WITHIN = 0.10
+
+
+def port_figures(raw: dict, rate_mbps: float) -> dict:
+    """One port's figures from its BPF counters ``raw`` (controller.dequeuebpf.DequeueGaps.read).
+
+    Returns: ``rate_mbps``, ``packets``, ``max_packet_bytes``, ``backlogged_gaps``,
+    ``within_10pct`` (share of backlogged gaps within 10% of one frame time; None without gaps),
+    ``rate_share_backlogged`` (achieved / configured rate while backlogged: the frames' wire time
+    over the gaps' time; None without gaps) and ``gap_histogram`` (counts of gap / frame time in
+    tenths, the last bin 3.0 and above).
+    """
+    gaps = raw["gaps"]
+    return {"rate_mbps": rate_mbps, "packets": raw["packets"], "max_packet_bytes": raw["max_len"],
+            "backlogged_gaps": gaps,
+            "within_10pct": round(raw["within"] / gaps, 5) if gaps else None,
+            "rate_share_backlogged": round(raw["frame_ns"] / raw["gap_ns"], 5) if raw["gap_ns"] else None,
+            "gap_histogram": list(raw["bins"])}
+
+
+def serialisation_section(ports: dict, bottleneck: str | None, paused: frozenset = frozenset()) -> dict:
+    """The round's ``fidelity.serialisation`` from per-port figures (:func:`port_figures`).
+
+    Args:
+        ports: interface -> figures, every watched port that dequeued a packet.
+        bottleneck: the workload's bottleneck port, or None (then the port with the most backlogged gaps).
+        paused: interfaces whose transmitter was paused on purpose in the round (PFC): their
+            rate is reported (``paused``: true) but not checked, since a paused port is
+            backlogged and silent by design.
+
+    Returns: ``bottleneck`` (its interface and figures), ``ports`` (figures without histograms of
+    every port with at least :data:`MIN_GAPS` backlogged gaps), ``max_packet_bytes`` over all
+    ports, and ``failures``: one line per failed check, naming the port.
+    """
+    if bottleneck not in ports:
+        busy = sorted(ports, key=lambda i: ports[i]["backlogged_gaps"], reverse=True)
+        bottleneck = busy[0] if busy else None
+    failures = []
+    for intf, f in sorted(ports.items()):
+        if f["max_packet_bytes"] > FRAME_BYTES:
+            failures.append(f"{intf}: its qdisc saw a {f['max_packet_bytes']}-byte packet, longer than one "
+                            f"{FRAME_BYTES}-byte frame (segmentation offload left on?)")
+        if f["backlogged_gaps"] >= MIN_GAPS and f["rate_share_backlogged"] < MIN_RATE_SHARE and intf not in paused:
+            failures.append(f"{intf}: sent {f['rate_share_backlogged']:.3f} of its {f['rate_mbps']:g} Mbit/s "
+                            f"while backlogged (below {MIN_RATE_SHARE}): the shaper did not keep the line busy")
+    return {"bottleneck": {"intf": bottleneck, **ports[bottleneck]} if bottleneck else None,
+            "ports": {i: {**{k: v for k, v in f.items() if k != "gap_histogram"}, "paused": i in paused}
+                      for i, f in sorted(ports.items()) if f["backlogged_gaps"] >= MIN_GAPS},
+            "max_packet_bytes": max((f["max_packet_bytes"] for f in ports.values()), default=0),
+            "min_gaps": MIN_GAPS, "min_rate_share": MIN_RATE_SHARE, "within": WITHIN,
+            "histogram_bins": f"gap / frame time in tenths, {NBINS} bins, the last 3.0 and above",
+            "failures": failures}
+
+
+class Fidelity(Feature):
+    """Every round's serialisation check (see the module docstring)."""
+    name = "fidelity"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.gaps: DequeueGaps | None = None
+        self.rates: dict[str, float] = {}
+
+    def plan(self, queues_per_port: int) -> int:
+        """Every shaped port and its rate; CapabilityError when the BPF program is not built."""
+        if not DEQUEUE_OBJECT.exists():
+            raise CapabilityError(f"fidelity: {DEQUEUE_OBJECT} is not built (run 'sudo make setup'; needs clang "
+                                  "and libbpf-dev)")
+        fmap = self.ctx.fabric_map
+        self.rates = {p["intf"]: p["rate_mbps"] for s in fmap["switches"] for p in s["ports"]}
+        self.rates.update({h["intf"]: h["rate_mbps"] for h in fmap["hosts"]})
+        self.ctx.env["fidelity"] = {
+            "serialisation": "BPF at the qdisc_dequeue tracepoint: gaps between dequeues of a backlogged "
+                             "port against one frame time; the longest packet each qdisc saw",
+            "shaper_slack_s": SHAPER_SLACK_S,
+            "shaper_burst_bytes": self.ctx.sc.queues.burst_bytes or "per port: rate x shaper_slack_s, "
+                                  f"{FRAME_BYTES // 10}..{FRAME_BYTES} bytes"}
+        return 0
+
+    def enter(self, stack: contextlib.ExitStack, state) -> None:
+        """Load the dequeue-gap program for the run (unloaded at its end, whatever the exit)."""
+        self.gaps = stack.enter_context(DequeueGaps.load())
+
+    def before_round(self, lf, rnd: RoundRecord) -> dict:
+        """Watch every shaped port from zero."""
+        for intf, rate in self.rates.items():
+            self.gaps.watch(intf, rate * 1e6)
+        return {}
+
+    def after_round(self, lf, rnd: RoundRecord) -> dict:
+        """Every port's counters over the round (ports that dequeued nothing left out)."""
+        out = {}
+        for intf, rate in self.rates.items():
+            raw = self.gaps.read(intf)
+            if raw and raw["packets"]:
+                out[intf] = port_figures(raw, rate)
+        return {"serialisation": out}
+
+    def summarize(self, rnd: RoundRecord, summary: dict) -> None:
+        """The round's ``fidelity`` section."""
+        rec = rnd.features.get(self.name)
+        if not rec:
+            return
+        bn = (summary.get("bottleneck") or {}).get("intf")
+        summary.setdefault("fidelity", {})["serialisation"] = serialisation_section(
+            rec["serialisation"], bn, frozenset(summary.get("paused_transmitters", ())))
+
+    def warnings(self, summary: dict) -> list[str]:
+        """One warning per failed serialisation check."""
+        sec = (summary.get("fidelity") or {}).get("serialisation") or {}
+        return [f"fidelity: {f}" for f in sec.get("failures", [])]
