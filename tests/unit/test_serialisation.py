@@ -1,0 +1,85 @@
+"""The port shaper's burst and the serialisation check's arithmetic (pure; the live check runs in
+tests/integration/test_experiment.py)."""
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from common.units import FRAME_BYTES, SHAPER_SLACK_S, shaper_burst_bytes
+from controller import dequeuebpf
+from controller.dataplane import PortQueue, PriorityQueues
+from experiments.features.fidelity import MIN_GAPS, port_figures, serialisation_section
+from experiments.scenario import validate
+
+
+@pytest.mark.parametrize("rate_mbps, burst", [(1, FRAME_BYTES // 10), (10, FRAME_BYTES // 10), (50, 625),
+                                             (100, 1250), (121.12, FRAME_BYTES), (1000, FRAME_BYTES)])
+def test_the_burst_is_the_slack_times_the_rate_between_a_tenth_of_a_frame_and_one_frame(rate_mbps, burst):
+    assert shaper_burst_bytes(rate_mbps * 1e6) == burst
+    if FRAME_BYTES // 10 < burst < FRAME_BYTES:
+        assert burst == round(rate_mbps * 1e6 * SHAPER_SLACK_S / 8)
+
+
+def test_never_two_full_frames_back_to_back():
+    # HTB sends while its bucket is not negative: after idle, the second frame waits (FRAME - burst) / rate
+    for rate_mbps in (1, 10, 100, 1000, 10000):
+        assert shaper_burst_bytes(rate_mbps * 1e6) <= FRAME_BYTES
+
+
+@pytest.mark.parametrize("bad", [0, -1.0])
+def test_a_rate_that_is_not_positive_is_refused(bad):
+    with pytest.raises(ValueError, match="rate_bps"):
+        shaper_burst_bytes(bad)
+
+
+def test_queues_take_the_burst_from_the_rate_unless_the_scenario_gives_one():
+    auto = validate({"name": "x"}).queues
+    assert auto.burst_bytes is None
+    assert auto.burst_for(10) == FRAME_BYTES // 10 and auto.burst_for(100) == 1250
+    given = validate({"name": "x", "queues": {"burst_bytes": 3028}}).queues
+    assert given.burst_for(10) == given.burst_for(100) == 3028
+    assert PortQueue(rate_mbps=100, buffer_packets=10).burst_bytes == 1250
+    assert PortQueue(rate_mbps=100, buffer_packets=10, burst_bytes=4000).burst_bytes == 4000
+    assert PriorityQueues(rate_bps=50e6, fifo_bytes={0: 10000}).burst_bytes == 625
+
+
+def _raw(gaps=0, within=0, frame_ns=0, gap_ns=0, max_len=1514, packets=10, bins=None):
+    return {"rate_kbps": 10000, "packets": packets, "bytes": packets * 1514, "gaps": gaps, "within": within,
+            "gap_ns": gap_ns, "frame_ns": frame_ns, "max_len": max_len, "bins": bins or [0] * dequeuebpf.NBINS}
+
+
+def test_port_figures_are_shares_of_the_backlogged_gaps():
+    f = port_figures(_raw(gaps=200, within=190, frame_ns=200 * 1_211_200, gap_ns=200 * 1_250_000), 10.0)
+    assert f["within_10pct"] == 0.95 and f["rate_share_backlogged"] == pytest.approx(0.96896, abs=1e-5)
+    none = port_figures(_raw(), 10.0)
+    assert none["within_10pct"] is None and none["rate_share_backlogged"] is None
+
+
+def test_a_slow_backlogged_port_and_a_super_packet_fail_a_paused_port_does_not():
+    good = port_figures(_raw(gaps=MIN_GAPS, within=MIN_GAPS, frame_ns=10**9, gap_ns=10**9), 10.0)
+    slow = port_figures(_raw(gaps=MIN_GAPS, within=10, frame_ns=9 * 10**8, gap_ns=10**9), 10.0)
+    few = port_figures(_raw(gaps=MIN_GAPS - 1, within=0, frame_ns=10**8, gap_ns=10**9), 10.0)
+    big = port_figures(_raw(max_len=16384), 10.0)
+    sec = serialisation_section({"a-eth1": good, "b-eth1": slow, "c-eth1": few, "h1-eth0": big}, "a-eth1")
+    assert sec["bottleneck"]["intf"] == "a-eth1" and sec["max_packet_bytes"] == 16384
+    assert len(sec["failures"]) == 2
+    assert sec["failures"][0].startswith("b-eth1: sent 0.900") and sec["failures"][1].startswith("h1-eth0: its qdisc saw")
+    assert set(sec["ports"]) == {"a-eth1", "b-eth1"}          # c-eth1 was never backlogged long enough
+    paused = serialisation_section({"a-eth1": good, "b-eth1": slow}, None, frozenset({"b-eth1"}))
+    assert paused["failures"] == [] and paused["ports"]["b-eth1"]["paused"]
+    # without the workload's bottleneck, the port with the most backlogged gaps
+    assert paused["bottleneck"]["intf"] in ("a-eth1", "b-eth1")
+
+
+def test_the_loader_reads_the_structure_the_program_writes():
+    # struct fl_deq_port: 11 u64 then the bins, as in controller/bpf/dequeue.bpf.c
+    assert dequeuebpf.PORT.size == (11 + dequeuebpf.NBINS) * 8
+    src = (dequeuebpf.REPO / "controller" / "bpf" / "dequeue.bpf.c").read_text()
+    assert f"#define NBINS {dequeuebpf.NBINS}" in src
+    body = src.split("struct fl_deq_port {")[1].split("};")[0]
+    fields = [line.split()[1].rstrip(";").split("[")[0] for line in body.strip().splitlines() if line.strip()]
+    assert fields == list(dequeuebpf.FIELDS) + ["bins"]
+    with pytest.raises(ValueError):
+        dequeuebpf._key("a-name-longer-than-15")
+    assert struct.calcsize("=16s") == dequeuebpf.IFNAMSIZ
