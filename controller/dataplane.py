@@ -8,6 +8,7 @@ Commands are argv lists built from validated values.
 from __future__ import annotations
 
 import ctypes
+import gzip
 import json
 import math
 import os
@@ -176,6 +177,76 @@ def one_frame_per_packet(ifname: str, netns_pid: int | None = None) -> None:
                          f"{e.args[1] if len(e.args) > 1 else e})") from None
     if got != 1:
         raise SetupError(f"gso_max_segs on {ifname}: read back {got}, asked 1")
+
+
+#: Route metrics (include/uapi/linux/rtnetlink.h): RTAX_RTO_MIN is honoured only when locked.
+RTAX_RTO_MIN = 13
+MAIN_TABLE = 254
+
+
+def set_route_tcp(ifname: str, netns_pid: int | None, rto_min_ms: int | None, quickack: bool) -> list[dict]:
+    """Give every IPv4 route of the main table out of ``ifname`` TCP's per-route knobs, as
+    ``ip route replace ... rto_min <ms> quickack 1`` would (rto_min locked, which the kernel needs
+    before it uses it), and return what the routes read back.
+
+    Args:
+        ifname: the host's NIC (in the namespace of ``netns_pid``).
+        rto_min_ms: TCP's minimum RTO in ms, or None to leave the kernel's.
+        quickack: True: acknowledge every segment at once (no delayed ACKs).
+
+    Returns: per route ``{"dst": "10.0.0.0/8", "rto_min_ms": int | None, "quickack": bool}``.
+
+    Raises:
+        SetupError: no such interface, no route out of it, the kernel refused the change, or the
+            read-back differs from what was asked.
+    """
+    metrics = {}
+    if rto_min_ms is not None:
+        metrics.update(lock=1 << RTAX_RTO_MIN, rto_min=int(rto_min_ms))
+    if quickack:
+        metrics["quickack"] = 1
+    try:
+        with _ipr(netns_pid) as ipr:
+            idx = _link_index(ipr, ifname, "route")
+            routes = ipr.get_routes(family=socket.AF_INET, table=MAIN_TABLE, oif=idx)
+            if not routes:
+                raise SetupError(f"route on {ifname}: no IPv4 route out of it")
+            for r in routes:
+                keep = {"dst": f"{r.get_attr('RTA_DST') or '0.0.0.0'}/{r['dst_len']}", "oif": idx,
+                        "scope": r["scope"], "proto": r["proto"], "table": MAIN_TABLE}
+                if r.get_attr("RTA_PREFSRC"):
+                    keep["prefsrc"] = r.get_attr("RTA_PREFSRC")
+                if r.get_attr("RTA_GATEWAY"):
+                    keep["gateway"] = r.get_attr("RTA_GATEWAY")
+                ipr.route("replace", **keep, metrics=metrics)
+            seen = []
+            for r in ipr.get_routes(family=socket.AF_INET, table=MAIN_TABLE, oif=idx):
+                m = dict((r.get_attr("RTA_METRICS") or {}).get("attrs", []))
+                seen.append({"dst": f"{r.get_attr('RTA_DST') or '0.0.0.0'}/{r['dst_len']}",
+                             "rto_min_ms": m.get("RTAX_RTO_MIN") if m.get("RTAX_LOCK", 0) & (1 << RTAX_RTO_MIN) else None,
+                             "quickack": bool(m.get("RTAX_QUICKACK"))})
+    except NetlinkError as e:
+        raise SetupError(f"route on {ifname}: kernel refused ({e.code}: {e.args[1] if len(e.args) > 1 else e})") from None
+    for got in seen:
+        if got["rto_min_ms"] != rto_min_ms or got["quickack"] != quickack:
+            raise SetupError(f"route on {ifname}: {got['dst']} read back rto_min {got['rto_min_ms']} ms, quickack "
+                             f"{got['quickack']}; asked {rto_min_ms} ms, {quickack}")
+    return seen
+
+
+def kernel_hz() -> int | None:
+    """The kernel's timer frequency (CONFIG_HZ, from /proc/config.gz or /boot/config-<release>), or
+    None when neither is readable. TCP's timers count in jiffies of 1/HZ s."""
+    release = os.uname().release
+    for path, opener in (("/proc/config.gz", gzip.open), (f"/boot/config-{release}", open)):
+        try:
+            with opener(path, "rt") as f:
+                for line in f:
+                    if line.startswith("CONFIG_HZ="):
+                        return int(line.split("=", 1)[1])
+        except OSError:
+            continue
+    return None
 
 
 def gso_max_segs(ifname: str, netns_pid: int | None = None) -> int:

@@ -158,6 +158,14 @@ class Hosts(Section):
     """The hosts' kernel TCP settings (per network namespace)."""
     tcp_congestion_control: Annotated[str, Field(pattern=r"^(?:[a-z0-9_]{1,16})$")] = "cubic"
     tcp_ecn: int_choice(0, 1, 2) = 0
+    #: TCP's minimum retransmission timeout on every host route (``ip route ... rto_min``, locked);
+    #: None: the kernel's own (200 ms). The kernel counts it in jiffies (rounded up).
+    rto_min_ms: Optional[Annotated[int, Field(ge=1, le=60_000)]] = None
+    #: False: the receiver acknowledges every segment at once (``ip route ... quickack 1``)
+    delayed_ack: bool = True
+    #: False: a connection idle for an RTO keeps its congestion window (net.ipv4.tcp_slow_start_after_idle
+    #: = 0), as the persistent connections of repeated incast blocks may want; True is the kernel's default
+    slow_start_after_idle: bool = True
 
 
 class _TrafficBase(Section):

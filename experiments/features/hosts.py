@@ -43,22 +43,40 @@ class AllowCongestionControl:
         return False
 
 
-def configure_hosts(lf, hosts: dict) -> dict:
-    """Set per-namespace TCP congestion control and ECN (a round's ``hosts`` section) on every host
-    of the live fabric ``lf``; return what was read back, per host. Raises SetupError if a read-back
-    differs."""
-    cc = hosts.tcp_congestion_control
-    ecn = str(hosts.tcp_ecn)
+def configure_hosts(lf, hosts) -> dict:
+    """Apply a round's ``hosts`` section (experiments.model.Hosts) to every host of the live fabric
+    ``lf``: the namespace's congestion control, ECN negotiation and slow start after idle
+    (sysctls, case H1), and on every route out of its NIC the minimum RTO and quick ACKs. Returns
+    what was read back, per host.
+
+    Raises:
+        SetupError: a read-back differs from what was asked, or the kernel refused a setting.
+    """
+    asked = {"net.ipv4.tcp_congestion_control": hosts.tcp_congestion_control,
+             "net.ipv4.tcp_ecn": str(hosts.tcp_ecn),
+             "net.ipv4.tcp_slow_start_after_idle": str(int(hosts.slow_start_after_idle))}
+    intfs = {h["name"]: h["intf"] for h in lf.fabric_map["hosts"]}
     seen = {}
     for h in lf.net.hosts:
-        dataplane.set_sysctl("net.ipv4.tcp_congestion_control", cc, h.pid)
-        dataplane.set_sysctl("net.ipv4.tcp_ecn", ecn, h.pid)
-        got = (dataplane.get_sysctl("net.ipv4.tcp_congestion_control", h.pid),
-               dataplane.get_sysctl("net.ipv4.tcp_ecn", h.pid))
-        if got != (cc, ecn):
-            raise SetupError(f"{h.name}: sysctls read back as {got}, asked {(cc, ecn)}")
-        seen[h.name] = {"tcp_congestion_control": got[0], "tcp_ecn": int(got[1])}
+        for key, value in asked.items():
+            dataplane.set_sysctl(key, value, h.pid)
+        got = {key: dataplane.get_sysctl(key, h.pid) for key in asked}
+        if got != asked:
+            raise SetupError(f"{h.name}: sysctls read back as {got}, asked {asked}")
+        routes = dataplane.set_route_tcp(intfs[h.name], h.pid, hosts.rto_min_ms, not hosts.delayed_ack)
+        seen[h.name] = {"tcp_congestion_control": got["net.ipv4.tcp_congestion_control"],
+                        "tcp_ecn": int(got["net.ipv4.tcp_ecn"]),
+                        "slow_start_after_idle": got["net.ipv4.tcp_slow_start_after_idle"] == "1",
+                        "routes": routes}
     return seen
+
+
+def effective_rto_min_ms(rto_min_ms: int, hz: int | None) -> float | None:
+    """The minimum RTO the kernel applies for a route's ``rto_min_ms``: it keeps timers in jiffies of
+    1/``hz`` s and rounds up (msecs_to_jiffies), so 5 ms is 8 ms at HZ=250. None when ``hz`` is unknown."""
+    if hz is None:
+        return None
+    return -(-rto_min_ms * hz // 1000) * 1000 / hz
 
 
 class HostTcp(Feature):
@@ -76,12 +94,24 @@ class HostTcp(Feature):
                 raise CapabilityError(f"{key}: the kernel has no '{cc}' "
                                       f"(available: {' '.join(envprobe.tcp_congestion_controls()['available'])})")
         ctx.env["tcp_congestion_control"] = envprobe.tcp_congestion_controls()
+        hz = dataplane.kernel_hz()
+        ctx.env["kernel_hz"] = hz
+        asked = sorted({r.hosts.rto_min_ms for r in ctx.rounds if r.hosts.rto_min_ms is not None})
+        if asked:
+            ctx.env["rto_min_effective_ms"] = {str(ms): effective_rto_min_ms(ms, hz) for ms in asked}
         return 0
 
     def enter(self, stack: contextlib.ExitStack, state) -> None:
         """Allow each round's congestion control in the namespaces for the run."""
         for cc in sorted({r.hosts.tcp_congestion_control for r in self.ctx.rounds}):
             stack.enter_context(AllowCongestionControl(cc, state))
+
+    def describe_round(self, rnd: RoundRecord) -> str | None:
+        """The round's TCP timer and ACK settings when they are not the kernel's, e.g. ``RTOmin 5 ms, quick ACKs``."""
+        h = rnd.round.hosts
+        parts = ([f"RTOmin {h.rto_min_ms} ms"] if h.rto_min_ms is not None else []) \
+            + ([] if h.delayed_ack else ["quick ACKs"]) + ([] if h.slow_start_after_idle else ["no slow start after idle"])
+        return ", ".join(parts) or None
 
     def before_round(self, lf, rnd: RoundRecord) -> dict:
         """Set the round's sysctls on every host; ``host_config`` is what was read back."""

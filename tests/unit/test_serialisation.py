@@ -83,3 +83,18 @@ def test_the_loader_reads_the_structure_the_program_writes():
     with pytest.raises(ValueError):
         dequeuebpf._key("a-name-longer-than-15")
     assert struct.calcsize("=16s") == dequeuebpf.IFNAMSIZ
+
+
+def test_the_kernel_rounds_rto_min_up_to_whole_jiffies():
+    from experiments.features.hosts import effective_rto_min_ms
+    assert effective_rto_min_ms(5, 250) == 8.0 and effective_rto_min_ms(200, 250) == 200.0
+    assert effective_rto_min_ms(5, 1000) == 5.0 and effective_rto_min_ms(1, 100) == 10.0
+    assert effective_rto_min_ms(5, None) is None
+
+
+def test_a_round_changes_the_hosts_tcp_knobs_and_keeps_the_rest():
+    sc = validate({"name": "x", "hosts": {"rto_min_ms": 200, "delayed_ack": False},
+                   "rounds": [{"name": "a"}, {"name": "b", "hosts": {"rto_min_ms": 5}}]})
+    a, b = (r.hosts for r in sc.rounds)
+    assert (a.rto_min_ms, a.delayed_ack, b.rto_min_ms, b.delayed_ack) == (200, False, 5, False)
+    assert a.slow_start_after_idle and validate({"name": "y"}).hosts.rto_min_ms is None
