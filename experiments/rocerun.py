@@ -25,15 +25,6 @@ SENDER_QPN, RECEIVER_QPN, SPORT_BASE = 0x100, 0x200, 49152
 MODES = ("dcqcn", "none")
 
 
-def jain_index(rates: list[float]) -> float:
-    """Jain's fairness index (sum x)^2 / (n sum x^2) of non-negative rates, in (0, 1]
-    (R. Jain, D. Chiu, W. Hawe, DEC-TR-301, 1984). Raises ValueError on an empty list or all zeros."""
-    s, q = sum(rates), sum(r * r for r in rates)
-    if not rates or q == 0:
-        raise ValueError("Jain's index needs at least one non-zero rate")
-    return s * s / (len(rates) * q)
-
-
 def default_rto_s(buffer_bytes: int, rate_bps: float, hops: int = 4) -> float:
     """A local ACK timeout above the longest round trip a full buffer can cause: twice the drain
     time of ``hops`` full buffers at ``rate_bps``, at least 50 ms."""

@@ -17,6 +17,7 @@ import pytest
 
 from common import roce
 from common.dcqcn import DcqcnParams
+from common.stats import jain_index
 from experiments.scenario import FRAME_BYTES
 from experiments import rocerun
 from experiments.live import start_sampler, stop_sampler
@@ -112,7 +113,7 @@ def test_two_dcqcn_senders_converge_to_a_fair_share_with_the_queue_between_kmin_
     t1 = min(r["rx"]["last_byte_unix_s"] for r in recs)
     half = t0 + (t1 - t0) / 2
     rates = [rocerun.rate_series_bps(r["rx"]["samples"], half, t1) for r in recs]
-    jain = rocerun.jain_index(rates)
+    jain = jain_index(rates)
     back = [int(r["backlog_bytes"]) for r in q if half <= float(r["t_unix_s"]) <= t1]
     inside = sum(KMIN <= b <= KMAX for b in back) / len(back)
     print(f"marker {kind}: rates over the last half {[round(x / 1e6, 2) for x in rates]} Mbit/s, Jain {jain:.3f}; "

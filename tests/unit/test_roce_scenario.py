@@ -2,6 +2,7 @@
 import pytest
 
 from common.errors import ScenarioError
+from common.stats import jain_index
 from experiments.scenario import validate
 from experiments import rocerun
 from experiments.plan import check_against_fabric
@@ -64,10 +65,10 @@ def test_dcqcn_parameters_from_the_scenario():
 
 
 def test_jain_rates_and_median_interval():
-    assert rocerun.jain_index([5, 5]) == 1.0
-    assert rocerun.jain_index([1, 0]) == 0.5
+    assert jain_index([5, 5]) == 1.0
+    assert jain_index([1, 0]) == 0.5
     with pytest.raises(ValueError):
-        rocerun.jain_index([0, 0])
+        jain_index([0, 0])
     s = [(0.0, 0), (1.0, 1000), (2.0, 3000)]
     assert rocerun.rate_series_bps(s, 0.5, 1.5) == pytest.approx((2000 - 500) * 8)
     with pytest.raises(ValueError):
