@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from common.ecn import describe
+from common.stats import QUEUE_PERCENTILES, jain_index, sample_percentiles
 from common.units import FRAME_BYTES
 from experiments import pfcrun, rocerun
 from experiments.fluid import hash_ecmp_aggregate, max_min_rates
@@ -90,8 +91,47 @@ def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> l
     return rows
 
 
+def queue_percentile_columns(backlog_packets, backlog_bytes) -> dict:
+    """The queue percentile columns of one port from its backlog samples in the window.
+
+    Args:
+        backlog_packets, backlog_bytes: the sampled backlog (1-D arrays of equal length, packets
+            and bytes), already cut to the measurement window.
+
+    Returns:
+        ``{"p5_backlog_packets", "p50_backlog_packets", "p95_backlog_packets",
+        "p99_backlog_packets", "p5_backlog_bytes", ..., "p99_backlog_bytes",
+        "window_samples"}``: sample percentiles (:func:`common.stats.sample_percentiles`;
+        every sample weighs the same, which at the sampler's fixed rate is the time-weighted
+        distribution to within one sample interval), None each when the window holds no
+        sample; ``window_samples`` is how many there were.
+    """
+    out = {}
+    for unit, values in (("packets", backlog_packets), ("bytes", backlog_bytes)):
+        pct = sample_percentiles(values, QUEUE_PERCENTILES) or {}
+        out.update({f"p{q}_backlog_{unit}": pct.get(f"p{q}") for q in QUEUE_PERCENTILES})
+    out["window_samples"] = int(len(backlog_packets))
+    return out
+
+
+#: The queue figures of ports.csv the bottleneck section repeats (besides the port's identity).
+QUEUE_COLUMNS = tuple(f"p{q}_backlog_{u}" for u in ("packets", "bytes") for q in QUEUE_PERCENTILES) \
+    + ("window_samples",)
+
+
 def port_summaries(samples: dict, fabric_map: dict, sc: Scenario, window_s: tuple[float, float]) -> list[dict]:
-    """Per switch-port figures over the sampled run (rows of ports.csv)."""
+    """Per switch-port figures over the sampled run (rows of ports.csv).
+
+    Args:
+        samples: ``{intf: {column: array}}`` (:func:`experiments.tables.load_queue_samples`,
+            ``t_s`` from the start).
+        window_s: ``(from, to)`` in seconds since the start: the means and the queue
+            percentiles (:func:`queue_percentile_columns`) cover the samples inside it;
+            totals (bytes, packets, drops) and peaks cover every sample.
+
+    Returns:
+        One dict per sampled switch port, in fabric-map order (ports without a sample are left out).
+    """
     q = sc.queues
     rows = []
     for sw in fabric_map["switches"]:
@@ -111,8 +151,8 @@ def port_summaries(samples: dict, fabric_map: dict, sc: Scenario, window_s: tupl
                 "drops": int(s["drops_total"][-1] - s["drops_total"][0]),
                 "peak_backlog_bytes": int(s["backlog_bytes"].max()), "peak_backlog_packets": int(s["backlog_packets"].max()),
                 "mean_backlog_bytes": float(s["backlog_bytes"][sel].mean()) if sel.any() else 0.0,
-                "p99_backlog_bytes": _percentile(s["backlog_bytes"][sel], 99) if sel.any() else 0.0,
                 "mean_tx_mbps": mean_mbps, "samples": int(len(s["t_s"])),
+                **queue_percentile_columns(s["backlog_packets"][sel], s["backlog_bytes"][sel]),
             })
     return rows
 
@@ -129,13 +169,19 @@ def bottleneck(ports: list[dict]) -> dict | None:
     return max(ports, key=lambda p: (p["mean_backlog_bytes"], p["drops"], p["peak_backlog_bytes"]))
 
 
-def bottleneck_summary(bn: dict | None, receiver: str | None) -> dict | None:
-    """``summary["bottleneck"]`` for the ports.csv row ``bn`` (``receiver``: an incast's, else None)."""
+def bottleneck_summary(bn: dict | None, receiver: str | None,
+                       window_s: tuple[float, float] | None = None) -> dict | None:
+    """``summary["bottleneck"]`` for the ports.csv row ``bn`` (``receiver``: an incast's, else None):
+    the port, its peaks, means and drops, its queue percentiles (:data:`QUEUE_COLUMNS`) and
+    ``queue_window_s``, the window ``(from, to)`` in seconds they cover (``window_s``, as given to
+    :func:`port_summaries`). None when there is no port."""
     if bn is None:
         return None
     return {**{k: bn[k] for k in ("switch", "intf", "peer", "mean_backlog_bytes", "peak_backlog_bytes",
                                   "peak_backlog_packets", "drops", "buffer_bytes", "buffer_packets", "mean_tx_mbps",
                                   "rate_mbps")},
+            **{k: bn.get(k) for k in QUEUE_COLUMNS},
+            "queue_window_s": list(window_s) if window_s is not None else None,
             "toward_receiver": (bn["peer"] == receiver) if receiver else None,
             # a buffer of N packets is N full frames' bytes in the byte-limited queues of priority classes
             "within_buffer": (bn["peak_backlog_bytes"] <= bn["buffer_bytes"]) if bn["buffer_bytes"] is not None
@@ -152,12 +198,86 @@ def bytes_at(samples: list, t_s: float) -> float:
     return float(np.interp(t_s, ts, bs, left=0.0, right=bs[-1]))
 
 
+#: The shortest window in seconds the throughput and the per-flow rates are measured over; shorter
+#: and the throughput takes the whole run, the fairness each flow's bytes over its completion time.
+MIN_WINDOW_S = 0.5
+
+
+def measurement_window(flows: list[dict], sc: Scenario) -> tuple[float, float, str]:
+    """The window in which every flow runs: ``(from_s, to_s, kind)`` in seconds since the start.
+
+    From ``measurement.warmup_s`` (slow start left out) to the end of the time-limited flows
+    (``traffic.duration_s``) or to the first sized flow completing (after that the mix of active
+    flows changes); ``kind`` is ``"all flows running"``. When that leaves under
+    :data:`MIN_WINDOW_S` (or no flow completed) it is the whole run, from 0 to the last byte,
+    and ``kind`` is ``"whole run"``.
+
+    Args:
+        flows: flows.csv rows (``fct_s`` in seconds or None, ``complete``).
+    """
+    duration = sc.traffic.duration_s
+    ends = [f["fct_s"] for f in flows if f["complete"] and f["fct_s"] is not None]
+    t_a, t_b = sc.measurement.warmup_s, (duration if duration else (min(ends) if ends else None))
+    if t_b is None or t_b - t_a < MIN_WINDOW_S:
+        return 0.0, max([f["fct_s"] for f in flows if f["fct_s"] is not None] or [0.0]), "whole run"
+    return t_a, t_b, "all flows running"
+
+
+def fairness_summary(flows: list[dict], window: tuple[float, float, str]) -> dict:
+    """Per-flow steady-state rates and Jain's fairness index over them (``summary["fairness"]``).
+
+    Which rate, and why:
+
+    - ``how`` = ``"all_flows_window"``: when :func:`measurement_window` found a window in which
+      every flow runs (``kind`` ``"all flows running"``), each flow's rate is the bytes it
+      delivered inside that window over its length (its receiver's cumulative samples,
+      interpolated: :func:`bytes_at`). Fairness is about how competing flows share at the same
+      time; a window common to all of them compares like with like. Each flow's own mid-life
+      would not: in a sized-flow run a flow that was starved lives longer, and the middle of its
+      life falls after the others ended, when it has the link to itself, which hides the very
+      unfairness the index is for.
+    - ``how`` = ``"bytes_over_fct"``: otherwise (short flows such as incast responses that end
+      within the warm-up, or less than :data:`MIN_WINDOW_S` of overlap), each flow's
+      ``bytes_received`` over its ``fct_s`` (its average rate over its whole life; with the
+      synchronized start every flow shares, a flow that got less finishes later).
+
+    A flow with no receiver record (``bytes_received`` None: its agent failed) is left out and
+    counted in ``flows_left_out``; a flow that received nothing counts with rate 0.
+
+    Args:
+        flows: flows.csv rows, each with ``_samples`` ``[(t_s, bytes_received_total), ...]``
+            when the receiver recorded any.
+        window: :func:`measurement_window`'s ``(from_s, to_s, kind)``.
+
+    Returns:
+        ``{"jain_index" (None without a non-zero rate), "n_flows", "flows_left_out",
+        "rate_mbps": {"min", "median", "max"} (None without flows), "how", "window_s"
+        ([from, to] in seconds for all_flows_window, else None)}``; rates in Mbit/s of payload.
+    """
+    t_a, t_b, kind = window
+    counted = [f for f in flows if f.get("bytes_received") is not None]
+    if kind == "all flows running":
+        how, window_s = "all_flows_window", [t_a, t_b]
+        rates = [(bytes_at(f.get("_samples") or [], t_b) - bytes_at(f.get("_samples") or [], t_a)) * 8
+                 / (t_b - t_a) / 1e6 for f in counted]
+    else:
+        how, window_s = "bytes_over_fct", None
+        counted = [f for f in counted if f["bytes_received"] == 0 or f.get("fct_s")]
+        rates = [f["bytes_received"] * 8 / f["fct_s"] / 1e6 if f["bytes_received"] else 0.0 for f in counted]
+    x = np.asarray(rates, dtype=float)
+    return {"jain_index": jain_index(x) if x.any() else None, "n_flows": len(rates),
+            "flows_left_out": len(flows) - len(rates),
+            "rate_mbps": {"min": float(x.min()), "median": float(np.median(x)), "max": float(x.max())}
+            if len(x) else None,
+            "how": how, "window_s": window_s}
+
+
 def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc: Scenario,
                        samples: dict | None = None) -> dict:
     """Delivered throughput while every flow is running, and the fluid model's prediction.
 
-    The window runs from ``measurement.warmup_s`` after the start (slow start
-    left out) to the end of the time-limited flows, or to the first sized flow
+    The window is :func:`measurement_window`'s: from ``measurement.warmup_s`` after the start
+    (slow start left out) to the end of the time-limited flows, or to the first sized flow
     completing (after that the mix of active flows, which the model assumes,
     changes). Sized flows give short, noisy windows: measure throughput with
     time-limited flows (``traffic.duration_s``) and completion times with sized ones.
@@ -185,14 +305,7 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
         "hash_ecmp_model_aggregate_mbps": {median, p10, p90}, "per_flow_mbps": {min, p10, median, max},
         "jain_index_per_flow"}`` (Mbit/s).
     """
-    warm = sc.measurement.warmup_s
-    duration = sc.traffic.duration_s
-    kind = "all flows running"
-    ends = [f["fct_s"] for f in flows if f["complete"] and f["fct_s"] is not None]
-    t_b = duration if duration else (min(ends) if ends else None)
-    t_a = warm
-    if t_b is None or t_b - t_a < 0.5:
-        t_a, t_b, kind = 0.0, max([f["fct_s"] for f in flows if f["fct_s"] is not None] or [0.0]), "whole run"
+    t_a, t_b, kind = measurement_window(flows, sc)
     span = max(t_b - t_a, 1e-9)
     per_flow = [(bytes_at(f.get("_samples") or [], t_b) - bytes_at(f.get("_samples") or [], t_a)) * 8 / span / 1e6
                 for f in flows]
@@ -218,7 +331,7 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
             total += float(np.interp(t_b, smp["t_s"], smp["tx_bytes_total"]) - np.interp(t_a, smp["t_s"], smp["tx_bytes_total"]))
         wire = total * 8 / span / 1e6 if total is not None else None
     x = np.asarray(per_flow, dtype=float)
-    jain = float(x.sum() ** 2 / (len(x) * (x ** 2).sum())) if len(x) and (x ** 2).sum() > 0 else None
+    jain = jain_index(x) if len(x) and x.any() else None
     return {
         "window": kind, "window_s": [t_a, t_b], "aggregate_mbps": agg, "wire_aggregate_mbps": wire,
         "sending_hosts": len(senders), "per_sending_host_mbps": agg / len(senders) if senders else 0.0,
@@ -299,11 +412,12 @@ def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], 
             "congestion_control_on_live_flows": ccs,
             "errors": [f["error"] for f in flows if f["error"]],
         },
-        "bottleneck": bottleneck_summary(bn, receiver) if chosen is None else dict(bottleneck_summary(bn, receiver),
-                                                                                  chosen=chosen),
+        "bottleneck": bottleneck_summary(bn, receiver, (0.0, end)) if chosen is None
+        else dict(bottleneck_summary(bn, receiver, (0.0, end)), chosen=chosen),
         # bytes each spine carried down to the receiver's leaf: shows how ECMP split the incast
         "ecmp_split_tx_bytes": {p["intf"]: p["tx_bytes"] for p in ports if p["peer"] == receiver_leaf} if incast else {},
         "throughput": throughput_summary(flows, fabric_map, plan, sc, samples),
+        "fairness": fairness_summary(flows, measurement_window(flows, sc)),
         "total_drops": sum(p["drops"] for p in ports),
         "sampler": sampler,
         "timings_s": timings,
@@ -337,10 +451,10 @@ def format_summary(summary: dict, out: Path) -> str:
         "",
         f"== fabriclab: {summary['scenario']} ({summary['datapath']} datapath, kernel {summary['kernel']}) ==",
         f"flows: {f['count']}, all complete: {f['all_complete']}, bytes sent {f['bytes_sent']} / received {f['bytes_received']}",
-        f"completion time: median {f['fct_median_s']:.3f} s, p99 {f['fct_p99_s']:.3f} s" if f["fct_median_s"] is not None
-        else "completion time: none",
+        (f"completion time: median {f['fct_median_s']:.3f} s, p99 {f['fct_p99_s']:.3f} s" if f["fct_median_s"] is not None
+         else "completion time: none") + "; " + _fairness_clause(summary.get("fairness")),
         f"bottleneck: {bn.get('intf')} (toward {bn.get('peer')}), peak backlog {bn.get('peak_backlog_packets')} packets "
-        f"/ {bn.get('peak_backlog_bytes')} B (buffer {buf}), drops {bn.get('drops')}",
+        f"/ {bn.get('peak_backlog_bytes')} B (buffer {buf}), drops {bn.get('drops')}" + _queue_clause(bn),
         ("ECMP split toward the receiver's leaf: " + ", ".join(
             f"{k} {v / 1e6:.2f} MB" for k, v in summary["ecmp_split_tx_bytes"].items())) if summary.get("ecmp_split_tx_bytes")
         else _throughput_line(summary.get("throughput")),
@@ -353,6 +467,27 @@ def format_summary(summary: dict, out: Path) -> str:
         f"results: {out}",
     ]
     return "\n".join(lines)
+
+
+def _fairness_clause(fa: dict | None) -> str:
+    """``summary["fairness"]`` in a few words, e.g. ``Jain's index 0.93 over 128 flows (1.2 / 1.6 /
+    2.0 Mbit/s min/median/max, in the window 2.0-8.0 s)``."""
+    if not fa or fa.get("jain_index") is None:
+        return "fairness: no flow delivered anything"
+    r = fa["rate_mbps"]
+    how = (f"in the window {fa['window_s'][0]:.1f}-{fa['window_s'][1]:.1f} s" if fa["how"] == "all_flows_window"
+           else "bytes / completion time")
+    left = f", {fa['flows_left_out']} without a record left out" if fa.get("flows_left_out") else ""
+    return (f"Jain's index {fa['jain_index']:.3f} over {fa['n_flows']} flows ({r['min']:.2f} / {r['median']:.2f} / "
+            f"{r['max']:.2f} Mbit/s min/median/max, {how}{left})")
+
+
+def _queue_clause(bn: dict) -> str:
+    """The bottleneck queue's p50/p95/p99 in packets, when the summary has them."""
+    if bn.get("p50_backlog_packets") is None:
+        return ""
+    return (f", queue p50/p95/p99 {bn['p50_backlog_packets']:.0f}/{bn['p95_backlog_packets']:.0f}/"
+            f"{bn['p99_backlog_packets']:.0f} packets")
 
 
 def _roce_line(summary: dict) -> str:

@@ -1,9 +1,12 @@
 """Queue percentiles, per-flow fairness and the CDF plots of a flows round, on synthetic inputs
 with known answers."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from common.stats import jain_index, sample_percentiles
+from experiments import analysis
 
 
 # -- common.stats ------------------------------------------------------------------------------
@@ -43,3 +46,91 @@ def test_sample_percentiles_known_answer_and_edges():
         sample_percentiles([1, 2], qs=(101,))
     with pytest.raises(ValueError):
         sample_percentiles([1, float("nan")])
+
+
+# -- experiments.analysis: queue percentiles per port ------------------------------------------
+
+def fake_run(duration_s=None, warmup_s=2.0, buffer_packets=100):
+    """The few scenario fields the analysis reads, as attributes."""
+    return SimpleNamespace(queues=SimpleNamespace(buffer_bytes=None, buffer_packets=buffer_packets),
+                           traffic=SimpleNamespace(duration_s=duration_s, pattern="permutation", receiver=None),
+                           measurement=SimpleNamespace(warmup_s=warmup_s))
+
+
+def port_samples(t_s, packets):
+    t_s, packets = np.asarray(t_s, dtype=float), np.asarray(packets, dtype=float)
+    n = len(t_s)
+    return {"t_s": t_s, "backlog_packets": packets, "backlog_bytes": packets * 1514,
+            "drops_total": np.zeros(n), "tx_bytes_total": np.arange(n) * 1000.0, "tx_packets_total": np.arange(n)}
+
+
+def test_port_percentiles_cover_the_window_only():
+    rng = np.random.default_rng(3)
+    t = np.arange(0, 10, 0.02)                        # 50 Hz for 10 s
+    inside = (t >= 1.0) & (t <= 6.0)
+    q = np.where(inside, rng.integers(0, 40, len(t)), 100)   # full outside the window: must not count
+    fabric_map = {"switches": [{"name": "s1", "ports": [
+        {"port": 1, "intf": "s1-eth1", "peer": "h1", "rate_mbps": 10},
+        {"port": 2, "intf": "s1-eth2", "peer": "h2", "rate_mbps": 10}]}]}
+    samples = {"s1-eth1": port_samples(t, q), "s1-eth2": port_samples([8.0, 9.0], [5, 7])}
+    rows = analysis.port_summaries(samples, fabric_map, fake_run(), (1.0, 6.0))
+    r = rows[0]
+    for p in (5, 50, 95, 99):
+        assert r[f"p{p}_backlog_packets"] == pytest.approx(float(np.percentile(q[inside], p)))
+        assert r[f"p{p}_backlog_bytes"] == pytest.approx(float(np.percentile(q[inside] * 1514, p)))
+    assert r["p99_backlog_packets"] < 40 and r["peak_backlog_packets"] == 100
+    assert r["window_samples"] == int(inside.sum())
+    # a port with no sample in the window: no percentile rather than a made-up zero
+    assert rows[1]["window_samples"] == 0 and rows[1]["p50_backlog_packets"] is None
+    bn = analysis.bottleneck_summary(analysis.bottleneck(rows), None, (1.0, 6.0))
+    assert bn["intf"] == "s1-eth1" and bn["queue_window_s"] == [1.0, 6.0]
+    assert {k: bn[k] for k in analysis.QUEUE_COLUMNS} == {k: r[k] for k in analysis.QUEUE_COLUMNS}
+
+
+# -- experiments.analysis: fairness ------------------------------------------------------------
+
+def flow(fid, rate_mbps=None, fct_s=None, bytes_received=None, burst_after_s=None):
+    """A flows.csv row; with ``rate_mbps``, receiver samples every 10 ms at that rate (ten times
+    faster after ``burst_after_s``)."""
+    samples = []
+    if rate_mbps is not None:
+        b = 0.0
+        for t in np.arange(0.01, fct_s + 1e-9, 0.01):
+            b += rate_mbps * 1e6 / 8 * 0.01 * (10 if burst_after_s and t > burst_after_s else 1)
+            samples.append((float(t), b))
+        bytes_received = int(b)
+    return {"flow_id": fid, "fct_s": fct_s, "bytes_received": bytes_received, "complete": bytes_received is not None,
+            "_samples": samples}
+
+
+def test_fairness_over_the_window_where_all_flows_run():
+    # time-limited flows 0-10 s at 1 and 3 Mbit/s; the 1 Mbit/s one bursts after the window ends
+    flows = [flow(0, 1.0, 10.0, burst_after_s=8.5), flow(1, 3.0, 10.0)]
+    window = analysis.measurement_window(flows, fake_run(duration_s=8.0))
+    assert window == (2.0, 8.0, "all flows running")
+    fa = analysis.fairness_summary(flows, window)
+    assert fa["how"] == "all_flows_window" and fa["window_s"] == [2.0, 8.0]
+    assert fa["rate_mbps"]["min"] == pytest.approx(1.0, rel=1e-3)
+    assert fa["rate_mbps"]["max"] == pytest.approx(3.0, rel=1e-3)
+    assert fa["jain_index"] == pytest.approx(0.8, rel=1e-3) and fa["n_flows"] == 2
+
+
+def test_fairness_of_short_responses_is_bytes_over_fct():
+    # incast responses done before the 2 s warm-up ends: each flow's bytes over its own FCT
+    equal = [flow(i, bytes_received=125_000, fct_s=0.5) for i in range(4)]
+    window = analysis.measurement_window(equal, fake_run())
+    assert window[2] == "whole run"
+    fa = analysis.fairness_summary(equal, window)
+    assert fa["how"] == "bytes_over_fct" and fa["window_s"] is None
+    assert fa["jain_index"] == pytest.approx(1.0) and fa["rate_mbps"]["median"] == pytest.approx(2.0)
+    # one of four hogs the port, three delivered nothing: 1/N; a flow without a record is left out
+    hog = [flow(0, bytes_received=500_000, fct_s=0.5)] + [
+        {"flow_id": i, "fct_s": None, "bytes_received": 0, "complete": False} for i in (1, 2, 3)] + [
+        {"flow_id": 4, "fct_s": None, "bytes_received": None, "complete": False}]
+    fa = analysis.fairness_summary(hog, analysis.measurement_window(hog, fake_run()))
+    assert fa["jain_index"] == pytest.approx(1 / 4) and fa["n_flows"] == 4 and fa["flows_left_out"] == 1
+    assert fa["rate_mbps"] == {"min": 0.0, "median": 0.0, "max": pytest.approx(8.0)}
+    nothing = analysis.fairness_summary(hog[1:], (0.0, 0.0, "whole run"))
+    assert nothing["jain_index"] is None and nothing["n_flows"] == 3
+    assert "no flow delivered" in analysis._fairness_clause(nothing)
+    assert analysis._fairness_clause(fa).startswith("Jain's index 0.250 over 4 flows")
