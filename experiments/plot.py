@@ -66,16 +66,104 @@ def plot_queue_depth(out: Path, summary: dict, samples: dict) -> Path:
     return _save(fig, ax, out / "queue_depth.png", legend_cols=3)
 
 
-def _threshold_lines(ax, ecn: dict, in_packets: bool, color="C2", suffix="") -> None:
-    """Mark the bottleneck's ECN thresholds (K, or Kmin and Kmax) on a queue axis."""
+def _threshold_lines(ax, ecn: dict, in_packets: bool, color="C2", suffix="", vertical: bool = False) -> None:
+    """Mark the bottleneck's ECN thresholds (K, or Kmin and Kmax) on a queue axis: the y axis, or
+    the x axis with ``vertical`` (a queue CDF). Nothing when the summary's ``ecn`` has none."""
     scale = FRAME_BYTES if in_packets else 1
     unit = "packets" if in_packets else "bytes"
+    line, span = (ax.axvline, ax.axvspan) if vertical else (ax.axhline, ax.axhspan)
     if ecn.get("bottleneck_k_bytes"):
         k = ecn["bottleneck_k_bytes"] / scale
-        ax.axhline(k, color=color, ls="-.", lw=1.2, label=f"ECN K = {k:g} {unit}{suffix}")
+        line(k, color=color, ls="-.", lw=1.2, label=f"ECN K = {k:g} {unit}{suffix}")
     elif ecn.get("bottleneck_kmin_kmax_bytes"):
         lo, hi = (v / scale for v in ecn["bottleneck_kmin_kmax_bytes"])
-        ax.axhspan(lo, hi, color=color, alpha=0.12, label=f"ECN Kmin-Kmax {lo:g}-{hi:g} {unit}{suffix}")
+        span(lo, hi, color=color, alpha=0.12, label=f"ECN Kmin-Kmax {lo:g}-{hi:g} {unit}{suffix}")
+
+
+#: The queue CDF shows the bottleneck and this many of the next busiest ports (by mean backlog).
+CDF_OTHER_PORTS = 3
+
+
+def _ecdf(values) -> tuple[np.ndarray, np.ndarray]:
+    """The empirical CDF of ``values``: sorted values and the fraction of samples at or below each."""
+    x = np.sort(np.asarray(values, dtype=float))
+    return x, np.arange(1, len(x) + 1) / max(len(x), 1)
+
+
+def plot_queue_cdf(out: Path, summary: dict, samples: dict) -> Path:
+    """``queue_cdf.png``: the distribution of sampled queue backlog (packets when the buffer is set
+    in packets, else bytes) at the bottleneck and the :data:`CDF_OTHER_PORTS` next busiest ports
+    (highest mean backlog in the window), each sample weighing the same.
+
+    The samples are those inside ``summary["bottleneck"]["queue_window_s"]`` (the window of the
+    queue percentiles; a summary without it: from the start to the last flow's completion).
+    The ECN threshold (K, or Kmin-Kmax) and the buffer are drawn as vertical lines where the
+    summary has them. ``samples``: as :func:`experiments.tables.load_queue_samples`.
+    Raises KeyError when the bottleneck port has no samples.
+    """
+    bn = summary["bottleneck"]
+    in_packets = bn["buffer_packets"] is not None
+    col, unit = ("backlog_packets", "packets") if in_packets else ("backlog_bytes", "bytes")
+    limit = bn["buffer_packets"] if in_packets else bn["buffer_bytes"]
+    lo, hi = bn.get("queue_window_s") or (0.0, summary["flows"].get("fct_max_s") or np.inf)
+
+    def in_window(intf):
+        s = samples[intf]
+        return s[col][(s["t_s"] >= lo) & (s["t_s"] <= hi)]
+    others = sorted((i for i in samples if i != bn["intf"] and len(in_window(i)) and in_window(i).mean() > 0),
+                    key=lambda i: -in_window(i).mean())[:CDF_OTHER_PORTS]
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    top = 0.0
+    for k, intf in enumerate(others):
+        x, y = _ecdf(in_window(intf))
+        ax.step(x, y, where="post", lw=1, alpha=0.8, color=f"C{k + 4}", label=f"{intf} (mean {x.mean():.3g})")
+        top = max(top, float(x[-1]))
+    x, y = _ecdf(in_window(bn["intf"]))
+    if len(x):
+        ax.step(x, y, where="post", color="C3", lw=1.8,
+                label=f"{bn['intf']} -> {bn['peer']} (bottleneck, mean {x.mean():.3g})")
+        top = max(top, float(x[-1]))
+    _threshold_lines(ax, summary.get("ecn") or {}, in_packets, vertical=True)
+    if limit is not None:
+        ax.axvline(limit, color="k", ls="--", lw=1, label=f"buffer = {limit} {unit}")
+        top = max(top, float(limit))
+    ax.set_xlim(0, max(top, 1.0) * 1.05)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel(f"queue backlog ({unit})")
+    ax.set_ylabel("fraction of samples at or below")
+    ax.set_title(f"{summary['scenario']}: queue CDF, {lo:.1f}-{hi:.1f} s "
+                 f"({len(x)} samples at the bottleneck)", fontsize=10)
+    return _save(fig, ax, out / "queue_cdf.png", legend_cols=2)
+
+
+def plot_fct_cdf(out: Path, summary: dict) -> Path:
+    """``fct_cdf.png``: the CDF of the flow completion times (seconds) of the completed flows
+    (``summary["flows"]["per_flow"]``), median and p99 marked; the x axis is logarithmic when
+    the times span more than a decade. A run with no completed flow gets a plot that says so."""
+    per_flow = summary["flows"]["per_flow"]
+    fct = [f["fct_s"] for f in per_flow if f.get("complete") and f.get("fct_s")]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    if fct:
+        x, y = _ecdf(fct)
+        ax.step(np.concatenate([[x[0]], x]), np.concatenate([[0.0], y]), where="post", color="C0", lw=1.6,
+                label=f"{len(x)} of {len(per_flow)} flows completed")
+        for q, ls in ((50, "--"), (99, ":")):
+            v = float(np.percentile(x, q))
+            ax.axvline(v, color="grey", ls=ls, lw=1, label=f"p{q} {v:.3g} s")
+        if x[-1] > 10 * x[0]:
+            ax.set_xscale("log")
+    else:
+        ax.text(0.5, 0.5, f"no completed flow (of {len(per_flow)})", transform=ax.transAxes, ha="center")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("flow completion time (s)")
+    ax.set_ylabel("fraction of completed flows")
+    ax.set_title(f"{summary['scenario']}: flow completion times ({summary.get('pattern', '')})", fontsize=10)
+    if fct:
+        return _save(fig, ax, out / "fct_cdf.png", legend_cols=3)
+    fig.tight_layout()
+    fig.savefig(out / "fct_cdf.png", dpi=110)
+    plt.close(fig)
+    return out / "fct_cdf.png"
 
 
 #: Up to this many flows get a line and a legend entry each; beyond, one line per sending host.
@@ -136,7 +224,8 @@ def plot_all(out: Path) -> list[Path]:
     out = Path(out)
     summary = json.loads((out / "summary.json").read_text())
     samples = load_queue_samples(out / "queues.csv", 0.0)
-    paths = [plot_queue_depth(out, summary, samples), plot_throughput(out, summary, samples)]
+    paths = [plot_queue_depth(out, summary, samples), plot_throughput(out, summary, samples),
+             plot_queue_cdf(out, summary, samples), plot_fct_cdf(out, summary)]
     if summary.get("pfc") and (out / "pauses.csv").exists():
         paths += plot_pfc(out, summary)
     if summary.get("roce") and (out / "roce_rates.csv").exists():

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from common.stats import jain_index, sample_percentiles
-from experiments import analysis
+from experiments import analysis, plot
+from experiments.plot import plt
 
 
 # -- common.stats ------------------------------------------------------------------------------
@@ -134,3 +135,72 @@ def test_fairness_of_short_responses_is_bytes_over_fct():
     assert nothing["jain_index"] is None and nothing["n_flows"] == 3
     assert "no flow delivered" in analysis._fairness_clause(nothing)
     assert analysis._fairness_clause(fa).startswith("Jain's index 0.250 over 4 flows")
+
+
+# -- experiments.plot: the CDF plots -----------------------------------------------------------
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture()
+def kept_figures(monkeypatch):
+    """The figures the plots draw, kept open (plot closes each after saving) for inspection."""
+    figs, close = [], plt.close
+    monkeypatch.setattr(plot.plt, "close", figs.append)
+    yield figs
+    for f in figs:
+        close(f)
+
+
+def synthetic_summary(fcts, ecn=None, buffer_packets=100):
+    return {"scenario": "synthetic", "pattern": "permutation", "datapath": "user",
+            "flows": {"per_flow": [{"flow_id": i, "fct_s": f, "complete": f is not None} for i, f in enumerate(fcts)],
+                      "fct_max_s": max(f for f in fcts if f is not None)},
+            "bottleneck": {"intf": "s1-eth1", "peer": "h1", "buffer_packets": buffer_packets, "buffer_bytes": None,
+                           "queue_window_s": [0.0, 5.0]},
+            "ecn": ecn or {}}
+
+
+def test_queue_cdf_png_with_the_thresholds_and_the_buffer_as_vertical_lines(tmp_path, kept_figures):
+    t = np.arange(0, 6, 0.02)
+    samples = {"s1-eth1": port_samples(t, np.minimum(t * 20, 100)), "s1-eth2": port_samples(t, t % 3),
+               "s1-eth3": port_samples(t, np.zeros(len(t)))}
+    summary = synthetic_summary([1.0, 2.0], ecn={"bottleneck_kmin_kmax_bytes": [20 * 1514, 60 * 1514]})
+    path = plot.plot_queue_cdf(tmp_path, summary, samples)
+    assert path == tmp_path / "queue_cdf.png" and path.read_bytes()[:8] == PNG_MAGIC
+    ax = kept_figures[-1].axes[0]
+    labels = [ln.get_label() for ln in ax.get_lines()]
+    # the bottleneck and the busy port drawn; the idle port left out
+    assert any(lab.startswith("s1-eth1 -> h1 (bottleneck") for lab in labels)
+    assert any(lab.startswith("s1-eth2") for lab in labels) and not any(lab.startswith("s1-eth3") for lab in labels)
+    buffer = next(ln for ln in ax.get_lines() if ln.get_label().startswith("buffer"))
+    assert list(buffer.get_xdata()) == [100, 100]
+    # Kmin-Kmax as a band across the x axis, in packets
+    assert any(p.get_label() == "ECN Kmin-Kmax 20-60 packets" for p in ax.patches)
+    # samples after the window (t > 5 s) are left out: 251 samples in 0-5 s
+    assert "251 samples" in ax.get_title()
+
+
+def test_queue_cdf_marks_a_step_k(tmp_path, kept_figures):
+    t = np.arange(0, 6, 0.02)
+    summary = synthetic_summary([1.0], ecn={"bottleneck_k_bytes": 30 * 1514})
+    plot.plot_queue_cdf(tmp_path, summary, {"s1-eth1": port_samples(t, t * 10)})
+    k = next(ln for ln in kept_figures[-1].axes[0].get_lines() if ln.get_label().startswith("ECN K"))
+    assert list(k.get_xdata()) == [30, 30]
+
+
+def test_fct_cdf_png_log_x_only_beyond_a_decade(tmp_path, kept_figures):
+    summary = synthetic_summary([0.5, 0.7, 0.9, None])
+    path = plot.plot_fct_cdf(tmp_path, summary)
+    assert path == tmp_path / "fct_cdf.png" and path.read_bytes()[:8] == PNG_MAGIC
+    ax = kept_figures[-1].axes[0]
+    assert ax.get_xscale() == "linear"
+    assert any(ln.get_label() == "3 of 4 flows completed" for ln in ax.get_lines())
+    plot.plot_fct_cdf(tmp_path, synthetic_summary([0.01, 0.5, 2.0]))
+    assert kept_figures[-1].axes[0].get_xscale() == "log"
+
+
+def test_fct_cdf_without_a_completed_flow_still_writes_a_png(tmp_path, kept_figures):
+    summary = synthetic_summary([1.0])
+    summary["flows"]["per_flow"] = [{"flow_id": 0, "fct_s": None, "complete": False}]
+    assert plot.plot_fct_cdf(tmp_path, summary).read_bytes()[:8] == PNG_MAGIC
