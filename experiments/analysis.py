@@ -668,14 +668,15 @@ def add_ecn(out: Path, summary: dict, env: dict, profiles: dict, counters: dict,
 ROUND_COLUMNS = ("round", "name", "bottleneck_profile", "congestion_control", "tcp_ecn", "flows_complete",
                  "fct_median_s", "fct_p99_s", "bottleneck_drops", "total_drops", "ce_marked_bottleneck",
                  "ce_received_packets", "queue_median_packets", "queue_p99_packets", "peak_backlog_packets",
-                 "bottleneck_mean_tx_mbps", "bottleneck_intf", "pfc", "pauses", "paused_time_s", "pfc_cap_drops",
+                 "bottleneck_mean_tx_mbps", "bottleneck_intf", "jain_index", "fairness_how",
+                 "pfc", "pauses", "paused_time_s", "pfc_cap_drops",
                  "reaction_p99_s", "roce_mode", "seed", "message_fct_median_s", "message_fct_median_ci95",
                  "message_fct_p99_s", "cnps", "retransmitted_packets")
 
 
 def round_row(i: int, name: str, s: dict) -> dict:
     """One row of rounds.csv from a round's summary."""
-    e, bn, f = s.get("ecn") or {}, s.get("bottleneck") or {}, s["flows"]
+    e, bn, f, fa = s.get("ecn") or {}, s.get("bottleneck") or {}, s["flows"], s.get("fairness") or {}
     c = e.get("bottleneck_counters") or {}
     q = e.get("queue_after_first_rtt") or {}
     return {"round": i + 1, "name": name, "bottleneck_profile": e.get("bottleneck_profile"),
@@ -687,6 +688,7 @@ def round_row(i: int, name: str, s: dict) -> dict:
             "queue_median_packets": q.get("median_packets"), "queue_p99_packets": q.get("p99_packets"),
             "peak_backlog_packets": bn.get("peak_backlog_packets"),
             "bottleneck_mean_tx_mbps": bn.get("mean_tx_mbps"), "bottleneck_intf": bn.get("intf"),
+            "jain_index": fa.get("jain_index"), "fairness_how": fa.get("how"),
             **_pfc_columns(s.get("pfc")), **_roce_columns(s.get("roce"))}
 
 

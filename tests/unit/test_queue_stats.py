@@ -204,3 +204,13 @@ def test_fct_cdf_without_a_completed_flow_still_writes_a_png(tmp_path, kept_figu
     summary = synthetic_summary([1.0])
     summary["flows"]["per_flow"] = [{"flow_id": 0, "fct_s": None, "complete": False}]
     assert plot.plot_fct_cdf(tmp_path, summary).read_bytes()[:8] == PNG_MAGIC
+
+
+def test_rounds_csv_carries_each_rounds_jain_index():
+    s = {"flows": {"congestion_control_on_live_flows": ["cubic"], "all_complete": True, "fct_median_s": 1.0,
+                   "fct_p99_s": 2.0}, "hosts_tcp": [["cubic", 0]], "total_drops": 0,
+         "fairness": {"jain_index": 0.8, "how": "bytes_over_fct"}}
+    row = analysis.round_row(0, "drop-tail", s)
+    assert (row["jain_index"], row["fairness_how"]) == (0.8, "bytes_over_fct")
+    assert set(row) <= set(analysis.ROUND_COLUMNS)
+    assert analysis.round_row(0, "old", {k: v for k, v in s.items() if k != "fairness"})["jain_index"] is None
