@@ -100,7 +100,8 @@ class KernelFlows(Workload):
                                       receiver_is_bottleneck=bool(rec.options.get("receiver_is_bottleneck")))
 
     def after_summary(self, rec: RoundRecord, summary: dict) -> None:
-        """The round's plots (experiments.plot.plot_all)."""
+        """The round's plots (experiments.plot.plot_all): queue_depth.png, throughput.png,
+        queue_cdf.png, fct_cdf.png, and the PFC and RoCE plots when the summary has those sections."""
         plot.plot_all(rec.dir)
 
     def format_round(self, summary: dict, rdir: Path) -> str:
