@@ -472,7 +472,9 @@ def format_summary(summary: dict, out: Path) -> str:
 def _fairness_clause(fa: dict | None) -> str:
     """``summary["fairness"]`` in a few words, e.g. ``Jain's index 0.93 over 128 flows (1.2 / 1.6 /
     2.0 Mbit/s min/median/max, in the window 2.0-8.0 s)``."""
-    if not fa or fa.get("jain_index") is None:
+    if not fa:
+        return "fairness: not measured"
+    if fa.get("jain_index") is None:
         return "fairness: no flow delivered anything"
     r = fa["rate_mbps"]
     how = (f"in the window {fa['window_s'][0]:.1f}-{fa['window_s'][1]:.1f} s" if fa["how"] == "all_flows_window"

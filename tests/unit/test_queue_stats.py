@@ -134,6 +134,7 @@ def test_fairness_of_short_responses_is_bytes_over_fct():
     nothing = analysis.fairness_summary(hog[1:], (0.0, 0.0, "whole run"))
     assert nothing["jain_index"] is None and nothing["n_flows"] == 3
     assert "no flow delivered" in analysis._fairness_clause(nothing)
+    assert analysis._fairness_clause(None) == "fairness: not measured"
     assert analysis._fairness_clause(fa).startswith("Jain's index 0.250 over 4 flows")
 
 
