@@ -45,3 +45,21 @@ class CapabilityError(FabriclabError):
 class BusyError(SetupError):
     """Another fabriclab run holds the machine's run lock. The command-line front ends turn this
     into exit code 2, before anything is created."""
+
+
+class UnfaithfulRun(FabriclabError):
+    """A round's fidelity checks failed: its results are written, marked ``fidelity.ok: false``,
+    but the emulation did not do what the numbers claim. The command-line front ends turn this
+    into exit code 3 (``--accept-unfaithful`` keeps the exit code 0 and marks every output).
+
+    Attributes:
+        failures: ``(round name, failure line)`` pairs, in round order.
+        out: the run's results folder.
+    """
+
+    def __init__(self, failures: list[tuple[str, str]], out):
+        self.failures, self.out = list(failures), out
+        first = "; ".join(f"{r}: {f}" for r, f in self.failures[:3])
+        more = f" (and {len(self.failures) - 3} more)" if len(self.failures) > 3 else ""
+        super().__init__(f"{len(self.failures)} fidelity check(s) failed, results in {out} are not to be "
+                         f"trusted: {_bounded(first, MAX_MESSAGE_CHARS)}{more}")

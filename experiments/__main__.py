@@ -10,7 +10,8 @@
     python -m experiments compare [COMPARISON.yaml] [--results DIR]   # same traffic on several fabrics
 
 Exit codes: 0 success, 1 run failed, 2 bad input (scenario key, missing
-capability, not root), 130 interrupted.
+capability, not root), 3 a fidelity check failed (the results are written but
+marked; ``--accept-unfaithful`` makes that 0), 130 interrupted.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from common.errors import BusyError, CapabilityError, ScenarioError, SetupError
+from common.errors import BusyError, CapabilityError, ScenarioError, SetupError, UnfaithfulRun
 from experiments.plan import build_fabric, check_against_fabric
 from experiments.scenario import read_yaml_file, validate
 from experiments.state import clean_stale
@@ -42,6 +43,8 @@ def main(argv=None) -> int:
     r.add_argument("scenario", nargs="?", default=str(DEFAULT_SCENARIO))
     r.add_argument("--results", default="results")
     r.add_argument("--quiet", action="store_true")
+    r.add_argument("--accept-unfaithful", action="store_true",
+                   help="a failed fidelity check does not fail the run (exit 0); every output says so")
     c = sub.add_parser("check", help="validate a scenario file")
     c.add_argument("scenario")
     sub.add_parser("clean", help="remove state left by a killed run")
@@ -56,6 +59,8 @@ def main(argv=None) -> int:
     cm.add_argument("comparison", nargs="?", default=None)
     cm.add_argument("--results", default="results")
     cm.add_argument("--quiet", action="store_true")
+    cm.add_argument("--accept-unfaithful", action="store_true",
+                    help="a failed fidelity check does not fail the runs (exit 0); every output says so")
     d = sub.add_parser("draw", help="draw a scenario's fabric as a PNG (layers on rows, rates, oversubscription)")
     d.add_argument("scenario")
     d.add_argument("--out", default="topology.png")
@@ -144,9 +149,13 @@ def main(argv=None) -> int:
     try:
         if args.cmd == "compare":
             from experiments import compare
-            compare.run_comparison(cmp, Path(args.results), quiet=args.quiet)
+            compare.run_comparison(cmp, Path(args.results), quiet=args.quiet,
+                                   accept_unfaithful=args.accept_unfaithful)
         else:
-            runner.run(sc, Path(args.results), quiet=args.quiet)
+            runner.run(sc, Path(args.results), quiet=args.quiet, accept_unfaithful=args.accept_unfaithful)
+    except UnfaithfulRun as e:
+        print(f"fabriclab: {e}", file=sys.stderr)
+        return 3
     except ScenarioError as e:
         print(f"fabriclab: {e}", file=sys.stderr)
         return 2

@@ -152,7 +152,7 @@ def ratios(rows: list[dict]) -> list[dict]:
     return out
 
 
-def run_comparison(cmp: dict, results_root: Path, quiet: bool = False) -> Path:
+def run_comparison(cmp: dict, results_root: Path, quiet: bool = False, accept_unfaithful: bool = False) -> Path:
     """Run every (fabric, traffic) pair of a checked comparison; return the comparison folder.
 
     Raises: whatever :func:`experiments.runner.run` raises for a run (the runs
@@ -165,7 +165,7 @@ def run_comparison(cmp: dict, results_root: Path, quiet: bool = False) -> Path:
     for i, (fabric, traffic, sc) in enumerate(cmp["runs"], 1):
         if not quiet:
             print(f"fabriclab: comparison run {i}/{len(cmp['runs'])}: {fabric} x {traffic}", flush=True)
-        run_dir = runner.run(sc, out, quiet=True)
+        run_dir = runner.run(sc, out, quiet=True, accept_unfaithful=accept_unfaithful)
         summary = json.loads((run_dir / "summary.json").read_text())
         rows.append(row_of(fabric, traffic, summary, run_dir))
         if not quiet:

@@ -42,6 +42,8 @@ class RunContext:
         env: the run's environment record (environment.json); features add their sections.
         out: the run's results folder; ``multi`` whether it has a folder per round.
         quiet: no progress lines on stdout.
+        accept_unfaithful: a round whose fidelity checks fail does not fail the run (its outputs
+            say ``accepted_unfaithful``).
     """
     sc: Scenario
     fabric: object
@@ -53,6 +55,7 @@ class RunContext:
     out: Path
     multi: bool
     quiet: bool = False
+    accept_unfaithful: bool = False
 
     def say(self, *a) -> None:
         """A progress line on stdout (``fabriclab: ...``) unless quiet."""

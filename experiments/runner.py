@@ -40,6 +40,7 @@ from experiments.scenario import FRAME_BYTES, read_yaml_file, validate
 from experiments.state import RunState
 from experiments.workloads import WORKLOADS, workload_for
 from experiments.model import Round, Scenario
+from common.errors import UnfaithfulRun
 
 
 @dataclass(frozen=True)
@@ -72,14 +73,17 @@ def port_queue(sc: Scenario, rate_mbps: float) -> PortQueue:
 
 
 def run(sc: Scenario, results_root: Path, quiet: bool = False, platform: Platform | None = None,
-        features: dict | None = None, workloads: dict | None = None) -> Path:
+        features: dict | None = None, workloads: dict | None = None, accept_unfaithful: bool = False) -> Path:
     """Run one resolved scenario; return its results folder.
 
     ``platform`` (default :data:`PLATFORM`, this machine), ``features`` (default
     experiments.features.FEATURES) and ``workloads`` (default experiments.workloads.WORKLOADS)
-    are for component tests.
+    are for component tests. ``accept_unfaithful``: a round whose fidelity checks fail does not
+    fail the run; its outputs are marked instead.
 
     Raises:
+        UnfaithfulRun: a round's fidelity checks failed (every round ran and was written, the
+            fabric is down) and ``accept_unfaithful`` is false.
         ScenarioError, CapabilityError: a key this machine cannot run (nothing started).
         BusyError: another run holds the machine (nothing created).
         SetupError: building or configuring the fabric failed.
@@ -89,7 +93,7 @@ def run(sc: Scenario, results_root: Path, quiet: bool = False, platform: Platfor
     old = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         out = _run(sc, Path(results_root), quiet, platform or PLATFORM, FEATURES if features is None else features,
-                   WORKLOADS if workloads is None else workloads)
+                   WORKLOADS if workloads is None else workloads, accept_unfaithful)
         check_signalled()
         return out
     finally:
@@ -112,12 +116,13 @@ def _round_dir(ctx: RunContext, index: int, rnd: Round) -> Path:
     return ctx.out / "rounds" / f"{index + 1:02d}-{rnd.name}" if ctx.multi else ctx.out
 
 
-def _context(sc: Scenario, layout: tuple, env: dict, out: Path, quiet: bool) -> RunContext:
+def _context(sc: Scenario, layout: tuple, env: dict, out: Path, quiet: bool,
+             accept_unfaithful: bool = False) -> RunContext:
     """The run's context: the resolved scenario, its ``layout`` on the fabric
     (experiments.plan.check_against_fabric), ``env`` and the results folder ``out``."""
     fabric, fabric_map, plan, rounds, profiles = layout
     return RunContext(sc=sc, fabric=fabric, fabric_map=fabric_map, plan=plan, rounds=rounds, profiles=profiles,
-                      env=env, out=out, multi=sc.multi_round, quiet=quiet)
+                      env=env, out=out, multi=sc.multi_round, quiet=quiet, accept_unfaithful=accept_unfaithful)
 
 
 def _merge(env: dict, more: dict) -> dict:
@@ -129,11 +134,11 @@ def _merge(env: dict, more: dict) -> dict:
 
 
 def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feature_registry: dict,
-         workload_registry: dict) -> Path:
+         workload_registry: dict, accept_unfaithful: bool = False) -> Path:
     t_begin = time.monotonic()
     timings = {}
     layout = check_against_fabric(sc)          # a scenario that does not fit its fabric: refused before the probe
-    ctx = _context(sc, layout, platform.probe(), _results_folder(results_root, sc.name), quiet)
+    ctx = _context(sc, layout, platform.probe(), _results_folder(results_root, sc.name), quiet, accept_unfaithful)
     env = ctx.env
     fabric, fabric_map, plan, rounds, out, multi = ctx.fabric, ctx.fabric_map, ctx.plan, ctx.rounds, ctx.out, ctx.multi
     features = [f(ctx) for f in feature_registry.values()]
@@ -149,6 +154,7 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
     env["git_revision"] = _git_rev()
     env["scale"] = _scale(sc)
     env["routing"] = {"mode": sc.routing.mode, **(ECMP_METHOD if sc.routing.mode == "ecmp" else {})}
+    env["accept_unfaithful"] = accept_unfaithful
 
     def host_queue(rate_mbps: float) -> PortQueue:
         return PortQueue(rate_mbps=rate_mbps, buffer_packets=HOST_QUEUE_PACKETS,
@@ -223,6 +229,12 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
         for name, w in workloads.items():
             w.finish_run([(rec, s) for n, rec, s in done if n == name])
     ctx.say(f"fabric down in {timings['teardown_s']:.1f} s; {timings['total_s']:.1f} s in all; results in {out}")
+    failed = [(rec.round.name, line) for _, rec, s in done for line in s["fidelity"]["failures"]]
+    if failed:
+        if not accept_unfaithful:
+            raise UnfaithfulRun(failed, out)
+        print(f"fabriclab: WARNING: {len(failed)} fidelity check(s) failed; accepted (--accept-unfaithful), "
+              "every round's summary.json says fidelity.accepted_unfaithful", file=sys.stderr)
     return out
 
 
@@ -280,13 +292,19 @@ def _analyse_round(ctx: RunContext, w, features: list, rec: RoundRecord) -> dict
     summary = w.summarize(rec)
     for f in features:
         f.summarize(rec, summary)
+    failures = [line for f in features for line in f.failures(summary)]
+    summary.setdefault("fidelity", {}).update(
+        ok=not failures, failures=failures, accepted_unfaithful=bool(failures) and ctx.accept_unfaithful)
     (rec.dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     w.after_summary(rec, summary)
     for f in features:
         for warning in f.warnings(summary):
             print(f"fabriclab: WARNING: {warning}", file=sys.stderr)
+    for line in failures:
+        print(f"fabriclab: FIDELITY CHECK FAILED: {line}", file=sys.stderr)
     if not ctx.quiet:
-        print(w.format_round(summary, rec.dir), flush=True)
+        lines = [w.format_round(summary, rec.dir)] + [x for x in (f.report(summary) for f in features) if x]
+        print("\n".join(lines), flush=True)
     return summary
 
 

@@ -75,3 +75,13 @@ class Feature:
     def warnings(self, summary: dict) -> list[str]:
         """Warnings to print once the round is summarised. Default: none."""
         return []
+
+    def failures(self, summary: dict) -> list[str]:
+        """Fidelity checks of the round that failed, one line each naming what failed and where
+        (a port, a process): the run loop records them in ``summary["fidelity"]`` and the run ends
+        with exit code 3 unless the user accepts an unfaithful run. Default: none."""
+        return []
+
+    def report(self, summary: dict) -> str | None:
+        """A line for the round's block on the terminal (after the workload's), or None."""
+        return None

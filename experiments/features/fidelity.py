@@ -11,7 +11,8 @@ within 10% of one frame time, the rate achieved while backlogged over the config
 histogram of gap / frame time, and the longest packet. A check fails when a port that was
 backlogged for at least :data:`MIN_GAPS` gaps sent below :data:`MIN_RATE_SHARE` of its rate (unless
 a feature paused its transmitter on purpose: a PFC pause), or
-when any qdisc saw a packet longer than one frame; each failure is a warning naming the port.
+when any qdisc saw a packet longer than one frame; each failure is a line naming the port (the run
+loop records it and the run exits 3 unless the user accepts an unfaithful run).
 """
 from __future__ import annotations
 
@@ -136,7 +137,23 @@ class Fidelity(Feature):
         summary.setdefault("fidelity", {})["serialisation"] = serialisation_section(
             rec["serialisation"], bn, frozenset(summary.get("paused_transmitters", ())))
 
-    def warnings(self, summary: dict) -> list[str]:
-        """One warning per failed serialisation check."""
+    def failures(self, summary: dict) -> list[str]:
+        """The failed serialisation checks (one line each, naming the port)."""
         sec = (summary.get("fidelity") or {}).get("serialisation") or {}
-        return [f"fidelity: {f}" for f in sec.get("failures", [])]
+        return list(sec.get("failures", []))
+
+    def report(self, summary: dict) -> str | None:
+        """``fidelity: <ok|FAILED>; bottleneck <port> 99.2% of gaps within 10% of a frame time, at 0.998 of its rate; ...``."""
+        fid = summary.get("fidelity") or {}
+        sec = fid.get("serialisation")
+        if not sec:
+            return None
+        verdict = "ok" if fid.get("ok", not sec["failures"]) else \
+            ("FAILED, accepted" if fid.get("accepted_unfaithful") else "FAILED")
+        b = sec["bottleneck"]
+        parts = [f"fidelity: {verdict}"]
+        if b and b["within_10pct"] is not None:
+            parts.append(f"{b['intf']} {100 * b['within_10pct']:.1f}% of {b['backlogged_gaps']} backlogged gaps "
+                         f"within 10% of a frame time, at {b['rate_share_backlogged']:.3f} of its rate")
+        parts.append(f"longest packet at a qdisc {sec['max_packet_bytes']} B")
+        return "; ".join(parts)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import UnfaithfulRun
 from experiments import runner
 from experiments.features.base import Feature
 from experiments.scenario import load_scenario
@@ -271,3 +272,44 @@ def test_analyze_refuses_a_folder_without_round_records(tmp_path):
     with pytest.raises(FileNotFoundError, match="no round has its raw record"):
         runner.analyze(out, quiet=True, features={"recorder": recording_feature(log)},
                        workloads={"writer": recording_workload(log)})
+
+
+def failing_feature(fail_round: int):
+    class Checker(Feature):
+        name = "checker"
+
+        def round_options(self, rnd):
+            return {"seen_by_workload": rnd.index}
+
+        def failures(self, summary):
+            return [f"port x-eth1: round {summary['index']} too slow"] if summary["index"] == fail_round else []
+
+        def report(self, summary):
+            return f"checker: {'FAILED' if summary['fidelity']['failures'] else 'ok'}"
+    return Checker
+
+
+@pytest.mark.parametrize("accept", [False, True])
+def test_a_failed_fidelity_check_writes_every_round_then_fails_the_run_unless_accepted(tmp_path, accept, capsys):
+    log, fabric_args = [], []
+    sc = load_scenario(SCENARIOS / "incast.yaml")
+    kw = dict(quiet=False, platform=fake_platform(log, fabric_args), features={"checker": failing_feature(1)},
+              workloads={"writer": recording_workload(log)}, accept_unfaithful=accept)
+    if accept:
+        out = runner.run(sc, tmp_path / "results", **kw)
+    else:
+        with pytest.raises(UnfaithfulRun) as e:
+            runner.run(sc, tmp_path / "results", **kw)
+        out = e.value.out
+        assert e.value.failures == [("ecn-k20", "port x-eth1: round 1 too slow")]
+        assert "ecn-k20: port x-eth1: round 1 too slow" in str(e.value)
+    assert log[-3:] == ["fabric down", "unlock", "finish [0, 1, 2, 3]"]      # all done before it is raised
+    rounds = sorted((out / "rounds").iterdir())
+    assert len(rounds) == 4                                                    # every round ran and was written
+    fid = [json.loads((d / "summary.json").read_text())["fidelity"] for d in rounds]
+    assert [f["ok"] for f in fid] == [True, False, True, True]
+    assert fid[1]["failures"] == ["port x-eth1: round 1 too slow"] and fid[1]["accepted_unfaithful"] is accept
+    assert json.loads((out / "environment.json").read_text())["accept_unfaithful"] is accept
+    o = capsys.readouterr()
+    assert "FIDELITY CHECK FAILED: port x-eth1: round 1 too slow" in o.err
+    assert o.out.count("checker: ok") == 3 and o.out.count("checker: FAILED") == 1
