@@ -338,6 +338,51 @@ def root_links() -> set[str]:
         return {l.get_attr("IFLA_IFNAME") for l in ipr.get_links()}
 
 
+def ifb_available() -> bool:
+    """True if the kernel can make an ifb device (tried with fabriclab's own throwaway ``flprobeifb``)."""
+    subprocess.run(["ip", "link", "del", "flprobeifb"], capture_output=True, timeout=10)
+    p = subprocess.run(["ip", "link", "add", "flprobeifb", "type", "ifb"], capture_output=True, timeout=10)
+    subprocess.run(["ip", "link", "del", "flprobeifb"], capture_output=True, timeout=10)
+    return p.returncode == 0
+
+
+def delay_line_limit_packets(rate_mbps: float, delay_us: int, jitter_us: int = 0) -> int:
+    """netem's limit for a delay line: every minimum-size frame (64 B + 20 B of preamble and gap)
+    the link can have in flight over the longest delay, with half again as margin, at least 1000."""
+    in_flight = rate_mbps * 1e6 * (delay_us + jitter_us) * 1e-6 / (84 * 8)
+    return max(1000, int(1.5 * in_flight) + 1)
+
+
+def install_delay_line(ifname: str, ifb_name: str, delay_us: int, jitter_us: int, limit_packets: int,
+                       netns_pid: int | None = None) -> None:
+    """Delay every frame arriving on ``ifname`` by ``delay_us`` (+- ``jitter_us``, uniform): its tc
+    ingress hook redirects each frame to the new ifb device ``ifb_name``, whose root qdisc is
+    netem, and ifb hands it back to ``ifname``'s receive path when its time has come. The sending
+    port's shaper and buffer are untouched, so the delay line never holds buffer (case L3).
+
+    Args:
+        ifname: the receiving end of a link (in the namespace of ``netns_pid``, or the root one).
+        ifb_name: a new interface name (1-15 characters), created here.
+        delay_us, jitter_us: netem's delay and jitter in microseconds.
+        limit_packets: netem's limit (:func:`delay_line_limit_packets`).
+
+    Raises:
+        SetupError: a command failed (no ifb or netem in the kernel, a name taken), with its message.
+    """
+    run(["ip", "link", "add", ifb_name, "type", "ifb"], netns_pid)
+    run(["ip", "link", "set", ifb_name, "up"], netns_pid)
+    netem = ["tc", "qdisc", "replace", "dev", ifb_name, "root", "handle", "1:", "netem", "limit", str(limit_packets),
+             "delay", f"{delay_us}us"] + ([f"{jitter_us}us"] if jitter_us else [])
+    run(netem, netns_pid)
+    try:
+        run(["tc", "qdisc", "add", "dev", ifname, "clsact"], netns_pid)
+    except SetupError as e:
+        if "File exists" not in str(e) and "Exclusivity flag on" not in str(e):
+            raise
+    run(["tc", "filter", "add", "dev", ifname, "ingress", "pref", "1", "protocol", "all", "u32", "match", "u32",
+         "0", "0", "action", "mirred", "egress", "redirect", "dev", ifb_name], netns_pid)
+
+
 def delete_root_links(names: list[str]) -> list[str]:
     """Delete the named interfaces of the root namespace that exist; returns those deleted."""
     deleted = []

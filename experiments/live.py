@@ -158,9 +158,12 @@ def warm_up_reachability(lf: LiveFabric) -> float:
     return res.elapsed_s
 
 
-def measure_rtt_s(lf: LiveFabric, src: str, dst: str) -> float:
-    """Median round-trip time of 5 idle pings from ``src`` to ``dst`` in seconds (SetupError on loss)."""
-    p = lf.host(src).popen(["ping", "-c", "5", "-i", "0.05", "-W", "2", lf.fabric.node(dst).ip],
+def measure_rtt_s(lf: LiveFabric, src: str, dst: str, payload_bytes: int = 56) -> float:
+    """Median round-trip time of 5 idle pings from ``src`` to ``dst`` in seconds (SetupError on loss).
+    ``payload_bytes`` 1472 makes every echo and reply a full 1514-byte frame: the round trip a data
+    packet sees (serialised at every hop), where the default small ping sees almost none of it."""
+    p = lf.host(src).popen(["ping", "-c", "5", "-i", "0.05", "-W", "2", "-s", str(payload_bytes),
+                            lf.fabric.node(dst).ip],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     text, _ = p.communicate(timeout=15)
     rtts = sorted(float(m) for m in re.findall(r"time=([0-9.]+) ms", text))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, WithJsonSchema, create_model, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator, WithJsonSchema, create_model, model_validator
 
 from common.ecn import EcnSettings, settings_spec
 from common.params import _REQUIRED, F
@@ -152,6 +152,24 @@ class Queues(Section):
         """The shaper burst in bytes of a port at ``rate_mbps``: ``burst_bytes`` if the scenario
         gives it, else :func:`common.units.shaper_burst_bytes` of the rate."""
         return self.burst_bytes if self.burst_bytes is not None else shaper_burst_bytes(rate_mbps * 1e6)
+
+
+class Links(Section):
+    """Propagation delay on every link, each direction: a delay line at the receiving end of the
+    link (after the sending port's shaper and buffer), so the buffer never holds the packets in
+    flight. Needs netem and the kernel datapath (docs/scaling.md)."""
+    #: one-way propagation delay of every link in microseconds (0: none)
+    delay_us: Annotated[int, Field(ge=0, le=1_000_000)] = 0
+    #: uniform jitter around ``delay_us`` in microseconds (netem's; at most delay_us)
+    jitter_us: Annotated[int, Field(ge=0, le=1_000_000)] = 0
+
+    @field_validator("jitter_us")
+    @classmethod
+    def _jitter_within_delay(cls, v: int, info: ValidationInfo) -> int:
+        delay = info.data.get("delay_us", 0)
+        if v > delay:
+            raise ValueError(f"{v} exceeds delay_us {delay}: the delay line cannot send before it received")
+        return v
 
 
 class Hosts(Section):
@@ -345,6 +363,7 @@ class ScenarioFile(Section):
     topology: Topology = Field(default_factory=lambda: TOPOLOGY_MODELS["spineleaf"]())
     routing: Routing = Routing()
     queues: Queues = Queues()
+    links: Links = Links()
     hosts: Hosts = Hosts()
     traffic: Traffic = Field(default_factory=Traffic)
     roce: Roce = Roce()
@@ -410,6 +429,7 @@ class Scenario(Resolved):
     topology: Topology
     routing: Routing
     queues: Queues
+    links: Links
     hosts: Hosts
     traffic: Traffic
     roce: Roce
@@ -425,7 +445,7 @@ class Scenario(Resolved):
         a results folder records as scenario.yaml, and what :func:`experiments.scenario.validate`
         reads back into an equal Scenario."""
         out = {k: _plain(getattr(self, k)) for k in ("name", "description", "seed", "topology", "routing", "queues",
-                                                    "hosts", "traffic", "roce", "collective", "measurement")}
+                                                    "links", "hosts", "traffic", "roce", "collective", "measurement")}
         out["ecn"] = settings_spec(self.ecn, marker=True)
         out["priorities"], out["pfc"] = config_sections(self.pfc) if self.pfc is not None else (None, None)
         out["rounds"] = [_round_data(r, self) for r in self.rounds] if self.multi_round else None

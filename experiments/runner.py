@@ -53,7 +53,8 @@ class Platform:
         run_state: run id -> the run-state context (lock and record; experiments.state.RunState).
         live_fabric: LiveFabric's signature -> the live fabric context (experiments.fabric.LiveFabric).
         warm_up_s: live fabric -> seconds the all-pairs warm-up took (SetupError when pairs are missing).
-        rtt_s: (live fabric, src, dst) -> the idle round-trip time in seconds.
+        rtt_s: (live fabric, src, dst, payload_bytes=56) -> the idle round-trip time in seconds of
+            pings of that payload.
         tx_buffer: (scenario, fabric, env, state, queues per port) -> a context that sizes the
             datapath's transmit buffer for the rounds.
     """
@@ -190,6 +191,11 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
             env["scale"]["measured_rtt_s"] = platform.rtt_s(lf, plan[0]["src"], plan[0]["dst"])
             env["scale"]["bdp_packets_measured_rtt"] = (sc.topology.host_rate_mbps * 1e6
                                                         * env["scale"]["measured_rtt_s"] / 8 / FRAME_BYTES)
+            # a data packet's round trip: full frames both ways, serialised at every hop
+            env["scale"]["measured_rtt_full_frame_s"] = platform.rtt_s(lf, plan[0]["src"], plan[0]["dst"],
+                                                                       payload_bytes=FRAME_BYTES - 42)
+            env["scale"]["bdp_packets_full_frame_rtt"] = (sc.topology.host_rate_mbps * 1e6
+                                                          * env["scale"]["measured_rtt_full_frame_s"] / 8 / FRAME_BYTES)
             with platform.tx_buffer(sc, fabric, env, state, queues_per_port):
                 for i, r in enumerate(rounds):
                     check_signalled()

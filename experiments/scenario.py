@@ -190,7 +190,7 @@ def validate(data: Any) -> Scenario:
         t = t.model_copy(update={"senders": min(t.senders, n_hosts - 1)})
     t = _check_traffic(t, f.roce, builder)
     return Scenario(name=f.name, description=f.description, seed=f.seed, topology=f.topology, routing=f.routing,
-                    queues=q, hosts=f.hosts, traffic=t, roce=f.roce, collective=collective,
+                    queues=q, links=f.links, hosts=f.hosts, traffic=t, roce=f.roce, collective=collective,
                     measurement=f.measurement, ecn=ecn, pfc=pfc, rounds=tuple(rounds),
                     multi_round=f.rounds is not None)
 

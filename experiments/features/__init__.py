@@ -5,12 +5,13 @@ say) is one module under this package, plus its import and an entry in the tuple
 from __future__ import annotations
 
 from experiments.features.base import Feature
+from experiments.features.delay import LinkDelay
 from experiments.features.ecn import Ecn
 from experiments.features.fidelity import Fidelity
 from experiments.features.hosts import HostTcp
 from experiments.features.pfc import Pfc
 
 #: Registered features by name, in the order the run loop calls them.
-FEATURES: dict[str, type[Feature]] = {f.name: f for f in (HostTcp, Pfc, Ecn, Fidelity)}
+FEATURES: dict[str, type[Feature]] = {f.name: f for f in (HostTcp, Pfc, LinkDelay, Ecn, Fidelity)}
 
 __all__ = ["FEATURES", "Feature"]

@@ -59,7 +59,7 @@ def fake_platform(log: list, fabric_args: list) -> runner.Platform:
         run_state=lambda run_id: FakeState(run_id, log),
         live_fabric=live_fabric,
         warm_up_s=lambda lf: 0.25,
-        rtt_s=lambda lf, src, dst: 0.001,
+        rtt_s=lambda lf, src, dst, payload_bytes=56: 0.001,
         tx_buffer=lambda *a: contextlib.nullcontext())
 
 
