@@ -15,6 +15,9 @@ import sys
 from pathlib import Path
 
 from common.dcqcn import DcqcnParams
+from common.dcqcn_fluid import fixed_point
+from common.ecn import EcnProfile
+from common.roce import OVERHEAD_BYTES
 from experiments.live import Agents
 from experiments.scenario import dcqcn_params
 from experiments.tables import FLOW_COLUMNS, percentile, write_csv
@@ -228,8 +231,61 @@ def _median_ci(xs: list[float], z: float = 1.96) -> tuple[float, float] | None:
     return s[max(lo, 0)], s[min(hi, n - 1)]
 
 
+def shared_port(flows: list[dict], fabric_map: dict) -> dict | None:
+    """The one switch port every flow of ``flows`` (:func:`scenario_flows`) crosses when they are
+    long flows into one receiver, as ``{"intf", "receiver", "rate_bps", "n_flows"}``; None otherwise.
+
+    Long: one message each (a sized flow, or an incast's single response) or time-limited; a flow
+    of several messages (Poisson arrivals) comes and goes and has no fixed point to settle at.
+    The port is the receiver's switch port: all N flows end there, so it carries all of them."""
+    if not flows or len({f["dst"] for f in flows}) != 1:
+        return None
+    if not all("duration_s" in f or "bytes" in f or len(f.get("messages", ())) == 1 for f in flows):
+        return None
+    receiver = flows[0]["dst"]
+    toward = [p for sw in fabric_map["switches"] for p in sw["ports"] if p["peer"] == receiver]
+    if len(toward) != 1:
+        return None
+    return {"intf": toward[0]["intf"], "receiver": receiver, "rate_bps": toward[0]["rate_mbps"] * 1e6,
+            "n_flows": len(flows)}
+
+
+def fluid_fixed_point(mode: str, params: DcqcnParams | None, port: dict | None, profile: EcnProfile | None,
+                      mtu_bytes: int, measured_queue: dict | None = None) -> dict | None:
+    """The ``roce.fluid_fixed_point`` block: where the DCQCN fluid model (common.dcqcn_fluid, Zhu
+    et al., CoNEXT 2016) puts N long flows through ``port`` (:func:`shared_port`) with its RED
+    ``profile``, beside the measured queue of that port.
+
+    Returns None where the model does not apply: mode other than dcqcn, no shared port, a profile
+    other than red, or flows the line rate holds (one flow on a port as fast as its NIC).
+    ``measured_queue``: experiments.analysis.queue_after_first_rtt of the port (median after the
+    first burst), or None when not sampled.
+
+    Block: ``n_flows``, ``port``, ``capacity_bps``, ``packet_bytes`` (a data frame on the wire:
+    ``mtu_bytes`` + RoCEv2 headers), ``rate_bps`` per flow (C/N), ``p_mark``, ``alpha``,
+    ``target_rate_bps``, ``target_above_line_rate``, ``above_kmax``, ``queue_bytes`` and
+    ``queue_packets`` (None past Kmax), the curve (``kmin_bytes``, ``kmax_bytes``, ``pmax``) and
+    ``measured_queue_median_bytes`` / ``_packets`` with their window ``measured_window_s``."""
+    if mode != "dcqcn" or params is None or port is None or profile is None or profile.kind != "red":
+        return None
+    packet_bytes = mtu_bytes + OVERHEAD_BYTES
+    try:
+        fp = fixed_point(params, port["n_flows"], port["rate_bps"], profile.kmin_bytes, profile.kmax_bytes,
+                         profile.pmax, packet_bytes)
+    except ValueError:
+        return None
+    m = measured_queue or {}
+    return {**fp.as_dict(), "port": port["intf"], "kmin_bytes": profile.kmin_bytes,
+            "kmax_bytes": profile.kmax_bytes, "pmax": profile.pmax,
+            # the port's sampled backlog after the first burst (the ECN section's
+            # queue_after_first_rtt figure, for this port); None when the port was not sampled
+            "measured_queue_median_bytes": m.get("median_bytes"),
+            "measured_queue_median_packets": m.get("median_packets"),
+            "measured_window_s": [m["from_s"], m["to_s"]] if m else None}
+
+
 def add_to_summary(out: Path, summary: dict, rows: list[dict], mode: str, params: DcqcnParams | None,
-                   seed: int | None = None) -> dict:
+                   seed: int | None = None, fluid: dict | None = None) -> dict:
     """Add ``summary["roce"]`` and write ``roce_messages.csv`` (every message: flow, bytes, posted,
     completed, completion time), ``roce_rates.csv`` (each sender's rate over time) and
     ``roce_flows.csv`` (per queue pair: bytes, completion, CE, CNPs sent and received,
@@ -238,7 +294,8 @@ def add_to_summary(out: Path, summary: dict, rows: list[dict], mode: str, params
     ``roce``: mode, DCQCN parameters (mode dcqcn), CNPs sent and received, retransmitted packets,
     NAKs, timeouts, host back-pressure, the receiving hosts' UDP receive drops
     (``host_udp_drops``), message completion times (count, median with its ~95%
-    confidence interval, p99, max; case R4), pacing warnings (case T5) and the senders' last rates."""
+    confidence interval, p99, max; case R4), pacing warnings (case T5), the senders' last rates, and
+    ``fluid_fixed_point`` when ``fluid`` (:func:`fluid_fixed_point`) is given."""
     out = Path(out)
     msgs, rates = [], []
     for r in rows:
@@ -291,6 +348,8 @@ def add_to_summary(out: Path, summary: dict, rows: list[dict], mode: str, params
         "feedback_warnings": [x["feedback_warning"] for x in txs if x.get("feedback_warning")],
         "final_rate_bps": {r["flow_id"]: t.get("final_rate_bps") for r, t in zip(rows, txs) if t},
     }
+    if fluid is not None and mode == "dcqcn":
+        summary["roce"]["fluid_fixed_point"] = fluid
     for w in summary["roce"]["pacing_warnings"] + summary["roce"]["feedback_warnings"]:
         print(f"fabriclab: WARNING: {w}", file=sys.stderr)
     return summary
@@ -317,7 +376,16 @@ def format_line(summary: dict) -> str | None:
            if f["median"] is not None else "no message completed")
     return (f"RoCE {r['mode']}: {r['messages_complete']}/{r['messages']} messages, {fct}; CNPs {r['cnps_received']}, "
             f"retransmitted {r['retransmitted_packets']} packets (NAKs {r['naks']}, timeouts {r['timeouts']}); "
-            f"every byte once: {'yes' if r['delivered_exactly_once'] else 'NO'}")
+            f"every byte once: {'yes' if r['delivered_exactly_once'] else 'NO'}{_fluid_clause(r.get('fluid_fixed_point'))}")
+
+
+def _fluid_clause(fp: dict | None) -> str:
+    """``; fluid q* 11.5 pkts (measured median 12)`` for a ``fluid_fixed_point`` block, else ''."""
+    if not fp:
+        return ""
+    q = "above Kmax" if fp["above_kmax"] else f"{fp['queue_packets']:.1f} pkts"
+    m = fp.get("measured_queue_median_packets")
+    return f"; fluid q* {q}, p* {fp['p_mark']:.3f}" + (f" (measured median {m:.0f} pkts)" if m is not None else "")
 
 
 def across_seeds(round_rows: list[dict]) -> dict:

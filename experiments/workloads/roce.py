@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from experiments import rocerun
+from experiments import analysis, rocerun
 from experiments.context import RoundRecord, maybe_fault
 from experiments.live import start_sampler, stop_sampler
 from experiments.scenario import dcqcn_params
@@ -58,7 +58,24 @@ class RoceFlows(KernelFlows):
         return rocerun.collect_rows(rec.dir / "agents", self.ctx.plan, rec.raw["codes"])
 
     def summarize(self, rec: RoundRecord) -> dict:
-        """The kernel flows' files and summary, plus the ``roce`` section and RoCE's CSV files."""
+        """The kernel flows' files and summary, plus the ``roce`` section and RoCE's CSV files; with
+        DCQCN and long flows into one receiver, the fluid model's fixed point for its port beside
+        the port's measured queue (experiments.rocerun.fluid_fixed_point)."""
         summary = super().summarize(rec)
-        return rocerun.add_to_summary(rec.dir, summary, rec.rows, rec.round.roce_mode,
-                                      dcqcn_params(self.ctx.sc), rec.round.seed)
+        sc, mode, params = self.ctx.sc, rec.round.roce_mode, dcqcn_params(self.ctx.sc)
+        fluid = None
+        if mode == "dcqcn":
+            port = rocerun.shared_port(rocerun.scenario_flows(sc, self.ctx.plan, rec.round.seed), self.ctx.fabric_map)
+            fluid = rocerun.fluid_fixed_point(mode, params, port, self.ctx.profiles[rec.index].get(port["intf"])
+                                              if port else None, sc.roce.mtu_bytes, self._measured_queue(rec, port))
+        return rocerun.add_to_summary(rec.dir, summary, rec.rows, mode, params, rec.round.seed, fluid=fluid)
+
+    def _measured_queue(self, rec: RoundRecord, port: dict | None) -> dict | None:
+        """``port``'s sampled queue after the first burst (experiments.analysis.queue_after_first_rtt,
+        the ECN section's figure for this port), None without a port, samples or a completed flow."""
+        fcts = [r["fct_s"] for r in rec.rows if r["fct_s"] is not None]
+        if port is None or not fcts or not (rec.dir / "queues.csv").exists():
+            return None
+        rtt_s = (self.ctx.env.get("scale") or {}).get("measured_rtt_s") or 0.0
+        return analysis.queue_after_first_rtt(rec.dir / "queues.csv", port["intf"], rtt_s, max(fcts),
+                                              port["rate_bps"], self.ctx.sc.queues.limit_bytes) or None

@@ -1,9 +1,13 @@
-"""RoCE scenarios (issue 7): the schema, the flows and DCQCN parameters a scenario gives."""
+"""RoCE scenarios (issue 7): the schema, the flows and DCQCN parameters a scenario gives, and the
+fluid model's fixed point a round's summary carries."""
+from pathlib import Path
+
 import pytest
 
+from common.dcqcn_fluid import fixed_point
 from common.errors import ScenarioError
 from common.stats import jain_index
-from experiments.scenario import validate
+from experiments.scenario import load_scenario, validate
 from experiments import rocerun
 from experiments.plan import check_against_fabric
 
@@ -106,3 +110,61 @@ def test_contradicting_dcqcn_overrides_are_named_before_anything_starts():
     with pytest.raises(ScenarioError) as e:
         check_against_fabric(sc)
     assert e.value.key == "roce.dcqcn.min_rate_mbps"
+
+
+RED = {"profile": {"red": {"kmin_bytes": 3028, "kmax_bytes": 60560, "pmax": 0.2}}}
+
+
+def fluid_of(data, mode="dcqcn", measured=None):
+    """The fluid_fixed_point block the RoCE workload builds for ``data``'s first round."""
+    sc = validate(data)
+    _, fabric_map, plan, _, profiles = check_against_fabric(sc)
+    port = rocerun.shared_port(rocerun.scenario_flows(sc, plan), fabric_map)
+    prof = profiles[0].get(port["intf"]) if port else None
+    return port, rocerun.fluid_fixed_point(mode, rocerun.dcqcn_params(sc), port, prof, sc.roce.mtu_bytes, measured)
+
+
+def test_long_flows_into_one_receiver_get_the_fluid_fixed_point_of_its_port(tmp_path):
+    port, block = fluid_of({**roce(response_bytes=2_000_000), "ecn": RED},
+                           measured={"from_s": 0.5, "to_s": 3.0, "samples": 10, "median_bytes": 15000.0,
+                                     "p99_bytes": 30000.0, "median_packets": 14.0, "p99_packets": 28.0})
+    assert port["receiver"] == "h1" and port["n_flows"] == 3 and port["rate_bps"] == 10e6
+    assert block["port"] == port["intf"] and block["n_flows"] == 3 and block["packet_bytes"] == 1024 + 58
+    ref = fixed_point(rocerun.dcqcn_params(validate(roce())), 3, 10e6, 3028, 60560, 0.2, 1082)
+    assert block["p_mark"] == ref.p_mark and block["queue_packets"] == ref.queue_packets
+    assert block["rate_bps"] == pytest.approx(10e6 / 3) and 3028 < block["queue_bytes"] < 60560
+    assert block["measured_queue_median_packets"] == 14.0 and block["measured_window_s"] == [0.5, 3.0]
+    summary = rocerun.add_to_summary(tmp_path, {}, [], "dcqcn", rocerun.dcqcn_params(validate(roce())), 1,
+                                     fluid=block)
+    assert summary["roce"]["fluid_fixed_point"] is block
+    line = rocerun.format_line(summary)
+    assert f"fluid q* {block['queue_packets']:.1f} pkts" in line and "(measured median 14 pkts)" in line
+    # not sampled: the block says so, the line leaves the measurement out
+    _, bare = fluid_of({**roce(response_bytes=2_000_000), "ecn": RED})
+    assert bare["measured_queue_median_packets"] is None and bare["measured_window_s"] is None
+    assert "measured" not in rocerun._fluid_clause(bare)
+    # past Kmax: said, no number made up
+    _, many = fluid_of({**roce(response_bytes=2_000_000, senders=7),
+                        "ecn": {"profile": {"red": {"kmin_bytes": 3028, "kmax_bytes": 6056, "pmax": 0.01}}}})
+    assert many["above_kmax"] and many["queue_packets"] is None and "fluid q* above Kmax" in rocerun._fluid_clause(many)
+
+
+@pytest.mark.parametrize("data, mode", [
+    ({**roce(response_bytes=2_000_000), "ecn": RED}, "none"),                    # open loop: no DCQCN
+    (roce(response_bytes=2_000_000), "dcqcn"),                                   # no marking
+    ({**roce(response_bytes=2_000_000), "ecn": {"profile": {"step": {"k_packets": 20}}}}, "dcqcn"),   # not RED
+    ({**roce(responses=4, arrival="poisson", load=0.5), "ecn": RED}, "dcqcn"),   # messages come and go
+    ({**roce(pattern="permutation", flow_bytes=10**6), "ecn": RED}, "dcqcn"),    # no shared receiver
+    ({**roce(senders=1, response_bytes=2_000_000), "ecn": RED}, "dcqcn"),        # one flow at line rate
+])
+def test_no_fluid_fixed_point_where_it_does_not_apply(data, mode, tmp_path):
+    _, block = fluid_of(data, mode)
+    assert block is None
+    summary = rocerun.add_to_summary(tmp_path, {}, [], mode, rocerun.dcqcn_params(validate(data)), 1, fluid=block)
+    assert "fluid_fixed_point" not in summary["roce"] and "fluid" not in rocerun.format_line(summary)
+
+
+def test_the_bundled_roce_scenario_has_no_fixed_point_for_its_poisson_responses():
+    sc = load_scenario(Path(__file__).resolve().parents[2] / "experiments/scenarios/roce-incast.yaml")
+    _, fabric_map, plan, _, _ = check_against_fabric(sc)
+    assert rocerun.shared_port(rocerun.scenario_flows(sc, plan), fabric_map) is None
