@@ -1,8 +1,10 @@
 """The fixed point of the DCQCN fluid model: where N long DCQCN flows through one RED-marking port settle.
 
 Source: Y. Zhu, M. Ghobadi, V. Misra, J. Padhye, "ECN or Delay: Lessons Learnt from Analysis of
-DCQCN and TIMELY", CoNEXT 2016, section 3 (the fluid model of DCQCN and its fixed point). The
-model counts in packets: rates in packets/s, queue and byte counter in packets, and p is the
+DCQCN and TIMELY", CoNEXT 2016, section 3 (the fluid model of DCQCN and its fixed point); the
+terms below are written as in the authors' published MATLAB model of it
+(github.com/jitupadhye-zz/rdma, fluidmodel/dcqcn), which this transcription was checked against.
+The model counts in packets: rates in packets/s, queue and byte counter in packets, and p is the
 probability that one packet is marked. Per flow, with current rate R_C, target rate R_T and alpha:
 
 - marking (RED-like): p(q) = 0 for q <= Kmin, Pmax (q - Kmin) / (Kmax - Kmin) up to Kmax, 1 above;
@@ -20,7 +22,7 @@ d = p / ((1 - p)^(-T R_C) - 1) (byte-counter and timer events per packet sent), 
 and e = d (1 - p)^(F T R_C) (those events past fast recovery). Delays (the feedback's tau*) only
 shift these in time and drop out of the fixed point; so does g. Hyper increase is not in the model.
 
-The fixed point (section 3, "fixed point"): every flow's R_C = C / N; dalpha/dt = 0 gives
+The fixed point: every flow's R_C = C / N; dalpha/dt = 0 gives
 alpha* = 1 - (1 - p*)^(tau' R_C); dR_T/dt = 0 gives R_T* - R_C = tau R_AI R_C (c + e) / a; with
 dR_C/dt = 0 this leaves one equation in p*,
 
@@ -37,6 +39,9 @@ the notification point's CNP interval N (``cnp_interval_s``), tau' the alpha tim
 (``byte_counter_bytes`` / packet bytes), F ``fast_recovery_stages``, R_AI ``rate_ai_bps`` (in
 packets/s). DcqcnParams holds the emulated values, already multiplied by ``time_scale`` (and the
 byte counter scaled with it): they are used as they are, since the emulation runs with them.
+The model's alpha moves once per tau' towards "a packet of the last tau' was marked"; the
+emulated reaction point raises alpha on each CNP and lets it decay every K without one: close
+to the model while tau is close to tau' (by default 50 against 55 us before scaling), not equal.
 A packet is one data frame on the wire (payload + RoCEv2 headers): the pacer, the byte counter
 and the marker all count those frames.
 """

@@ -376,7 +376,8 @@ def format_line(summary: dict) -> str | None:
            if f["median"] is not None else "no message completed")
     return (f"RoCE {r['mode']}: {r['messages_complete']}/{r['messages']} messages, {fct}; CNPs {r['cnps_received']}, "
             f"retransmitted {r['retransmitted_packets']} packets (NAKs {r['naks']}, timeouts {r['timeouts']}); "
-            f"every byte once: {'yes' if r['delivered_exactly_once'] else 'NO'}{_fluid_clause(r.get('fluid_fixed_point'))}")
+            f"every byte once: {'yes' if r['delivered_exactly_once'] else 'NO'}"
+            + _fluid_clause(r.get("fluid_fixed_point")))
 
 
 def _fluid_clause(fp: dict | None) -> str:

@@ -152,7 +152,7 @@ def test_long_flows_into_one_receiver_get_the_fluid_fixed_point_of_its_port(tmp_
 @pytest.mark.parametrize("data, mode", [
     ({**roce(response_bytes=2_000_000), "ecn": RED}, "none"),                    # open loop: no DCQCN
     (roce(response_bytes=2_000_000), "dcqcn"),                                   # no marking
-    ({**roce(response_bytes=2_000_000), "ecn": {"profile": {"step": {"k_packets": 20}}}}, "dcqcn"),   # not RED
+    ({**roce(response_bytes=2_000_000), "ecn": {"profile": {"step": {"k_packets": 20}}}}, "dcqcn"),  # step
     ({**roce(responses=4, arrival="poisson", load=0.5), "ecn": RED}, "dcqcn"),   # messages come and go
     ({**roce(pattern="permutation", flow_bytes=10**6), "ecn": RED}, "dcqcn"),    # no shared receiver
     ({**roce(senders=1, response_bytes=2_000_000), "ecn": RED}, "dcqcn"),        # one flow at line rate
