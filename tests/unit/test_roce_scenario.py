@@ -1,6 +1,7 @@
 """RoCE scenarios (issue 7): the schema, the flows and DCQCN parameters a scenario gives, and the
 fluid model's fixed point a round's summary carries."""
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -8,6 +9,8 @@ from common.dcqcn_fluid import fixed_point
 from common.errors import ScenarioError
 from common.stats import jain_index
 from experiments.scenario import load_scenario, validate
+from experiments.workloads import roce as roce_workload
+from experiments.workloads.flows import KernelFlows
 from experiments import rocerun
 from experiments.plan import check_against_fabric
 
@@ -168,3 +171,25 @@ def test_the_bundled_roce_scenario_has_no_fixed_point_for_its_poisson_responses(
     sc = load_scenario(Path(__file__).resolve().parents[2] / "experiments/scenarios/roce-incast.yaml")
     _, fabric_map, plan, _, _ = check_against_fabric(sc)
     assert rocerun.shared_port(rocerun.scenario_flows(sc, plan), fabric_map) is None
+
+
+def test_the_roce_workload_puts_the_receivers_sampled_queue_beside_the_fixed_point(tmp_path, monkeypatch):
+    sc = validate({**roce(response_bytes=2_000_000), "ecn": RED})
+    _, fabric_map, plan, rounds, profiles = check_against_fabric(sc)
+    intf = rocerun.shared_port(rocerun.scenario_flows(sc, plan), fabric_map)["intf"]
+    # 0.5 s of a 92-packet queue, then 11 packets; another port full all along (not the receiver's)
+    lines = ["t_s,intf,backlog_bytes,backlog_packets,drops_total,tx_bytes_total,tx_packets_total"]
+    for i in range(400):
+        lines += [f"{i * 0.01:.6f},{intf},{12000 if i > 50 else 100000},{11 if i > 50 else 92},0,{i * 1000},{i}",
+                  f"{i * 0.01:.6f},other-eth1,90000,85,0,{i * 1000},{i}"]
+    (tmp_path / "queues.csv").write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(KernelFlows, "summarize", lambda self, rec: {})
+    w = roce_workload.RoceFlows(SimpleNamespace(sc=sc, plan=plan, fabric_map=fabric_map, profiles=profiles,
+                                                env={"scale": {"measured_rtt_s": 0.003}}))
+    rec = SimpleNamespace(dir=tmp_path, index=0, round=rounds[0],
+                          rows=[{"flow_id": 0, "src": "h5", "dst": "h1", "fct_s": 3.5, "complete": True, "roce": None}])
+    fp = w.summarize(rec)["roce"]["fluid_fixed_point"]
+    assert fp["port"] == intf and fp["n_flows"] == 3
+    assert fp["measured_queue_median_packets"] == 11 and fp["measured_queue_median_bytes"] == 12000
+    # the window opens once the first burst's peak (100000 B at t = 0) has drained at 10 Mbit/s
+    assert fp["measured_window_s"] == [pytest.approx(0.08), 3.5]
