@@ -186,6 +186,14 @@ class Hosts(Section):
     slow_start_after_idle: bool = True
 
 
+#: ``traffic.block_bytes`` of an incast in blocks mode that does not give it (Vasudevan et al.'s
+#: fixed server request unit is 256 KB at 1 Gbit/s; 64 KB keeps a block at a few milliseconds per
+#: sender on 10-100 Mbit/s links).
+DEFAULT_BLOCK_BYTES = 65536
+#: ``traffic.blocks`` of an incast in blocks mode that gives neither ``blocks`` nor ``duration_s``.
+DEFAULT_BLOCKS = 20
+
+
 class _TrafficBase(Section):
     """The flows: incast (``senders`` hosts -> ``receiver``, ``response_bytes`` each), or a pair
     pattern (permutation, all-to-all, Hedera's stride, staggered, random, random-bijection,
@@ -210,6 +218,16 @@ class _TrafficBase(Section):
     dscp: Optional[Annotated[int, Field(ge=0, le=63)]] = None
     start_delay_s: _bounded(Number, 0.05, 60) = 0.5
     timeout_s: _bounded(Number, 1, 3600) = 120
+    #: incast over kernel TCP: ``oneshot`` (each sender connects at the start and sends
+    #: ``response_bytes`` once) or ``blocks`` (persistent connections opened before the start, then
+    #: barrier-synchronised blocks of ``block_bytes`` per sender: experiments.workloads.blocks)
+    incast_mode: Literal["oneshot", "blocks"] = "oneshot"
+    #: blocks: bytes each sender returns per block (the server request unit, SRU); default
+    #: :data:`DEFAULT_BLOCK_BYTES`
+    block_bytes: Optional[Annotated[int, Field(ge=1, le=2**30)]] = None
+    #: blocks: how many blocks; with ``duration_s`` the blocks repeat until it has passed (whichever
+    #: comes first); neither: :data:`DEFAULT_BLOCKS`
+    blocks: Optional[Annotated[int, Field(ge=1, le=100_000)]] = None
 
 
 def _pattern_fields() -> dict:
@@ -321,6 +339,12 @@ ROUND_COLLECTIVE_KEYS = ("kind", "ranks", "placement", "hosts", "transport")
 CollectiveOverride = _override(Collective, "CollectiveOverride", "A round's change to the collective section.",
                                ROUND_COLLECTIVE_KEYS,
                                refuse=f"a round can set the collective's {', '.join(ROUND_COLLECTIVE_KEYS)}")
+#: What a round may change of the traffic section (an incast in blocks mode: an N or SRU sweep).
+ROUND_TRAFFIC_KEYS = ("senders", "block_bytes")
+TrafficOverride = _override(Traffic, "TrafficOverride", "A round's change to the traffic section (incast blocks).",
+                            ROUND_TRAFFIC_KEYS,
+                            refuse=f"a round can set the traffic's {', '.join(ROUND_TRAFFIC_KEYS)} "
+                                   "(an incast with incast_mode: blocks)")
 
 
 class RoundPfc(Section):
@@ -343,7 +367,8 @@ def _own(name: str) -> Any:
 
 class RoundFile(Section):
     """One round as written: the same traffic again on the same fabric, with the ECN profiles,
-    host settings, PFC, RoCE mode, seed or collective it gives replacing the scenario's."""
+    host settings, PFC, RoCE mode, seed, collective or (incast blocks) senders and block size it
+    gives replacing the scenario's."""
     name: Annotated[str, Field(pattern=f"^(?:{NAME})$")]
     ecn: _own("roundEcn") = None
     hosts: Optional[HostsOverride] = None
@@ -351,6 +376,7 @@ class RoundFile(Section):
     roce: Optional[RoundRoce] = None
     seed: Optional[Annotated[int, Field(ge=0, le=2**31 - 1)]] = None
     collective: Optional[CollectiveOverride] = None
+    traffic: Optional[TrafficOverride] = None
 
 
 class ScenarioFile(Section):
@@ -400,6 +426,10 @@ class Round(Resolved):
         pfc_enabled: PFC on in this round.
         roce_mode: the RoCE rate controller in this round.
         seed: the seed of its random choices.
+        traffic: the traffic section as it holds in this round: the scenario's, with an incast in
+            blocks mode's ``senders`` and ``block_bytes`` (and ``sender_hosts`` cut to the first
+            ``senders``) replaced by the round's. Only the blocks workload reads it; every other
+            workload runs the scenario's one traffic plan.
     """
     name: str
     ecn: EcnSettings
@@ -408,6 +438,7 @@ class Round(Resolved):
     roce_mode: str
     seed: int
     collective: Collective
+    traffic: Traffic
 
 
 class Scenario(Resolved):
@@ -462,7 +493,9 @@ def _round_data(r: Round, sc: Scenario) -> dict:
     coll = {k: getattr(r.collective, k) for k in ROUND_COLLECTIVE_KEYS}
     if sc.collective.kind is None and r.collective.kind is None:
         coll = None
+    blocks = sc.traffic.incast_mode == "blocks"
     return {"name": r.name, "ecn": settings_spec(r.ecn, marker=False), "hosts": r.hosts.model_dump(),
             **({"pfc": {"enabled": r.pfc_enabled}} if sc.pfc is not None else {}),
             "roce": {"mode": r.roce_mode}, "seed": r.seed,
-            **({"collective": coll} if coll is not None else {})}
+            **({"collective": coll} if coll is not None else {}),
+            **({"traffic": {k: getattr(r.traffic, k) for k in ROUND_TRAFFIC_KEYS}} if blocks else {})}

@@ -24,8 +24,9 @@ from common.errors import ScenarioError
 from common.params import quote
 from common.pfc import PfcConfig, parse_pfc
 from common.units import FRAME_BYTES  # noqa: F401 (re-exported: the scenario's sizes)
-from experiments.model import (DEFAULT_BUFFER_PACKETS, NAME, PATTERN_KEYS, TOPOLOGY_MODELS,  # noqa: F401 (NAME)
-                               Collective, Round, RoundFile, Scenario, ScenarioFile, _kind_of)
+from experiments.model import (DEFAULT_BLOCK_BYTES, DEFAULT_BLOCKS, DEFAULT_BUFFER_PACKETS, NAME,  # noqa: F401 (NAME)
+                               PATTERN_KEYS, TOPOLOGY_MODELS, Collective, Round, RoundFile, Scenario, ScenarioFile,
+                               _kind_of)
 from topologies import TOPOLOGIES
 from traffic.patterns import PATTERNS
 
@@ -189,6 +190,7 @@ def validate(data: Any) -> Scenario:
         # unused by a collective run; only the warm-up's RTT probe reads its receiver and first sender
         t = t.model_copy(update={"senders": min(t.senders, n_hosts - 1)})
     t = _check_traffic(t, f.roce, builder)
+    rounds = _resolve_round_traffic(f, t, rounds, n_hosts)
     return Scenario(name=f.name, description=f.description, seed=f.seed, topology=f.topology, routing=f.routing,
                     queues=q, links=f.links, hosts=f.hosts, traffic=t, roce=f.roce, collective=collective,
                     measurement=f.measurement, ecn=ecn, pfc=pfc, rounds=tuple(rounds),
@@ -230,9 +232,23 @@ def _check_traffic(t, roce, builder):
     for i, h in enumerate(roce.pcap_hosts or []):
         if h not in hosts:
             raise ScenarioError(f"roce.pcap_hosts[{i}]", f"no host {h!r} in a fabric of {n_hosts} hosts")
-    if t.pattern == "incast" and t.duration_s is not None:
-        raise ScenarioError("traffic.duration_s", "applies to the pair patterns (permutation, all-to-all, ...), "
-                                                  "not incast (an incast sends response_bytes per sender)")
+    if t.incast_mode == "blocks":
+        if t.pattern != "incast":
+            raise ScenarioError("traffic.incast_mode", f"blocks applies to the incast pattern, not {t.pattern}")
+        if t.transport != "tcp":
+            raise ScenarioError("traffic.incast_mode", f"blocks runs over kernel TCP (transport tcp), not {t.transport}")
+        if t.block_bytes is None:
+            update["block_bytes"] = DEFAULT_BLOCK_BYTES
+        if t.blocks is None and t.duration_s is None:
+            update["blocks"] = DEFAULT_BLOCKS
+    else:
+        for k in ("block_bytes", "blocks"):
+            if getattr(t, k) is not None:
+                raise ScenarioError(f"traffic.{k}", "applies to an incast with incast_mode: blocks")
+        if t.pattern == "incast" and t.duration_s is not None:
+            raise ScenarioError("traffic.duration_s", "applies to the pair patterns (permutation, all-to-all, ...) "
+                                                      "and to incast_mode: blocks, not a oneshot incast (it sends "
+                                                      "response_bytes per sender)")
     if t.sender_hosts is not None:
         for i, h in enumerate(t.sender_hosts):
             if h not in hosts:
@@ -294,14 +310,15 @@ def _resolve_rounds(f: ScenarioFile, ecn: EcnSettings, pfc: PfcConfig | None, co
     scenario's other PFC settings hold); its ``roce: {mode}`` sets the RoCE mode (A/B runs of
     dcqcn against none), its ``seed`` the seed of its random choices (rounds that differ only in
     their seed repeat an experiment); its ``collective`` keys (experiments.model.ROUND_COLLECTIVE_KEYS) replace the
-    scenario's.
+    scenario's. Each round's ``traffic`` is the file's section here; :func:`_resolve_round_traffic`
+    replaces it with the checked one (and the round's own keys) once the traffic is checked.
 
     Raises ScenarioError naming e.g. ``rounds[1].ecn.profile.step.k_bytes``.
     """
     pfc_on = pfc.enabled if pfc is not None else False
     if f.rounds is None:
         return [Round(name=f.name, ecn=ecn, hosts=f.hosts, pfc_enabled=pfc_on, roce_mode=f.roce.mode, seed=f.seed,
-                      collective=collective)]
+                      collective=collective, traffic=f.traffic)]
     kind = f.topology.kind
     out, names = [], set()
     for i, r in enumerate(f.rounds):
@@ -327,7 +344,44 @@ def _resolve_rounds(f: ScenarioFile, ecn: EcnSettings, pfc: PfcConfig | None, co
         out.append(Round(name=r.name, ecn=merged, hosts=hosts,
                          pfc_enabled=r.pfc.enabled if r.pfc is not None and r.pfc.enabled is not None else pfc_on,
                          roce_mode=r.roce.mode if r.roce is not None and r.roce.mode is not None else f.roce.mode,
-                         seed=r.seed if r.seed is not None else f.seed, collective=coll))
+                         seed=r.seed if r.seed is not None else f.seed, collective=coll, traffic=f.traffic))
+    return out
+
+
+def _resolve_round_traffic(f: ScenarioFile, t, rounds: list[Round], n_hosts: int) -> list[Round]:
+    """Each round with the traffic section it runs (``Round.traffic``): the checked scenario
+    traffic ``t``, with a round's ``traffic`` keys (experiments.model.ROUND_TRAFFIC_KEYS: the
+    senders and block size of an incast in blocks mode) replacing it. With ``sender_hosts`` a
+    round's ``senders`` takes the first that many of them; otherwise the incast pattern picks
+    them (traffic.patterns.incast_senders).
+
+    Raises:
+        ScenarioError: naming ``rounds[i].traffic`` when the scenario is not an incast in blocks
+            mode (every other workload plans its flows once for the run), or
+            ``rounds[i].traffic.senders`` when the round asks for more senders than the fabric
+            (or ``sender_hosts``) has.
+    """
+    out = []
+    for i, r in enumerate(rounds):
+        given = f.rounds[i].traffic if f.rounds is not None else None
+        over = {k: v for k, v in given.changes().items() if v is not None} if given is not None else {}
+        key = f"rounds[{i}].traffic"
+        if over and t.incast_mode != "blocks":
+            raise ScenarioError(key, "applies to an incast with traffic.incast_mode: blocks (other traffic is "
+                                     "planned once for every round)")
+        rt = t
+        if over:
+            n = over.get("senders", t.senders)
+            if t.sender_hosts is not None:
+                if n > len(t.sender_hosts):
+                    raise ScenarioError(f"{key}.senders", f"{n} senders, but traffic.sender_hosts lists "
+                                                          f"{len(t.sender_hosts)}")
+                over["sender_hosts"] = t.sender_hosts[:n]
+            elif n > n_hosts - 1:
+                raise ScenarioError(f"{key}.senders", f"{n} senders need more than the fabric's {n_hosts - 1} "
+                                                      "other hosts")
+            rt = t.model_copy(update=over)
+        out.append(r.model_copy(update={"traffic": rt}))
     return out
 
 
