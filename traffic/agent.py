@@ -30,6 +30,9 @@ Roles (``job["role"]``):
   also reports its namespace's UDP receive drops over the run (``host_udp_drops``), so a
   loss at the receiving host is told apart from one in the fabric.
 
+- ``blocks-server`` / ``blocks-client``: an incast over persistent connections in
+  barrier-synchronised blocks (traffic.blocks): each sender host serves requests for bytes, the
+  aggregator connects to every server before READY and then reads one block at a time.
 - ``roce``: RoCEv2 queue pairs with DCQCN and go-back-N over real frames (traffic.roce, issue 7).
 - ``collective``: ranks of a ring AllReduce, reduce-scatter, all-gather or all-to-all over
   TCP, reducing real float32 arrays (traffic.collective, issue 8).
@@ -48,18 +51,10 @@ import struct
 import sys
 import time
 
-from traffic.sockets import big_receive_buffer, udp_receive_errors
+from traffic.blocks import run_blocks_client, run_blocks_server
+from traffic.sockets import big_receive_buffer, udp_receive_errors, wait_until
 
 CHUNK_BYTES = 64 * 1024
-
-
-def wait_until(t_unix_s: float) -> None:
-    """Sleep until the absolute time ``t_unix_s`` (returns at once if past)."""
-    while True:
-        d = t_unix_s - time.time()
-        if d <= 0:
-            return
-        time.sleep(d if d < 0.05 else d - 0.01)
 
 
 def tcp_info(sock: socket.socket) -> dict:
@@ -437,6 +432,10 @@ def main(argv=None) -> int:
             res = run_udp_receiver(job)
         elif job["role"] == "udp-sender":
             res = run_udp_sender(job)
+        elif job["role"] == "blocks-server":
+            res = run_blocks_server(job)
+        elif job["role"] == "blocks-client":
+            res = run_blocks_client(job, ready=_ready_then_start_time)
         elif job["role"] == "collective":
             from traffic.collective import run_collective   # numpy: loaded only by the agents that reduce
             res = run_collective(job, ready=_ready_then_start_time)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 SO_RCVBUFFORCE = 33
 
@@ -22,3 +23,20 @@ def udp_receive_errors() -> dict:
         rows = [line.split() for line in f if line.startswith("Udp:")]
     d = dict(zip(rows[0][1:], map(int, rows[1][1:])))
     return {"RcvbufErrors": d.get("RcvbufErrors", 0), "InErrors": d.get("InErrors", 0)}
+
+
+def wait_until(t_unix_s: float) -> None:
+    """Sleep until the absolute time ``t_unix_s`` (Unix seconds; returns at once if past)."""
+    while True:
+        d = t_unix_s - time.time()
+        if d <= 0:
+            return
+        time.sleep(d if d < 0.05 else d - 0.01)
+
+
+def tcp_active_opens() -> int:
+    """This network namespace's ``Tcp: ActiveOpens`` from /proc/net/snmp: connections it has
+    started (SYNs sent by connect(), first transmissions only), since the namespace was made."""
+    with open("/proc/net/snmp") as f:
+        rows = [line.split() for line in f if line.startswith("Tcp:")]
+    return int(dict(zip(rows[0][1:], rows[1][1:]))["ActiveOpens"])
