@@ -366,25 +366,12 @@ def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], 
         for fl in flows:
             for t, b in fl.get("_samples") or []:
                 w.writerow((f"{t:.6f}", fl["flow_id"], fl["src"], b))
-    raw = out / "queues_raw.csv"
-    if raw.exists():          # the sampler's raw file -> queues.csv (t_s from the start), once
-        _write_queues(out / "queues.csv", load_queue_samples(raw, t0))
-        raw.unlink()
-    # every figure comes from queues.csv, so `python -m experiments analyze` later computes the
-    # same figures from the same file
-    samples = load_queue_samples(out / "queues.csv", 0.0)
     fcts = [f["fct_s"] for f in flows if f["fct_s"] is not None]
     end = max(fcts) if fcts else 0.0
-    ports = port_summaries(samples, fabric_map, sc, (0.0, end))
-    _write_csv(out / "ports.csv", list(ports[0].keys()) if ports else ["intf"], ports)
-    bn = bottleneck(ports)
+    samples, ports = write_port_tables(out, sc, fabric_map, t0, end)
     incast = sc.traffic.pattern == "incast"
     receiver = sc.traffic.receiver if incast else None
-    chosen = None
-    if receiver_is_bottleneck and incast:
-        toward = next((p for p in ports if p["peer"] == receiver), None)
-        if toward is not None:
-            bn, chosen = toward, "the receiver's port (PFC on)"
+    bn, chosen = choose_bottleneck(ports, receiver, receiver_is_bottleneck)
     receiver_leaf = next((h["switch"] for h in fabric_map["hosts"] if h["name"] == receiver), None)
     sampler = json.loads((out / "sampler.json").read_text())
     env = json.loads((out / "environment.json").read_text())
@@ -421,10 +408,53 @@ def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], 
         "total_drops": sum(p["drops"] for p in ports),
         "sampler": sampler,
         "timings_s": timings,
-        "hosts_tcp": sorted({(v["tcp_congestion_control"], v["tcp_ecn"])
-                             for v in (env.get("host_config") or {}).values()}),
+        "hosts_tcp": hosts_tcp(env),
     }
     return summary
+
+
+def write_port_tables(out: Path, sc: Scenario, fabric_map: dict, t0_unix_s: float,
+                      window_end_s: float) -> tuple[dict, list[dict]]:
+    """The queue files of a round's folder ``out``: the sampler's ``queues_raw.csv`` becomes
+    ``queues.csv`` (``t_s`` in seconds from ``t0_unix_s``, the common start; once: the raw file
+    is removed), and ``ports.csv`` (:func:`port_summaries` over the window ``(0, window_end_s)``
+    in seconds from the start).
+
+    Every figure comes from queues.csv, so ``python -m experiments analyze`` later computes the
+    same figures from the same file.
+
+    Returns:
+        ``(samples, ports)``: :func:`experiments.tables.load_queue_samples` of queues.csv and
+        the ports.csv rows.
+    """
+    out = Path(out)
+    raw = out / "queues_raw.csv"
+    if raw.exists():
+        _write_queues(out / "queues.csv", load_queue_samples(raw, t0_unix_s))
+        raw.unlink()
+    samples = load_queue_samples(out / "queues.csv", 0.0)
+    ports = port_summaries(samples, fabric_map, sc, (0.0, window_end_s))
+    _write_csv(out / "ports.csv", list(ports[0].keys()) if ports else ["intf"], ports)
+    return samples, ports
+
+
+def choose_bottleneck(ports: list[dict], receiver: str | None,
+                      receiver_is_bottleneck: bool = False) -> tuple[dict | None, str | None]:
+    """The round's bottleneck among the ports.csv rows: ``(row, chosen)``. The port that held the
+    most (:func:`bottleneck`, ``chosen`` None); with ``receiver_is_bottleneck`` and an incast's
+    ``receiver``, the port toward the receiver instead (``chosen`` says so; PFC on: paused queues
+    upstream can hold more, but they wait, they are not where the congestion is)."""
+    if receiver_is_bottleneck and receiver:
+        toward = next((p for p in ports if p["peer"] == receiver), None)
+        if toward is not None:
+            return toward, "the receiver's port (PFC on)"
+    return bottleneck(ports), None
+
+
+def hosts_tcp(env: dict) -> list:
+    """The distinct ``(congestion control, tcp_ecn)`` pairs the hosts had (the round's
+    environment.json ``host_config``), sorted."""
+    return sorted({(v["tcp_congestion_control"], v["tcp_ecn"]) for v in (env.get("host_config") or {}).values()})
 
 
 def _write_queues(path: Path, samples: dict) -> None:

@@ -4,13 +4,15 @@ under this package, plus its import and an entry in the tuple here."""
 from __future__ import annotations
 
 from experiments.workloads.base import Workload
+from experiments.workloads.blocks import IncastBlocks
 from experiments.workloads.collective import Collective
 from experiments.workloads.flows import KernelFlows
 from experiments.workloads.roce import RoceFlows
 from experiments.model import Round, Scenario
 
-#: Registered workloads by name, in the order they are asked whether they want a round.
-WORKLOADS: dict[str, type[Workload]] = {w.name: w for w in (Collective, RoceFlows, KernelFlows)}
+#: Registered workloads by name, in the order they are asked whether they want a round
+#: (IncastBlocks before KernelFlows: both run incasts over kernel TCP; blocks mode is its own).
+WORKLOADS: dict[str, type[Workload]] = {w.name: w for w in (Collective, RoceFlows, IncastBlocks, KernelFlows)}
 
 
 def workload_for(sc: Scenario, rnd: Round, registry: dict[str, type[Workload]] | None = None) -> type[Workload]:

@@ -31,9 +31,10 @@ def _agent(job):
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def _run(tmp_path, block_bytes: int, blocks=None, duration_s=None):
+def _run(tmp_path, block_bytes: int, blocks=None, duration_s=None, hosts=("s0", "s1", "s2")):
     """Servers first (each READY: listening), then the client (READY: connected), released together;
-    returns (start time, client record, server records)."""
+    returns (start time, client record, server records). ``hosts`` names the servers in the
+    client's job (their records are ``s<i>.json``)."""
     deadline = time.time() + 30
     ports = [_free_port() for _ in range(SERVERS)]
     servers = [_agent({"role": "blocks-server", "port": p, "bind_ip": "127.0.0.1", "deadline_unix_s": deadline + 2,
@@ -44,7 +45,7 @@ def _run(tmp_path, block_bytes: int, blocks=None, duration_s=None):
             assert p.stdout.readline().strip() == "READY"
         client = _agent({"role": "blocks-client", "block_bytes": block_bytes, "blocks": blocks,
                          "duration_s": duration_s, "deadline_unix_s": deadline, "out": str(tmp_path / "c.json"),
-                         "servers": [{"host": f"s{i}", "ip": "127.0.0.1", "port": p} for i, p in enumerate(ports)]})
+                         "servers": [{"host": h, "ip": "127.0.0.1", "port": p} for h, p in zip(hosts, ports)]})
         procs.append(client)
         assert client.stdout.readline().strip() == "READY", client.stderr.read()
         start = time.time() + 0.2

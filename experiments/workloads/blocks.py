@@ -1,0 +1,134 @@
+"""An incast in barrier-synchronised blocks over persistent connections (``traffic.incast_mode:
+blocks``; traffic.blocks): a server on every sender, started and READY (listening) first, then
+the client on the receiver, READY once every connection is established; both released together.
+blocks.csv, block_connections.csv, queues.csv, ports.csv and the ``blocks`` section per round;
+blocks_rounds.csv side by side."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from experiments import analysis, blocksrun
+from experiments.context import RoundRecord, maybe_fault
+from experiments.live import Agents, start_sampler, stop_sampler
+from experiments.tables import write_csv
+from experiments.workloads.base import Workload
+from experiments.workloads.flows import AGENT_EXIT_GRACE_S, TAIL_GRACE_S
+from experiments.model import Round, Scenario
+from traffic.patterns import flow_plan
+
+#: Seconds the client may take to connect to every server (before READY) within its deadline.
+CONNECT_S = 10.0
+
+
+class IncastBlocks(Workload):
+    """The round's incast as blocks: ``Round.traffic.senders`` servers x ``block_bytes`` per block."""
+    name = "incast_blocks"
+
+    @staticmethod
+    def wants(sc: Scenario, rnd: Round) -> bool:
+        """Rounds without a collective whose traffic is an incast over TCP with ``incast_mode: blocks``."""
+        t = rnd.traffic
+        return (rnd.collective.kind is None and t.pattern == "incast" and t.transport == "tcp"
+                and t.incast_mode == "blocks")
+
+    def describe_round(self, rnd: Round) -> str:
+        """``blocks of <N> x <block_bytes> B, <cc>``."""
+        t = rnd.traffic
+        return f"blocks of {t.senders} x {t.block_bytes} B, {rnd.hosts.tcp_congestion_control}"
+
+    def senders(self, rnd: Round) -> list[dict]:
+        """The round's senders (traffic.patterns.flow_plan of ``Round.traffic``): one plan row each
+        (``src``, ``src_ip``, ``dst``, ``dst_ip``)."""
+        return flow_plan(rnd.traffic, self.ctx.fabric, rnd.seed)
+
+    def run_round(self, lf, state, rec: RoundRecord) -> dict:
+        """Start the sampler and every sender's server, wait for them to listen, start the client
+        (it connects before READY), release all at one start time and wait; returns
+        ``{"codes": {"<host>.srv|cli": exit code}, "senders": [host, ...], "receiver": host}``."""
+        sc, t = self.ctx.sc, rec.round.traffic
+        plan = self.senders(rec.round)
+        agent_dir = rec.dir / "agents"
+        run_s = t.duration_s + TAIL_GRACE_S if t.duration_s else t.timeout_s
+        deadline = time.time() + CONNECT_S + t.start_delay_s + run_s
+        sampler = start_sampler(lf, state, rec.dir, sc.measurement.sample_hz)
+        servers, client = Agents(lf, state), Agents(lf, state)
+        try:
+            for f in plan:
+                servers.start(f["src"], blocksrun.SERVER_ROLE, blocksrun.server_job(
+                    t.port, deadline + AGENT_EXIT_GRACE_S, agent_dir / f"{f['src']}.{blocksrun.SERVER_ROLE}.json",
+                    t.dscp))
+            servers.wait_ready()
+            client.start(t.receiver, blocksrun.CLIENT_ROLE, blocksrun.client_job(
+                [{"host": f["src"], "ip": f["src_ip"], "port": t.port} for f in plan], t, deadline,
+                agent_dir / f"{t.receiver}.{blocksrun.CLIENT_ROLE}.json"))
+            client.wait_ready()
+            start_at = time.time() + t.start_delay_s
+            servers.release(start_at)
+            client.release(start_at)
+            until = f"{t.blocks} blocks" if t.blocks else ""
+            until += (" or " if until and t.duration_s else "") + (f"{t.duration_s:g} s" if t.duration_s else "")
+            self.ctx.say(f"incast in blocks: {len(plan)} senders x {t.block_bytes} B per block -> {t.receiver}, "
+                         f"{until}, connections set up before the start")
+            maybe_fault("after_traffic_start")
+            codes = client.wait(deadline + AGENT_EXIT_GRACE_S)
+            codes.update(servers.wait(deadline + 2 * AGENT_EXIT_GRACE_S))
+            time.sleep(sc.measurement.post_s)
+        finally:
+            client.kill()
+            servers.kill()
+            stop_sampler(sampler)
+        return {"codes": codes, "senders": [f["src"] for f in plan], "receiver": t.receiver}
+
+    def summarize(self, rec: RoundRecord) -> dict:
+        """blocks.csv, block_connections.csv, queues.csv, ports.csv and the round's summary (the
+        ``blocks`` section, the bottleneck as the flows workload reports it). No per-flow rows
+        (``rec.rows`` stays None: the ECN and PFC sections, which need flows, are left out)."""
+        sc, fmap, out = self.ctx.sc, self.ctx.fabric_map, rec.dir
+        client, servers = blocksrun.load_records(out / "agents", rec.raw["receiver"], rec.raw["senders"],
+                                                 rec.raw["codes"])
+        conns = blocksrun.connection_rows(client, servers)
+        rows = blocksrun.block_rows(client, conns)
+        write_csv(out / "blocks.csv", list(blocksrun.BLOCK_COLUMNS), rows)
+        write_csv(out / "block_connections.csv", list(blocksrun.CONNECTION_COLUMNS), conns)
+        ends = [r["end_s"] for r in rows if r["end_s"] is not None]
+        start = client.get("start_at_unix_s") or 0.0
+        _, ports = analysis.write_port_tables(out, sc, fmap, start, max(ends) if ends else 0.0)
+        receiver = rec.raw["receiver"]
+        bn, chosen = analysis.choose_bottleneck(ports, receiver, bool(rec.options.get("receiver_is_bottleneck")))
+        window = (0.0, max(ends) if ends else 0.0)
+        env = json.loads((out / "environment.json").read_text())
+        rate = next((h["rate_mbps"] for h in fmap["hosts"] if h["name"] == receiver), None)
+        bsum = analysis.bottleneck_summary(bn, receiver, window)
+        return {
+            "scenario": sc.name, "round": rec.round.name if self.ctx.multi else None,
+            "pattern": "incast", "incast_mode": "blocks",
+            "topology": dict(sc.topology.model_dump(), oversubscription=fmap["params"].get("oversubscription")),
+            "routing": env.get("routing"), "datapath": env["datapath"], "kernel": env["kernel"],
+            "scale": env.get("scale"),
+            "blocks": blocksrun.blocks_summary(client, servers, rows, rate),
+            "bottleneck": dict(bsum, chosen=chosen) if bsum is not None and chosen else bsum,
+            "total_drops": sum(p["drops"] for p in ports),
+            "sampler": json.loads((out / "sampler.json").read_text()),
+            "timings_s": rec.timings_s,
+            "hosts_tcp": analysis.hosts_tcp(env),
+        }
+
+    def format_round(self, summary: dict, rdir: Path) -> str:
+        """The folder, the blocks line and the bottleneck line."""
+        bn = summary.get("bottleneck") or {}
+        return (f"{rdir}\n  {blocksrun.format_line(summary['blocks'])}\n"
+                f"  bottleneck: {bn.get('intf')} (toward {bn.get('peer')}), peak backlog "
+                f"{bn.get('peak_backlog_packets')} packets, drops {bn.get('drops')}; all ports {summary['total_drops']} "
+                "drops")
+
+    def finish_run(self, done: list[tuple[RoundRecord, dict]]) -> None:
+        """blocks_rounds.csv (and the table on the terminal): goodput, block times, retransmissions
+        and timeouts per round, so an RTOmin, N or block-size sweep reads as one table."""
+        out = self.ctx.out
+        rows = [blocksrun.round_row(rec.index, rec.round, s, str(rec.dir.relative_to(out))) for rec, s in done]
+        if rows:
+            write_csv(out / "blocks_rounds.csv", list(blocksrun.ROUND_COLUMNS), rows)
+            if not self.ctx.quiet:
+                print(blocksrun.format_rounds(rows, out))
