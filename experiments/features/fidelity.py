@@ -17,6 +17,8 @@ loop records it and the run exits 3 unless the user accepts an unfaithful run).
 from __future__ import annotations
 
 import contextlib
+import csv
+from pathlib import Path
 
 from common.errors import CapabilityError
 from common.units import FRAME_BYTES, SHAPER_SLACK_S
@@ -88,6 +90,42 @@ def serialisation_section(ports: dict, bottleneck: str | None, paused: frozenset
             "failures": failures}
 
 
+def queue_failures(queues_csv: Path, buffer: tuple[str, int] | None) -> list[str]:
+    """Impossible values in a round's sampled switch queues (``queues.csv``: t_s, intf,
+    backlog_bytes, backlog_packets, drops_total, tx_bytes_total, tx_packets_total), one line per
+    port at its first: a cumulative counter that went backwards (the port's qdisc was replaced
+    under the run, e.g. by Open vSwitch applying a QoS; its counters restart at zero), or a
+    backlog above the port's buffer.
+
+    Args:
+        queues_csv: the round's queue samples.
+        buffer: ``("packets" | "bytes", limit)`` of a port's one FIFO, or None when ports hold
+            several queues (priority classes), whose sum may exceed one buffer.
+    """
+    first: dict[str, str] = {}
+    last: dict[str, tuple[int, int, int]] = {}
+    with open(queues_csv) as f:
+        for row in csv.DictReader(f):
+            intf = row["intf"]
+            if intf in first:
+                continue
+            t = float(row["t_s"])
+            cur = (int(row["tx_bytes_total"]), int(row["tx_packets_total"]), int(row["drops_total"]))
+            prev = last.get(intf)
+            if prev is not None and any(c < p for c, p in zip(cur, prev)):
+                first[intf] = (f"{intf}: its qdisc's counters went backwards at t = {t:.3f} s (sent bytes "
+                               f"{prev[0]} -> {cur[0]}, packets {prev[1]} -> {cur[1]}): something replaced the "
+                               "queue fabriclab installed (an Open vSwitch QoS on the port does)")
+                continue
+            last[intf] = cur
+            if buffer is not None:
+                unit, limit = buffer
+                held = int(row["backlog_packets" if unit == "packets" else "backlog_bytes"])
+                if held > limit:
+                    first[intf] = f"{intf}: {held} {unit} queued at t = {t:.3f} s, above its {limit}-{unit} buffer"
+    return [first[i] for i in sorted(first)]
+
+
 class Fidelity(Feature):
     """Every round's serialisation check (see the module docstring)."""
     name = "fidelity"
@@ -96,12 +134,14 @@ class Fidelity(Feature):
         super().__init__(ctx)
         self.gaps: DequeueGaps | None = None
         self.rates: dict[str, float] = {}
+        self.one_fifo = True
 
     def plan(self, queues_per_port: int) -> int:
         """Every shaped port and its rate; CapabilityError when the BPF program is not built."""
         if not DEQUEUE_OBJECT.exists():
             raise CapabilityError(f"fidelity: {DEQUEUE_OBJECT} is not built (run 'sudo make setup'; needs clang "
                                   "and libbpf-dev)")
+        self.one_fifo = queues_per_port == 1
         fmap = self.ctx.fabric_map
         self.rates = {p["intf"]: p["rate_mbps"] for s in fmap["switches"] for p in s["ports"]}
         self.rates.update({h["intf"]: h["rate_mbps"] for h in fmap["hosts"]})
@@ -109,6 +149,7 @@ class Fidelity(Feature):
             "serialisation": "BPF at the qdisc_dequeue tracepoint: gaps between dequeues of a backlogged "
                              "port against one frame time; the longest packet each qdisc saw",
             "shaper_slack_s": SHAPER_SLACK_S,
+            "one_fifo_per_port": self.one_fifo,
             "shaper_burst_bytes": self.ctx.sc.queues.burst_bytes or "per port: rate x shaper_slack_s, "
                                   f"{FRAME_BYTES // 10}..{FRAME_BYTES} bytes"}
         return 0
@@ -138,13 +179,26 @@ class Fidelity(Feature):
         if not rec:
             return
         bn = (summary.get("bottleneck") or {}).get("intf")
-        summary.setdefault("fidelity", {})["serialisation"] = serialisation_section(
-            rec["serialisation"], bn, frozenset(summary.get("paused_transmitters", ())))
+        fid = summary.setdefault("fidelity", {})
+        fid["serialisation"] = serialisation_section(rec["serialisation"], bn,
+                                                     frozenset(summary.get("paused_transmitters", ())))
+        queues = rnd.dir / "queues.csv"
+        if queues.exists():
+            q = self.ctx.sc.queues
+            one = self.ctx.env.get("fidelity", {}).get("one_fifo_per_port")
+            if one is None:                   # a run recorded before this key: priority queues came with PFC
+                one = self.ctx.env.get("pfc") is None
+            buffer = (("packets", q.buffer_packets) if q.buffer_packets is not None else ("bytes", q.limit_bytes)) \
+                if one else None
+            fid["queues"] = {"checked": "sampled switch queues: counters never go backwards"
+                                        + ("; no backlog above the buffer" if buffer else ""),
+                             "failures": queue_failures(queues, buffer)}
 
     def failures(self, summary: dict) -> list[str]:
-        """The failed serialisation checks (one line each, naming the port)."""
-        sec = (summary.get("fidelity") or {}).get("serialisation") or {}
-        return list(sec.get("failures", []))
+        """The failed serialisation and queue checks (one line each, naming the port)."""
+        fid = summary.get("fidelity") or {}
+        return list((fid.get("serialisation") or {}).get("failures", [])) \
+            + list((fid.get("queues") or {}).get("failures", []))
 
     def report(self, summary: dict) -> str | None:
         """``fidelity: <ok|FAILED>; bottleneck <port> 99.2% of gaps within 10% of a frame time, at 0.998 of its rate; ...``."""

@@ -98,3 +98,26 @@ def test_a_round_changes_the_hosts_tcp_knobs_and_keeps_the_rest():
     a, b = (r.hosts for r in sc.rounds)
     assert (a.rto_min_ms, a.delayed_ack, b.rto_min_ms, b.delayed_ack) == (200, False, 5, False)
     assert a.slow_start_after_idle and validate({"name": "y"}).hosts.rto_min_ms is None
+
+
+def _queues(tmp_path, rows):
+    p = tmp_path / "queues.csv"
+    p.write_text("t_s,intf,backlog_bytes,backlog_packets,drops_total,tx_bytes_total,tx_packets_total\n"
+                 + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    return p
+
+
+def test_a_replaced_qdisc_and_a_queue_above_its_buffer_are_named_once_per_port(tmp_path):
+    from experiments.features.fidelity import queue_failures
+    rows = [(0.0, "a-eth1", 0, 0, 0, 1000, 10), (0.0, "b-eth1", 0, 0, 0, 500, 5),
+            (0.1, "a-eth1", 3028, 2, 0, 5000, 14), (0.1, "b-eth1", 0, 0, 0, 500, 5),
+            (0.2, "a-eth1", 0, 0, 0, 976, 1), (0.2, "b-eth1", 157 * 1514, 157, 0, 900, 9),   # OVS QoS; too deep
+            (0.3, "a-eth1", 0, 0, 0, 100, 0)]
+    fails = queue_failures(_queues(tmp_path, rows), ("packets", 100))
+    assert len(fails) == 2
+    assert fails[0].startswith("a-eth1: its qdisc's counters went backwards at t = 0.200 s (sent bytes 5000 -> 976")
+    assert fails[1] == "b-eth1: 157 packets queued at t = 0.200 s, above its 100-packets buffer"
+    # several queues per port (priority classes): the sum may exceed one buffer; counters still checked
+    assert queue_failures(_queues(tmp_path, rows), None) == fails[:1]
+    clean = [(0.0, "a-eth1", 0, 0, 0, 0, 0), (0.1, "a-eth1", 151400, 100, 3, 9000, 6)]
+    assert queue_failures(_queues(tmp_path, clean), ("bytes", 151400)) == []
