@@ -133,7 +133,10 @@ def test_default_experiment_end_to_end(tmp_path, figure):
     assert ser["intf"] == bn["intf"] and ser["backlogged_gaps"] >= 1000, ser
     figure("bottleneck_dequeue_gaps_within_10pct", ser["within_10pct"])
     figure("bottleneck_rate_share_backlogged", ser["rate_share_backlogged"])
-    assert ser["rate_share_backlogged"] >= 0.97 and ser["within_10pct"] >= 0.95, ser
+    # calibrated (make test-repeat N=10 beside a CPU-heavy process, 2026-12-03): within 10% 0.983 / 0.993
+    # / 0.996 (min / median / max; 1-in-1000 prediction bound 0.976); rate while backlogged 0.992 /
+    # 0.996 / 1.000 (bound 0.985)
+    assert ser["rate_share_backlogged"] >= 0.985 and ser["within_10pct"] >= 0.975, ser
 
     # -- the ECN round against the drop-tail round (issue 5) --
     e = json.loads((ecn_out / "summary.json").read_text())
