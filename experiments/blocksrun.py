@@ -20,10 +20,11 @@ SERVER_ROLE, CLIENT_ROLE = "srv", "cli"
 
 #: blocks.csv: one row per block (times in seconds from the common start).
 BLOCK_COLUMNS = ("block", "start_s", "end_s", "duration_s", "bytes", "complete", "goodput_mbps", "retrans",
-                 "timeouts", "connections_with_timeout", "rto_time_ms", "slowest_sender", "slowest_last_byte_s")
+                 "timeouts", "loss_probes", "connections_with_timeout", "rto_time_ms", "slowest_sender",
+                 "slowest_last_byte_s")
 #: block_connections.csv: one row per block and sender.
 CONNECTION_COLUMNS = ("block", "sender", "bytes", "first_byte_s", "last_byte_s", "retrans", "timeouts",
-                      "rto_recoveries", "rto_time_ms")
+                      "rto_recoveries", "rto_time_ms", "loss_probes")
 #: blocks_rounds.csv: one row per round.
 ROUND_COLUMNS = ("round", "name", "senders", "block_bytes", "rto_min_ms", "delayed_ack", "congestion_control",
                  "blocks", "complete", "goodput_median_mbps", "goodput_p5_mbps", "goodput_p95_mbps",
@@ -86,7 +87,8 @@ def connection_rows(client: dict, servers: dict) -> list[dict]:
             x = served.get(c["host"], {}).get(b["block"], {})
             rows.append({"block": b["block"], "sender": c["host"], "bytes": c["bytes"],
                          "first_byte_s": rel(c["first_byte_unix_s"]), "last_byte_s": rel(c["last_byte_unix_s"]),
-                         **{k: x.get(k) for k in ("retrans", "timeouts", "rto_recoveries", "rto_time_ms")}})
+                         **{k: x.get(k) for k in ("retrans", "timeouts", "rto_recoveries", "rto_time_ms",
+                                                  "loss_probes")}})
     return rows
 
 
@@ -111,7 +113,7 @@ def block_rows(client: dict, conn_rows: list[dict]) -> list[dict]:
                      "end_s": b["end_unix_s"] - t0 if b["end_unix_s"] is not None else None,
                      "duration_s": b["duration_s"], "bytes": b["bytes"], "complete": b["complete"],
                      "goodput_mbps": b["goodput_mbps"], "retrans": total(cs, "retrans"),
-                     "timeouts": total(cs, "timeouts"),
+                     "timeouts": total(cs, "timeouts"), "loss_probes": total(cs, "loss_probes"),
                      "connections_with_timeout": sum(1 for r in cs if r["timeouts"]),
                      "rto_time_ms": total(cs, "rto_time_ms"),
                      "slowest_sender": last["sender"] if last else None,
@@ -134,8 +136,9 @@ def blocks_summary(client: dict, servers: dict, rows: list[dict], receiver_rate_
         block's start to the last one's end), "fraction_of_link" (that over the receiver's rate),
         "bytes_total", "time_total_s", "block_time_s" ({median, p99, max}), "ideal_block_time_s"
         (senders x block_bytes at the receiver's rate), "retransmissions", "timeouts" (per
-        block), "retransmissions_total", "timeouts_total", "blocks_with_timeout",
-        "timeouts_method", "all_connected_before_start", "active_opens_after_start",
+        block), "retransmissions_total", "timeouts_total", "blocks_with_timeout", "loss_probes" (per
+        block: tail loss probes, whose timer is bounded by the RTO), "loss_probes_total",
+        "blocks_with_timer_recovery" (blocks with a timeout or a loss probe), "timeouts_method", "all_connected_before_start", "active_opens_after_start",
         "handshake_retrans"}``.
     """
     done = [r for r in rows if r["complete"]]
@@ -151,6 +154,7 @@ def blocks_summary(client: dict, servers: dict, rows: list[dict], receiver_rate_
               + [c.get("error") for s in servers.values() for c in s.get("connections", [])] if e]
     retrans = [r["retrans"] for r in rows]
     timeouts = [r["timeouts"] for r in rows]
+    probes = [r.get("loss_probes") for r in rows]
     return {
         "senders": n, "block_bytes": size, "count": len(rows), "complete": bool(client.get("complete")),
         "stopped_by": client.get("stopped_by"), "errors": errors,
@@ -167,6 +171,8 @@ def blocks_summary(client: dict, servers: dict, rows: list[dict], receiver_rate_
         "retransmissions_total": sum(x for x in retrans if x is not None),
         "timeouts_total": sum(x for x in timeouts if x is not None),
         "blocks_with_timeout": sum(1 for x in timeouts if x),
+        "loss_probes": probes, "loss_probes_total": sum(x for x in probes if x is not None),
+        "blocks_with_timer_recovery": sum(1 for t, p in zip(timeouts, probes) if t or p),
         "timeouts_method": methods[0] if len(methods) == 1 else methods or None,
         "all_connected_before_start": client.get("all_connected_before_start"),
         "active_opens_after_start": client.get("active_opens_after_start"),
@@ -184,7 +190,8 @@ def format_line(b: dict) -> str:
             f"{g['median']:.2f} Mbit/s (p5 {g['p5']:.2f}, min {g['min']:.2f}), overall "
             f"{b['goodput_overall_mbps']:.2f} Mbit/s{frac}; block time median {t['median'] * 1e3:.1f} ms, "
             f"p99 {t['p99'] * 1e3:.1f} ms; {b['retransmissions_total']} retransmissions, "
-            f"{b['timeouts_total']} timeouts in {b['blocks_with_timeout']} blocks; connections set up before the "
+            f"{b['timeouts_total']} timeouts in {b['blocks_with_timeout']} blocks, {b.get('loss_probes_total')} tail "
+            f"loss probes; connections set up before the "
             f"start: {b['all_connected_before_start']}")
 
 

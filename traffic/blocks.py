@@ -85,6 +85,28 @@ def parse_tcp_counters(raw: bytes) -> dict:
     return out
 
 
+#: The namespace's TCP timer counters read at each block's boundaries (/proc/net/netstat, TcpExt):
+#: RTOs, and tail loss probes, whose timer (at most the RTO, so bounded by RTOmin too) repairs a
+#: lost tail without an RTO: a block's last segments lost in an incast usually end this way.
+NETSTAT_COUNTERS = {"TCPTimeouts": "ns_timeouts", "TCPLossProbes": "loss_probes"}
+
+
+def netstat_counters(path: str = "/proc/net/netstat") -> dict:
+    """This network namespace's :data:`NETSTAT_COUNTERS` (``{our name: count}``); empty when the
+    file cannot be read. A server's host holds one connection of the incast, so the namespace's
+    counters are that connection's."""
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        return {}
+    out = {}
+    for head, vals in zip(lines[::2], lines[1::2]):
+        if head.startswith("TcpExt:"):
+            table = dict(zip(head.split()[1:], vals.split()[1:]))
+            out = {ours: int(table[k]) for k, ours in NETSTAT_COUNTERS.items() if k in table}
+    return out
+
+
 def tcp_counters(sock: socket.socket) -> dict:
     """:func:`parse_tcp_counters` of ``sock``'s TCP_INFO now."""
     return parse_tcp_counters(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_ASK_BYTES))
@@ -124,6 +146,7 @@ class _Served:
         self.inbuf = bytearray()
         self.left = 0                       # response bytes still to write
         self.snap = None                    # counters when the current block's request arrived
+        self.ns_snap = {}                   # the namespace's netstat counters then
         self.open_block = None              # that block's record until its delta is known
         self.timeouts = 0                   # polled: RTOs seen during the open block
         self.last_retransmits = 0
@@ -134,6 +157,9 @@ class _Served:
         """Fill the open block's TCP deltas (the next request, EOF or the deadline came)."""
         if self.open_block is not None:
             self.open_block.update(counter_delta(self.snap, now_counters, self.timeouts if self.polled else None))
+            now_ns = netstat_counters()
+            self.open_block.update({k: now_ns[k] - self.ns_snap[k] if k in now_ns and k in self.ns_snap else None
+                                    for k in NETSTAT_COUNTERS.values()})
             self.open_block = None
 
     def poll(self) -> None:
@@ -152,7 +178,8 @@ def run_blocks_server(job: dict) -> dict:
         start never came), "timeouts_method", "tcp_info_bytes", "connections": [{"peer_ip",
         "peer_port", "accepted_unix_s", "eof", "error"?, "blocks": [{"block", "bytes",
         "request_unix_s", "written_unix_s", "retrans", "timeouts", "rto_recoveries",
-        "rto_time_ms"}]}], "complete"}``; ``complete``: every expected connection was accepted
+        "rto_time_ms", "ns_timeouts", "loss_probes"}]}], "complete"}`` (``ns_timeouts`` and
+        ``loss_probes``: the namespace's netstat counters over the block, :data:`NETSTAT_COUNTERS`); ``complete``: every expected connection was accepted
         and closed cleanly by the client.
     """
     srv = _socket(job.get("dscp", 0))
@@ -222,6 +249,7 @@ def run_blocks_server(job: dict) -> dict:
                     now_counters = tcp_counters(c.sock)
                     c.close_block(now_counters)
                     c.snap, c.timeouts, c.last_retransmits = now_counters, 0, now_counters["retransmits"]
+                    c.ns_snap = netstat_counters()
                     c.open_block = {"block": block, "bytes": nbytes, "sent_bytes": 0, "request_unix_s": time.time(),
                                     "written_unix_s": None}
                     c.rec["blocks"].append(c.open_block)
