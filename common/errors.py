@@ -1,5 +1,9 @@
 """Exception types shared by every fabriclab layer."""
 
+#: Set to a phase name to raise an exception there, or to ``refused_flow_rule`` to make the
+#: controller send one rule every switch refuses (teardown and fidelity tests).
+FAULT_ENV = "FABRICLAB_INJECT_FAULT"
+
 
 class FabriclabError(Exception):
     """Base class of every error fabriclab raises on purpose."""

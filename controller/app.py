@@ -37,7 +37,9 @@ import os
 import time
 
 from controller.ecnports import EcnPorts
-from controller.ofp import (CONFIG_DISPATCHER, MAIN_DISPATCHER, BaseApp, arp, ether_types, ethernet, nicira_ext,
+from common.errors import FAULT_ENV
+from controller.oferrors import describe_error
+from controller.ofp import (CONFIG_DISPATCHER, HANDSHAKE_DISPATCHER, MAIN_DISPATCHER, BaseApp, arp, ether_types, ethernet, nicira_ext,
                             ofp_event, ofproto_v1_3, packet, set_ev_cls)
 from controller.pfcports import PfcPorts, share_gil_realtime
 from controller.rest import ControlApi, serve
@@ -71,6 +73,8 @@ class FabricController(BaseApp):
         self.ready: set[int] = set()
         self.arp_replies = 0
         self.dpid_of = {}          # id(datapath object) -> dpid, as its features reply said
+        self.sent: dict[int, str] = {}      # xid -> what a flow mod was (decoded errors name it)
+        self.of_errors: list[dict] = []     # every OpenFlow error a switch sent, decoded
         self.ecn = None
         self.pfc = None
         self.rest = None
@@ -87,7 +91,8 @@ class FabricController(BaseApp):
     def _status(self) -> dict:
         """What ``GET /fabriclab/status`` answers."""
         return {"switches": len(self.by_dpid), "configured": len(self.ready), "ecn": self.ecn is not None,
-                "pfc": self.pfc is not None, "arp_replies": self.arp_replies}
+                "pfc": self.pfc is not None, "arp_replies": self.arp_replies,
+                "openflow_errors": list(self.of_errors)}
 
     # -- switch set-up ---------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
@@ -109,7 +114,12 @@ class FabricController(BaseApp):
         flows = switch_flows(routes, hash_basis(self.index_of[dpid]))
         for e in flows:
             self._flow(dp, e.priority, parser.OFPMatch(**dict(e.match)), [self._action(dp, a) for a in e.actions],
-                       table_id=e.table_id, goto_table=e.goto_table)
+                       table_id=e.table_id, goto_table=e.goto_table,
+                       note=f"{sw['name']} flow mod table {e.table_id} priority {e.priority} match {dict(e.match)}")
+        if os.environ.get(FAULT_ENV) == "refused_flow_rule":
+            # tests: a rule every switch refuses (a goto_table may only go forward: OFPBIC_BAD_TABLE_ID)
+            self._flow(dp, 1, parser.OFPMatch(), [], table_id=1, goto_table=0,
+                       note=f"{sw['name']} flow mod table 1 goto_table 0 (injected by {FAULT_ENV})")
         req = parser.OFPBarrierRequest(dp)
         dp.set_xid(req)
         self.pending[dpid] = req.xid
@@ -134,13 +144,16 @@ class FabricController(BaseApp):
                                             arg=0, ofs_nbits=nicira_ext.ofs_nbits(0, 15), dst=a.dst)
         raise TypeError(f"no os-ken form for {a!r}")
 
-    @staticmethod
-    def _flow(dp, priority, match, actions, table_id=0, goto_table=None):
+    def _flow(self, dp, priority, match, actions, table_id=0, goto_table=None, note=""):
+        """Send one flow mod, noting what it was under its xid (an error names it)."""
         ofp, parser = dp.ofproto, dp.ofproto_parser
         inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)] if actions else []
         if goto_table is not None:
             inst.append(parser.OFPInstructionGotoTable(goto_table))
-        dp.send_msg(parser.OFPFlowMod(dp, table_id=table_id, priority=priority, match=match, instructions=inst))
+        msg = parser.OFPFlowMod(dp, table_id=table_id, priority=priority, match=match, instructions=inst)
+        dp.set_xid(msg)
+        self.sent[msg.xid] = note
+        dp.send_msg(msg)
 
     # CONFIG too: os-ken runs apps on native threads, so this app's flow mods and barrier can
     # reach the switch before os-ken's own port-description request, whose reply moves the
@@ -163,10 +176,17 @@ class FabricController(BaseApp):
                 self.pfc.hub_realtime = share_gil_realtime()
             self._write_ready()
 
-    @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, [HANDSHAKE_DISPATCHER, CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def on_error(self, ev):
-        """Log OpenFlow errors from switches (they mean a rule was refused)."""
-        LOG.error("OpenFlow error from %016x: type=%s code=%s", ev.msg.datapath.id, ev.msg.type, ev.msg.code)
+        """Record and log every OpenFlow error a switch sends, in any connection state, decoded
+        (type, code, the request it answers); the ready file and the status carry them, so set-up
+        fails on one and a round's checks see the ones sent during it."""
+        dpid = self.dpid_of.get(id(ev.msg.datapath), ev.msg.datapath.id)
+        name = (self.by_dpid.get(dpid) or {}).get("name", f"{dpid:016x}" if dpid is not None else "?")
+        err = {"switch": name, "t_unix_s": time.time(),
+               **describe_error(ev.msg.type, ev.msg.code, bytes(ev.msg.data or b""), self.sent)}
+        self.of_errors.append(err)
+        LOG.error("OpenFlow error from %s: %s", name, err["text"])
 
     def _write_ready(self):
         path = self.config.get("ready_file")
@@ -174,7 +194,8 @@ class FabricController(BaseApp):
             return
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
-            json.dump({"switches": sorted(self.ready), "t_unix_s": time.time()}, f)
+            json.dump({"switches": sorted(self.ready), "t_unix_s": time.time(),
+                       "openflow_errors": list(self.of_errors)}, f)
         os.replace(tmp, path)
         LOG.info("all %d switches configured", len(self.ready))
 

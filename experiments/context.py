@@ -11,12 +11,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.errors import FAULT_ENV
 from experiments.model import Scenario
 
 #: Host NIC queue length in packets (like a default txqueuelen).
 HOST_QUEUE_PACKETS = 1000
-#: Set to a phase name to raise an exception there (used by the teardown tests).
-FAULT_ENV = "FABRICLAB_INJECT_FAULT"
 
 
 class InjectedFault(RuntimeError):

@@ -240,6 +240,8 @@ class LiveFabric:
         self.net.start()
 
     def _wait_configured(self):
+        """Wait for the controller's ready file; SetupError when the controller died, a switch never
+        connected, or a switch refused a rule (the OpenFlow errors decoded, from the ready file)."""
         deadline = time.monotonic() + self.connect_timeout_s
         while not self.ready_file.exists():
             if self.controller.poll() is not None:
@@ -250,6 +252,10 @@ class LiveFabric:
                                  f"{', '.join(missing) or '(all connected, configuration incomplete)'}; "
                                  f"controller log: {self._tail(self.workdir / 'controller.log')}")
             time.sleep(0.05)
+        errors = json.loads(self.ready_file.read_text()).get("openflow_errors") or []
+        if errors:
+            raise SetupError(f"{len(errors)} OpenFlow error(s) while configuring the switches, e.g. "
+                             f"{errors[0]['switch']}: {errors[0]['text']}")
 
     def ecn_request(self, specs: dict, timeout_s: float = 20.0) -> dict:
         """Ask the controller to change ECN profiles ``{intf: spec}`` now (``PUT /fabriclab/ecn``);

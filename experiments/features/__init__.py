@@ -10,8 +10,9 @@ from experiments.features.ecn import Ecn
 from experiments.features.fidelity import Fidelity
 from experiments.features.hosts import HostTcp
 from experiments.features.pfc import Pfc
+from experiments.features.watch import ControlPlane
 
 #: Registered features by name, in the order the run loop calls them.
-FEATURES: dict[str, type[Feature]] = {f.name: f for f in (HostTcp, Pfc, LinkDelay, Ecn, Fidelity)}
+FEATURES: dict[str, type[Feature]] = {f.name: f for f in (HostTcp, Pfc, LinkDelay, Ecn, Fidelity, ControlPlane)}
 
 __all__ = ["FEATURES", "Feature"]

@@ -121,3 +121,34 @@ def test_a_replaced_qdisc_and_a_queue_above_its_buffer_are_named_once_per_port(t
     assert queue_failures(_queues(tmp_path, rows), None) == fails[:1]
     clean = [(0.0, "a-eth1", 0, 0, 0, 0, 0), (0.1, "a-eth1", 151400, 100, 3, 9000, 6)]
     assert queue_failures(_queues(tmp_path, clean), ("bytes", 151400)) == []
+
+
+def test_the_watcher_names_a_dead_controller_and_a_disconnected_switch_once_with_their_times():
+    from experiments.features.watch import Watcher
+    now = [100.0]
+    state = {"code": None, "conn": {"leaf1": True, "spine1": True}}
+    w = Watcher(lambda: state["code"], lambda: dict(state["conn"]), ["leaf1", "spine1"], clock=lambda: now[0])
+    w.check()
+    assert w.problems == {}
+    now[0], state["code"] = 101.5, -9
+    state["conn"]["spine1"] = False
+    w.check()
+    now[0] = 103.0
+    w.check()                                       # still dead: named once, at its first time
+    assert w.problems == {"controller": "the controller process exited (-9) at t = 1.50 s of the round",
+                          "switch spine1": "switch spine1 was not connected to the controller at t = 1.50 s"}
+    unknown = Watcher(lambda: None, lambda: None, ["leaf1"], clock=lambda: 0.0)
+    unknown.check()                                 # ovs-vsctl could not answer: nothing concluded
+    assert unknown.problems == {}
+
+
+def test_an_openflow_error_is_decoded_with_the_request_it_answers():
+    import struct as st
+    from controller.oferrors import describe_error
+    req = st.pack("!BBHI", 4, 14, 56, 77)           # an OFPT_FLOW_MOD header, xid 77
+    e = describe_error(3, 2, req + bytes(56), {77: "leaf1 flow mod table 1 goto_table 0"})
+    assert (e["type"], e["code"], e["request_type"], e["request_xid"]) == \
+        ("OFPET_BAD_INSTRUCTION", "OFPBIC_BAD_TABLE_ID", "OFPT_FLOW_MOD", 77)
+    assert e["text"] == ("OFPET_BAD_INSTRUCTION OFPBIC_BAD_TABLE_ID (type=3 code=2) answering OFPT_FLOW_MOD "
+                         "xid 77: leaf1 flow mod table 1 goto_table 0")
+    assert describe_error(99, 7, b"")["text"] == "99 7 (type=99 code=7) answering an unidentified request"

@@ -1,0 +1,137 @@
+"""The control plane watched through every round: the controller process alive, every switch
+connected to it, and no OpenFlow error from any switch. A controller that dies mid-run leaves the
+fabric forwarding on its installed rules, but nothing answers ARP any more (only the controller
+does), so flows stall in ways the traffic's own figures do not explain; a switch that refuses a
+rule forwards something other than the routes. Each is a fidelity failure of the round, naming
+what failed and when.
+"""
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+from experiments.context import RoundRecord
+from experiments.features.base import Feature
+
+#: How often the watcher looks (seconds).
+INTERVAL_S = 0.25
+
+
+def switch_connections(timeout_s: float = 2.0) -> dict[str, bool] | None:
+    """Every Open vSwitch bridge's controller connection: ``{bridge: connected}`` (a bridge with
+    several controllers counts as connected when one is), or None when ovs-vsctl cannot answer."""
+    try:
+        p = subprocess.run(["ovs-vsctl", f"--timeout={int(timeout_s)}", "--format=csv", "--data=bare",
+                            "--no-headings", "--columns=name,controller", "list", "bridge"],
+                           capture_output=True, text=True, timeout=timeout_s + 1)
+        c = subprocess.run(["ovs-vsctl", f"--timeout={int(timeout_s)}", "--format=csv", "--data=bare",
+                            "--no-headings", "--columns=_uuid,is_connected", "list", "controller"],
+                           capture_output=True, text=True, timeout=timeout_s + 1)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if p.returncode or c.returncode:
+        return None
+    connected = {}
+    for line in c.stdout.splitlines():
+        uuid, _, state = line.partition(",")
+        connected[uuid.strip()] = state.strip() == "true"
+    out = {}
+    for line in p.stdout.splitlines():
+        name, _, ctls = line.partition(",")
+        out[name.strip()] = any(connected.get(u, False) for u in ctls.split())
+    return out
+
+
+class Watcher:
+    """A thread that, every :data:`INTERVAL_S`, checks ``alive()`` and ``connections()`` for
+    ``switches`` and keeps the first problem of each kind with its time (``t0`` relative).
+
+    Args:
+        alive: () -> None when the controller runs, else its exit code.
+        connections: () -> :func:`switch_connections`-like dict, or None (not known this time).
+        switches: the fabric's switch names.
+    """
+
+    def __init__(self, alive, connections, switches: list[str], clock=time.monotonic):
+        self.alive, self.connections, self.switches, self.clock = alive, connections, list(switches), clock
+        self.t0 = clock()
+        self.problems: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="control-plane-watch", daemon=True)
+
+    def check(self) -> None:
+        """One look (the thread calls it; tests call it directly)."""
+        t = self.clock() - self.t0
+        code = self.alive()
+        if code is not None and "controller" not in self.problems:
+            self.problems["controller"] = f"the controller process exited ({code}) at t = {t:.2f} s of the round"
+        seen = self.connections()
+        if seen is not None:
+            for sw in self.switches:
+                if not seen.get(sw, False) and f"switch {sw}" not in self.problems:
+                    self.problems[f"switch {sw}"] = f"switch {sw} was not connected to the controller at t = {t:.2f} s"
+
+    def _run(self):
+        while not self._stop.wait(INTERVAL_S):
+            self.check()
+
+    def start(self) -> "Watcher":
+        """Start watching (after one look)."""
+        self.check()
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[str]:
+        """Stop, take one last look; the problems found, one line each."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+        self.check()
+        return list(self.problems.values())
+
+
+class ControlPlane(Feature):
+    """The controller, the switches' connections and OpenFlow errors, watched in every round."""
+    name = "control_plane"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.watcher = None
+        self._errors_before = 0
+
+    def before_round(self, lf, rnd: RoundRecord) -> dict:
+        """Start the watcher; note how many OpenFlow errors the controller had reported."""
+        self._errors_before = len(self._errors(lf))
+        self.watcher = Watcher(lf.controller.poll, switch_connections,
+                               [s["name"] for s in self.ctx.fabric_map["switches"]]).start()
+        return {}
+
+    @staticmethod
+    def _errors(lf) -> list[dict]:
+        if lf.controller.poll() is not None:
+            return []
+        try:
+            return lf.api.call("GET", "/status", timeout_s=5).get("openflow_errors") or []
+        except Exception:             # the status is best effort; a dead API shows as the watcher's problem
+            return []
+
+    def after_round(self, lf, rnd: RoundRecord) -> dict:
+        """The round's problems: the watcher's and the OpenFlow errors sent during it."""
+        problems = self.watcher.stop() if self.watcher else []
+        new = self._errors(lf)[self._errors_before:]
+        problems += [f"OpenFlow error from {e['switch']}: {e['text']}" for e in new]
+        return {"problems": problems, "interval_s": INTERVAL_S}
+
+    def summarize(self, rnd: RoundRecord, summary: dict) -> None:
+        """``fidelity.control_plane``: what was watched and what went wrong."""
+        rec = rnd.features.get(self.name)
+        if rec is None:
+            return
+        summary.setdefault("fidelity", {})["control_plane"] = {
+            "checked": f"controller alive, every switch connected (every {rec['interval_s']} s), no OpenFlow error",
+            "failures": rec["problems"]}
+
+    def failures(self, summary: dict) -> list[str]:
+        """The round's control-plane problems."""
+        return list(((summary.get("fidelity") or {}).get("control_plane") or {}).get("failures", []))

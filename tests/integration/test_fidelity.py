@@ -1,0 +1,88 @@
+"""A run that checks itself: what goes wrong under a run is named, and the run does not pass it
+off as a result (real Mininet, OVS, the real controller process)."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from experiments.state import state_dir
+
+from .conftest import PY, ROOT, assert_clean, run_cli, small_scenario
+
+_HOST = pytest.mark.lane("host", reason="the control plane and the sampler's checks do not depend on the kernel; "
+                                        "the VM lane runs the serialisation check in every experiment it runs")
+
+
+def _start(tmp_path, scenario):
+    """Start a run; return (process, results folder, output so far) once its traffic has started."""
+    results = tmp_path / "results"
+    proc = subprocess.Popen([PY, "-m", "experiments", "run", str(scenario), "--results", str(results)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if "incast:" in line or not line:
+            break
+    assert any("incast:" in x for x in lines), "".join(lines)
+    return proc, results, lines
+
+
+def _recorded_pid(what: str) -> int:
+    rec = json.loads((state_dir() / "state.json").read_text())
+    (pid,) = [p["pid"] for p in rec["processes"] if p["what"] == what]
+    return pid
+
+
+@_HOST
+def test_a_controller_killed_mid_run_fails_the_round_naming_it(tmp_path):
+    """Killed mid-round (by its recorded pid), the controller stops answering ARP; the round is
+    written, but its fidelity says the controller died and when, and the run exits 3."""
+    scenario = small_scenario(tmp_path, traffic={"response_bytes": 1_500_000, "timeout_s": 30})
+    proc, results, lines = _start(tmp_path, scenario)
+    time.sleep(0.5)
+    os.kill(_recorded_pid("controller"), signal.SIGKILL)
+    out, _ = proc.communicate(timeout=180)
+    text = "".join(lines) + out
+    assert proc.returncode == 3, text[-3000:]
+    assert "FIDELITY CHECK FAILED: the controller process exited (-9) at t = " in text, text[-3000:]
+    (top,) = [d for d in results.iterdir() if d.is_dir()]
+    fid = json.loads((top / "summary.json").read_text())["fidelity"]
+    assert not fid["ok"] and any("controller process exited" in f for f in fid["control_plane"]["failures"])
+    assert_clean(str(results))
+
+
+@_HOST
+def test_a_port_qos_set_through_ovs_mid_run_fails_the_round_naming_the_port(tmp_path):
+    """Open vSwitch replaces a port's qdiscs when the port gets a QoS: the sampled counters of the
+    port toward the receiver restart, and the round says so, naming the port."""
+    scenario = small_scenario(tmp_path, traffic={"response_bytes": 1_500_000, "timeout_s": 30})
+    proc, results, lines = _start(tmp_path, scenario)
+    time.sleep(0.8)
+    q = subprocess.run(["ovs-vsctl", "--timeout=5", "--", "set", "port", "leaf1-eth1", "qos=@q", "--",
+                        "--id=@q", "create", "qos", "type=linux-htb", "other-config:max-rate=10000000"],
+                       capture_output=True, text=True)
+    out, _ = proc.communicate(timeout=180)
+    text = "".join(lines) + out
+    assert q.returncode == 0, q.stderr
+    assert proc.returncode == 3, text[-3000:]
+    assert "FIDELITY CHECK FAILED: leaf1-eth1: its qdisc's counters went backwards" in text, text[-3000:]
+    assert_clean(str(results))
+    subprocess.run(["ovs-vsctl", "--timeout=5", "--all", "destroy", "qos"], capture_output=True)
+
+
+@_HOST
+def test_a_refused_flow_rule_fails_the_set_up_with_the_decoded_error(tmp_path):
+    """Every switch refuses one injected rule (a goto_table backwards): set-up fails, exit 1, and
+    the message names the switch, the error by name and the request it answers."""
+    p = run_cli("run", str(small_scenario(tmp_path)), "--results", str(tmp_path / "r"),
+                env={"FABRICLAB_INJECT_FAULT": "refused_flow_rule"}, timeout=180)
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "OpenFlow error(s) while configuring the switches" in p.stderr, p.stderr[-2000:]
+    assert "OFPET_BAD_INSTRUCTION OFPBIC_BAD_TABLE_ID (type=3 code=2) answering OFPT_FLOW_MOD xid" in p.stderr
+    assert "flow mod table 1 goto_table 0" in p.stderr
+    assert_clean(str(tmp_path / "r"))
