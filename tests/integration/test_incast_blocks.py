@@ -17,11 +17,12 @@ ROUNDS = [("n1", {"traffic": {"senders": 1}, "hosts": {"rto_min_ms": 200}}),
 @pytest.mark.lane("host", reason="8 synchronised senders need the host's CPU; under the VM's emulated CPU "
                                  "the agents, not the switch buffer, would set the block times")
 def test_goodput_falls_as_rto_min_rises_and_no_handshake_after_the_start(tmp_path, figure):
-    """8 servers x 64 KiB per block into a 16-packet buffer toward h1 overflow it in every block:
-    each loss the fast retransmit cannot repair costs an RTO, so the blocks' goodput falls as
-    RTOmin rises (200 > 50 > 5 ms; 5 ms is 8 ms at HZ=250). One sender alone (a 10-segment
-    initial window below the buffer, through a path no faster than its own NIC) never times
-    out. Every connection is open before the start: no handshake competes with the data."""
+    """8 servers x 8 KiB per block (26 ms at 10 Mbit/s: blocks much shorter than RTOmin, the
+    literature's regime) into a 16-packet buffer toward h1 overflow it: a lost tail waits for a
+    timer, the RTO or the tail loss probe it bounds, so the blocks' goodput falls as RTOmin
+    rises. One sender alone (a 10-segment initial window below the buffer, through a path no
+    faster than its own NIC) never waits for one. Every connection is open before the start: no
+    handshake competes with the data."""
     sc = {"name": "blocks", "seed": 1,
           "topology": {"spines": 2, "leaves": 4, "hosts_per_leaf": 6},
           "queues": {"buffer_packets": 16},
@@ -59,6 +60,12 @@ def test_goodput_falls_as_rto_min_rises_and_no_handshake_after_the_start(tmp_pat
         figure(f"{n}_blocks_with_timer_recovery", by[n]["blocks_with_timer_recovery"])
         assert by[n]["blocks_with_timer_recovery"] >= 1, by[n]
     g = {n: by[n]["goodput_overall_mbps"] for n in ("rto200", "rto50", "rto5")}
-    assert g["rto200"] < g["rto50"] < g["rto5"], g
+    # calibrated (make test-repeat N=10 beside a CPU-heavy process, 2026-12-03): goodput Mbit/s at
+    # RTOmin 200 / 50 / 5 ms, medians 2.75 / 4.55 / 5.57; 200 over 5: 0.33 / 0.52 / 0.63 (min /
+    # median / max, 1-in-1000 prediction bound 0.95). At 50 ms the goodput lands between, but its
+    # run-to-run spread (3.66-5.85) overlaps both neighbours: with a ~3 ms idle round trip the tail
+    # loss probe's own timer (two smoothed RTTs of a queue-filled path) is near 50 ms, so only
+    # 200 against 5 is asserted
+    assert g["rto200"] < 0.95 * g["rto5"], g
     print(f"goodput Mbit/s {g}; timeouts {[by[n]['timeouts_total'] for n in ('rto200', 'rto50', 'rto5')]}")
     assert_clean(str(top))
