@@ -86,3 +86,19 @@ def test_a_refused_flow_rule_fails_the_set_up_with_the_decoded_error(tmp_path):
     assert "OFPET_BAD_INSTRUCTION OFPBIC_BAD_TABLE_ID (type=3 code=2) answering OFPT_FLOW_MOD xid" in p.stderr
     assert "flow mod table 1 goto_table 0" in p.stderr
     assert_clean(str(tmp_path / "r"))
+
+
+@pytest.mark.lane("host", reason="the userspace datapath's forwarding ceiling is what this test meets; the VM "
+                                 "lane's kernel datapath under an emulated CPU has a different one")
+def test_links_faster_than_the_data_plane_forwards_are_named_forwarding_limited(tmp_path):
+    """Every link at 1000 Mbit/s, a permutation of 3 s flows: the data plane forwards a fraction of
+    that and no switch port queues; the run says so (achieved against configured) and exits 3."""
+    scenario = small_scenario(tmp_path, topology={"host_rate_mbps": 1000, "uplink_rate_mbps": 1000},
+                              traffic={"pattern": "permutation", "duration_s": 3, "flows_per_pair": 2})
+    p = run_cli("run", str(scenario), "--results", str(tmp_path / "r"), timeout=300)
+    assert p.returncode == 3, (p.returncode, p.stderr[-3000:])
+    assert "FIDELITY CHECK FAILED: forwarding-limited: the flows carried" in p.stderr, p.stderr[-3000:]
+    (top,) = [d for d in (tmp_path / "r").iterdir() if d.is_dir()]
+    fwd = json.loads((top / "summary.json").read_text())["fidelity"]["forwarding"]
+    assert fwd["forwarding_limited"] and fwd["share"] < 0.9 and fwd["model_aggregate_mbps"] >= 1000, fwd
+    assert_clean(str(tmp_path / "r"))
