@@ -16,6 +16,12 @@ from experiments.features.base import Feature
 
 #: How often the watcher looks (seconds).
 INTERVAL_S = 0.25
+#: ovs-vswitchd refreshes a controller's ``is_connected`` in its database every few seconds, so a
+#: switch that has not shown as connected since the round began is only reported once it has
+#: shown as not connected for this long (a run's first round can begin before the first refresh:
+#: every switch read "not connected" there, once, in a CI rehearsal); one seen connected and then
+#: not is reported at once.
+STALE_S = 10.0
 
 
 def switch_connections(timeout_s: float = 2.0) -> dict[str, bool] | None:
@@ -57,6 +63,8 @@ class Watcher:
         self.alive, self.connections, self.switches, self.clock = alive, connections, list(switches), clock
         self.t0 = clock()
         self.problems: dict[str, str] = {}
+        self.seen_connected: set[str] = set()
+        self.down_since: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="control-plane-watch", daemon=True)
 
@@ -67,10 +75,16 @@ class Watcher:
         if code is not None and "controller" not in self.problems:
             self.problems["controller"] = f"the controller process exited ({code}) at t = {t:.2f} s of the round"
         seen = self.connections()
-        if seen is not None:
-            for sw in self.switches:
-                if not seen.get(sw, False) and f"switch {sw}" not in self.problems:
-                    self.problems[f"switch {sw}"] = f"switch {sw} was not connected to the controller at t = {t:.2f} s"
+        if seen is None:
+            return
+        for sw in self.switches:
+            if seen.get(sw, False):
+                self.seen_connected.add(sw)
+                self.down_since.pop(sw, None)
+                continue
+            since = self.down_since.setdefault(sw, t)
+            if f"switch {sw}" not in self.problems and (sw in self.seen_connected or t - since >= STALE_S):
+                self.problems[f"switch {sw}"] = f"switch {sw} was not connected to the controller at t = {since:.2f} s"
 
     def _run(self):
         while not self._stop.wait(INTERVAL_S):

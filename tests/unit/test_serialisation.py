@@ -142,6 +142,28 @@ def test_the_watcher_names_a_dead_controller_and_a_disconnected_switch_once_with
     assert unknown.problems == {}
 
 
+def test_a_switch_not_yet_shown_connected_is_named_only_after_the_database_had_time_to_say():
+    from experiments.features.watch import STALE_S, Watcher
+    now = [0.0]
+    conn = {"leaf1": False}
+    w = Watcher(lambda: None, lambda: dict(conn), ["leaf1"], clock=lambda: now[0])
+    w.check()
+    now[0] = STALE_S - 1
+    w.check()
+    assert w.problems == {}                         # ovs-vswitchd refreshes is_connected every few seconds
+    conn["leaf1"] = True
+    now[0] = STALE_S + 5
+    w.check()
+    assert w.problems == {}
+    never = Watcher(lambda: None, lambda: {"leaf1": False}, ["leaf1"], clock=lambda: now[0])
+    now[0] = 100.0
+    never.t0 = 100.0
+    never.check()
+    now[0] = 100.0 + STALE_S
+    never.check()
+    assert never.problems == {"switch leaf1": "switch leaf1 was not connected to the controller at t = 0.00 s"}
+
+
 def test_an_openflow_error_is_decoded_with_the_request_it_answers():
     import struct as st
     from controller.oferrors import describe_error
