@@ -64,7 +64,8 @@ def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> l
                        ecn_negotiated=t.get("ecn_negotiated"),
                        total_retrans=t.get("total_retrans"), rtt_us=t.get("rtt_us"),
                        sender_done_s=(t["closed_unix_s"] - start) if t.get("closed_unix_s") else None,
-                       error=t.get("error") or rx[p["dst"]].get("error"))
+                       error=t.get("error") or rx[p["dst"]].get("error"),
+                       _tcp_samples=[[x[0] - start] + list(x[1:]) for x in t.get("tcp_samples") or []])
             udp = "datagrams_sent" in t
             row["transport"] = "udp" if udp else "tcp"
             if udp:
@@ -347,6 +348,29 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     }
 
 
+#: tcp_samples.csv: each TCP sender's live connections sampled from TCP_INFO (traffic.agent.tcp_sample).
+TCP_SAMPLE_COLUMNS = ("t_s", "flow_id", "src", "cwnd_segments", "rtt_ms", "ssthresh_segments", "total_retrans",
+                      "delivery_rate_mbps")
+
+
+def write_tcp_samples(path: Path, flows: list[dict]) -> int:
+    """Write every flow's TCP_INFO samples (``_tcp_samples``: ``[t_s, snd_cwnd, rtt_us, snd_ssthresh,
+    total_retrans, delivery_rate_Bps]``, times from the common start) as :data:`TCP_SAMPLE_COLUMNS`:
+    the congestion window and ssthresh in segments, the smoothed RTT in ms, the delivery rate in
+    Mbit/s (an ssthresh of 2^31 - 1, "not set yet", is left empty). Returns the rows written."""
+    n = 0
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(TCP_SAMPLE_COLUMNS)
+        for fl in flows:
+            for t, cwnd, rtt_us, ssth, retr, rate in fl.get("_tcp_samples") or []:
+                w.writerow((f"{t:.6f}", fl["flow_id"], fl["src"], cwnd, f"{rtt_us / 1000:.3f}",
+                            "" if ssth is None or ssth >= 2**31 - 1 else ssth, retr,
+                            "" if rate is None else f"{rate * 8 / 1e6:.4f}"))
+                n += 1
+    return n
+
+
 def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], timings: dict,
                   plan: list[dict], receiver_is_bottleneck: bool = False) -> dict:
     """Write flows.csv, flow_samples.csv, queues.csv and ports.csv into ``out``; return the round's
@@ -366,6 +390,7 @@ def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], 
         for fl in flows:
             for t, b in fl.get("_samples") or []:
                 w.writerow((f"{t:.6f}", fl["flow_id"], fl["src"], b))
+    write_tcp_samples(out / "tcp_samples.csv", flows)
     fcts = [f["fct_s"] for f in flows if f["fct_s"] is not None]
     end = max(fcts) if fcts else 0.0
     samples, ports = write_port_tables(out, sc, fabric_map, t0, end)

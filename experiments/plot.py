@@ -226,11 +226,52 @@ def plot_all(out: Path) -> list[Path]:
     samples = load_queue_samples(out / "queues.csv", 0.0)
     paths = [plot_queue_depth(out, summary, samples), plot_throughput(out, summary, samples),
              plot_queue_cdf(out, summary, samples), plot_fct_cdf(out, summary)]
+    if (out / "tcp_samples.csv").exists():
+        p = plot_cwnd_queue(out, summary, samples)
+        if p is not None:
+            paths.append(p)
     if summary.get("pfc") and (out / "pauses.csv").exists():
         paths += plot_pfc(out, summary)
     if summary.get("roce") and (out / "roce_rates.csv").exists():
         paths.append(plot_roce(out, summary))
     return paths
+
+
+def plot_cwnd_queue(out: Path, summary: dict, samples: dict, max_flows: int = 8) -> Path | None:
+    """``cwnd_queue.png``: each TCP flow's congestion window over time (up to ``max_flows`` flows,
+    from ``tcp_samples.csv``) above the bottleneck's queue, as the CS244 reproductions of DCTCP
+    and buffer sizing plot them; ECN thresholds on the queue axis. None when no flow was sampled."""
+    rows = _read_csv(out / "tcp_samples.csv")
+    if not rows:
+        return None
+    by_flow: dict[str, list] = {}
+    for r in rows:
+        by_flow.setdefault(r["flow_id"], []).append((float(r["t_s"]), int(r["cwnd_segments"])))
+    bn = summary["bottleneck"]
+    in_packets = bn["buffer_packets"] is not None
+    col, unit = ("backlog_packets", "packets") if in_packets else ("backlog_bytes", "bytes")
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    for fid in sorted(by_flow, key=lambda k: int(k) if k.isdigit() else k)[:max_flows]:
+        t, c = zip(*by_flow[fid])
+        ax.step(t, c, where="post", lw=1, label=f"flow {fid}")
+    ax.set_ylabel("congestion window (segments)")
+    more = f" ({max_flows} of {len(by_flow)} flows)" if len(by_flow) > max_flows else ""
+    ax.set_title(f"{summary['scenario']}: TCP congestion windows{more} and the bottleneck queue")
+    ax.legend(fontsize=7, ncol=4, loc="upper right")
+    ax.grid(alpha=0.3)
+    s = samples.get(bn["intf"])
+    if s is not None:
+        bx.plot(s["t_s"], s[col], color="C3", lw=1.2, label=f"{bn['intf']} -> {bn['peer']} (bottleneck)")
+    _threshold_lines(bx, summary.get("ecn") or {}, in_packets)
+    bx.set_xlabel("time since the start (s)")
+    bx.set_ylabel(f"queue ({unit})")
+    bx.legend(fontsize=7, loc="upper right")
+    bx.grid(alpha=0.3)
+    path = out / "cwnd_queue.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def plot_roce(out: Path, summary: dict) -> Path:

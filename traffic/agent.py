@@ -14,10 +14,12 @@ Roles (``job["role"]``):
   host's interfaces (an AF_PACKET socket) and counts, per flow, data packets
   that arrived Not-ECT, ECT and CE (a TCP socket cannot show the IP ECN field).
 - ``sender``: ``{"flows": [{"dst_ip", "port", "bytes" | "duration_s", "flow_id"}, ...],
-  "deadline_unix_s", "out", "dscp"}``. At the start time opens every flow at once;
+  "deadline_unix_s", "out", "dscp", "tcp_sample_interval_s"}``. At the start time opens every flow at once;
   each sends ``bytes`` of zeros (or as much as it can for ``duration_s``), half-closes, waits for the receiver to
   close; records times, congestion control in use, whether ECN was
-  negotiated, and retransmissions (TCP_INFO) per flow.
+  negotiated, and retransmissions (TCP_INFO) per flow, and every ``tcp_sample_interval_s``
+  (default :data:`TCP_SAMPLE_INTERVAL_S`; 0: never) each live connection's congestion window,
+  RTT, ssthresh, retransmissions and delivery rate (``tcp_samples``, :func:`tcp_sample`).
 - ``udp-receiver`` / ``udp-sender``: the same jobs over UDP (``traffic.transport: udp``):
   one socket per flow sends sequence-numbered datagrams of up to :data:`UDP_PAYLOAD_BYTES`
   (full-size frames; :data:`UDP_DATA_BYTES` of flow bytes each) as fast as the host takes them, then an end marker carrying the
@@ -64,6 +66,25 @@ def tcp_info(sock: socket.socket) -> dict:
     snd_cwnd, = struct.unpack_from("=I", raw, 80)
     total_retrans, = struct.unpack_from("=I", raw, 100)
     return {"total_retrans": total_retrans, "rtt_us": rtt_us, "snd_cwnd": snd_cwnd}
+
+
+#: struct tcp_info (linux/tcp.h) fields of a congestion-window sample: (name, offset, struct format).
+TCP_SAMPLE_FIELDS = (("rtt_us", 68, "I"), ("snd_ssthresh", 76, "I"), ("snd_cwnd", 80, "I"),
+                     ("total_retrans", 100, "I"), ("delivery_rate_Bps", 160, "Q"))
+#: Bytes of struct tcp_info asked for (through tcpi_delivery_rate, Linux 4.9).
+TCP_SAMPLE_BYTES = 168
+#: How often a TCP sender samples its live connections' TCP_INFO (seconds; a job may say otherwise).
+TCP_SAMPLE_INTERVAL_S = 0.02
+
+
+def tcp_sample(sock: socket.socket, t_unix_s: float) -> list:
+    """``[t_unix_s, snd_cwnd (segments), rtt_us, snd_ssthresh, total_retrans, delivery_rate (bytes/s)]``
+    of a live connection, from struct tcp_info; the delivery rate is None on a kernel whose
+    tcp_info is shorter than :data:`TCP_SAMPLE_BYTES`."""
+    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_SAMPLE_BYTES)
+    v = {n: (struct.unpack_from("=" + fmt, raw, off)[0] if len(raw) >= off + struct.calcsize(fmt) else None)
+         for n, off, fmt in TCP_SAMPLE_FIELDS}
+    return [round(t_unix_s, 6), v["snd_cwnd"], v["rtt_us"], v["snd_ssthresh"], v["total_retrans"], v["delivery_rate_Bps"]]
 
 
 #: tcpi_options bit: ECN was negotiated on the connection (linux/tcp.h TCPI_OPT_ECN).
@@ -201,13 +222,16 @@ def run_sender(job: dict) -> dict:
     print("READY", flush=True)
     start_at = float(sys.stdin.readline())
     payload = memoryview(bytes(CHUNK_BYTES))
+    sample_every = job.get("tcp_sample_interval_s", TCP_SAMPLE_INTERVAL_S)
     wait_until(start_at)
     sel = selectors.DefaultSelector()
     recs = []
+    socks = {}                     # flow_id -> socket, while it is connected
     for f in flows:
         rec = {"flow_id": f["flow_id"], "dst_ip": f["dst_ip"], "bytes_planned": f.get("bytes"),
                "until_unix_s": start_at + f["duration_s"] if f.get("duration_s") else None,
-               "start_at_unix_s": start_at, "started_unix_s": time.time(), "bytes_sent": 0, "state": "connecting"}
+               "start_at_unix_s": start_at, "started_unix_s": time.time(), "bytes_sent": 0, "state": "connecting",
+               "tcp_samples": []}
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if job.get("dscp"):
             s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, job["dscp"] << 2)
@@ -216,8 +240,19 @@ def run_sender(job: dict) -> dict:
         sel.register(s, selectors.EVENT_WRITE, rec)
         recs.append(rec)
     open_flows = len(recs)
+    next_sample = time.time()
     while open_flows and time.time() < job["deadline_unix_s"]:
-        for key, _ in sel.select(timeout=0.05):
+        now = time.time()
+        if sample_every and now >= next_sample:
+            for rec in recs:
+                s = socks.get(rec["flow_id"])
+                if s is not None and rec["state"] in ("sending", "closing"):
+                    try:
+                        rec["tcp_samples"].append(tcp_sample(s, now))
+                    except OSError:
+                        pass
+            next_sample = now + sample_every
+        for key, _ in sel.select(timeout=min(0.05, sample_every) if sample_every else 0.05):
             s, rec = key.fileobj, key.data
             try:
                 if rec["state"] == "connecting":
@@ -226,6 +261,7 @@ def run_sender(job: dict) -> dict:
                         raise OSError(err, os.strerror(err))
                     rec.update(state="sending", src_port=s.getsockname()[1], connected_unix_s=time.time(),
                                congestion_control=congestion_control(s), ecn_negotiated=ecn_negotiated(s))
+                    socks[rec["flow_id"]] = s
                 if rec["state"] == "sending":
                     if rec["until_unix_s"] is not None:      # time-limited flow
                         over = time.time() >= rec["until_unix_s"]
@@ -243,6 +279,7 @@ def run_sender(job: dict) -> dict:
                     continue
                 if rec["state"] == "closing" and not s.recv(4096):
                     rec.update(state="closed", closed_unix_s=time.time(), **tcp_info(s))
+                    socks.pop(rec["flow_id"], None)
                     sel.unregister(s)
                     s.close()
                     open_flows -= 1
@@ -250,6 +287,7 @@ def run_sender(job: dict) -> dict:
                 continue
             except OSError as e:
                 rec.update(state="failed", error=f"{type(e).__name__}: {e}")
+                socks.pop(rec["flow_id"], None)
                 sel.unregister(s)
                 s.close()
                 open_flows -= 1
