@@ -36,7 +36,7 @@ def test_delay_where_the_kernel_cannot_is_refused_naming_the_key_and_starts_noth
 @pytest.mark.kernel("qdisc:netem", "ovs_kernel_datapath")
 def test_configured_delay_is_the_measured_round_trip(tmp_path, figure):
     """5 ms on every link of a 2x2 Spine-Leaf: h3 -> h1 crosses 4 links, so the propagation round
-    trip is 40 ms. A small ping sees that (plus microseconds); a full-frame ping adds one
+    trip is 40 ms. A small ping sees that (plus microseconds); a full-frame ping adds at most one
     serialisation per hop each way (host NICs at 10 Mbit/s, uplinks at 40: 6.06 ms in all)."""
     scenario = small_scenario(tmp_path, links={"delay_us": DELAY_US},
                               traffic={"response_bytes": 100_000, "timeout_s": 60})
@@ -54,7 +54,9 @@ def test_configured_delay_is_the_measured_round_trip(tmp_path, figure):
     figure("small_ping_rtt_over_configured", small / configured)
     figure("full_frame_rtt_over_configured_plus_serialisation", full / (configured + serialisation))
     assert configured <= small <= 1.05 * configured, (small, configured)
-    assert configured + 0.9 * serialisation <= full <= 1.05 * configured + 1.5 * serialisation, (full, configured)
+    # a lone frame on an idle port leaves at once (HTB charges a frame after sending it), so an idle
+    # full-frame ping adds at most the serialisations, not necessarily all of them
+    assert configured <= full <= 1.05 * configured + 1.5 * serialisation, (full, configured)
     s = json.loads((top / "summary.json").read_text())
     assert s["flows"]["all_complete"], s["flows"]
     assert_clean(str(top))
