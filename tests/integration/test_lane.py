@@ -58,7 +58,11 @@ def test_dctcp_incast_drop_tail_vs_ecn(tmp_path, figure):
     path = tmp_path / "incast-dctcp.yaml"
     path.write_text(yaml.safe_dump(sc))
     results = tmp_path / "results"
-    p = run_cli("run", str(path), "--results", str(results), timeout=1500)
+    # --accept-unfaithful: under the VM's emulated CPU the shaper's timer fires late and the
+    # bottleneck sends 0.84 of its 10 Mbit/s while backlogged (a CI rehearsal, 2026-12-03; 8.3 of 10
+    # Mbit/s was seen here before the check existed): the run's fidelity check rightly fails it,
+    # while this test is about the stock kernel's dctcp and RED paths
+    p = run_cli("run", str(path), "--results", str(results), "--accept-unfaithful", timeout=1500)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     top = next(results.iterdir())
     rounds = json.loads((top / "rounds.json").read_text())["rounds"]
