@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,23 @@ def small_scenario(tmp_path: Path, name="small", **over) -> Path:
     p = tmp_path / f"{name}.yaml"
     p.write_text(yaml.safe_dump(sc))
     return p
+
+
+def start_run(tmp_path: Path, scenario: Path):
+    """Start ``python -m experiments run SCENARIO`` in the background; return ``(process, results
+    folder, output lines so far)`` once its traffic has started (its ``incast:`` line)."""
+    results = tmp_path / "results"
+    proc = subprocess.Popen([PY, "-m", "experiments", "run", str(scenario), "--results", str(results)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if "incast:" in line or not line:
+            break
+    assert any("incast:" in x for x in lines), "".join(lines)
+    return proc, results, lines
 
 
 def run_cli(*args, env=None, timeout=300, **kw):

@@ -4,12 +4,11 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from .conftest import PY, ROOT, assert_clean, ovs_bridges, root_eth_links, run_cli, small_scenario
+from .conftest import ROOT, assert_clean, start_run, ovs_bridges, root_eth_links, run_cli, small_scenario
 
 
 def only_run_dir(results: Path) -> Path:
@@ -248,17 +247,7 @@ def test_a_run_stopped_after_its_rounds_keeps_them_and_analyze_rebuilds_the_rest
 
 
 def _start_run(tmp_path, scenario):
-    results = tmp_path / "results"
-    proc = subprocess.Popen([PY, "-m", "experiments", "run", str(scenario), "--results", str(results)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        lines.append(line)
-        if "incast:" in line or not line:
-            break
-    assert any("incast:" in l for l in lines), "".join(lines)
+    proc, results, _ = start_run(tmp_path, scenario)
     return proc, results
 
 

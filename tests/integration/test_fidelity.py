@@ -10,26 +10,10 @@ import pytest
 
 from experiments.state import state_dir
 
-from .conftest import PY, ROOT, assert_clean, run_cli, small_scenario
+from .conftest import assert_clean, run_cli, small_scenario, start_run
 
 _HOST = pytest.mark.lane("host", reason="the control plane and the sampler's checks do not depend on the kernel; "
                                         "the VM lane runs the serialisation check in every experiment it runs")
-
-
-def _start(tmp_path, scenario):
-    """Start a run; return (process, results folder, output so far) once its traffic has started."""
-    results = tmp_path / "results"
-    proc = subprocess.Popen([PY, "-m", "experiments", "run", str(scenario), "--results", str(results)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        lines.append(line)
-        if "incast:" in line or not line:
-            break
-    assert any("incast:" in x for x in lines), "".join(lines)
-    return proc, results, lines
 
 
 def _recorded_pid(what: str) -> int:
@@ -43,7 +27,7 @@ def test_a_controller_killed_mid_run_fails_the_round_naming_it(tmp_path):
     """Killed mid-round (by its recorded pid), the controller stops answering ARP; the round is
     written, but its fidelity says the controller died and when, and the run exits 3."""
     scenario = small_scenario(tmp_path, traffic={"response_bytes": 1_500_000, "timeout_s": 30})
-    proc, results, lines = _start(tmp_path, scenario)
+    proc, results, lines = start_run(tmp_path, scenario)
     time.sleep(0.5)
     os.kill(_recorded_pid("controller"), signal.SIGKILL)
     out, _ = proc.communicate(timeout=180)
@@ -61,7 +45,7 @@ def test_a_port_qos_set_through_ovs_mid_run_fails_the_round_naming_the_port(tmp_
     """Open vSwitch replaces a port's qdiscs when the port gets a QoS: the sampled counters of the
     port toward the receiver restart, and the round says so, naming the port."""
     scenario = small_scenario(tmp_path, traffic={"response_bytes": 1_500_000, "timeout_s": 30})
-    proc, results, lines = _start(tmp_path, scenario)
+    proc, results, lines = start_run(tmp_path, scenario)
     time.sleep(0.8)
     q = subprocess.run(["ovs-vsctl", "--timeout=5", "--", "set", "port", "leaf1-eth1", "qos=@q", "--",
                         "--id=@q", "create", "qos", "type=linux-htb", "other-config:max-rate=10000000"],
