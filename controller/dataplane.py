@@ -26,6 +26,7 @@ from pyroute2.netlink.rtnl import RTM_NEWQDISC, tcmsg
 
 from common.errors import SetupError
 from common.units import shaper_burst_bytes
+from controller.timers import shaper_slack_s
 
 # pyroute2 ships the pfifo options encoder but not bfifo's; both qdiscs take
 # the same ``struct tc_fifo_qopt { __u32 limit; }`` (linux/pkt_sched.h).
@@ -47,8 +48,8 @@ class PortQueue:
         rate_mbps: shaping rate in Mbit/s (the link rate).
         buffer_bytes: FIFO limit in bytes (bfifo), or None.
         buffer_packets: FIFO limit in packets (pfifo), or None.
-        burst_bytes: HTB burst and cburst in bytes; None: from the rate
-            (:func:`common.units.shaper_burst_bytes`).
+        burst_bytes: HTB burst and cburst in bytes; None: from the rate and this machine's timer
+            slack (:func:`common.units.shaper_burst_bytes`, :func:`controller.timers.shaper_slack_s`).
 
     Exactly one of buffer_bytes / buffer_packets is set.
     """
@@ -64,7 +65,7 @@ class PortQueue:
         if not self.rate_mbps > 0:
             raise ValueError(f"rate_mbps must be > 0, got {self.rate_mbps}")
         if self.burst_bytes is None:
-            object.__setattr__(self, "burst_bytes", shaper_burst_bytes(self.rate_mbps * 1e6))
+            object.__setattr__(self, "burst_bytes", shaper_burst_bytes(self.rate_mbps * 1e6, shaper_slack_s()))
 
     @property
     def fifo_kind(self) -> str:
@@ -727,7 +728,8 @@ class PriorityQueues:
         default_prio: the class of frames no classifier placed.
         weights: ``{prio: weight}`` for weighted scheduling, None for strict priority.
         burst_bytes: HTB burst and cburst (and the open gate's burst) in bytes; None: from the
-            rate (:func:`common.units.shaper_burst_bytes`).
+            rate and this machine's timer slack (:func:`common.units.shaper_burst_bytes`,
+            :func:`controller.timers.shaper_slack_s`).
     """
     rate_bps: float
     fifo_bytes: dict
@@ -737,7 +739,7 @@ class PriorityQueues:
 
     def __post_init__(self):
         if self.burst_bytes is None:
-            object.__setattr__(self, "burst_bytes", shaper_burst_bytes(self.rate_bps))
+            object.__setattr__(self, "burst_bytes", shaper_burst_bytes(self.rate_bps, shaper_slack_s()))
 
     def class_rate_bps(self, prio: int) -> int:
         """Guaranteed rate of priority ``prio``'s class (the rest is borrowed up to the link)."""

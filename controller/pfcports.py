@@ -174,7 +174,8 @@ class PfcPorts:
                                         default_prio=self.plan["default_priority"],
                                         weights={int(p): w for p, w in self.plan["weights"].items()}
                                         if self.plan.get("weights") else None,
-                                        burst_bytes=self.plan["burst_bytes"] or shaper_burst_bytes(rate_bps))
+                                        burst_bytes=self.plan["burst_bytes"]
+                                        or shaper_burst_bytes(rate_bps, self.plan["shaper_slack_s"]))
 
     def plan_pauses(self) -> None:
         """The pauser's own state from the plan, no side effects: the priorities, every switch

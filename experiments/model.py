@@ -138,7 +138,8 @@ class Queues(Section):
     :data:`DEFAULT_BUFFER_PACKETS`)."""
     buffer_bytes: Optional[Annotated[int, Field(ge=FRAME_BYTES, le=64 * 2**20)]] = None
     buffer_packets: Optional[Annotated[int, Field(ge=1, le=100000)]] = None
-    #: the port shaper's burst; None: per port, from its rate (common.units.shaper_burst_bytes)
+    #: the port shaper's burst; None: per port, from its rate and the machine's timer slack
+    #: (common.units.shaper_burst_bytes)
     burst_bytes: Optional[Annotated[int, Field(ge=1, le=2**20)]] = None
 
     @property
@@ -148,10 +149,13 @@ class Queues(Section):
             return self.buffer_bytes
         return (self.buffer_packets or DEFAULT_BUFFER_PACKETS) * FRAME_BYTES
 
-    def burst_for(self, rate_mbps: float) -> int:
+    def burst_for(self, rate_mbps: float, slack_s: float) -> int:
         """The shaper burst in bytes of a port at ``rate_mbps``: ``burst_bytes`` if the scenario
-        gives it, else :func:`common.units.shaper_burst_bytes` of the rate."""
-        return self.burst_bytes if self.burst_bytes is not None else shaper_burst_bytes(rate_mbps * 1e6)
+        gives it, else :func:`common.units.shaper_burst_bytes` of the rate and ``slack_s`` (the
+        machine's timer slack in seconds, recorded as ``shaper.slack_s`` in environment.json)."""
+        if self.burst_bytes is not None:
+            return self.burst_bytes
+        return shaper_burst_bytes(rate_mbps * 1e6, slack_s)
 
 
 class Links(Section):

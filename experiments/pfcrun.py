@@ -32,7 +32,8 @@ MECHANISM = ("per-priority HTB classes with a TBF gate each on every switch port
              "pauser closes the upstream transmitter's gate at XOFF and opens it at XON")
 
 
-def pfc_plan(fabric_map: dict, cfg, buffer_bytes: int, burst_bytes: int, host_fifo_bytes: int) -> dict:
+def pfc_plan(fabric_map: dict, cfg, buffer_bytes: int, burst_bytes: int | None, host_fifo_bytes: int,
+             slack_s: float) -> dict:
     """The plan controller.pfcports applies: priority queues on every switch port and host NIC, the
     thresholds of the lossless priorities, and each switch port's link peer (whose gate it pauses).
 
@@ -42,9 +43,10 @@ def pfc_plan(fabric_map: dict, cfg, buffer_bytes: int, burst_bytes: int, host_fi
         buffer_bytes: each switch egress port's buffer (lossy priorities drop there, and lossless
             ones while PFC is off), and each (ingress port, lossless priority)'s own share of
             the switch buffer (its cap).
-        burst_bytes: HTB burst of every port; None: per port from its rate
+        burst_bytes: HTB burst of every port; None: per port from its rate and ``slack_s``
             (common.units.shaper_burst_bytes).
         host_fifo_bytes: each host NIC priority queue's limit.
+        slack_s: the machine's shaper slack in seconds (controller.timers.shaper_slack_s).
     """
     prios = cfg.priorities()
     lossless = set(cfg.lossless)      # counted and gated; paused while "enabled" (rounds turn it on and off)
@@ -68,7 +70,7 @@ def pfc_plan(fabric_map: dict, cfg, buffer_bytes: int, burst_bytes: int, host_fi
             "xoff_bytes": cfg.xoff_bytes or 0, "xon_bytes": cfg.xon_bytes or 0, "cap_bytes": buffer_bytes,
             "watchdog_s": cfg.watchdog_s, "watchdog_action": cfg.watchdog_action,
             "weights": {str(p): w for p, w in cfg.weights.items()} if cfg.scheduling == "weighted" else None,
-            "burst_bytes": burst_bytes, "lossy_fifo_bytes": buffer_bytes,
+            "burst_bytes": burst_bytes, "shaper_slack_s": slack_s, "lossy_fifo_bytes": buffer_bytes,
             "switch_fifo_bytes": {str(p): v for p, v in switch_fifo.items()},
             "host_fifo_bytes": {str(p): host_fifo_bytes for p in prios},
             "switches": switches,
@@ -206,8 +208,9 @@ def live_fabric(fabric, cfg: PfcConfig, buf_bytes: int, workdir: Path, state, bu
     Raises:
         SetupError: the fabric, the controller or the PFC plan failed to come up.
     """
-    plan = pfc_plan(fabric.to_map(), cfg, buf_bytes, burst_bytes, host_fifo_bytes)
-    datapath = probe.probe()["datapath"]
+    env = probe.probe()
+    plan = pfc_plan(fabric.to_map(), cfg, buf_bytes, burst_bytes, host_fifo_bytes, env["shaper"]["slack_s"])
+    datapath = env["datapath"]
     with LiveFabric(fabric, workdir, state, datapath=datapath, pfc_plan=plan) as lf:
         # first the pings: ovs-vswitchd opens its transmit socket when it forwards its first packet
         # (a freshly started OVS has none to enlarge)

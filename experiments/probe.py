@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from controller import timers
+
 #: qdisc kinds probed, with the minimal tc arguments each needs.
 QDISC_PROBES = {
     "htb": ["htb"],
@@ -114,8 +116,9 @@ def probe() -> dict:
     Returns a JSON-serialisable dict: kernel, ovs_version, datapath
     (``kernel`` if the openvswitch module is usable, else ``user``),
     offloads_off (always true: cases T1/L5), qdiscs {kind: bool},
-    tcp_congestion_control {available, default}, python, versions of
-    os-ken, mininet, pyroute2, scapy.
+    tcp_congestion_control {available, default}, shaper {slack_s, timer_lateness} (how late
+    this machine's timers fire and the port shapers' slack that follows,
+    controller.timers.shaper_slack_s), python, versions of os-ken, mininet, pyroute2, scapy.
     """
     kernel_dp = ovs_kernel_datapath_available()
     versions = {}
@@ -137,6 +140,7 @@ def probe() -> dict:
         "offloads_off": True,
         "qdiscs": probe_qdiscs(),
         "tcp_congestion_control": tcp_congestion_controls(),
+        "shaper": {"slack_s": timers.shaper_slack_s(), "timer_lateness": timers.machine_timers().record()},
         "python": sys.version.split()[0],
         "versions": versions,
         "cpus": os.cpu_count(),

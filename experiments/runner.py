@@ -66,11 +66,12 @@ class Platform:
     tx_buffer: Callable
 
 
-def port_queue(sc: Scenario, rate_mbps: float) -> PortQueue:
-    """The switch egress queue a scenario asks for at ``rate_mbps``."""
+def port_queue(sc: Scenario, rate_mbps: float, slack_s: float) -> PortQueue:
+    """The switch egress queue a scenario asks for at ``rate_mbps``, on a machine whose shaper
+    slack is ``slack_s`` seconds (``environment.json``'s ``shaper.slack_s``)."""
     q = sc.queues
     return PortQueue(rate_mbps=rate_mbps, buffer_bytes=q.buffer_bytes, buffer_packets=q.buffer_packets,
-                     burst_bytes=q.burst_for(rate_mbps))
+                     burst_bytes=q.burst_for(rate_mbps, slack_s))
 
 
 def run(sc: Scenario, results_root: Path, quiet: bool = False, platform: Platform | None = None,
@@ -157,9 +158,11 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
     env["routing"] = {"mode": sc.routing.mode, **(ECMP_METHOD if sc.routing.mode == "ecmp" else {})}
     env["accept_unfaithful"] = accept_unfaithful
 
+    slack_s = env["shaper"]["slack_s"]
+
     def host_queue(rate_mbps: float) -> PortQueue:
         return PortQueue(rate_mbps=rate_mbps, buffer_packets=HOST_QUEUE_PACKETS,
-                         burst_bytes=sc.queues.burst_for(rate_mbps))
+                         burst_bytes=sc.queues.burst_for(rate_mbps, slack_s))
 
     done: list[tuple[str, RoundRecord, dict]] = []
     round_env: list[dict] = []
@@ -176,7 +179,7 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
             ctx.say(f"removed state of an earlier run: {state.stale_report}")
         maybe_fault("before_fabric")
         with platform.live_fabric(fabric, out, state, datapath=env["datapath"],
-                                  switch_queue=lambda rate: port_queue(sc, rate), host_queue=host_queue,
+                                  switch_queue=lambda rate: port_queue(sc, rate, slack_s), host_queue=host_queue,
                                   routing=sc.routing.mode, **fabric_args) as lf:
             timings.update(lf.timings_s)
             timings["setup_s"] = time.monotonic() - t_begin

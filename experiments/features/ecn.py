@@ -43,9 +43,10 @@ def choose_marker(sc: Scenario, env: dict, needed: bool, priority_queues: bool =
                    + ("(asked for)" if asked == "red" else "(this kernel has sch_red)"))
 
 
-def ecn_plan(sc: Scenario, fabric_map: dict, marker: str, profiles: dict) -> dict:
+def ecn_plan(sc: Scenario, fabric_map: dict, marker: str, profiles: dict, slack_s: float) -> dict:
     """The plan the controller applies (controller.ecnports): every switch port's rate, buffer,
-    shaper burst, FIFO and first-round profile (``profiles``: port -> EcnProfile)."""
+    shaper burst (from ``slack_s``, the machine's shaper slack in seconds), FIFO and first-round
+    profile (``profiles``: port -> EcnProfile)."""
     q = sc.queues
     fifo = {"kind": "bfifo", "limit": q.buffer_bytes} if q.buffer_bytes is not None else \
         {"kind": "pfifo", "limit": q.buffer_packets}
@@ -54,7 +55,7 @@ def ecn_plan(sc: Scenario, fabric_map: dict, marker: str, profiles: dict) -> dic
         for p in sw["ports"]:
             prof = profiles[p["intf"]]
             ports[p["intf"]] = {"rate_bps": p["rate_mbps"] * 1e6, "buffer_bytes": q.limit_bytes,
-                                "burst_bytes": q.burst_for(p["rate_mbps"]), "fifo": fifo, "profile": profile_spec(prof)}
+                                "burst_bytes": q.burst_for(p["rate_mbps"], slack_s), "fifo": fifo, "profile": profile_spec(prof)}
     return {"marker": marker, "ports": ports}
 
 
@@ -96,7 +97,8 @@ class Ecn(Feature):
         if self.marker == "red":
             check_red_weights(ctx.sc, ctx.rounds)
         if self.marker != "none":
-            self.plan_ecn = ecn_plan(ctx.sc, ctx.fabric_map, self.marker, ctx.profiles[0])
+            self.plan_ecn = ecn_plan(ctx.sc, ctx.fabric_map, self.marker, ctx.profiles[0],
+                                     ctx.env["shaper"]["slack_s"])
         self.labels = [sorted({describe(p) for p in pr.values()}) for pr in ctx.profiles]
         ctx.env["ecn"] = {"marker": self.marker, "mechanism": why,
                           "rounds": [{"name": r.name, "profiles": lab} for r, lab in zip(ctx.rounds, self.labels)]}

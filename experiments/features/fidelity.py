@@ -21,7 +21,7 @@ import csv
 from pathlib import Path
 
 from common.errors import CapabilityError
-from common.units import FRAME_BYTES, SHAPER_SLACK_S
+from common.units import FRAME_BYTES
 from controller.dequeuebpf import NBINS, OBJECT as DEQUEUE_OBJECT, DequeueGaps
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
@@ -188,7 +188,7 @@ class Fidelity(Feature):
         self.ctx.env["fidelity"] = {
             "serialisation": "BPF at the qdisc_dequeue tracepoint: gaps between dequeues of a backlogged "
                              "port against one frame time; the longest packet each qdisc saw",
-            "shaper_slack_s": SHAPER_SLACK_S,
+            "shaper_slack_s": self.ctx.env["shaper"]["slack_s"],
             "one_fifo_per_port": self.one_fifo,
             "shaper_burst_bytes": self.ctx.sc.queues.burst_bytes or "per port: rate x shaper_slack_s, "
                                   f"{FRAME_BYTES // 10}..{FRAME_BYTES} bytes"}

@@ -44,7 +44,7 @@ class Pfc(Feature):
                                   "libbpf-dev): the priority queues' accounting needs it")
         self.plan_pfc = pfcrun.pfc_plan(self.ctx.fabric_map, replace(self.cfg, enabled=rounds[0].pfc_enabled),
                                         sc.queues.limit_bytes, sc.queues.burst_bytes,
-                                        HOST_QUEUE_PACKETS * FRAME_BYTES)
+                                        HOST_QUEUE_PACKETS * FRAME_BYTES, self.ctx.env["shaper"]["slack_s"])
         self.ctx.env["pfc"] = {"mechanism": pfcrun.MECHANISM, **dict(zip(("priorities", "pfc"), config_sections(sc.pfc))),
                                "rounds": [{"name": r.name, "enabled": r.pfc_enabled} for r in rounds]}
         return len(self.cfg.lossless)

@@ -75,10 +75,11 @@ def marking_fabric(tmp_path, profile, marker="auto", rate_mbps=10):
     fmap = fabric.to_map()
     env = _env()
     kind, _why = choose_marker(sc, env, True)
-    plan = ecn_plan(sc, fmap, kind, port_profiles(sc.ecn, fmap))
+    slack_s = env["shaper"]["slack_s"]
+    plan = ecn_plan(sc, fmap, kind, port_profiles(sc.ecn, fmap), slack_s)
     with RunState(f"marking-{tmp_path.name}") as st:
         with LiveFabric(fabric, tmp_path / "run", st, datapath=env["datapath"],
-                        switch_queue=lambda r: port_queue(sc, r),
+                        switch_queue=lambda r: port_queue(sc, r, slack_s),
                         host_queue=lambda r: dataplane.PortQueue(r, buffer_packets=1000), ecn_plan=plan) as lf:
             warm_up_reachability(lf)     # ovs-vswitchd opens its transmit socket at its first packet
             buf = contextlib.nullcontext()

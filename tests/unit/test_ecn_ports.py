@@ -50,7 +50,7 @@ def plan(marker: str):
                    "ecn": {"marker": marker, "profile": {"step": {"k_packets": 20}}},
                    "traffic": {"senders": 2}})
     _, fmap, _, _, profiles = check_against_fabric(sc)
-    return ecn_plan(sc, fmap, marker, profiles[0])
+    return ecn_plan(sc, fmap, marker, profiles[0], slack_s=100e-6)
 
 
 def ports(tmp_path, marker="bpf"):

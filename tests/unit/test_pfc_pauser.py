@@ -80,7 +80,7 @@ def pauser(enabled=True, watchdog_s=None, action="keep"):
     if watchdog_s:
         pfc["watchdog"] = {"timeout_s": watchdog_s, "action": action}
     cfg = parse_pfc(None, pfc, BUF)
-    plan = pfc_plan(fabric.to_map(), cfg, BUF, 3028, host_fifo_bytes=1000 * 1514)
+    plan = pfc_plan(fabric.to_map(), cfg, BUF, 3028, host_fifo_bytes=1000 * 1514, slack_s=100e-6)
     clock = Clock()
     return plan, clock
 

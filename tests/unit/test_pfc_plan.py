@@ -9,7 +9,7 @@ BUF = 100 * 1514
 def _plan(enabled=True, prio=None):
     fabric = SpineLeaf(spines=2, leaves=2, hosts_per_leaf=2, host_rate_mbps=10, uplink_rate_mbps=40).build()
     cfg = parse_pfc(prio, {"enabled": enabled, "xoff_packets": 40, "xon_packets": 34}, BUF)
-    return fabric.to_map(), pfc_plan(fabric.to_map(), cfg, BUF, 3028, host_fifo_bytes=1000 * 1514)
+    return fabric.to_map(), pfc_plan(fabric.to_map(), cfg, BUF, 3028, host_fifo_bytes=1000 * 1514, slack_s=100e-6)
 
 
 def test_every_switch_port_names_the_transmitter_it_pauses():

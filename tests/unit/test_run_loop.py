@@ -55,7 +55,7 @@ def fake_platform(log: list, fabric_args: list) -> runner.Platform:
         fabric_args.append(kw)
         return FakeFabric(log)
     return runner.Platform(
-        probe=lambda: {"datapath": "user", "kernel": "fake", "qdiscs": {}},
+        probe=lambda: {"datapath": "user", "kernel": "fake", "qdiscs": {}, "shaper": {"slack_s": 100e-6}},
         run_state=lambda run_id: FakeState(run_id, log),
         live_fabric=live_fabric,
         warm_up_s=lambda lf: 0.25,

@@ -93,7 +93,8 @@ def test_k_and_xoff_are_parsed_once_from_file_to_plans(monkeypatch, tmp_path):
     monkeypatch.setattr("experiments.features.pfc.PFC_OBJECT", built)
 
     sc = load_scenario(SCENARIOS / "incast.yaml")
-    ctx = runner._context(sc, check_against_fabric(sc), {"qdiscs": {"red": True, "clsact": True}}, tmp_path, True)
+    ctx = runner._context(sc, check_against_fabric(sc), {"qdiscs": {"red": True, "clsact": True},
+                                                               "shaper": {"slack_s": 100e-6}}, tmp_path, True)
     queues = 1
     for feature in (Pfc(ctx), Ecn(ctx)):
         queues += feature.plan(queues)

@@ -7,7 +7,7 @@ import struct
 import pytest
 
 from common.units import FRAME_BYTES, SHAPER_SLACK_S, shaper_burst_bytes
-from controller import dequeuebpf
+from controller import dequeuebpf, timers
 from controller.dataplane import PortQueue, PriorityQueues
 from experiments.features.fidelity import MIN_GAPS, port_figures, serialisation_section
 from experiments.scenario import validate
@@ -28,20 +28,49 @@ def test_never_two_full_frames_back_to_back():
 
 
 @pytest.mark.parametrize("bad", [0, -1.0])
-def test_a_rate_that_is_not_positive_is_refused(bad):
+def test_a_rate_or_slack_that_is_not_positive_is_refused(bad):
     with pytest.raises(ValueError, match="rate_bps"):
         shaper_burst_bytes(bad)
+    with pytest.raises(ValueError, match="slack_s"):
+        shaper_burst_bytes(10e6, bad)
 
 
-def test_queues_take_the_burst_from_the_rate_unless_the_scenario_gives_one():
+def test_a_machine_with_late_timers_gets_a_bigger_bucket_up_to_one_frame():
+    # 0.5 ms of timer lateness (qemu TCG): 10 Mbit/s sends 625 B in it; 50 Mbit/s more than a frame
+    assert shaper_burst_bytes(10e6, 500e-6) == 625
+    assert shaper_burst_bytes(50e6, 500e-6) == FRAME_BYTES
+    assert shaper_burst_bytes(1e6, 500e-6) == FRAME_BYTES // 10
+
+
+def test_queues_take_the_burst_from_the_rate_and_slack_unless_the_scenario_gives_one():
     auto = validate({"name": "x"}).queues
     assert auto.burst_bytes is None
-    assert auto.burst_for(10) == FRAME_BYTES // 10 and auto.burst_for(100) == 1250
+    assert auto.burst_for(10, 100e-6) == FRAME_BYTES // 10 and auto.burst_for(100, 100e-6) == 1250
+    assert auto.burst_for(10, 300e-6) == 375
     given = validate({"name": "x", "queues": {"burst_bytes": 3028}}).queues
-    assert given.burst_for(10) == given.burst_for(100) == 3028
-    assert PortQueue(rate_mbps=100, buffer_packets=10).burst_bytes == 1250
+    assert given.burst_for(10, 100e-6) == given.burst_for(100, 500e-6) == 3028
+    here = timers.shaper_slack_s()
+    assert PortQueue(rate_mbps=100, buffer_packets=10).burst_bytes == shaper_burst_bytes(100e6, here)
     assert PortQueue(rate_mbps=100, buffer_packets=10, burst_bytes=4000).burst_bytes == 4000
-    assert PriorityQueues(rate_bps=50e6, fifo_bytes={0: 10000}).burst_bytes == 625
+    assert PriorityQueues(rate_bps=50e6, fifo_bytes={0: 10000}).burst_bytes == shaper_burst_bytes(50e6, here)
+
+
+def test_the_slack_is_the_machines_timer_lateness_p99_and_never_below_100_us(monkeypatch):
+    def fake(p99_s):
+        return lambda: timers.TimerLateness(request_s=100e-6, samples=400, p50_s=p99_s / 2, p99_s=p99_s,
+                                            max_s=p99_s * 2, policy="fifo")
+    monkeypatch.setattr(timers, "machine_timers", fake(40e-6))
+    assert timers.shaper_slack_s() == SHAPER_SLACK_S
+    monkeypatch.setattr(timers, "machine_timers", fake(453e-6))
+    assert timers.shaper_slack_s() == pytest.approx(460e-6)
+
+
+def test_timer_lateness_is_measured_and_bad_arguments_refused():
+    r = timers.timer_lateness(samples=100, request_s=50e-6)
+    assert r.samples == 100 and 0 <= r.p50_s <= r.p99_s <= r.max_s
+    assert r.policy in ("fifo", "other") and set(r.record()) >= {"p99_s", "policy"}
+    with pytest.raises(ValueError):
+        timers.timer_lateness(samples=10)
 
 
 def _raw(gaps=0, within=0, frame_ns=0, gap_ns=0, max_len=1514, packets=10, bins=None):
