@@ -121,6 +121,40 @@ def install_port_queue(ifname: str, q: PortQueue, netns_pid: int | None = None) 
         raise SetupError(f"tc on {ifname}: read-back shows {sorted(kinds)}, expected htb root with {q.fifo_kind} under 1:1")
 
 
+def _tc_handle(h: int) -> str:
+    """A tc handle as tc prints it (``1:``, ``1:1``, ``root``)."""
+    if h == 0xFFFFFFFF:
+        return "root"
+    major, minor = h >> 16, h & 0xFFFF
+    return f"{major:x}:{minor:x}" if minor else f"{major:x}:"
+
+
+def qdisc_trees(ifnames: list[str]) -> dict[str, tuple[str, ...]]:
+    """Every qdisc on each of ``ifnames`` (root namespace), one netlink dump for all: ``{ifname:
+    ("<kind> <handle> parent <parent>", ...)}`` sorted, e.g. ``("bfifo 10: parent 1:1", "htb 1:
+    parent root")``. An interface that is gone maps to ``()``.
+
+    Raises:
+        SetupError: the kernel refused the dump.
+    """
+    try:
+        with IPRoute() as ipr:
+            names = {}
+            for name in ifnames:
+                found = ipr.link_lookup(ifname=name)
+                if found:
+                    names[found[0]] = name
+            out: dict[str, list[str]] = {n: [] for n in ifnames}
+            for m in ipr.get_qdiscs():
+                name = names.get(m["index"])
+                if name is not None:
+                    out[name].append(f"{m.get_attr('TCA_KIND')} {_tc_handle(m['handle'])} "
+                                     f"parent {_tc_handle(m['parent'])}")
+    except NetlinkError as e:
+        raise SetupError(f"tc: qdisc dump refused ({e.code})") from None
+    return {n: tuple(sorted(v)) for n, v in out.items()}
+
+
 def run(argv: list[str], netns_pid: int | None = None, timeout_s: float = 10.0) -> str:
     """Run ``argv`` (in the network namespace of ``netns_pid`` if given); return stdout.
 

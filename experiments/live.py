@@ -11,6 +11,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -39,6 +40,39 @@ def _raise_for(signum) -> None:
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise SystemExit(SIGNAL_EXIT.get(signum, 143))
+
+
+class RoundStop:
+    """A request, from a thread that watches the round (experiments.features.watch), to end the
+    round's traffic now: :meth:`Agents.wait` kills the agents still running once it is set, so a
+    round whose emulation broke under it ends within a quarter of a second instead of running on.
+    The run loop clears it before each round."""
+
+    def __init__(self):
+        self._event = threading.Event()
+        self.reason: str | None = None
+
+    def request(self, reason: str) -> None:
+        """Ask the round to stop (the first reason is kept)."""
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    def clear(self) -> None:
+        """Before a round: no request."""
+        self.reason = None
+        self._event.clear()
+
+    def is_set(self) -> bool:
+        """True once a stop was requested this round."""
+        return self._event.is_set()
+
+
+#: The run's one round-stop request (a run is one process and runs one round at a time).
+ROUND_STOP = RoundStop()
+
+#: How often a waiting run loop looks at :data:`ROUND_STOP`, in seconds.
+STOP_POLL_S = 0.25
 
 
 def check_signalled() -> None:
@@ -96,15 +130,21 @@ class Agents:
             p.stdin.flush()
 
     def wait(self, deadline_unix_s: float) -> dict[str, int]:
-        """Wait for every agent until ``deadline_unix_s`` (killing what is left then); returns
-        ``{"<host>.<role>": exit code}``. Raises KeyboardInterrupt/SystemExit for a lost signal."""
+        """Wait for every agent until ``deadline_unix_s``, or until :data:`ROUND_STOP` is requested
+        (killing what is left then); returns ``{"<host>.<role>": exit code}``. Raises
+        KeyboardInterrupt/SystemExit for a lost signal."""
         codes = {}
         for host, p in self.procs:
             check_signalled()
-            left = max(0.1, deadline_unix_s - time.time())
-            try:
-                codes[host] = p.wait(left)
-            except subprocess.TimeoutExpired:
+            while not ROUND_STOP.is_set():
+                left = deadline_unix_s - time.time()
+                try:
+                    codes[host] = p.wait(max(0.01, min(STOP_POLL_S, left)))
+                    break
+                except subprocess.TimeoutExpired:
+                    if left <= STOP_POLL_S:
+                        break
+            if host not in codes:
                 p.kill()
                 codes[host] = p.wait()
         return codes

@@ -34,7 +34,8 @@ from experiments import draw, probe as envprobe
 from experiments.context import HOST_QUEUE_PACKETS, RoundRecord, RunContext, maybe_fault
 from experiments.fabric import REPO, LiveFabric
 from experiments.features import FEATURES
-from experiments.live import _SIGNALLED, _on_signal, check_signalled, measure_rtt_s, warm_up_reachability
+from experiments.live import (ROUND_STOP, _SIGNALLED, _on_signal, check_signalled, measure_rtt_s,
+                              warm_up_reachability)
 from experiments.plan import check_against_fabric
 from experiments.scenario import FRAME_BYTES, read_yaml_file, validate
 from experiments.state import RunState
@@ -202,6 +203,7 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
             with platform.tx_buffer(sc, fabric, env, state, queues_per_port):
                 for i, r in enumerate(rounds):
                     check_signalled()
+                    ROUND_STOP.clear()
                     w = round_workload[i]
                     rdir = _round_dir(ctx, i, r)
                     rdir.mkdir(parents=True, exist_ok=True)

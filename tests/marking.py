@@ -31,6 +31,21 @@ def queue_seen_bytes(packets: list, rate_bps: float) -> list[float]:
     return [(p[3] - p[2] - base[p[0]]) * 1e-9 * rate_bps / 8 for p in packets]
 
 
+def drain_share(packets: list, rate_bps: float) -> float:
+    """The rate at which an overloaded port delivered ``packets`` (rows as above, one overload of
+    one port), over its configured ``rate_bps``: the frames after the first, over the time from the
+    first arrival to the last. The delay reckoning, and the BPF marker's virtual queue, assume the
+    port drains at its rate; below it, the real queue outgrows both.
+
+    Raises:
+        ValueError: fewer than two packets."""
+    if len(packets) < 2:
+        raise ValueError("need at least two packets")
+    t = sorted(p[3] for p in packets)
+    frames = sum(p[5] for p in packets) - min(p[5] for p in packets)
+    return frames * 8 / ((t[-1] - t[0]) * 1e-9) / rate_bps
+
+
 def reckoning_noise_bytes(packets: list, rate_bps: float, q: float = 99) -> float:
     """The delay reckoning's own noise: the ``q``-th percentile of the backlog it computes for
     packets that crossed an idle port (a run below the port's rate), in bytes."""

@@ -5,6 +5,7 @@ say) is one module under this package, plus its import and an entry in the tuple
 from __future__ import annotations
 
 from experiments.features.base import Feature
+from experiments.features.cpu import CpuHeadroom
 from experiments.features.delay import LinkDelay
 from experiments.features.ecn import Ecn
 from experiments.features.fidelity import Fidelity
@@ -13,6 +14,7 @@ from experiments.features.pfc import Pfc
 from experiments.features.watch import ControlPlane
 
 #: Registered features by name, in the order the run loop calls them.
-FEATURES: dict[str, type[Feature]] = {f.name: f for f in (HostTcp, Pfc, LinkDelay, Ecn, Fidelity, ControlPlane)}
+FEATURES: dict[str, type[Feature]] = {f.name: f for f in (HostTcp, Pfc, LinkDelay, Ecn, Fidelity, ControlPlane,
+                                                          CpuHeadroom)}
 
 __all__ = ["FEATURES", "Feature"]

@@ -95,7 +95,7 @@ def queue_failures(queues_csv: Path, buffer: tuple[str, int] | None) -> list[str
     backlog_bytes, backlog_packets, drops_total, tx_bytes_total, tx_packets_total), one line per
     port at its first: a cumulative counter that went backwards (the port's qdisc was replaced
     under the run, e.g. by Open vSwitch applying a QoS; its counters restart at zero), or a
-    backlog above the port's buffer.
+    backlog above the port's buffer. Times are seconds from the first sample.
 
     Args:
         queues_csv: the round's queue samples.
@@ -104,16 +104,18 @@ def queue_failures(queues_csv: Path, buffer: tuple[str, int] | None) -> list[str
     """
     first: dict[str, str] = {}
     last: dict[str, tuple[int, int, int]] = {}
+    t0 = None
     with open(queues_csv) as f:
         for row in csv.DictReader(f):
             intf = row["intf"]
+            t0 = float(row["t_s"]) if t0 is None else t0
             if intf in first:
                 continue
-            t = float(row["t_s"])
+            t = float(row["t_s"]) - t0
             cur = (int(row["tx_bytes_total"]), int(row["tx_packets_total"]), int(row["drops_total"]))
             prev = last.get(intf)
             if prev is not None and any(c < p for c, p in zip(cur, prev)):
-                first[intf] = (f"{intf}: its qdisc's counters went backwards at t = {t:.3f} s (sent bytes "
+                first[intf] = (f"{intf}: its qdisc's counters went backwards at t = {t:.3f} s of the samples (sent bytes "
                                f"{prev[0]} -> {cur[0]}, packets {prev[1]} -> {cur[1]}): something replaced the "
                                "queue fabriclab installed (an Open vSwitch QoS on the port does)")
                 continue

@@ -1,9 +1,13 @@
-"""The control plane watched through every round: the controller process alive, every switch
-connected to it, and no OpenFlow error from any switch. A controller that dies mid-run leaves the
-fabric forwarding on its installed rules, but nothing answers ARP any more (only the controller
-does), so flows stall in ways the traffic's own figures do not explain; a switch that refuses a
-rule forwards something other than the routes. Each is a fidelity failure of the round, naming
-what failed and when.
+"""The control plane and the data plane's queues watched through every round: the controller
+process alive, every switch connected to it, no OpenFlow error from any switch, and every switch
+port's qdiscs the ones fabriclab installed. A controller that dies mid-run leaves the fabric
+forwarding on its installed rules, but nothing answers ARP any more (only the controller does), so
+flows stall in ways the traffic's own figures do not explain; a switch that refuses a rule
+forwards something other than the routes; a port whose qdiscs something else replaced (Open
+vSwitch does when a port gets a QoS) no longer has the rate or the buffer the run reports. Each is
+a fidelity failure of the round, naming what failed and when; a replaced qdisc also stops the
+round's traffic at once (experiments.live.ROUND_STOP), since nothing it measures after that is
+the fabric's.
 """
 from __future__ import annotations
 
@@ -11,11 +15,15 @@ import subprocess
 import threading
 import time
 
+from controller import dataplane
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
+from experiments.live import ROUND_STOP
 
 #: How often the watcher looks (seconds).
 INTERVAL_S = 0.25
+#: How often it reads every switch port's qdiscs (one netlink dump; 3-10 ms on 40 ports).
+TREES_EVERY_S = 1.0
 #: ovs-vswitchd refreshes a controller's ``is_connected`` in its database every few seconds, so a
 #: switch that has not shown as connected since the round began is only reported once it has
 #: shown as not connected for this long (a run's first round can begin before the first refresh:
@@ -49,28 +57,63 @@ def switch_connections(timeout_s: float = 2.0) -> dict[str, bool] | None:
     return out
 
 
+def describe_tree_change(port: str, installed: tuple, now: tuple, t: float) -> str:
+    """One line: what changed in ``port``'s qdiscs (:func:`controller.dataplane.qdisc_trees`
+    entries) at ``t`` seconds of the round."""
+    return (f"{port}: its qdiscs were replaced at t = {t:.2f} s of the round: now {'; '.join(now) or 'none'}, "
+            f"where fabriclab installed {'; '.join(installed) or 'none'} (something else set the port's "
+            f"queues, as an Open vSwitch QoS does); the round was stopped")
+
+
 class Watcher:
     """A thread that, every :data:`INTERVAL_S`, checks ``alive()`` and ``connections()`` for
-    ``switches`` and keeps the first problem of each kind with its time (``t0`` relative).
+    ``switches``, and every :data:`TREES_EVERY_S` ``trees()`` against its first reading, and keeps
+    the first problem of each kind with its time (``t0`` relative). A changed qdisc tree also
+    requests :data:`experiments.live.ROUND_STOP` (``on_stop``).
 
     Args:
         alive: () -> None when the controller runs, else its exit code.
         connections: () -> :func:`switch_connections`-like dict, or None (not known this time).
         switches: the fabric's switch names.
+        trees: () -> ``{port: qdiscs}`` (:func:`controller.dataplane.qdisc_trees` of the switch
+            ports), or None: not watched.
+        on_stop: called with the reason when the round must stop.
     """
 
-    def __init__(self, alive, connections, switches: list[str], clock=time.monotonic):
+    def __init__(self, alive, connections, switches: list[str], clock=time.monotonic, trees=None,
+                 on_stop=ROUND_STOP.request):
         self.alive, self.connections, self.switches, self.clock = alive, connections, list(switches), clock
+        self.trees, self.on_stop = trees, on_stop
         self.t0 = clock()
         self.problems: dict[str, str] = {}
         self.seen_connected: set[str] = set()
         self.down_since: dict[str, float] = {}
+        self.installed: dict | None = None
+        self.trees_at = -TREES_EVERY_S
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="control-plane-watch", daemon=True)
+
+    def check_trees(self, t: float) -> None:
+        """Compare every port's qdiscs with the first reading (kept as what fabriclab installed)."""
+        self.trees_at = t
+        try:
+            now = self.trees()
+        except Exception:             # a dump that failed once is not a replaced qdisc
+            return
+        if self.installed is None:
+            self.installed = now
+            return
+        for port, qdiscs in self.installed.items():
+            key = f"qdisc {port}"
+            if key not in self.problems and now.get(port) != qdiscs:
+                self.problems[key] = describe_tree_change(port, qdiscs, now.get(port, ()), t)
+                self.on_stop(self.problems[key])
 
     def check(self) -> None:
         """One look (the thread calls it; tests call it directly)."""
         t = self.clock() - self.t0
+        if self.trees is not None and t - self.trees_at >= TREES_EVERY_S:
+            self.check_trees(t)
         code = self.alive()
         if code is not None and "controller" not in self.problems:
             self.problems["controller"] = f"the controller process exited ({code}) at t = {t:.2f} s of the round"
@@ -117,8 +160,10 @@ class ControlPlane(Feature):
     def before_round(self, lf, rnd: RoundRecord) -> dict:
         """Start the watcher; note how many OpenFlow errors the controller had reported."""
         self._errors_before = len(self._errors(lf))
+        ports = [p["intf"] for s in self.ctx.fabric_map["switches"] for p in s["ports"]]
         self.watcher = Watcher(lf.controller.poll, switch_connections,
-                               [s["name"] for s in self.ctx.fabric_map["switches"]]).start()
+                               [s["name"] for s in self.ctx.fabric_map["switches"]],
+                               trees=lambda: dataplane.qdisc_trees(ports)).start()
         return {}
 
     @staticmethod
@@ -143,7 +188,8 @@ class ControlPlane(Feature):
         if rec is None:
             return
         summary.setdefault("fidelity", {})["control_plane"] = {
-            "checked": f"controller alive, every switch connected (every {rec['interval_s']} s), no OpenFlow error",
+            "checked": f"controller alive, every switch connected (every {rec['interval_s']} s), no OpenFlow "
+                       f"error; every switch port's qdiscs as installed (every {TREES_EVERY_S} s)",
             "failures": rec["problems"]}
 
     def failures(self, summary: dict) -> list[str]:

@@ -55,6 +55,11 @@ def guard_bytes(lf, tmp_path, rate_bps: float = RATE_BPS) -> float:
     return FRAME_BYTES + noise
 
 
+#: An overloaded port must drain at this share of its rate for a marking test to measure anything:
+#: the reckoning and the BPF marker both assume the configured rate.
+MIN_DRAIN_SHARE = 0.97
+
+
 def _env():
     return probe.probe()
 
@@ -230,7 +235,7 @@ def test_red_profile_marks_on_the_configured_line(tmp_path, marker, figure):
     if marker == "red" and not env["qdiscs"].get("red"):
         pytest.skip(f"kernel {env['kernel']} has no sch_red")
     kmin, kmax, pmax = 10 * FRAME_BYTES, 60 * FRAME_BYTES, 0.2
-    rows = []
+    rows, drains = [], []
     port_mbps = 5     # the VM lane's Python senders keep 3 Mbit/s steady; 6 fell to 5.2 there
     with marking_fabric(tmp_path, {"red": {"kmin_bytes": kmin, "kmax_bytes": kmax, "pmax": pmax}},
                         marker=marker, rate_mbps=port_mbps) as (lf, kind):
@@ -241,8 +246,18 @@ def test_red_profile_marks_on_the_configured_line(tmp_path, marker, figure):
         for i in range(12):
             # 2 x 3 Mbit/s into 5: the queue rises by one packet per 6 arrivals, through the RED
             # region to past Kmax
-            rows += overload(lf, tmp_path, f"red{i}", packets=260, rate_mbps=3.0, port_mbps=port_mbps)
+            got = overload(lf, tmp_path, f"red{i}", packets=260, rate_mbps=3.0, port_mbps=port_mbps)
+            drains.append(marking.drain_share(got, port_mbps * 1e6))
+            rows += got
             time.sleep(0.5)
+    figure("lowest_drain_share", min(drains))
+    print(f"the port drained at {min(drains):.3f}-{max(drains):.3f} of its rate")
+    if min(drains) < MIN_DRAIN_SHARE:
+        why = (f"the port drained at {min(drains):.3f} of its rate in a round: the BPF marker's virtual queue "
+               f"(served at the configured rate) and the delay reckoning no longer see the real queue")
+        if os.environ.get("FABRICLAB_LANE") == "vm":
+            pytest.skip(f"VM lane: {why} (the emulated CPU)")
+        raise AssertionError(why)
     buckets = marking.red_buckets(rows, port_mbps * 1e6, kmin, kmax, pmax, buckets=5)
     print(json.dumps(buckets, indent=1))
     slack = pmax * guard / (kmax - kmin)

@@ -41,10 +41,11 @@ def test_a_controller_killed_mid_run_fails_the_round_naming_it(tmp_path):
 
 
 @_HOST
-def test_a_port_qos_set_through_ovs_mid_run_fails_the_round_naming_the_port(tmp_path):
-    """Open vSwitch replaces a port's qdiscs when the port gets a QoS: the sampled counters of the
-    port toward the receiver restart, and the round says so, naming the port."""
-    scenario = small_scenario(tmp_path, traffic={"response_bytes": 1_500_000, "timeout_s": 30})
+def test_a_port_qos_set_through_ovs_mid_run_stops_the_round_naming_the_port_and_the_replacement(tmp_path):
+    """Open vSwitch replaces a port's qdiscs when the port gets a QoS: the watcher sees the port
+    toward the receiver's qdiscs change within a second, stops the round's traffic (2 x 5 MB
+    into 10 Mbit/s would take 8 s) and names the port and what replaced fabriclab's queue."""
+    scenario = small_scenario(tmp_path, traffic={"response_bytes": 5_000_000, "timeout_s": 30})
     proc, results, lines = start_run(tmp_path, scenario)
     time.sleep(0.8)
     q = subprocess.run(["ovs-vsctl", "--timeout=5", "--", "set", "port", "leaf1-eth1", "qos=@q", "--",
@@ -54,7 +55,14 @@ def test_a_port_qos_set_through_ovs_mid_run_fails_the_round_naming_the_port(tmp_
     text = "".join(lines) + out
     assert q.returncode == 0, q.stderr
     assert proc.returncode == 3, text[-3000:]
-    assert "FIDELITY CHECK FAILED: leaf1-eth1: its qdisc's counters went backwards" in text, text[-3000:]
+    assert "FIDELITY CHECK FAILED: leaf1-eth1: its qdiscs were replaced at t = " in text, text[-3000:]
+    (top,) = [d for d in results.iterdir() if d.is_dir()]
+    summary = json.loads((top / "summary.json").read_text())
+    (line,) = [f for f in summary["fidelity"]["failures"] if "qdiscs were replaced" in f]
+    assert "where fabriclab installed htb 1: parent root; pfifo 10: parent 1:1" in line, line
+    assert "the round was stopped" in line, line
+    # stopped: the QoS came 0.8 s after the traffic started, the watcher reads every 1 s
+    assert summary["timings_s"]["traffic_s"] < 4.0, summary["timings_s"]
     assert_clean(str(results))
     subprocess.run(["ovs-vsctl", "--timeout=5", "--all", "destroy", "qos"], capture_output=True)
 

@@ -138,13 +138,14 @@ def _queues(tmp_path, rows):
 
 def test_a_replaced_qdisc_and_a_queue_above_its_buffer_are_named_once_per_port(tmp_path):
     from experiments.features.fidelity import queue_failures
-    rows = [(0.0, "a-eth1", 0, 0, 0, 1000, 10), (0.0, "b-eth1", 0, 0, 0, 500, 5),
-            (0.1, "a-eth1", 3028, 2, 0, 5000, 14), (0.1, "b-eth1", 0, 0, 0, 500, 5),
-            (0.2, "a-eth1", 0, 0, 0, 976, 1), (0.2, "b-eth1", 157 * 1514, 157, 0, 900, 9),   # OVS QoS; too deep
-            (0.3, "a-eth1", 0, 0, 0, 100, 0)]
+    t0 = 1796303915.0                                # the sampler's times are Unix seconds
+    rows = [(t0, "a-eth1", 0, 0, 0, 1000, 10), (t0, "b-eth1", 0, 0, 0, 500, 5),
+            (t0 + 0.1, "a-eth1", 3028, 2, 0, 5000, 14), (t0 + 0.1, "b-eth1", 0, 0, 0, 500, 5),
+            (t0 + 0.2, "a-eth1", 0, 0, 0, 976, 1), (t0 + 0.2, "b-eth1", 157 * 1514, 157, 0, 900, 9),  # QoS; deep
+            (t0 + 0.3, "a-eth1", 0, 0, 0, 100, 0)]
     fails = queue_failures(_queues(tmp_path, rows), ("packets", 100))
     assert len(fails) == 2
-    assert fails[0].startswith("a-eth1: its qdisc's counters went backwards at t = 0.200 s (sent bytes 5000 -> 976")
+    assert fails[0].startswith("a-eth1: its qdisc's counters went backwards at t = 0.200 s of the samples (sent bytes 5000 -> 976")
     assert fails[1] == "b-eth1: 157 packets queued at t = 0.200 s, above its 100-packets buffer"
     # several queues per port (priority classes): the sum may exceed one buffer; counters still checked
     assert queue_failures(_queues(tmp_path, rows), None) == fails[:1]
@@ -191,6 +192,59 @@ def test_a_switch_not_yet_shown_connected_is_named_only_after_the_database_had_t
     now[0] = 100.0 + STALE_S
     never.check()
     assert never.problems == {"switch leaf1": "switch leaf1 was not connected to the controller at t = 0.00 s"}
+
+
+def test_a_replaced_qdisc_is_named_with_what_replaced_it_and_stops_the_round_once():
+    from experiments.features.watch import TREES_EVERY_S, Watcher
+    now, stops = [0.0], []
+    ours = ("htb 1: parent root", "pfifo 10: parent 1:1")
+    trees = {"leaf1-eth1": ours, "spine1-eth1": ours}
+    w = Watcher(lambda: None, lambda: None, ["leaf1"], clock=lambda: now[0], trees=lambda: dict(trees),
+                on_stop=stops.append)
+    w.check()                                       # the first reading is what fabriclab installed
+    trees["leaf1-eth1"] = ("htb 1: parent root", "pfifo 8001: parent 1:1")
+    now[0] = TREES_EVERY_S / 2
+    w.check()                                       # not read again within TREES_EVERY_S
+    assert w.problems == {} and stops == []
+    now[0] = TREES_EVERY_S * 1.5
+    w.check()
+    now[0] = TREES_EVERY_S * 3
+    w.check()
+    assert list(w.problems) == ["qdisc leaf1-eth1"] and stops == [w.problems["qdisc leaf1-eth1"]]
+    assert w.problems["qdisc leaf1-eth1"].startswith(
+        "leaf1-eth1: its qdiscs were replaced at t = 1.50 s of the round: now htb 1: parent root; pfifo 8001: "
+        "parent 1:1, where fabriclab installed htb 1: parent root; pfifo 10: parent 1:1 (something else")
+
+    def broken():
+        raise OSError("dump failed")
+    quiet = Watcher(lambda: None, lambda: None, [], clock=lambda: 0.0, trees=broken, on_stop=stops.append)
+    quiet.check()
+    assert quiet.problems == {}
+
+
+def test_agents_are_killed_at_once_when_the_round_must_stop():
+    import subprocess
+    import time as t
+    from experiments.live import ROUND_STOP, Agents
+    agents = Agents(lf=None, state=None)
+    p = subprocess.Popen(["sleep", "30"])
+    agents.procs.append(("h1.tx", p))
+    ROUND_STOP.clear()
+    ROUND_STOP.request("leaf1-eth1: replaced")
+    ROUND_STOP.request("a second reason is not kept")
+    try:
+        t0 = t.monotonic()
+        codes = agents.wait(t.time() + 30)
+        assert t.monotonic() - t0 < 2 and codes["h1.tx"] != 0 and p.poll() is not None
+        assert ROUND_STOP.reason == "leaf1-eth1: replaced"
+    finally:
+        ROUND_STOP.clear()
+        if p.poll() is None:
+            p.kill()
+    q = subprocess.Popen(["sleep", "0.3"])
+    calm = Agents(lf=None, state=None)
+    calm.procs.append(("h2.rx", q))
+    assert calm.wait(t.time() + 10) == {"h2.rx": 0}
 
 
 def test_an_openflow_error_is_decoded_with_the_request_it_answers():
