@@ -165,3 +165,21 @@ def _progressive_filling(fabric_map: dict, fracs: list[dict]) -> list[float]:
         full = {e for e, w in load.items() if w > 0 and left[e] <= 1e-9 * cap[e]}
         active = {i for i in active if not full.intersection(fracs[i])}
     return rate
+
+
+def switch_hop_forwarding_mbps(fabric_map: dict, pairs: list[tuple[str, str]], routing: str = "ecmp") -> float:
+    """What the data plane must forward for ``pairs`` at their max-min fair rates, in Mbit/s of
+    switch hops: each flow's rate times the switches it crosses (the links of its path minus one;
+    split ECMP paths counted by their fractions). The userspace datapath's one forwarding thread
+    spends its time per switch hop, so this is what to hold against its budget. 0.0 for no pairs.
+
+    Raises:
+        KeyError, ValueError: as :func:`link_fractions`.
+    """
+    if not pairs:
+        return 0.0
+    routes = compute_routes(fabric_map, routing)
+    peer = port_peers(fabric_map)
+    fracs = [link_fractions(fabric_map, routes, s, d, peer=peer) for s, d in pairs]
+    rates = _progressive_filling(fabric_map, fracs)
+    return sum(r * max(0.0, sum(f.values()) - 1.0) for r, f in zip(rates, fracs))

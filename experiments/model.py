@@ -176,6 +176,14 @@ class Links(Section):
         return v
 
 
+class Scale(Section):
+    """The real fabric a scaled scenario stands for (experiments.scaling): ``factor`` s, the real
+    values as written (``real``) and, per key, the real and emulated values (``emulated``)."""
+    factor: _bounded(Number, 1, 1e6)
+    real: dict[str, Any] = {}
+    emulated: dict[str, Any] = {}
+
+
 class Hosts(Section):
     """The hosts' kernel TCP settings (per network namespace)."""
     tcp_congestion_control: Annotated[str, Field(pattern=r"^(?:[a-z0-9_]{1,16})$")] = "cubic"
@@ -394,6 +402,7 @@ class ScenarioFile(Section):
     routing: Routing = Routing()
     queues: Queues = Queues()
     links: Links = Links()
+    scale: Optional[Scale] = None
     hosts: Hosts = Hosts()
     traffic: Traffic = Field(default_factory=Traffic)
     roce: Roce = Roce()
@@ -465,6 +474,7 @@ class Scenario(Resolved):
     routing: Routing
     queues: Queues
     links: Links
+    scale: Optional[Scale] = None
     hosts: Hosts
     traffic: Traffic
     roce: Roce
@@ -481,6 +491,8 @@ class Scenario(Resolved):
         reads back into an equal Scenario."""
         out = {k: _plain(getattr(self, k)) for k in ("name", "description", "seed", "topology", "routing", "queues",
                                                     "links", "hosts", "traffic", "roce", "collective", "measurement")}
+        if self.scale is not None:
+            out["scale"] = self.scale.model_dump()
         out["ecn"] = settings_spec(self.ecn, marker=True)
         out["priorities"], out["pfc"] = config_sections(self.pfc) if self.pfc is not None else (None, None)
         out["rounds"] = [_round_data(r, self) for r in self.rounds] if self.multi_round else None

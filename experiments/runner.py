@@ -372,5 +372,8 @@ def _scale(sc: Scenario) -> dict:
     """The dimensionless numbers of the run (what a scaled emulation keeps: rates down by s, times up by s)."""
     q = sc.queues
     buf_pkts = q.buffer_packets if q.buffer_packets is not None else q.buffer_bytes / FRAME_BYTES
-    return {"host_rate_mbps": sc.topology.host_rate_mbps, "buffer_packets": buf_pkts,
-            "response_packets": sc.traffic.response_bytes / 1448}
+    out = {"host_rate_mbps": sc.topology.host_rate_mbps, "buffer_packets": buf_pkts,
+           "response_packets": sc.traffic.response_bytes / 1448}
+    if sc.scale is not None:          # a scaled scenario: the real fabric's values beside the emulated ones
+        out.update(factor=sc.scale.factor, real=sc.scale.real, emulated=sc.scale.emulated)
+    return out

@@ -24,6 +24,7 @@ from common.errors import ScenarioError
 from common.params import quote
 from common.pfc import PfcConfig, parse_pfc
 from common.units import FRAME_BYTES  # noqa: F401 (re-exported: the scenario's sizes)
+from experiments.scaling import apply_scale
 from experiments.model import (DEFAULT_BLOCK_BYTES, DEFAULT_BLOCKS, DEFAULT_BUFFER_PACKETS, NAME,  # noqa: F401 (NAME)
                                PATTERN_KEYS, TOPOLOGY_MODELS, Collective, Round, RoundFile, Scenario, ScenarioFile,
                                _kind_of)
@@ -155,6 +156,7 @@ def validate(data: Any) -> Scenario:
     """
     if not isinstance(data, dict):
         raise ScenarioError("<top>", f"expected a mapping, got {type(data).__name__}")
+    data = apply_scale(data)          # a scaled scenario's real fabric into its own sections
     try:
         f = ScenarioFile.model_validate(data)
     except ValidationError as e:
@@ -192,7 +194,7 @@ def validate(data: Any) -> Scenario:
     t = _check_traffic(t, f.roce, builder)
     rounds = _resolve_round_traffic(f, t, rounds, n_hosts)
     return Scenario(name=f.name, description=f.description, seed=f.seed, topology=f.topology, routing=f.routing,
-                    queues=q, links=f.links, hosts=f.hosts, traffic=t, roce=f.roce, collective=collective,
+                    queues=q, links=f.links, scale=f.scale, hosts=f.hosts, traffic=t, roce=f.roce, collective=collective,
                     measurement=f.measurement, ecn=ecn, pfc=pfc, rounds=tuple(rounds),
                     multi_round=f.rounds is not None)
 

@@ -11,10 +11,11 @@ from experiments.features.ecn import Ecn
 from experiments.features.fidelity import Fidelity
 from experiments.features.hosts import HostTcp
 from experiments.features.pfc import Pfc
+from experiments.features.scaled import ScaledFabric
 from experiments.features.watch import ControlPlane
 
 #: Registered features by name, in the order the run loop calls them.
 FEATURES: dict[str, type[Feature]] = {f.name: f for f in (HostTcp, Pfc, LinkDelay, Ecn, Fidelity, ControlPlane,
-                                                          CpuHeadroom)}
+                                                          CpuHeadroom, ScaledFabric)}
 
 __all__ = ["FEATURES", "Feature"]
