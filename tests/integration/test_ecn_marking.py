@@ -55,9 +55,10 @@ def guard_bytes(lf, tmp_path, rate_bps: float = RATE_BPS) -> float:
     return FRAME_BYTES + noise
 
 
-#: An overloaded port must drain at this share of its rate for a marking test to measure anything:
-#: the reckoning and the BPF marker both assume the configured rate.
-MIN_DRAIN_SHARE = 0.97
+#: An overloaded port must drain at this share of its rate for the RED profile test to judge the
+#: BPF marker: its virtual queue is served at the configured rate, so a slower port's real queue
+#: outgrows it (the test allows for the difference above this share; see drain_slack).
+MIN_DRAIN_SHARE = 0.9
 
 
 def _env():
@@ -250,17 +251,25 @@ def test_red_profile_marks_on_the_configured_line(tmp_path, marker, figure):
             drains.append(marking.drain_share(got, port_mbps * 1e6))
             rows += got
             time.sleep(0.5)
-    figure("lowest_drain_share", min(drains))
-    print(f"the port drained at {min(drains):.3f}-{max(drains):.3f} of its rate")
-    if min(drains) < MIN_DRAIN_SHARE:
-        why = (f"the port drained at {min(drains):.3f} of its rate in a round: the BPF marker's virtual queue "
-               f"(served at the configured rate) and the delay reckoning no longer see the real queue")
+    d = min(drains)
+    figure("lowest_drain_share", d)
+    print(f"the port drained at {d:.3f}-{max(drains):.3f} of its rate")
+    if d < MIN_DRAIN_SHARE:
+        why = (f"the port drained at {d:.3f} of its rate in a round: the BPF marker's virtual queue "
+               f"(served at the configured rate) no longer follows the real queue")
         if os.environ.get("FABRICLAB_LANE") == "vm":
             pytest.skip(f"VM lane: {why} (the emulated CPU)")
         raise AssertionError(why)
     buckets = marking.red_buckets(rows, port_mbps * 1e6, kmin, kmax, pmax, buckets=5)
     print(json.dumps(buckets, indent=1))
     slack = pmax * guard / (kmax - kmin)
+    if marker == "bpf":
+        # the offered load is 1.2x the port: the real queue grows at (1.2 - d) x rate, the marker's
+        # virtual one at 0.2 x rate, so at Kmax the virtual queue is short by Kmax (1 - 0.2 / (1.2 - d))
+        # (0 on this machine, d = 1.000; 0.035 at the VM lane's d = 0.966)
+        drain_slack = pmax * kmax * (1 - 0.2 / (1.2 - min(d, 1.0))) / (kmax - kmin)
+        figure("drain_slack", drain_slack)
+        slack += drain_slack
     figure("guard_bytes", guard)
     figure("worst_bucket_error_minus_tolerance",
            max(abs(b["measured"] - b["expected"]) for b in buckets) - (0.05 + slack))
