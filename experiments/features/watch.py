@@ -163,7 +163,7 @@ class ControlPlane(Feature):
         ports = [p["intf"] for s in self.ctx.fabric_map["switches"] for p in s["ports"]]
         self.watcher = Watcher(lf.controller.poll, switch_connections,
                                [s["name"] for s in self.ctx.fabric_map["switches"]],
-                               trees=lambda: dataplane.qdisc_trees(ports)).start()
+                               trees=dataplane.QdiscTrees(ports)).start()
         return {}
 
     @staticmethod
