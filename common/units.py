@@ -3,16 +3,16 @@
 #: A full-size Ethernet frame as a veth and the shapers count it: 1500 B MTU + 14 B header.
 FRAME_BYTES = 1514
 
-#: How late the port shaper's timer may fire without costing the line time, at least: the shaper's
-#: bucket holds what the line sends in this long (see :func:`shaper_burst_bytes`); a machine whose
-#: timers fire later gets a longer slack (controller.timers.shaper_slack_s).
+#: How late the port shaper's timer may fire without costing the line time: the shaper's bucket
+#: holds what the line sends in this long (see :func:`shaper_burst_bytes`;
+#: controller.timers.shaper_slack_s says why it is not the machine's measured timer lateness).
 SHAPER_SLACK_S = 100e-6
 
 
 def shaper_burst_bytes(rate_bps: float, slack_s: float = SHAPER_SLACK_S) -> int:
     """The port shaper's (HTB's) burst for a line of ``rate_bps``: the bytes the line sends in
-    ``slack_s`` (default :data:`SHAPER_SLACK_S`; the machine's own from
-    controller.timers.shaper_slack_s), at least a tenth of a frame, at most one frame.
+    ``slack_s`` (default :data:`SHAPER_SLACK_S`, what controller.timers.shaper_slack_s gives), at
+    least a tenth of a frame, at most one frame.
 
     HTB sends while its bucket is not negative and then charges the frame, so after an idle spell
     a bucket of B bytes lets the next frame follow the first (B / rate) seconds early: at most one
@@ -24,8 +24,8 @@ def shaper_burst_bytes(rate_bps: float, slack_s: float = SHAPER_SLACK_S) -> int:
     the gaps between dequeues were within 10% of one frame time for 99.6-99.8% of frames at
     10 Mbit/s, 98.7-98.8% at 50, 97.5% at 100.
 
-    Under qemu's software emulation timers fire 0.2-0.5 ms late, and with this rule at 100 us a
-    10 Mbit/s port sent 0.96 of its rate (one flow, idle VM); hence the machine's own slack.
+    Under qemu's software emulation (the VM lane) a 10 Mbit/s port sent 0.96 of its rate with
+    this rule and 0.98 with a one-frame bucket (one flow, idle VM): the emulated CPU is short there.
 
     Raises:
         ValueError: ``rate_bps`` or ``slack_s`` not positive.

@@ -48,7 +48,7 @@ class PortQueue:
         rate_mbps: shaping rate in Mbit/s (the link rate).
         buffer_bytes: FIFO limit in bytes (bfifo), or None.
         buffer_packets: FIFO limit in packets (pfifo), or None.
-        burst_bytes: HTB burst and cburst in bytes; None: from the rate and this machine's timer
+        burst_bytes: HTB burst and cburst in bytes; None: from the rate and the shaper's timer
             slack (:func:`common.units.shaper_burst_bytes`, :func:`controller.timers.shaper_slack_s`).
 
     Exactly one of buffer_bytes / buffer_packets is set.
@@ -771,7 +771,7 @@ class PriorityQueues:
         default_prio: the class of frames no classifier placed.
         weights: ``{prio: weight}`` for weighted scheduling, None for strict priority.
         burst_bytes: HTB burst and cburst (and the open gate's burst) in bytes; None: from the
-            rate and this machine's timer slack (:func:`common.units.shaper_burst_bytes`,
+            rate and the shaper's timer slack (:func:`common.units.shaper_burst_bytes`,
             :func:`controller.timers.shaper_slack_s`).
     """
     rate_bps: float

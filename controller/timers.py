@@ -1,11 +1,16 @@
-"""How late this machine's kernel timers fire, and the port shaper's slack that follows from it.
+"""How late this machine's kernel timers fire (recorded with every run), and the port shaper's slack.
 
 A port shaper (HTB) that has sent a frame arms a timer for the moment its bucket allows the next
-one. If the timer fires late and the bucket is smaller than what the line sends in that lateness,
-the line time is lost and the port sends below its rate. On a bare-metal or KVM machine timers fire
-within tens of microseconds; under software emulation (qemu TCG, the VM lane) they fire hundreds of
-microseconds late, so the bucket must be larger there. :func:`shaper_slack_s` measures that once per
-process and the shaper's burst follows from it (:func:`common.units.shaper_burst_bytes`).
+one. If the timer fires later than the bucket covers, that line time is lost and the port sends
+below its rate; a bigger bucket recovers the time but then sends the next frames closer together
+than the line would. Measured on this machine kind, a bucket grown to the measured p99 lateness
+(160-230 us on a busy host) lowered the bottleneck's share of gaps within 10% of a frame time from
+97-98% to 94-95% in the PFC experiment with its rate share unchanged (0.99-1.00), and under qemu's
+software emulation a 10 Mbit/s port still sent only 0.98 of its rate with a one-frame bucket (0.96
+with the 100 us one: the emulated CPU, not the timer, is short there). So the slack stays
+:data:`common.units.SHAPER_SLACK_S`; the lateness is measured and recorded beside it
+(``environment.json``: ``shaper``), so a run on a machine with late timers says so, and the
+fidelity checks say what it cost.
 """
 from __future__ import annotations
 
@@ -92,9 +97,7 @@ def machine_timers() -> TimerLateness:
 
 
 def shaper_slack_s() -> float:
-    """How late a port shaper's timer may fire on this machine without costing the line time, in
-    seconds: the larger of :data:`common.units.SHAPER_SLACK_S` (100 us) and the 99th percentile of
-    :func:`machine_timers`' lateness, rounded up to 10 us so that two measurements on one machine
-    agree more often. Measured once per process."""
-    p99 = machine_timers().p99_s
-    return max(SHAPER_SLACK_S, -(-p99 // 10e-6) * 10e-6)
+    """How late a port shaper's timer may fire without costing the line time, in seconds: the port
+    shaper's bucket holds what the line sends in this long. :data:`common.units.SHAPER_SLACK_S`
+    (100 us) on every machine (see the module docstring for why not the measured lateness)."""
+    return SHAPER_SLACK_S

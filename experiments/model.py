@@ -138,7 +138,7 @@ class Queues(Section):
     :data:`DEFAULT_BUFFER_PACKETS`)."""
     buffer_bytes: Optional[Annotated[int, Field(ge=FRAME_BYTES, le=64 * 2**20)]] = None
     buffer_packets: Optional[Annotated[int, Field(ge=1, le=100000)]] = None
-    #: the port shaper's burst; None: per port, from its rate and the machine's timer slack
+    #: the port shaper's burst; None: per port, from its rate and the shaper's timer slack
     #: (common.units.shaper_burst_bytes)
     burst_bytes: Optional[Annotated[int, Field(ge=1, le=2**20)]] = None
 
@@ -152,7 +152,7 @@ class Queues(Section):
     def burst_for(self, rate_mbps: float, slack_s: float) -> int:
         """The shaper burst in bytes of a port at ``rate_mbps``: ``burst_bytes`` if the scenario
         gives it, else :func:`common.units.shaper_burst_bytes` of the rate and ``slack_s`` (the
-        machine's timer slack in seconds, recorded as ``shaper.slack_s`` in environment.json)."""
+        shaper's timer slack in seconds, recorded as ``shaper.slack_s`` in environment.json)."""
         if self.burst_bytes is not None:
             return self.burst_bytes
         return shaper_burst_bytes(rate_mbps * 1e6, slack_s)
