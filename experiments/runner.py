@@ -200,6 +200,9 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
                                                                        payload_bytes=FRAME_BYTES - 42)
             env["scale"]["bdp_packets_full_frame_rtt"] = (sc.topology.host_rate_mbps * 1e6
                                                           * env["scale"]["measured_rtt_full_frame_s"] / 8 / FRAME_BYTES)
+            # the rounds are analysed with the measured RTT: a run stopped after them leaves it on
+            # record, so `analyze` rebuilds the same summaries
+            (out / "environment.json").write_text(json.dumps(env, indent=2))
             with platform.tx_buffer(sc, fabric, env, state, queues_per_port):
                 for i, r in enumerate(rounds):
                     check_signalled()
