@@ -277,7 +277,11 @@ def test_red_profile_marks_on_the_configured_line(tmp_path, marker, figure):
     print(f"guard {guard:.0f} B: tolerance 0.05 + {slack:.3f}")
     # calibrated with the BPF marker (10 runs beside a CPU-heavy process, 2026-12-02): the worst
     # bucket's error minus the tolerance -0.043 / -0.040 / -0.031 (1-in-1000 bound -0.020, below 0);
-    # the fewest packets in a bucket 710-720
+    # the fewest packets in a bucket 710-720. VM lane, with the drain allowance (10 runs in the VM,
+    # no CPU-heavy process beside it: with one the senders there paced 2.3-2.5 of 3 Mbit/s and every
+    # run skipped, case T5; 2026-12-03): lowest drain share 0.953 / 0.962 / 0.967 (1-in-1000 bound
+    # 0.938, above MIN_DRAIN_SHARE), allowance 0.034 / 0.038 / 0.046, worst bucket error minus the
+    # tolerance -0.063 / -0.059 / -0.052 (1-in-1000 bound -0.042, below 0); 10 of 10 passed
     for b in buckets:
         assert b["packets"] >= 450, b
         assert abs(b["measured"] - b["expected"]) <= 0.05 + slack, b
