@@ -1,5 +1,7 @@
 """Integration fixtures: real Mininet fabrics on real OVS (root only)."""
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -108,3 +110,30 @@ def _start_clean():
     """Every integration module starts with no fabric left behind by an earlier one."""
     assert ovs_bridges() == [], f"stale bridges before the test: {ovs_bridges()}"
     yield
+
+
+#: A failed self-check that the machine, not fabriclab, caused: a port that sent below its rate
+#: while frames waited (its dequeue ran late or stood still, as on a host without idle CPU).
+CPU_BOUND_FAILURE = re.compile(r"^\S+: sent [0-9.]+ of its [0-9.]+ Mbit/s while backlogged ")
+
+
+def cpu_bound_fidelity_failures(run_dir) -> list[str]:
+    """For a test whose subject is not the emulation's timing, run with ``--accept-unfaithful``:
+    every failed self-check in the run's rounds (``<round>: <line>``), after asserting that each
+    is a port's rate shortfall (:data:`CPU_BOUND_FAILURE`) and that its round records it as
+    accepted. Any other failure (a packet longer than a frame, a qdisc replaced, a control-plane
+    problem) fails the test.
+
+    Why: an 8-sender incast on 2 cores leaves no idle CPU in its first second; beside a busy loop
+    the bottleneck then stood still 4 times (272 ms of 3.44 s backlogged, 0.921 of its rate) in 1
+    of 8 runs, and on CI an uplink sent 0.727. The run rightly flags that; the timing checks
+    themselves are tested by test_fidelity.py and test_experiment.py, which do not accept it.
+    """
+    lines = []
+    for path in sorted(Path(run_dir).rglob("summary.json")):
+        fid = json.loads(path.read_text()).get("fidelity") or {}
+        for line in fid.get("failures", []):
+            assert CPU_BOUND_FAILURE.match(line), (path, line)
+            assert fid.get("accepted_unfaithful") is True, (path, fid.get("accepted_unfaithful"))
+            lines.append(f"{path.parent.name}: {line}")
+    return lines

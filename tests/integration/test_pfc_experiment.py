@@ -10,7 +10,7 @@ import os
 import pytest
 import yaml
 
-from .conftest import ROOT, assert_clean, run_cli
+from .conftest import ROOT, assert_clean, cpu_bound_fidelity_failures, run_cli
 
 pytestmark = pytest.mark.lane("host", reason="the PFC mechanism on the kernel datapath is test_pfc.py's lossless incast; this is its measured variant through the CLI (2 min under the emulated CPU)")
 LANE = os.environ.get("FABRICLAB_LANE", "host")
@@ -38,9 +38,12 @@ def _rows(path):
 
 def test_pfc_incast_experiment_off_drops_on_is_lossless_and_spreads(tmp_path):
     results = tmp_path / "results"
-    p = run_cli("run", str(_scenario(tmp_path)), "--results", str(results), timeout=1200)
+    # --accept-unfaithful: this test is about PFC's losslessness; a port's rate shortfall on a busy
+    # host is allowed and printed, any other failed self-check fails it (cpu_bound_fidelity_failures)
+    p = run_cli("run", str(_scenario(tmp_path)), "--results", str(results), "--accept-unfaithful", timeout=1200)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     out = next(results.iterdir())
+    print("accepted self-check failures:", cpu_bound_fidelity_failures(out))
     env = json.loads((out / "environment.json").read_text())
     assert [r["enabled"] for r in env["pfc"]["rounds"]] == [False, True] and env["pfc"]["controller"]["lossless"] == [3]
     off_dir, on_dir = sorted((out / "rounds").iterdir())

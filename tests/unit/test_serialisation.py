@@ -9,7 +9,7 @@ import pytest
 from common.units import FRAME_BYTES, SHAPER_SLACK_S, shaper_burst_bytes
 from controller import dequeuebpf, timers
 from controller.dataplane import PortQueue, PriorityQueues
-from experiments.features.fidelity import MIN_GAPS, port_figures, serialisation_section
+from experiments.features.fidelity import MIN_GAPS, STALL_FRAMES, port_figures, serialisation_section
 from experiments.scenario import validate
 
 
@@ -84,13 +84,18 @@ def test_port_figures_are_shares_of_the_backlogged_gaps():
 
 def test_a_slow_backlogged_port_and_a_super_packet_fail_a_paused_port_does_not():
     good = port_figures(_raw(gaps=MIN_GAPS, within=MIN_GAPS, frame_ns=10**9, gap_ns=10**9), 10.0)
-    slow = port_figures(_raw(gaps=MIN_GAPS, within=10, frame_ns=9 * 10**8, gap_ns=10**9), 10.0)
+    stalled = [0] * dequeuebpf.NBINS
+    stalled[-1] = 4
+    slow = port_figures(_raw(gaps=MIN_GAPS, within=10, frame_ns=9 * 10**8, gap_ns=10**9, bins=stalled), 10.0)
     few = port_figures(_raw(gaps=MIN_GAPS - 1, within=0, frame_ns=10**8, gap_ns=10**9), 10.0)
     big = port_figures(_raw(max_len=16384), 10.0)
     sec = serialisation_section({"a-eth1": good, "b-eth1": slow, "c-eth1": few, "h1-eth0": big}, "a-eth1")
     assert sec["bottleneck"]["intf"] == "a-eth1" and sec["max_packet_bytes"] == 16384
     assert len(sec["failures"]) == 2
     assert sec["failures"][0].startswith("b-eth1: sent 0.900") and sec["failures"][1].startswith("h1-eth0: its qdisc saw")
+    # the line says how much time the port lost and in how many stalls (gaps of 3+ frame times)
+    assert "(100 ms lost in 1.00 s of backlog; 4 stall(s) of 3+ frame times" in sec["failures"][0]
+    assert slow["backlogged_s"] == 1.0 and slow["stalls"] == 4 and STALL_FRAMES == 3
     assert set(sec["ports"]) == {"a-eth1", "b-eth1"}          # c-eth1 was never backlogged long enough
     paused = serialisation_section({"a-eth1": good, "b-eth1": slow}, None, frozenset({"b-eth1"}))
     assert paused["failures"] == [] and paused["ports"]["b-eth1"]["paused"]
