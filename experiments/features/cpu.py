@@ -23,6 +23,10 @@ from experiments.features.base import Feature
 INTERVAL_S = 1.0
 #: A second with less idle CPU than this (in cores) has no headroom.
 NO_HEADROOM_CORES = 0.05
+#: A second in which the hypervisor ran other guests on this machine's vCPUs for more than this
+#: (in cores: /proc/stat's steal time) is reported: for that time nothing here ran, neither the
+#: shapers' timers nor the senders, and the emulation's clock went on.
+STOLEN_CORES = 0.05
 #: The kernel's clock ticks per second (the unit of /proc/stat and /proc/PID/stat times).
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
@@ -37,16 +41,18 @@ class CpuTimes:
         idle_s: idle and I/O-wait time.
         softirq_s: software-interrupt time (the kernel datapath's forwarding, qdiscs, timers).
         procs_s: per watched process (name -> user + system time), None for one that is gone.
+        steal_s: time the hypervisor gave this machine's vCPUs to others (steal).
     """
     t_s: float
     total_s: float
     idle_s: float
     softirq_s: float
     procs_s: dict
+    steal_s: float = 0.0
 
 
-def parse_proc_stat(text: str) -> tuple[float, float, float]:
-    """``(total_s, idle_s, softirq_s)`` from /proc/stat's text (its aggregate ``cpu`` line).
+def parse_proc_stat(text: str) -> tuple[float, float, float, float]:
+    """``(total_s, idle_s, softirq_s, steal_s)`` from /proc/stat's text (its aggregate ``cpu`` line).
 
     Raises:
         ValueError: no ``cpu`` line.
@@ -57,7 +63,7 @@ def parse_proc_stat(text: str) -> tuple[float, float, float]:
             v = [int(x) for x in f[1:9]] + [0] * max(0, 8 - len(f[1:9]))
             user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
             total = user + nice + system + idle + iowait + irq + softirq + steal
-            return total / TICKS_PER_S, (idle + iowait) / TICKS_PER_S, softirq / TICKS_PER_S
+            return total / TICKS_PER_S, (idle + iowait) / TICKS_PER_S, softirq / TICKS_PER_S, steal / TICKS_PER_S
     raise ValueError("/proc/stat has no cpu line")
 
 
@@ -71,7 +77,7 @@ def parse_pid_stat(text: str) -> float:
 def read_times(pids: dict) -> CpuTimes:
     """The machine's and ``pids``' (name -> pid or None) CPU times now."""
     with open("/proc/stat") as f:
-        total, idle, softirq = parse_proc_stat(f.read())
+        total, idle, softirq, steal = parse_proc_stat(f.read())
     procs = {}
     for name, pid in pids.items():
         try:
@@ -79,17 +85,23 @@ def read_times(pids: dict) -> CpuTimes:
                 procs[name] = parse_pid_stat(f.read())
         except (OSError, TypeError, IndexError, ValueError):
             procs[name] = None
-    return CpuTimes(time.monotonic(), total, idle, softirq, procs)
+    return CpuTimes(time.monotonic(), total, idle, softirq, procs, steal)
 
 
 def per_second(a: CpuTimes, b: CpuTimes) -> dict:
-    """Cores used between two readings: ``idle``, ``softirq`` and each process's (None where a
-    process was not readable at both), over ``b.t_s - a.t_s`` seconds of wall time."""
+    """Cores used between two readings: ``idle``, ``softirq``, ``stolen`` (by the hypervisor),
+    ``busy`` (neither idle nor stolen) and each process's (None where a process was not readable
+    at both), over ``b.t_s - a.t_s`` seconds of wall time.
+
+    Raises:
+        ValueError: ``b`` was read before ``a``.
+    """
     wall = b.t_s - a.t_s
     if wall <= 0:
         raise ValueError("readings out of order")
+    stolen = b.steal_s - a.steal_s
     out = {"wall_s": wall, "idle": (b.idle_s - a.idle_s) / wall, "softirq": (b.softirq_s - a.softirq_s) / wall,
-           "busy": ((b.total_s - a.total_s) - (b.idle_s - a.idle_s)) / wall}
+           "stolen": stolen / wall, "busy": ((b.total_s - a.total_s) - (b.idle_s - a.idle_s) - stolen) / wall}
     for name in b.procs_s:
         x, y = a.procs_s.get(name), b.procs_s.get(name)
         out[name] = (y - x) / wall if x is not None and y is not None else None
@@ -107,8 +119,8 @@ def headroom_section(seconds: list[dict], whole: dict, cores: int, others_known:
 
     Returns:
         ``{"cores", "idle_cores": {min, median, max}, "seconds", "seconds_without_headroom",
-        "cores_used": {ovs-vswitchd, controller, runner, softirq, ..., "agents_and_others"},
-        "warnings"}``.
+        "stolen_cores_per_second", "seconds_with_steal", "cores_used": {ovs-vswitchd, controller,
+        runner, softirq, ..., "agents_and_others"}, "warnings"}``.
     """
     idle = [s["idle"] for s in seconds] or [whole["idle"]]
     used = {k: whole.get(k) for k in ("ovs-vswitchd", "controller", "runner")}
@@ -117,15 +129,23 @@ def headroom_section(seconds: list[dict], whole: dict, cores: int, others_known:
     known = sum(v for v in used.values() if v is not None)
     used["agents_and_others"] = max(0.0, whole["busy"] - known)
     short = [i for i, s in enumerate(seconds) if s["idle"] < NO_HEADROOM_CORES]
+    stolen = [s.get("stolen", 0.0) for s in seconds]
+    robbed = [i for i, x in enumerate(stolen) if x > STOLEN_CORES]
     warnings = []
     if short:
         warnings.append(f"cpu: no idle CPU (below {NO_HEADROOM_CORES} cores) in {len(short)} of {len(seconds)} "
                         f"seconds of the round (first at t = {short[0] * INTERVAL_S:.0f} s): timing figures "
                         f"may be stretched; see the fidelity checks")
+    if robbed:
+        warnings.append(f"cpu: the hypervisor ran others on this machine's CPUs (steal above {STOLEN_CORES} "
+                        f"cores, at most {max(stolen):.2f}) in {len(robbed)} of {len(seconds)} seconds of the "
+                        f"round (first at t = {robbed[0] * INTERVAL_S:.0f} s): timing figures may be stretched; "
+                        "see the fidelity checks")
     return {"cores": cores, "interval_s": INTERVAL_S, "seconds": len(seconds),
             "idle_cores": {"min": min(idle), "median": statistics.median(idle), "max": max(idle)},
             "idle_cores_per_second": [round(x, 3) for x in idle],
             "seconds_without_headroom": len(short),
+            "stolen_cores_per_second": [round(x, 3) for x in stolen], "seconds_with_steal": len(robbed),
             "cores_used": {k: (round(v, 4) if v is not None else None) for k, v in used.items()},
             "warnings": warnings}
 
@@ -207,5 +227,7 @@ class CpuHeadroom(Feature):
             return None
         i = c["idle_cores"]
         used = ", ".join(f"{k} {v:.2f}" for k, v in c["cores_used"].items() if v is not None)
+        stolen = max(c.get("stolen_cores_per_second") or [0.0])
+        robbed = f"; stolen by the hypervisor up to {stolen:.2f} cores in a second" if c.get("seconds_with_steal") else ""
         return (f"cpu: idle {i['min']:.2f}-{i['max']:.2f} cores per second (median {i['median']:.2f}) of "
-                f"{c['cores']}; cores used: {used}")
+                f"{c['cores']}; cores used: {used}{robbed}")
