@@ -24,6 +24,7 @@ container-based emulation", CoNEXT 2012, and of DCTCP's analysis (Alizadeh et al
 """
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from common.errors import ScenarioError
@@ -112,11 +113,11 @@ def apply_scale(data: dict) -> dict:
     for section, values in real.items():
         if section not in SCALED_SECTIONS:
             raise ScenarioError(f"scale.real.{section}", f"unknown section (known: {', '.join(SCALED_SECTIONS)})")
-        target = _deep_copy(out.get(section) or {})
+        target = copy.deepcopy(out.get(section) or {})
         _derive(section, values, data.get(section), float(factor), f"scale.real.{section}", target,
                 emulated.setdefault(section, {}))
         out[section] = target
-    roce = _deep_copy(out.get("roce") or {})
+    roce = copy.deepcopy(out.get("roce") or {})
     dcqcn = roce.setdefault("dcqcn", {})
     if not isinstance(dcqcn, dict):
         raise ScenarioError("roce.dcqcn", f"expected a mapping, got {type(dcqcn).__name__}")
@@ -146,6 +147,3 @@ def _check_record(data: dict, scale: dict) -> None:
             raise ScenarioError(f"scale.emulated.{section}", "expected a mapping")
         walk(values, data.get(section), section)
 
-
-def _deep_copy(d: dict) -> dict:
-    return {k: (_deep_copy(v) if isinstance(v, dict) else v) for k, v in d.items()}
