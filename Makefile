@@ -13,7 +13,7 @@ K ?=
 LOAD ?= 1
 VM ?= 0
 
-.PHONY: allreduce help test-times test-repeat test-repeat-args setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-watch bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
+.PHONY: allreduce help test-times test-repeat test-repeat-args setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-watch bench-ovstx bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
 
 help:
 	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast, drop-tail / ECN / PFC / ECN+PFC), results in $(RESULTS)/"
@@ -36,6 +36,7 @@ help:
 	@echo "make bpf                                  compile the BPF programs (ECN marker, PFC accounting) to build/ (setup does it)"
 	@echo "sudo make bench-fabric                    time from nothing to all-pairs reachable (Fat-Tree k=4,6,8; Spine-Leaf 4x8)"
 	@echo "sudo make bench-watch                     CPU per read of the round's watchers (qdisc trees, CPU headroom) vs the queue sampler's read"
+	@echo "sudo make bench-ovstx                     cost per system call of the userspace datapath's transmit count, vs a bare call"
 	@echo "sudo make vm-image                        build (or reuse) the stock-kernel VM image (cached in /var/cache/fabriclab/vm)"
 	@echo "sudo make vm-test                         run the test suite inside the stock-kernel VM"
 	@echo "sudo make vm-experiment [SCENARIO=...]    run an experiment inside the VM; results come back to $(RESULTS)/"
@@ -99,6 +100,9 @@ bench-fabric: check-root setup
 
 bench-watch: check-root setup
 	$(PY) bench/bench_watch.py
+
+bench-ovstx: check-root setup
+	$(PY) bench/bench_ovstx.py
 
 bench-ecn: check-root setup
 	$(PY) bench/bench_ecn_marker.py

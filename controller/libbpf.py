@@ -10,6 +10,7 @@ import ctypes
 import ctypes.util
 import os
 import struct
+from pathlib import Path
 
 from common.errors import SetupError
 
@@ -76,3 +77,38 @@ class Libbpf:
     def map_value_size(self, fd: int) -> int:
         """A map's value size in bytes (struct bpf_map_info: type, id, key_size, value_size)."""
         return struct.unpack_from("=IIII", self._info(fd))[3]
+
+    def load_and_attach(self, path: Path, program: str, maps: dict[str, int]) -> tuple:
+        """Open and load the object ``path``, find ``program`` and attach it where its section
+        says (a tracepoint, an fexit), and look up ``maps`` (name -> expected value size in
+        bytes). Returns ``(obj, link, {name: map fd})``; the caller destroys the link and closes
+        the object.
+
+        Raises:
+            SetupError: the object is not built, the kernel refused it, a map's value size differs
+                from this loader's (an object older than its loader), or the attach failed.
+        """
+        if not Path(path).exists():
+            raise SetupError(f"{self.who}: {path} is not built (run 'sudo make setup'; needs clang, libbpf-dev)")
+        obj = self.lib.bpf_object__open_file(str(path).encode(), None)
+        if not obj:
+            raise SetupError(f"{self.who}: cannot open {path}: {os.strerror(ctypes.get_errno())}")
+        try:
+            self.check(self.lib.bpf_object__load(obj), f"the kernel refused to load {Path(path).name}")
+            prog = self.lib.bpf_object__find_program_by_name(obj, program.encode())
+            if not prog:
+                raise SetupError(f"{self.who}: no program {program} in {path}")
+            fds = {}
+            for name, size in maps.items():
+                fds[name] = self.check(self.lib.bpf_object__find_map_fd_by_name(obj, name.encode()), f"map {name}")
+                if self.map_value_size(fds[name]) != size:
+                    raise SetupError(f"{self.who}: {Path(path).name} has a {name} value of "
+                                     f"{self.map_value_size(fds[name])} bytes, this loader expects {size}: "
+                                     "rebuild it (make bpf)")
+            link = self.lib.bpf_program__attach(prog)
+            if not link or self.lib.libbpf_get_error(link):
+                raise SetupError(f"{self.who}: cannot attach {program}: {os.strerror(ctypes.get_errno() or 22)}")
+            return obj, link, fds
+        except BaseException:
+            self.lib.bpf_object__close(obj)
+            raise

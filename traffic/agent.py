@@ -367,10 +367,26 @@ def run_udp_receiver(job: dict) -> dict:
     for rec in flows.values():
         if rec["samples"] and rec["samples"][-1][1] != rec["bytes"]:
             rec["samples"].append((rec["last_byte_unix_s"], rec["bytes"]))
+    drained = drain(s)
     after = udp_receive_errors()
     return {"role": "udp-receiver", "start_at_unix_s": start_at, "flows": list(flows.values()),
-            "complete": ended >= job["expect_flows"],
+            "complete": ended >= job["expect_flows"], "drained_after_end": drained,
             "host_udp_drops": {k: after[k] - errors_before[k] for k in after}}
+
+
+def drain(s: socket.socket) -> int:
+    """Read and count every datagram still queued on ``s`` without waiting (the repeated end
+    markers that came after the flows ended). The kernel counts a UDP datagram as received
+    (/proc/net/snmp InDatagrams) only when it is read, and one left queued at close is freed
+    uncounted; datagrams arriving after the close count as NoPorts."""
+    s.setblocking(False)
+    n = 0
+    while True:
+        try:
+            s.recv(2048)
+        except (BlockingIOError, InterruptedError):
+            return n
+        n += 1
 
 
 def run_udp_sender(job: dict) -> dict:

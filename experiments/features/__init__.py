@@ -1,21 +1,25 @@
 """The feature registry: what the fabric does around a round's traffic. The run loop plans,
 applies and summarises every registered feature in this order (PFC before ECN: the ECN marker
-is chosen knowing whether ports have per-priority queues); adding a feature (a fault injector,
+is chosen knowing whether ports have per-priority queues; the userspace datapath's transmit
+count corrects the drops after PFC has added its cap drops, and the UDP accounting reads them
+after both); adding a feature (a fault injector,
 say) is one module under this package, plus its import and an entry in the tuple here."""
 from __future__ import annotations
 
+from experiments.features.accounting import Accounting
 from experiments.features.base import Feature
 from experiments.features.cpu import CpuHeadroom
 from experiments.features.delay import LinkDelay
 from experiments.features.ecn import Ecn
 from experiments.features.fidelity import Fidelity
 from experiments.features.hosts import HostTcp
+from experiments.features.ovstx import OvsTransmit
 from experiments.features.pfc import Pfc
 from experiments.features.scaled import ScaledFabric
 from experiments.features.watch import ControlPlane
 
 #: Registered features by name, in the order the run loop calls them.
-FEATURES: dict[str, type[Feature]] = {f.name: f for f in (HostTcp, Pfc, LinkDelay, Ecn, Fidelity, ControlPlane,
-                                                          CpuHeadroom, ScaledFabric)}
+FEATURES: dict[str, type[Feature]] = {f.name: f for f in (HostTcp, Pfc, LinkDelay, Ecn, OvsTransmit, Accounting,
+                                                          Fidelity, ControlPlane, CpuHeadroom, ScaledFabric)}
 
 __all__ = ["FEATURES", "Feature"]
