@@ -9,11 +9,9 @@ nothing behind.
 from __future__ import annotations
 
 import ctypes
-import os
 import struct
 from pathlib import Path
 
-from common.errors import SetupError
 from controller.libbpf import BPF_ANY, Libbpf
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,9 +38,8 @@ class DequeueGaps:
     """The loaded dequeue-gap program. Use :meth:`load` (or as a context manager); every method
     raises SetupError with libbpf's or the kernel's reason."""
 
-    def __init__(self, lib: Libbpf, obj, prog, map_fd: int):
-        self.lib, self.obj, self.prog, self.map_fd = lib, obj, prog, map_fd
-        self.link = None
+    def __init__(self, lib: Libbpf, obj, link, map_fd: int):
+        self.lib, self.obj, self.link, self.map_fd = lib, obj, link, map_fd
 
     @classmethod
     def load(cls, path: Path = OBJECT) -> "DequeueGaps":
@@ -51,31 +48,9 @@ class DequeueGaps:
         Raises:
             SetupError: the object is not built, the kernel refused it, or the attach failed.
         """
-        if not Path(path).exists():
-            raise SetupError(f"{WHO}: {path} is not built (run 'sudo make setup'; needs clang, libbpf-dev)")
         lib = Libbpf(WHO)
-        obj = lib.lib.bpf_object__open_file(str(path).encode(), None)
-        if not obj:
-            raise SetupError(f"{WHO}: cannot open {path}: {os.strerror(ctypes.get_errno())}")
-        try:
-            lib.check(lib.lib.bpf_object__load(obj), f"the kernel refused to load {Path(path).name}")
-            prog = lib.lib.bpf_object__find_program_by_name(obj, b"fl_deq")
-            if not prog:
-                raise SetupError(f"{WHO}: no program fl_deq in {path}")
-            map_fd = lib.check(lib.lib.bpf_object__find_map_fd_by_name(obj, b"fl_deq_port"), "map fl_deq_port")
-            if lib.map_value_size(map_fd) != PORT.size:
-                raise SetupError(f"{WHO}: {Path(path).name} has a port value of {lib.map_value_size(map_fd)} "
-                                 f"bytes, this loader expects {PORT.size}: rebuild it (make bpf)")
-            self = cls(lib, obj, prog, map_fd)
-            link = lib.lib.bpf_program__attach(prog)
-            if not link or lib.lib.libbpf_get_error(link):
-                raise SetupError(f"{WHO}: cannot attach to the qdisc_dequeue tracepoint: "
-                                 f"{os.strerror(ctypes.get_errno() or 22)}")
-            self.link = link
-            return self
-        except BaseException:
-            lib.lib.bpf_object__close(obj)
-            raise
+        obj, link, fds = lib.load_and_attach(path, "fl_deq", {"fl_deq_port": PORT.size})
+        return cls(lib, obj, link, fds["fl_deq_port"])
 
     def __enter__(self):
         return self
