@@ -87,6 +87,7 @@ class OvsTransmit(Feature):
         that refuses it leaves the drops as the qdiscs counted them, with a warning."""
         if self.ctx.env.get("datapath") != "user":
             self.reason = "the kernel datapath sends each frame into its qdisc: nothing is lost outside one"
+            self.ctx.env["ovs_tx"] = {"counted": False, "reason": self.reason}
             return
         try:
             self.counts = stack.enter_context(OvsTxCounts.load(dataplane.ovs_vswitchd_pid()))
