@@ -12,7 +12,7 @@ import ctypes
 import struct
 from pathlib import Path
 
-from controller.libbpf import BPF_ANY, Libbpf
+from controller.libbpf import BPF_ANY, AttachedProgram, Libbpf
 
 REPO = Path(__file__).resolve().parent.parent
 OBJECT = REPO / "build" / "dequeue.bpf.o"
@@ -34,12 +34,13 @@ def _key(ifname: str) -> bytes:
     return raw.ljust(IFNAMSIZ, b"\0")
 
 
-class DequeueGaps:
+class DequeueGaps(AttachedProgram):
     """The loaded dequeue-gap program. Use :meth:`load` (or as a context manager); every method
     raises SetupError with libbpf's or the kernel's reason."""
 
     def __init__(self, lib: Libbpf, obj, link, map_fd: int):
-        self.lib, self.obj, self.link, self.map_fd = lib, obj, link, map_fd
+        super().__init__(lib, obj, link)
+        self.map_fd = map_fd
 
     @classmethod
     def load(cls, path: Path = OBJECT) -> "DequeueGaps":
@@ -51,22 +52,6 @@ class DequeueGaps:
         lib = Libbpf(WHO)
         obj, link, fds = lib.load_and_attach(path, "fl_deq", {"fl_deq_port": PORT.size})
         return cls(lib, obj, link, fds["fl_deq_port"])
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def close(self) -> None:
-        """Detach and unload (idempotent)."""
-        if self.link:
-            self.lib.lib.bpf_link__destroy(self.link)
-            self.link = None
-        if self.obj:
-            self.lib.lib.bpf_object__close(self.obj)
-            self.obj = None
 
     def watch(self, ifname: str, rate_bps: float) -> None:
         """Start (or restart from zero) counting port ``ifname`` at line rate ``rate_bps``.

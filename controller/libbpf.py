@@ -112,3 +112,27 @@ class Libbpf:
         except BaseException:
             self.lib.bpf_object__close(obj)
             raise
+
+
+class AttachedProgram:
+    """A loaded BPF object with its attached program (from :meth:`Libbpf.load_and_attach`): a
+    context manager that detaches and unloads it on exit. Subclasses add their maps' reads."""
+
+    def __init__(self, lib: Libbpf, obj, link):
+        self.lib, self.obj, self.link = lib, obj, link
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def close(self) -> None:
+        """Detach and unload (idempotent)."""
+        if self.link:
+            self.lib.lib.bpf_link__destroy(self.link)
+            self.link = None
+        if self.obj:
+            self.lib.lib.bpf_object__close(self.obj)
+            self.obj = None

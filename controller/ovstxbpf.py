@@ -13,7 +13,7 @@ import ctypes
 import struct
 from pathlib import Path
 
-from controller.libbpf import BPF_ANY, Libbpf
+from controller.libbpf import BPF_ANY, AttachedProgram, Libbpf
 
 REPO = Path(__file__).resolve().parent.parent
 OBJECT = REPO / "build" / "ovstx.bpf.o"
@@ -24,13 +24,13 @@ PORT = struct.Struct(f"={len(FIELDS)}Q")
 U32 = struct.Struct("=I")
 
 
-class OvsTxCounts:
+class OvsTxCounts(AttachedProgram):
     """The loaded program, counting one process's (ovs-vswitchd's) sendmmsg calls. Use
     :meth:`load` (or as a context manager); every method raises SetupError with libbpf's or the
     kernel's reason."""
 
     def __init__(self, lib: Libbpf, obj, link, fds: dict):
-        self.lib, self.obj, self.link = lib, obj, link
+        super().__init__(lib, obj, link)
         self.cfg_fd, self.port_fd = fds["fl_ovstx_cfg"], fds["fl_ovstx_port"]
 
     @classmethod
@@ -53,22 +53,6 @@ class OvsTxCounts:
             self.close()
             raise
         return self
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def close(self) -> None:
-        """Detach and unload (idempotent)."""
-        if self.link:
-            self.lib.lib.bpf_link__destroy(self.link)
-            self.link = None
-        if self.obj:
-            self.lib.lib.bpf_object__close(self.obj)
-            self.obj = None
 
     def read(self) -> dict[int, dict]:
         """Counters so far per interface index: ``{ifindex: {field: count}}`` (:data:`FIELDS`)."""
