@@ -61,17 +61,20 @@ def step_check(packets: list, rate_bps: float, k_bytes: int, guard_bytes: float)
     frame's service time and scheduling jitter) and is reported as such.
 
     Returns counts and fractions: above, above_ce, frac_above_ce, below,
-    below_ce, band, band_ce, not_ect (packets that arrived Not-ECT).
+    below_ce, band, band_ce, not_ect (packets that arrived Not-ECT), and
+    below_ce_queue_bytes: the reckoned backlog of each CE packet below K.
     """
     q = queue_seen_bytes(packets, rate_bps)
     out = {"above": 0, "above_ce": 0, "below": 0, "below_ce": 0, "band": 0, "band_ce": 0, "not_ect": 0,
-           "max_queue_bytes": max(q) if q else 0.0}
+           "below_ce_queue_bytes": [], "max_queue_bytes": max(q) if q else 0.0}
     for p, qb in zip(packets, q):
         ce = p[4] == 3
         out["not_ect"] += p[4] == 0
         where = "above" if qb > k_bytes + guard_bytes else "below" if qb < k_bytes - guard_bytes else "band"
         out[where] += 1
         out[f"{where}_ce"] += ce
+        if where == "below" and ce:
+            out["below_ce_queue_bytes"].append(round(qb))
     out["frac_above_ce"] = out["above_ce"] / out["above"] if out["above"] else float("nan")
     return out
 
