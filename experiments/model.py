@@ -351,12 +351,13 @@ ROUND_COLLECTIVE_KEYS = ("kind", "ranks", "placement", "hosts", "transport")
 CollectiveOverride = _override(Collective, "CollectiveOverride", "A round's change to the collective section.",
                                ROUND_COLLECTIVE_KEYS,
                                refuse=f"a round can set the collective's {', '.join(ROUND_COLLECTIVE_KEYS)}")
-#: What a round may change of the traffic section (an incast in blocks mode: an N or SRU sweep).
+#: What a round may change of the traffic section: an incast's senders (an N sweep) and, in blocks
+#: mode, the block size (an SRU sweep).
 ROUND_TRAFFIC_KEYS = ("senders", "block_bytes")
-TrafficOverride = _override(Traffic, "TrafficOverride", "A round's change to the traffic section (incast blocks).",
+TrafficOverride = _override(Traffic, "TrafficOverride", "A round's change to the traffic section (an incast).",
                             ROUND_TRAFFIC_KEYS,
                             refuse=f"a round can set the traffic's {', '.join(ROUND_TRAFFIC_KEYS)} "
-                                   "(an incast with incast_mode: blocks)")
+                                   "(an incast; block_bytes with incast_mode: blocks)")
 
 
 class RoundPfc(Section):
@@ -379,8 +380,8 @@ def _own(name: str) -> Any:
 
 class RoundFile(Section):
     """One round as written: the same traffic again on the same fabric, with the ECN profiles,
-    host settings, PFC, RoCE mode, seed, collective or (incast blocks) senders and block size it
-    gives replacing the scenario's."""
+    host settings, PFC, RoCE mode, seed, collective or (an incast) senders and (in blocks mode)
+    block size it gives replacing the scenario's."""
     name: Annotated[str, Field(pattern=f"^(?:{NAME})$")]
     ecn: _own("roundEcn") = None
     hosts: Optional[HostsOverride] = None
@@ -439,10 +440,10 @@ class Round(Resolved):
         pfc_enabled: PFC on in this round.
         roce_mode: the RoCE rate controller in this round.
         seed: the seed of its random choices.
-        traffic: the traffic section as it holds in this round: the scenario's, with an incast in
-            blocks mode's ``senders`` and ``block_bytes`` (and ``sender_hosts`` cut to the first
-            ``senders``) replaced by the round's. Only the blocks workload reads it; every other
-            workload runs the scenario's one traffic plan.
+        traffic: the traffic section as it holds in this round: the scenario's, with an incast's
+            ``senders`` (and ``sender_hosts`` cut to the first ``senders``) and, in blocks mode,
+            ``block_bytes`` replaced by the round's. The incast workloads (blocks, kernel flows,
+            RoCEv2) plan the round's senders from it; other patterns run the scenario's one plan.
     """
     name: str
     ecn: EcnSettings
@@ -509,9 +510,10 @@ def _round_data(r: Round, sc: Scenario) -> dict:
     coll = {k: getattr(r.collective, k) for k in ROUND_COLLECTIVE_KEYS}
     if sc.collective.kind is None and r.collective.kind is None:
         coll = None
-    blocks = sc.traffic.incast_mode == "blocks"
+    keys = (ROUND_TRAFFIC_KEYS if sc.traffic.incast_mode == "blocks" else ("senders",)
+            if sc.traffic.pattern == "incast" and sc.collective.kind is None else ())
     return {"name": r.name, "ecn": settings_spec(r.ecn, marker=False), "hosts": r.hosts.model_dump(),
             **({"pfc": {"enabled": r.pfc_enabled}} if sc.pfc is not None else {}),
             "roce": {"mode": r.roce_mode}, "seed": r.seed,
             **({"collective": coll} if coll is not None else {}),
-            **({"traffic": {k: getattr(r.traffic, k) for k in ROUND_TRAFFIC_KEYS}} if blocks else {})}
+            **({"traffic": {k: getattr(r.traffic, k) for k in keys}} if keys else {})}

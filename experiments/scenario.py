@@ -352,25 +352,27 @@ def _resolve_rounds(f: ScenarioFile, ecn: EcnSettings, pfc: PfcConfig | None, co
 
 def _resolve_round_traffic(f: ScenarioFile, t, rounds: list[Round], n_hosts: int) -> list[Round]:
     """Each round with the traffic section it runs (``Round.traffic``): the checked scenario
-    traffic ``t``, with a round's ``traffic`` keys (experiments.model.ROUND_TRAFFIC_KEYS: the
-    senders and block size of an incast in blocks mode) replacing it. With ``sender_hosts`` a
-    round's ``senders`` takes the first that many of them; otherwise the incast pattern picks
-    them (traffic.patterns.incast_senders).
+    traffic ``t``, with a round's ``traffic`` keys (experiments.model.ROUND_TRAFFIC_KEYS: an
+    incast's senders, over kernel TCP, UDP or RoCEv2, and the block size of an incast in blocks
+    mode) replacing it. With ``sender_hosts`` a round's ``senders`` takes the first that many of
+    them; otherwise the incast pattern picks them (traffic.patterns.incast_senders).
 
     Raises:
-        ScenarioError: naming ``rounds[i].traffic`` when the scenario is not an incast in blocks
-            mode (every other workload plans its flows once for the run), or
-            ``rounds[i].traffic.senders`` when the round asks for more senders than the fabric
-            (or ``sender_hosts``) has.
+        ScenarioError: naming ``rounds[i].traffic`` when the scenario is not an incast (every
+            other pattern plans its flows once for the run), ``rounds[i].traffic.block_bytes``
+            when it is not one in blocks mode, or ``rounds[i].traffic.senders`` when the round
+            asks for more senders than the fabric (or ``sender_hosts``) has.
     """
     out = []
     for i, r in enumerate(rounds):
         given = f.rounds[i].traffic if f.rounds is not None else None
         over = {k: v for k, v in given.changes().items() if v is not None} if given is not None else {}
         key = f"rounds[{i}].traffic"
-        if over and t.incast_mode != "blocks":
-            raise ScenarioError(key, "applies to an incast with traffic.incast_mode: blocks (other traffic is "
-                                     "planned once for every round)")
+        if over and t.pattern != "incast":
+            raise ScenarioError(key, f"applies to an incast, not {t.pattern} (other traffic is planned once "
+                                     "for every round)")
+        if "block_bytes" in over and t.incast_mode != "blocks":
+            raise ScenarioError(f"{key}.block_bytes", "applies to an incast with traffic.incast_mode: blocks")
         rt = t
         if over:
             n = over.get("senders", t.senders)

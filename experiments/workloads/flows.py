@@ -12,6 +12,7 @@ from experiments.context import RoundRecord, maybe_fault
 from experiments.live import Agents, start_sampler, stop_sampler
 from experiments.workloads.base import Workload
 from experiments.model import Round, Scenario
+from traffic.patterns import flow_plan
 
 #: Seconds a time-limited TCP flow may take past its duration to end (its sender's last bytes and
 #: FIN acknowledged). Under heavy loss a segment can sit in Linux's exponential RTO backoff: lost 7
@@ -40,11 +41,19 @@ class KernelFlows(Workload):
             return f"UDP DSCP {t.dscp}"
         return f"{rnd.hosts.tcp_congestion_control} tcp_ecn={rnd.hosts.tcp_ecn}"
 
+    def round_plan(self, rnd: Round) -> list[dict]:
+        """The round's flows (traffic.patterns.flow_plan rows): the run's plan, or, for an incast
+        round that sets its own ``senders`` (``Round.traffic``), that many senders planned the
+        same way (the scenario's seed)."""
+        if rnd.traffic is self.ctx.sc.traffic or rnd.traffic == self.ctx.sc.traffic:
+            return self.ctx.plan
+        return flow_plan(rnd.traffic, self.ctx.fabric, self.ctx.sc.seed)
+
     def run_round(self, lf, state, rec: RoundRecord) -> dict:
         """Start the sampler and the agents, release the synchronized start, take one ``ss -tin``
         snapshot of the first sender's live flows (the algorithm really in use) into
         ``ss_tin.txt``, wait; returns ``{"codes": {"<host>.rx|tx": exit code}}``."""
-        sc, plan = self.ctx.sc, self.ctx.plan
+        sc, plan = self.ctx.sc, self.round_plan(rec.round)
         t = sc.traffic
         count_ecn = bool(rec.options.get("count_ecn")) or rec.round.hosts.tcp_ecn != 0
         agent_dir = rec.dir / "agents"
@@ -89,14 +98,14 @@ class KernelFlows(Workload):
 
     def collect(self, rec: RoundRecord) -> list[dict]:
         """The round's per-flow rows (experiments.analysis.collect_flows)."""
-        return analysis.collect_flows(rec.dir / "agents", self.ctx.plan, rec.raw["codes"])
+        return analysis.collect_flows(rec.dir / "agents", self.round_plan(rec.round), rec.raw["codes"])
 
     def summarize(self, rec: RoundRecord) -> dict:
         """flows.csv, flow_samples.csv, queues.csv, ports.csv and the round's summary
         (experiments.analysis.write_results)."""
         rec.rows = self.collect(rec)
         return analysis.write_results(rec.dir, self.ctx.sc, self.ctx.fabric_map, rec.rows, rec.timings_s,
-                                      self.ctx.plan,
+                                      self.round_plan(rec.round),
                                       receiver_is_bottleneck=bool(rec.options.get("receiver_is_bottleneck")))
 
     def after_summary(self, rec: RoundRecord, summary: dict) -> None:

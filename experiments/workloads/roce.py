@@ -33,7 +33,7 @@ class RoceFlows(KernelFlows):
         t = sc.traffic
         sampler = start_sampler(lf, state, rec.dir, sc.measurement.sample_hz)
         try:
-            flows = rocerun.scenario_flows(sc, self.ctx.plan, seed)
+            flows = rocerun.scenario_flows(sc, self.round_plan(rec.round), seed)
             last_post = max((m["at_s"] for f in flows for m in f.get("messages", [])), default=0.0)
             run_s = max(t.duration_s or 0.0, last_post) + t.timeout_s
             deadline = time.time() + run_s + t.start_delay_s + 30
@@ -55,7 +55,7 @@ class RoceFlows(KernelFlows):
 
     def collect(self, rec: RoundRecord) -> list[dict]:
         """The round's per-queue-pair rows (experiments.rocerun.collect_rows)."""
-        return rocerun.collect_rows(rec.dir / "agents", self.ctx.plan, rec.raw["codes"])
+        return rocerun.collect_rows(rec.dir / "agents", self.round_plan(rec.round), rec.raw["codes"])
 
     def summarize(self, rec: RoundRecord) -> dict:
         """The kernel flows' files and summary, plus the ``roce`` section and RoCE's CSV files; with
@@ -65,7 +65,8 @@ class RoceFlows(KernelFlows):
         sc, mode, params = self.ctx.sc, rec.round.roce_mode, dcqcn_params(self.ctx.sc)
         fluid = None
         if mode == "dcqcn":
-            port = rocerun.shared_port(rocerun.scenario_flows(sc, self.ctx.plan, rec.round.seed), self.ctx.fabric_map)
+            port = rocerun.shared_port(rocerun.scenario_flows(sc, self.round_plan(rec.round), rec.round.seed),
+                                       self.ctx.fabric_map)
             fluid = rocerun.fluid_fixed_point(mode, params, port, self.ctx.profiles[rec.index].get(port["intf"])
                                               if port else None, sc.roce.mtu_bytes, self._measured_queue(rec, port))
         return rocerun.add_to_summary(rec.dir, summary, rec.rows, mode, params, rec.round.seed, fluid=fluid)

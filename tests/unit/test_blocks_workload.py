@@ -81,3 +81,19 @@ def test_a_round_summary_from_real_agent_records(tmp_path):
     with open(out / "blocks_rounds.csv") as f:
         (row,) = list(csv.DictReader(f))
     assert row["name"] == "n3" and row["senders"] == "3" and row["folder"] == "rounds/01-n3"
+
+
+def test_a_oneshot_incast_round_plans_its_own_senders_over_tcp_and_roce(tmp_path):
+    """The flows and RoCE workloads plan a round's senders from ``Round.traffic``: the run's plan
+    for a round that keeps the scenario's, the first N of the same pick for one that sets N."""
+    from experiments.workloads.roce import RoceFlows
+    for transport, cls in (("tcp", KernelFlows), ("roce", RoceFlows)):
+        sc = validate({"name": "one", "traffic": {"transport": transport, "senders": 8},
+                       "rounds": [{"name": "n2", "traffic": {"senders": 2}}, {"name": "n8"}]})
+        ctx = runner._context(sc, check_against_fabric(sc), {}, tmp_path / transport, True)
+        assert all(workload_for(sc, r) is cls for r in sc.rounds)
+        w = cls(ctx)
+        n2, n8 = (w.round_plan(r) for r in sc.rounds)
+        assert n8 is ctx.plan and len(n8) == 8
+        assert [f["src"] for f in n2] == [f["src"] for f in n8[:2]]
+        assert {f["dst"] for f in n2} == {"h1"}

@@ -1,5 +1,5 @@
 """The incast-blocks scenario keys (traffic.incast_mode, traffic.block_bytes, traffic.blocks,
-traffic.duration_s in blocks mode, rounds[i].traffic): typed, strict, every bad input refused
+traffic.duration_s in blocks mode, rounds[i].traffic, an incast's senders in any mode): typed, strict, every bad input refused
 with the dotted key; a oneshot incast (the default) resolves exactly as before."""
 import pytest
 import yaml
@@ -40,6 +40,16 @@ def test_rounds_sweep_senders_and_block_size():
     assert validate(yaml.safe_load(yaml.safe_dump(sc.to_data(), sort_keys=False))) == sc
 
 
+@pytest.mark.parametrize("transport", ["tcp", "udp", "roce"])
+def test_a_oneshot_incast_sweeps_its_senders_over_rounds(transport):
+    sc = validate({"name": "t", "traffic": {"pattern": "incast", "transport": transport, "senders": 8},
+                   "rounds": [{"name": "n2", "traffic": {"senders": 2}}, {"name": "n8"},
+                              {"name": "n12", "traffic": {"senders": 12}}]})
+    assert [r.traffic.senders for r in sc.rounds] == [2, 8, 12]
+    assert sc.rounds[1].traffic is sc.traffic
+    assert validate(yaml.safe_load(yaml.safe_dump(sc.to_data(), sort_keys=False))) == sc
+
+
 def test_a_round_takes_the_first_of_the_listed_sender_hosts():
     sc = validate({**_blocks(sender_hosts=["h7", "h8", "h9"]),
                    "rounds": [{"name": "two", "traffic": {"senders": 2}}, {"name": "all"}]})
@@ -74,8 +84,12 @@ def test_a_round_takes_the_first_of_the_listed_sender_hosts():
      "senders, block_bytes"),
     ({**_blocks(sender_hosts=["h7", "h8"]), "rounds": [{"name": "a", "traffic": {"senders": 3}}]},
      "rounds[0].traffic.senders", "sender_hosts lists 2"),
-    ({"name": "t", "rounds": [{"name": "a", "traffic": {"senders": 3}}]}, "rounds[0].traffic",
+    ({"name": "t", "traffic": {"pattern": "permutation"}, "rounds": [{"name": "a", "traffic": {"senders": 3}}]},
+     "rounds[0].traffic", "applies to an incast, not permutation"),
+    ({"name": "t", "rounds": [{"name": "a", "traffic": {"block_bytes": 3}}]}, "rounds[0].traffic.block_bytes",
      "incast_mode: blocks"),
+    ({"name": "t", "traffic": {"transport": "roce"}, "rounds": [{"name": "a", "traffic": {"senders": 24}}]},
+     "rounds[0].traffic.senders", "23 other hosts"),
 ])
 def test_bad_input_names_the_key(data, key, words):
     with pytest.raises(ScenarioError) as e:
