@@ -2,9 +2,9 @@
 
     sudo make bench-watch        (or: .venv/bin/python bench/bench_watch.py [--reads N] [--runs R])
 
-On the default scenario's fabric (40 shaped switch ports) it times, per read: the watcher's
-qdisc-tree read of every switch port (controller.dataplane.QdiscTrees, once a second in a
-round) and the CPU-headroom reading (experiments.features.cpu.read_times, once a second), beside
+On the default scenario's fabric (40 shaped switch ports, 24 hosts) it times, per read: the
+watcher's qdisc-tree read of every switch port and host NIC (controller.dataplane.QdiscTrees,
+once a second in a round; one dump in the root namespace and one in each host's) and the CPU-headroom reading (experiments.features.cpu.read_times, once a second), beside
 the queue sampler's counter read of the same ports (controller.qstats.QdiscStatsReader, 200 times
 a second), measured in the same run: CPU milliseconds per read (median of the runs) and the ratio
 of each to the sampler's read, and what each costs per second of a round in % of one core.
@@ -51,7 +51,8 @@ def main() -> int:
         with LiveFabric(fab, Path(tmp), st, datapath=probe.probe()["datapath"],
                         switch_queue=lambda r: dataplane.PortQueue(r, buffer_packets=100)) as lf:
             ports = lf.fabric.switch_interfaces()
-            trees = dataplane.QdiscTrees(ports)
+            nics = {h["intf"]: lf.host(h["name"]).pid for h in fab.to_map()["hosts"]}
+            trees = dataplane.QdiscTrees(ports, nics)
             sampler = qstats.QdiscStatsReader(qstats.ifindexes_for(ports))
             pids = {"ovs-vswitchd": dataplane.ovs_vswitchd_pid(), "controller": lf.controller.pid,
                     "runner": os.getpid()}
@@ -62,8 +63,9 @@ def main() -> int:
                     res["cpu_reading"].append(per_read_ms(lambda: cpu.read_times(pids), a.reads))
             finally:
                 sampler.close()
+                trees.close()
     base = statistics.median(res["sampler_read"])
-    print(f"default fabric, {len(ports)} switch ports; {a.runs} runs of {a.reads} reads; CPU ms per read, "
+    print(f"default fabric, {len(ports)} switch ports, {len(nics)} host NICs; {a.runs} runs of {a.reads} reads; CPU ms per read, "
           "min / median / max")
     for name, hz in (("sampler_read", 200), ("qdisc_trees", 1), ("cpu_reading", 1)):
         v = res[name]

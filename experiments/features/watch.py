@@ -1,6 +1,6 @@
 """The control plane and the data plane's queues watched through every round: the controller
 process alive, every switch connected to it, no OpenFlow error from any switch, and every switch
-port's qdiscs the ones fabriclab installed. A controller that dies mid-run leaves the fabric
+port's and host NIC's qdiscs the ones fabriclab installed. A controller that dies mid-run leaves the fabric
 forwarding on its installed rules, but nothing answers ARP any more (only the controller does), so
 flows stall in ways the traffic's own figures do not explain; a switch that refuses a rule
 forwards something other than the routes; a port whose qdiscs something else replaced (Open
@@ -22,7 +22,8 @@ from experiments.live import ROUND_STOP
 
 #: How often the watcher looks (seconds).
 INTERVAL_S = 0.25
-#: How often it reads every switch port's qdiscs (one netlink dump; 3-10 ms on 40 ports).
+#: How often it reads every switch port's and host NIC's qdiscs (one netlink dump per namespace;
+#: 3-10 ms on 40 switch ports).
 TREES_EVERY_S = 1.0
 #: ovs-vswitchd refreshes a controller's ``is_connected`` in its database every few seconds, so a
 #: switch that has not shown as connected since the round began is only reported once it has
@@ -58,7 +59,7 @@ def switch_connections(timeout_s: float = 2.0) -> dict[str, bool] | None:
 
 
 def describe_tree_change(port: str, installed: tuple, now: tuple, t: float) -> str:
-    """One line: what changed in ``port``'s qdiscs (:func:`controller.dataplane.qdisc_trees`
+    """One line: what changed in ``port``'s qdiscs (:class:`controller.dataplane.QdiscTrees`
     entries) at ``t`` seconds of the round."""
     return (f"{port}: its qdiscs were replaced at t = {t:.2f} s of the round: now {'; '.join(now) or 'none'}, "
             f"where fabriclab installed {'; '.join(installed) or 'none'} (something else set the port's "
@@ -75,8 +76,8 @@ class Watcher:
         alive: () -> None when the controller runs, else its exit code.
         connections: () -> :func:`switch_connections`-like dict, or None (not known this time).
         switches: the fabric's switch names.
-        trees: () -> ``{port: qdiscs}`` (:func:`controller.dataplane.qdisc_trees` of the switch
-            ports), or None: not watched.
+        trees: () -> ``{port: qdiscs}`` (:class:`controller.dataplane.QdiscTrees` of the switch
+            ports and host NICs), or None: not watched.
         on_stop: called with the reason when the round must stop.
     """
 
@@ -155,15 +156,18 @@ class ControlPlane(Feature):
     def __init__(self, ctx):
         super().__init__(ctx)
         self.watcher = None
+        self.trees = None
         self._errors_before = 0
 
     def before_round(self, lf, rnd: RoundRecord) -> dict:
         """Start the watcher; note how many OpenFlow errors the controller had reported."""
         self._errors_before = len(self._errors(lf))
         ports = [p["intf"] for s in self.ctx.fabric_map["switches"] for p in s["ports"]]
+        nics = {h["intf"]: lf.host(h["name"]).pid for h in self.ctx.fabric_map["hosts"]}
+        self.trees = dataplane.QdiscTrees(ports, nics)
         self.watcher = Watcher(lf.controller.poll, switch_connections,
                                [s["name"] for s in self.ctx.fabric_map["switches"]],
-                               trees=dataplane.QdiscTrees(ports)).start()
+                               trees=self.trees).start()
         return {}
 
     @staticmethod
@@ -178,6 +182,9 @@ class ControlPlane(Feature):
     def after_round(self, lf, rnd: RoundRecord) -> dict:
         """The round's problems: the watcher's and the OpenFlow errors sent during it."""
         problems = self.watcher.stop() if self.watcher else []
+        if self.trees is not None:
+            self.trees.close()
+            self.trees = None
         new = self._errors(lf)[self._errors_before:]
         problems += [f"OpenFlow error from {e['switch']}: {e['text']}" for e in new]
         return {"problems": problems, "interval_s": INTERVAL_S}
@@ -189,7 +196,7 @@ class ControlPlane(Feature):
             return
         summary.setdefault("fidelity", {})["control_plane"] = {
             "checked": f"controller alive, every switch connected (every {rec['interval_s']} s), no OpenFlow "
-                       f"error; every switch port's qdiscs as installed (every {TREES_EVERY_S} s)",
+                       f"error; every switch port's and host NIC's qdiscs as installed (every {TREES_EVERY_S} s)",
             "failures": rec["problems"]}
 
     def failures(self, summary: dict) -> list[str]:

@@ -68,6 +68,29 @@ def test_a_port_qos_set_through_ovs_mid_run_stops_the_round_naming_the_port_and_
 
 
 @_HOST
+def test_a_host_nic_qdisc_replaced_mid_run_stops_the_round_naming_the_nic(tmp_path):
+    """The host NICs are watched as the switch ports are: a sender's root qdisc replaced inside its
+    namespace (by hand, with tc) stops the round within about a second, naming the NIC."""
+    scenario = small_scenario(tmp_path, traffic={"response_bytes": 5_000_000, "timeout_s": 30})
+    proc, results, lines = start_run(tmp_path, scenario)
+    time.sleep(0.8)
+    q = subprocess.run(["nsenter", "-t", str(_recorded_pid("host h3")), "-n", "--",
+                        "tc", "qdisc", "replace", "dev", "h3-eth0", "root", "pfifo"], capture_output=True, text=True)
+    out, _ = proc.communicate(timeout=180)
+    text = "".join(lines) + out
+    assert q.returncode == 0, q.stderr
+    assert proc.returncode == 3, text[-3000:]
+    assert "FIDELITY CHECK FAILED: h3-eth0: its qdiscs were replaced at t = " in text, text[-3000:]
+    (top,) = [d for d in results.iterdir() if d.is_dir()]
+    summary = json.loads((top / "summary.json").read_text())
+    (line,) = [f for f in summary["fidelity"]["failures"] if "qdiscs were replaced" in f]
+    assert "now pfifo " in line and "where fabriclab installed htb 1: parent root" in line, line
+    assert "host NIC's qdiscs" in summary["fidelity"]["control_plane"]["checked"]
+    assert summary["timings_s"]["traffic_s"] < 4.0, summary["timings_s"]
+    assert_clean(str(results))
+
+
+@_HOST
 def test_a_refused_flow_rule_fails_the_set_up_with_the_decoded_error(tmp_path):
     """Every switch refuses one injected rule (a goto_table backwards): set-up fails, exit 1, and
     the message names the switch, the error by name and the request it answers."""
