@@ -68,7 +68,7 @@ def test_a_port_qos_set_through_ovs_mid_run_stops_the_round_naming_the_port_and_
 
 
 @_HOST
-def test_a_host_nic_qdisc_replaced_mid_run_stops_the_round_naming_the_nic(tmp_path):
+def test_a_host_nic_qdisc_replaced_mid_run_stops_the_round_naming_the_nic(tmp_path, figure):
     """The host NICs are watched as the switch ports are: a sender's root qdisc replaced inside its
     namespace (by hand, with tc) stops the round within about a second, naming the NIC."""
     scenario = small_scenario(tmp_path, traffic={"response_bytes": 5_000_000, "timeout_s": 30})
@@ -86,7 +86,8 @@ def test_a_host_nic_qdisc_replaced_mid_run_stops_the_round_naming_the_nic(tmp_pa
     (line,) = [f for f in summary["fidelity"]["failures"] if "qdiscs were replaced" in f]
     assert "now pfifo " in line and "where fabriclab installed htb 1: parent root" in line, line
     assert "host NIC's qdiscs" in summary["fidelity"]["control_plane"]["checked"]
-    assert summary["timings_s"]["traffic_s"] < 4.0, summary["timings_s"]
+    # the traffic would take 8 s; calibrated (10 runs beside a CPU-heavy process, 2026-12-03): 1.85 / 1.86 / 1.90 s, 1-in-1000 bound 1.95 s
+    assert figure("traffic_s", summary["timings_s"]["traffic_s"]) < 4.0, summary["timings_s"]
     assert_clean(str(results))
 
 
