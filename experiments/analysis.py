@@ -666,6 +666,33 @@ def queue_after_first_rtt(queues_csv: Path, intf: str, rtt_s: float, end_s: floa
             "median_packets": float(np.median(p)), "p99_packets": _percentile(p, 99)}
 
 
+def queue_in_window(queues_csv: Path, intf: str, from_s: float, to_s: float, rate_bps: float,
+                    kmin_bytes: int, kmax_bytes: int) -> dict:
+    """``intf``'s sampled queue and transmit rate from ``from_s`` to ``to_s`` (seconds of the
+    round), against a marking band [``kmin_bytes``, ``kmax_bytes``] (a RED profile's Kmin/Kmax).
+
+    Returns ``{}`` without two samples in the window, else ``from_s``, ``to_s``, ``samples``,
+    ``p5_packets``, ``median_packets``, ``p95_packets``, ``median_bytes``, the shares of samples
+    with the backlog in the band (``in_band_share``), below Kmin (``below_kmin_share``) and above
+    Kmax (``above_kmax_share``), and ``utilisation``: the bytes the port sent over the window
+    (its ``tx_bytes_total`` counter) against ``rate_bps`` x the window."""
+    s = load_queue_samples(queues_csv, 0.0).get(intf)
+    if s is None:
+        return {}
+    sel = (s["t_s"] >= from_s) & (s["t_s"] <= to_s)
+    if int(sel.sum()) < 2:
+        return {}
+    t, b, p, tx = s["t_s"][sel], s["backlog_bytes"][sel], s["backlog_packets"][sel], s["tx_bytes_total"][sel]
+    n = len(b)
+    return {"from_s": float(t[0]), "to_s": float(t[-1]), "samples": n,
+            "p5_packets": _percentile(p, 5), "median_packets": float(np.median(p)), "p95_packets": _percentile(p, 95),
+            "median_bytes": float(np.median(b)),
+            "in_band_share": float(((b >= kmin_bytes) & (b <= kmax_bytes)).sum()) / n,
+            "below_kmin_share": float((b < kmin_bytes).sum()) / n,
+            "above_kmax_share": float((b > kmax_bytes).sum()) / n,
+            "utilisation": float(tx[-1] - tx[0]) * 8 / (float(t[-1] - t[0]) * rate_bps) if t[-1] > t[0] else None}
+
+
 def add_ecn(out: Path, summary: dict, env: dict, profiles: dict, counters: dict, flows: list[dict],
             marker: str) -> dict:
     """Add ``summary["ecn"]`` (profile and counters at the bottleneck, marks at receivers, live

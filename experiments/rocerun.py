@@ -251,7 +251,7 @@ def shared_port(flows: list[dict], fabric_map: dict) -> dict | None:
 
 
 def fluid_fixed_point(mode: str, params: DcqcnParams | None, port: dict | None, profile: EcnProfile | None,
-                      mtu_bytes: int, measured_queue: dict | None = None) -> dict | None:
+                      mtu_bytes: int, measured_queue: dict | None = None, settled: dict | None = None) -> dict | None:
     """The ``roce.fluid_fixed_point`` block: where the DCQCN fluid model (common.dcqcn_fluid, Zhu
     et al., CoNEXT 2016) puts N long flows through ``port`` (:func:`shared_port`) with its RED
     ``profile``, beside the measured queue of that port.
@@ -265,7 +265,10 @@ def fluid_fixed_point(mode: str, params: DcqcnParams | None, port: dict | None, 
     ``mtu_bytes`` + RoCEv2 headers), ``rate_bps`` per flow (C/N), ``p_mark``, ``alpha``,
     ``target_rate_bps``, ``target_above_line_rate``, ``above_kmax``, ``queue_bytes`` and
     ``queue_packets`` (None past Kmax), the curve (``kmin_bytes``, ``kmax_bytes``, ``pmax``) and
-    ``measured_queue_median_bytes`` / ``_packets`` with their window ``measured_window_s``."""
+    ``measured_queue_median_bytes`` / ``_packets`` with their window ``measured_window_s``, and
+    ``settled``: the port over the second half of the time all N flows ran
+    (experiments.analysis.queue_in_window: queue p5 / median / p95, the shares in [Kmin, Kmax],
+    below and above, utilisation), or None when not measured."""
     if mode != "dcqcn" or params is None or port is None or profile is None or profile.kind != "red":
         return None
     packet_bytes = mtu_bytes + OVERHEAD_BYTES
@@ -281,7 +284,8 @@ def fluid_fixed_point(mode: str, params: DcqcnParams | None, port: dict | None, 
             # queue_after_first_rtt figure, for this port); None when the port was not sampled
             "measured_queue_median_bytes": m.get("median_bytes"),
             "measured_queue_median_packets": m.get("median_packets"),
-            "measured_window_s": [m["from_s"], m["to_s"]] if m else None}
+            "measured_window_s": [m["from_s"], m["to_s"]] if m else None,
+            "settled": settled or None}
 
 
 def add_to_summary(out: Path, summary: dict, rows: list[dict], mode: str, params: DcqcnParams | None,
@@ -381,12 +385,18 @@ def format_line(summary: dict) -> str | None:
 
 
 def _fluid_clause(fp: dict | None) -> str:
-    """``; fluid q* 11.5 pkts (measured median 12)`` for a ``fluid_fixed_point`` block, else ''."""
+    """``; fluid q* 11.5 pkts, p* 0.033 (measured median 12 pkts); second half: median 14 pkts, in
+    [Kmin, Kmax] 95%, port busy 0.999`` for a ``fluid_fixed_point`` block, else ''."""
     if not fp:
         return ""
     q = "above Kmax" if fp["above_kmax"] else f"{fp['queue_packets']:.1f} pkts"
-    m = fp.get("measured_queue_median_packets")
-    return f"; fluid q* {q}, p* {fp['p_mark']:.3f}" + (f" (measured median {m:.0f} pkts)" if m is not None else "")
+    m, st = fp.get("measured_queue_median_packets"), fp.get("settled")
+    out = f"; fluid q* {q}, p* {fp['p_mark']:.3f}" + (f" (measured median {m:.0f} pkts)" if m is not None else "")
+    if st:
+        busy = f", port busy {st['utilisation']:.3f}" if st.get("utilisation") is not None else ""
+        out += (f"; second half: median {st['median_packets']:.0f} pkts, in [Kmin, Kmax] "
+                f"{st['in_band_share']:.0%}{busy}")
+    return out
 
 
 def across_seeds(round_rows: list[dict]) -> dict:

@@ -67,9 +67,21 @@ class RoceFlows(KernelFlows):
         if mode == "dcqcn":
             port = rocerun.shared_port(rocerun.scenario_flows(sc, self.round_plan(rec.round), rec.round.seed),
                                        self.ctx.fabric_map)
-            fluid = rocerun.fluid_fixed_point(mode, params, port, self.ctx.profiles[rec.index].get(port["intf"])
-                                              if port else None, sc.roce.mtu_bytes, self._measured_queue(rec, port))
+            profile = self.ctx.profiles[rec.index].get(port["intf"]) if port else None
+            fluid = rocerun.fluid_fixed_point(mode, params, port, profile, sc.roce.mtu_bytes,
+                                              self._measured_queue(rec, port), self._settled(rec, port, profile))
         return rocerun.add_to_summary(rec.dir, summary, rec.rows, mode, params, rec.round.seed, fluid=fluid)
+
+    def _settled(self, rec: RoundRecord, port: dict | None, profile) -> dict | None:
+        """``port`` over the second half of the time every flow ran (to the first completion):
+        experiments.analysis.queue_in_window against the profile's Kmin/Kmax; None without a port,
+        a RED profile, samples or a completed flow."""
+        fcts = [r["fct_s"] for r in rec.rows if r["fct_s"] is not None]
+        if port is None or profile is None or profile.kind != "red" or not fcts or not (rec.dir / "queues.csv").exists():
+            return None
+        end = min(fcts)
+        return analysis.queue_in_window(rec.dir / "queues.csv", port["intf"], end / 2, end, port["rate_bps"],
+                                        profile.kmin_bytes, profile.kmax_bytes) or None
 
     def _measured_queue(self, rec: RoundRecord, port: dict | None) -> dict | None:
         """``port``'s sampled queue after the first burst (experiments.analysis.queue_after_first_rtt,
