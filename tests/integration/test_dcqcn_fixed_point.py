@@ -1,0 +1,45 @@
+"""DCQCN's long flows settle at the fluid model's fixed point: the shipped long-flow scenario
+(experiments/scenarios/dcqcn-long-flows.yaml, time_scale 400) cut to one round of four 10 MB flows
+into h1's 10 Mbit/s port, through the real CLI. Over the second half of the time all four ran
+(roce.fluid_fixed_point.settled), the port stays busy and its queue sits between Kmin and Kmax
+most of the time; the model's q* is printed beside the measured median (a prediction, not a
+bound: the model has no feedback delay and no pacer bursts)."""
+import json
+
+import pytest
+import yaml
+
+from .conftest import ROOT, assert_clean, cpu_bound_fidelity_failures, run_cli
+
+pytestmark = pytest.mark.lane("host", reason="the emulated CPU cannot keep a 10 Mbit/s RoCE port busy; "
+                                             "the VM lane runs DCQCN in test_roce.py at 5 Mbit/s")
+
+
+def test_four_long_dcqcn_flows_keep_the_port_busy_and_the_queue_in_the_band(tmp_path, figure):
+    sc = yaml.safe_load((ROOT / "experiments/scenarios/dcqcn-long-flows.yaml").read_text())
+    sc["rounds"] = [{"name": "n4", "traffic": {"senders": 4}}]
+    sc["traffic"]["response_bytes"] = 10_000_000
+    path = tmp_path / "dcqcn-n4.yaml"
+    path.write_text(yaml.safe_dump(sc))
+    results = tmp_path / "r"
+    # a test of DCQCN's queue, not of the shapers' timing: a port's rate shortfall under a busy
+    # host is accepted (and printed); the utilisation bound below still holds the port to its rate
+    p = run_cli("run", str(path), "--results", str(results), "--accept-unfaithful", timeout=400)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (top,) = [d for d in results.iterdir() if d.is_dir()]
+    for line in cpu_bound_fidelity_failures(top):
+        print("accepted:", line)
+    roce = json.loads((top / "rounds" / "01-n4" / "summary.json").read_text())["roce"]
+    assert roce["delivered_exactly_once"], roce
+    fp = roce["fluid_fixed_point"]
+    st = fp["settled"]
+    print(f"q* {fp['queue_packets']:.1f} pkts; second half {st['from_s']:.1f}-{st['to_s']:.1f} s: {st}")
+    assert fp["n_flows"] == 4 and fp["port"] == "leaf1-eth1" and not fp["above_kmax"], fp
+    assert st["samples"] > 1000, st
+    # calibrated (10 runs beside a CPU-heavy process, 2026-12-03): utilisation 0.9966 / 0.9983 /
+    # 0.9996 (1-in-1000 bound 0.9939), in the band 0.904 / 0.979 / 1.0 (bound 0.83), median over
+    # q* 1.23 / 1.60 / 2.94; the bounds are the issue's: a busy port, the band most of the time
+    assert figure("utilisation", st["utilisation"]) >= 0.95, st
+    assert figure("in_band_share", st["in_band_share"]) >= 0.5, st
+    figure("median_over_q_star", st["median_packets"] / fp["queue_packets"])
+    assert_clean(str(top))
