@@ -164,7 +164,7 @@ def format_line(p: dict | None, total_drops: int | None = None) -> str:
         return ""
     lost = f", {p['datagrams_lost']} datagrams lost" if p["datagrams_lost"] is not None else ""
     if not p["enabled"]:
-        drops = f": {total_drops} drops in the fabric" if total_drops is not None else ""
+        drops = f": {total_drops} drop{'' if total_drops == 1 else 's'} in the fabric" if total_drops is not None else ""
         return f"PFC: off (the lossless class drops like a lossy one){drops}{lost}"
     r = p["reaction_s"]
     rt = f"reaction p50 {r['p50'] * 1e3:.1f} ms, p99 {r['p99'] * 1e3:.1f} ms" if r["count"] else "no pause"

@@ -385,13 +385,14 @@ def format_line(summary: dict) -> str | None:
 
 
 def _fluid_clause(fp: dict | None) -> str:
-    """``; fluid q* 11.5 pkts, p* 0.033 (measured median 12 pkts); second half: median 14 pkts, in
-    [Kmin, Kmax] 95%, port busy 0.999`` for a ``fluid_fixed_point`` block, else ''."""
+    """``; fluid q* 11.5 pkts at leaf1-eth1, p* 0.033 (measured median 12 pkts); second half: median
+    14 pkts, in [Kmin, Kmax] 95%, port busy 0.999`` for a ``fluid_fixed_point`` block, else ''."""
     if not fp:
         return ""
     q = "above Kmax" if fp["above_kmax"] else f"{fp['queue_packets']:.1f} pkts"
     m, st = fp.get("measured_queue_median_packets"), fp.get("settled")
-    out = f"; fluid q* {q}, p* {fp['p_mark']:.3f}" + (f" (measured median {m:.0f} pkts)" if m is not None else "")
+    out = (f"; fluid q* {q} at {fp['port']}, p* {fp['p_mark']:.3f}"
+           + (f" (measured median {m:.0f} pkts)" if m is not None else ""))
     if st:
         busy = f", port busy {st['utilisation']:.3f}" if st.get("utilisation") is not None else ""
         out += (f"; second half: median {st['median_packets']:.0f} pkts, in [Kmin, Kmax] "

@@ -62,8 +62,8 @@ def describe_tree_change(port: str, installed: tuple, now: tuple, t: float) -> s
     """One line: what changed in ``port``'s qdiscs (:class:`controller.dataplane.QdiscTrees`
     entries) at ``t`` seconds of the round."""
     return (f"{port}: its qdiscs were replaced at t = {t:.2f} s of the round: now {'; '.join(now) or 'none'}, "
-            f"where fabriclab installed {'; '.join(installed) or 'none'} (something else set the port's "
-            f"queues, as an Open vSwitch QoS does); the round was stopped")
+            f"where fabriclab installed {'; '.join(installed) or 'none'} (something else set its "
+            f"queues: a tc command, or an Open vSwitch QoS on a switch port); the round was stopped")
 
 
 class Watcher:
