@@ -36,9 +36,10 @@ def test_four_long_dcqcn_flows_keep_the_port_busy_and_the_queue_in_the_band(tmp_
     print(f"q* {fp['queue_packets']:.1f} pkts; second half {st['from_s']:.1f}-{st['to_s']:.1f} s: {st}")
     assert fp["n_flows"] == 4 and fp["port"] == "leaf1-eth1" and not fp["above_kmax"], fp
     assert st["samples"] > 1000, st
-    # calibrated (10 runs beside a CPU-heavy process, 2026-12-03): utilisation 0.9966 / 0.9983 /
-    # 0.9996 (1-in-1000 bound 0.9939), in the band 0.904 / 0.979 / 1.0 (bound 0.83), median over
-    # q* 1.23 / 1.60 / 2.94; the bounds are the issue's: a busy port, the band most of the time
+    # calibrated (10 runs beside a CPU-heavy process, 2026-12-03, 40 Mbit/s uplinks): utilisation
+    # 0.9868 / 0.9977 / 0.9991 (1-in-1000 bound 0.978), in the band 0.879 / 0.952 / 1.0 (bound
+    # 0.74), median over q* 1.23 / 2.45 / 3.80; the bounds are the issue's: a busy port, the band
+    # most of the time
     assert figure("utilisation", st["utilisation"]) >= 0.95, st
     assert figure("in_band_share", st["in_band_share"]) >= 0.5, st
     figure("median_over_q_star", st["median_packets"] / fp["queue_packets"])
