@@ -44,8 +44,10 @@ def _raise_for(signum) -> None:
 
 class RoundStop:
     """A request, from a thread that watches the round (experiments.features.watch), to end the
-    round's traffic now: :meth:`Agents.wait` kills the agents still running once it is set, so a
-    round whose emulation broke under it ends within a quarter of a second instead of running on.
+    round's traffic now: :meth:`Agents.wait` stops the agents still running once it is set
+    (SIGTERM, so the TCP and UDP agents write what they measured; SIGKILL after
+    :data:`STOP_GRACE_S`), so a round whose emulation broke under it ends within about a second
+    instead of running on.
     The run loop clears it before each round."""
 
     def __init__(self):
@@ -73,6 +75,8 @@ ROUND_STOP = RoundStop()
 
 #: How often a waiting run loop looks at :data:`ROUND_STOP`, in seconds.
 STOP_POLL_S = 0.25
+#: How long a stopped round's agents get, after SIGTERM, to write what they measured (seconds).
+STOP_GRACE_S = 2.0
 
 
 def check_signalled() -> None:
@@ -144,10 +148,31 @@ class Agents:
                 except subprocess.TimeoutExpired:
                     if left <= STOP_POLL_S:
                         break
-            if host not in codes:
+            if host not in codes and not ROUND_STOP.is_set():
                 p.kill()
                 codes[host] = p.wait()
+        if ROUND_STOP.is_set():
+            self._stop_the_rest(codes)
         return codes
+
+    def _stop_the_rest(self, codes: dict) -> None:
+        """A stopped round: SIGTERM every agent not yet in ``codes`` (the TCP and UDP agents then
+        write what they measured: traffic.agent.stop_on_sigterm), the senders (``<host>.tx``)
+        first and the rest once they have ended (a receiver that closed first would reset the
+        senders' flows before they could say they were stopped); each group gets up to
+        :data:`STOP_GRACE_S`, then what is left is killed. Their exit codes go in ``codes``."""
+        left = [(h, p) for h, p in self.procs if h not in codes]
+        for group in ([x for x in left if x[0].endswith(".tx")], [x for x in left if not x[0].endswith(".tx")]):
+            for _, p in group:
+                if p.poll() is None:
+                    p.terminate()
+            end = time.monotonic() + STOP_GRACE_S
+            for h, p in group:
+                try:
+                    codes[h] = p.wait(max(0.01, end - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    codes[h] = p.wait()
 
     def kill(self):
         """Kill every agent still running (by its recorded process) and reap it."""

@@ -4,7 +4,10 @@ Started by the runner with popen (never ``host.cmd``: case T2). Protocol on
 stdin/stdout: the agent sets up (receiver: listens), prints ``READY``, then
 reads one line from stdin holding the absolute start time (Unix seconds; all
 namespaces share the clock), runs, writes its result JSON to ``job["out"]``
-and exits 0. Every agent has a deadline and exits by itself after it.
+and exits 0. Every agent has a deadline and exits by itself after it. The TCP and
+UDP agents also end early on SIGTERM (the runner stopping a round whose emulation
+broke): their loops end as at the deadline, and the result, written as usual,
+says each unfinished flow was ``stopped`` (:func:`stop_on_sigterm`).
 
 Roles (``job["role"]``):
 - ``receiver``: ``{"port", "expect_flows", "deadline_unix_s", "out",
@@ -48,6 +51,7 @@ import errno
 import json
 import os
 import selectors
+import signal
 import socket
 import struct
 import sys
@@ -293,7 +297,7 @@ def run_sender(job: dict) -> dict:
                 open_flows -= 1
     for rec in recs:
         if rec["state"] not in ("closed", "failed"):
-            rec["error"] = f"deadline passed while {rec['state']}"
+            rec["error"] = _unfinished(job, rec["state"])
     return {"role": "sender", "flows": recs}
 
 
@@ -463,7 +467,7 @@ def run_udp_sender(job: dict) -> dict:
         s.close()
     for rec in recs:
         if rec["state"] not in ("closed", "failed"):
-            rec["error"] = f"deadline passed while {rec['state']}"
+            rec["error"] = _unfinished(job, rec["state"])
     return {"role": "udp-sender", "flows": recs}
 
 
@@ -473,10 +477,31 @@ def _ready_then_start_time() -> float:
     return float(sys.stdin.readline())
 
 
+#: The roles whose loops end at ``job["deadline_unix_s"]`` and so can end early on SIGTERM.
+STOPPABLE_ROLES = ("receiver", "sender", "udp-receiver", "udp-sender")
+
+
+def stop_on_sigterm(job: dict) -> None:
+    """On SIGTERM, end the job's loops as at its deadline (``job["deadline_unix_s"]`` set to 0 and
+    ``job["stopped"]`` to True), so the agent still writes what it measured. Call from the main
+    thread."""
+    def handler(signum, frame):
+        job["deadline_unix_s"] = 0.0
+        job["stopped"] = True
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _unfinished(job: dict, state: str) -> str:
+    """The error of a flow left in ``state`` when its loop ended early."""
+    return f"{'stopped by the runner' if job.get('stopped') else 'deadline passed'} while {state}"
+
+
 def main(argv=None) -> int:
     """``python -m traffic.agent JOB_JSON``: run the job, write its result, exit 0 (1 on error)."""
     argv = sys.argv[1:] if argv is None else argv
     job = json.loads(argv[0])
+    if job.get("role") in STOPPABLE_ROLES:
+        stop_on_sigterm(job)
     try:
         if job["role"] == "receiver":
             res = run_receiver(job)

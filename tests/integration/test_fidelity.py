@@ -1,5 +1,6 @@
 """A run that checks itself: what goes wrong under a run is named, and the run does not pass it
 off as a result (real Mininet, OVS, the real controller process)."""
+import csv
 import json
 import os
 import signal
@@ -61,6 +62,7 @@ def test_a_port_qos_set_through_ovs_mid_run_stops_the_round_naming_the_port_and_
     (line,) = [f for f in summary["fidelity"]["failures"] if "qdiscs were replaced" in f]
     assert "where fabriclab installed htb 1: parent root; pfifo 10: parent 1:1" in line, line
     assert "the round was stopped" in line, line
+    assert 0 < summary["flows"]["bytes_received"] <= summary["flows"]["bytes_sent"], summary["flows"]
     # stopped: the QoS came 0.8 s after the traffic started, the watcher reads every 1 s
     assert summary["timings_s"]["traffic_s"] < 4.0, summary["timings_s"]
     assert_clean(str(results))
@@ -86,6 +88,12 @@ def test_a_host_nic_qdisc_replaced_mid_run_stops_the_round_naming_the_nic(tmp_pa
     (line,) = [f for f in summary["fidelity"]["failures"] if "qdiscs were replaced" in f]
     assert "now pfifo " in line and "where fabriclab installed htb 1: parent root" in line, line
     assert "host NIC's qdiscs" in summary["fidelity"]["control_plane"]["checked"]
+    # the stopped agents wrote what they had: the flows' figures cover the time before the stop
+    flows = summary["flows"]
+    assert not flows["all_complete"] and 0 < flows["bytes_received"] <= flows["bytes_sent"] < 10_000_000, flows
+    with open(top / "flows.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows and all("stopped by the runner" in r["error"] for r in rows), [(r["src"], r["error"]) for r in rows]
     # the traffic would take 8 s; calibrated (10 runs beside a CPU-heavy process, 2026-12-03): 1.85 / 1.86 / 1.90 s, 1-in-1000 bound 1.95 s
     assert figure("traffic_s", summary["timings_s"]["traffic_s"]) < 4.0, summary["timings_s"]
     assert_clean(str(results))
