@@ -9,7 +9,7 @@ import sys
 import time
 
 from experiments.live import ROUND_STOP, STOP_GRACE_S, Agents
-from tests.unit.test_udp_agent import REPO, _agent
+from tests.unit.test_udp_agent import REPO, _agent, _ready_then_release
 
 
 def _tcp_port() -> int:
@@ -28,12 +28,7 @@ def _pair(tmp_path):
                  "out": str(tmp_path / "rx.json")})
     tx = _agent({"role": "sender", "deadline_unix_s": deadline, "out": str(tmp_path / "tx.json"),
                  "flows": [{"dst_ip": "127.0.0.1", "port": port, "duration_s": 50, "flow_id": 0}]})
-    for p in (rx, tx):
-        assert p.stdout.readline().strip() == "READY"
-    start = time.time() + 0.2
-    for p in (rx, tx):
-        p.stdin.write(f"{start}\n")
-        p.stdin.flush()
+    _ready_then_release(rx, tx)
     time.sleep(1.0)
     return rx, tx
 

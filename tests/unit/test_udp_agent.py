@@ -26,6 +26,16 @@ def _agent(job):
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
+def _ready_then_release(*procs, in_s: float = 0.2) -> None:
+    """Wait for each agent's READY, then give them all one start time ``in_s`` seconds from now."""
+    for p in procs:
+        assert p.stdout.readline().strip() == "READY"
+    start = time.time() + in_s
+    for p in procs:
+        p.stdin.write(f"{start}\n")
+        p.stdin.flush()
+
+
 def test_sized_udp_flows_arrive_whole_and_end_by_their_markers(tmp_path):
     port = _free_port()
     deadline = time.time() + 30
@@ -34,12 +44,7 @@ def test_sized_udp_flows_arrive_whole_and_end_by_their_markers(tmp_path):
                  "out": str(tmp_path / "rx.json")})
     tx = _agent({"role": "udp-sender", "deadline_unix_s": deadline, "out": str(tmp_path / "tx.json"), "dscp": 26,
                  "flows": [{"dst_ip": "127.0.0.1", "port": port, "bytes": b, "flow_id": i} for i, b in enumerate(sizes)]})
-    for p in (rx, tx):
-        assert p.stdout.readline().strip() == "READY"
-    start = time.time() + 0.2
-    for p in (rx, tx):
-        p.stdin.write(f"{start}\n")
-        p.stdin.flush()
+    _ready_then_release(rx, tx)
     assert tx.wait(30) == 0 and rx.wait(30) == 0, (tx.stderr.read(), rx.stderr.read())
     sent = json.loads((tmp_path / "tx.json").read_text())["flows"]
     got = json.loads((tmp_path / "rx.json").read_text())
