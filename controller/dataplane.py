@@ -92,35 +92,6 @@ def _link_index(ipr: IPRoute, ifname: str, what: str = "tc") -> int:
     return found[0]
 
 
-def install_port_queue(ifname: str, q: PortQueue, netns_pid: int | None = None) -> None:
-    """Replace the root qdisc of ``ifname`` with HTB(rate) -> FIFO(limit).
-
-    Args:
-        ifname: interface name (in the namespace of ``netns_pid``, or the
-            root namespace when None).
-        q: the queue to install.
-        netns_pid: a process whose network namespace holds ``ifname``.
-
-    Raises:
-        SetupError: the interface is missing, the kernel refused a qdisc, or
-            the read-back does not show what was asked (case L1/L2).
-    """
-    rate_bps = int(round(q.rate_mbps * 1e6))
-    try:
-        with _ipr(netns_pid) as ipr:
-            idx = _link_index(ipr, ifname)
-            ipr.tc("replace", "htb", idx, HTB_ROOT, default=1)
-            ipr.tc("replace-class", "htb", idx, HTB_CLASS, parent=HTB_ROOT,
-                   rate=f"{rate_bps}bit", ceil=f"{rate_bps}bit",
-                   burst=q.burst_bytes, cburst=q.burst_bytes)
-            ipr.tc("replace", q.fifo_kind, idx, FIFO_HANDLE, parent=HTB_CLASS, limit=q.fifo_limit)
-            kinds = {(m["parent"], m.get_attr("TCA_KIND")) for m in ipr.get_qdiscs(index=idx)}
-    except NetlinkError as e:
-        raise SetupError(f"tc on {ifname}: kernel refused ({e.code}: {e.args[1] if len(e.args) > 1 else e})") from None
-    if (0xFFFFFFFF, "htb") not in kinds or (HTB_CLASS, q.fifo_kind) not in kinds:
-        raise SetupError(f"tc on {ifname}: read-back shows {sorted(kinds)}, expected htb root with {q.fifo_kind} under 1:1")
-
-
 def _tc_handle(h: int) -> str:
     """A tc handle as tc prints it (``1:``, ``1:1``, ``root``)."""
     if h == 0xFFFFFFFF:
@@ -213,46 +184,6 @@ def run(argv: list[str], netns_pid: int | None = None, timeout_s: float = 10.0) 
     if p.returncode != 0:
         raise SetupError(f"{' '.join(argv)} exited {p.returncode}: {p.stderr.strip() or p.stdout.strip()}")
     return p.stdout
-
-
-#: Offloads turned off on every interface (cases T1, L5): with them on, the
-#: userspace datapath stalls TCP, and qdiscs see 64 kB super-packets.
-OFFLOADS = ("rx", "tx", "tso", "gso", "gro")
-
-
-def offloads_off(ifname: str, netns_pid: int | None = None) -> None:
-    """Turn checksum and segmentation offloads off on ``ifname`` and cap its GSO packets at one
-    segment (:func:`one_frame_per_packet`); raises SetupError."""
-    argv = ["ethtool", "-K", ifname]
-    for feat in OFFLOADS:
-        argv += [feat, "off"]
-    run(argv, netns_pid)
-    one_frame_per_packet(ifname, netns_pid)
-
-
-def one_frame_per_packet(ifname: str, netns_pid: int | None = None) -> None:
-    """Set ``gso_max_segs`` of ``ifname`` to 1, so that every packet its qdisc sees is one frame.
-
-    Since Linux 4.19 TCP builds GSO packets whatever the device's ``gso`` setting ("tcp: switch to
-    GSO being always on") and software GSO cuts them into frames only after the qdisc. With
-    ``ethtool -K gso off`` alone, this machine's kernel handed a 10 Mbit/s port's HTB 16 kB packets
-    (11 frames each), which the shaper then sent back to back at veth speed; with one segment per
-    packet the same port's gaps between dequeues were within 10% of one frame time for 99.7% of
-    its frames (see docs/how-it-works.md, "Serialisation").
-
-    Raises:
-        SetupError: the interface is missing or the kernel refused the setting.
-    """
-    try:
-        with _ipr(netns_pid) as ipr:
-            idx = _link_index(ipr, ifname, "gso_max_segs")
-            ipr.link("set", index=idx, gso_max_segs=1)
-            got = ipr.get_links(idx)[0].get_attr("IFLA_GSO_MAX_SEGS")
-    except NetlinkError as e:
-        raise SetupError(f"gso_max_segs on {ifname}: kernel refused ({e.code}: "
-                         f"{e.args[1] if len(e.args) > 1 else e})") from None
-    if got != 1:
-        raise SetupError(f"gso_max_segs on {ifname}: read back {got}, asked 1")
 
 
 #: Route metrics (include/uapi/linux/rtnetlink.h): RTAX_RTO_MIN is honoured only when locked.
@@ -364,7 +295,8 @@ def disable_ipv6(ifname: str) -> bool:
 
 
 def offload_state(ifname: str, netns_pid: int | None = None) -> dict[str, bool]:
-    """Current state of the :data:`OFFLOADS` features as ``{feature: on}``."""
+    """Current state of the offloads fabriclab turns off (rx, tx, tso, gso, gro), as ``ethtool -k``
+    shows them: ``{feature: on}`` (an independent check of :mod:`controller.portsetup`)."""
     names = {"rx": "rx-checksumming", "tx": "tx-checksumming", "tso": "tcp-segmentation-offload",
              "gso": "generic-segmentation-offload", "gro": "generic-receive-offload"}
     out = run(["ethtool", "-k", ifname], netns_pid)
@@ -459,20 +391,51 @@ def install_delay_line(ifname: str, ifb_name: str, delay_us: int, jitter_us: int
          "0", "0", "action", "mirred", "egress", "redirect", "dev", ifb_name], netns_pid)
 
 
+#: First link group number tried for a bulk delete (``ip link del group N``); fabriclab moves
+#: only its own interfaces into a group no other interface is in, then deletes the group.
+LINK_GROUP_BASE = 0x466C0000
+
+
 def delete_root_links(names: list[str]) -> list[str]:
-    """Delete the named interfaces of the root namespace that exist; returns those deleted."""
-    deleted = []
-    with IPRoute() as ipr:
-        for name in names:
-            idx = ipr.link_lookup(ifname=name)
-            if idx:
+    """Delete the named interfaces of the root namespace that exist; returns those deleted.
+
+    All in one request, so the kernel waits for one RCU grace period for all of them instead of one
+    per interface (a Fat-Tree k=8's 640 switch ports took about 10 s one by one): the interfaces
+    are moved into a link group that no other interface is in, the group is read back to hold
+    exactly them, and the group is deleted (``ip link delete group N``). A veth's peer goes with
+    it, wherever it is. Should another interface be in that group by the time of the read-back,
+    the named ones are deleted one by one instead.
+
+    Raises:
+        SetupError: the kernel refused a deletion (other than ``ENODEV``: a peer went first).
+    """
+    wanted = set(names)
+    try:
+        with IPRoute() as ipr:
+            links = ipr.get_links()
+            present = {m.get_attr("IFLA_IFNAME"): m["index"] for m in links if m.get_attr("IFLA_IFNAME") in wanted}
+            if not present:
+                return []
+            used = {m.get_attr("IFLA_GROUP") for m in links}
+            group = next(g for g in range(LINK_GROUP_BASE, LINK_GROUP_BASE + len(used) + 1) if g not in used)
+            for idx in present.values():
+                ipr.link("set", index=idx, group=group)
+            members = {m.get_attr("IFLA_IFNAME") for m in ipr.get_links() if m.get_attr("IFLA_GROUP") == group}
+            if members <= set(present):
+                ipr.link("del", group=group)
+                return sorted(present)
+            deleted = []
+            for name, idx in present.items():
                 try:
-                    ipr.link("del", index=idx[0])
+                    ipr.link("del", index=idx)
                     deleted.append(name)
                 except NetlinkError as e:
                     if e.code != 19:  # ENODEV: its veth peer went first
-                        raise SetupError(f"ip link del {name}: {e}") from None
-    return deleted
+                        raise
+            return deleted
+    except NetlinkError as e:
+        raise SetupError(f"ip link del ({len(wanted)} interfaces): kernel refused ({e.code}: "
+                         f"{e.args[1] if len(e.args) > 1 else e})") from None
 
 
 def ovs_interface_drops(names: list[str] | None = None) -> dict[str, dict]:

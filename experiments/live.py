@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from common.errors import SetupError
@@ -83,6 +84,22 @@ def check_signalled() -> None:
     """Raise KeyboardInterrupt / SystemExit(143 or 129) if a signal arrived during this run and was lost."""
     if _SIGNALLED:
         _raise_for(_SIGNALLED[0])
+
+
+@contextmanager
+def signals_unwind():
+    """While inside: SIGTERM, SIGINT and SIGHUP raise SystemExit(143, 129) or KeyboardInterrupt
+    where the program is, so every ``with`` and ``finally`` on the way out runs (the fabric is torn
+    down, the run record cleared); on a normal exit a signal that was lost inside a ``__del__`` is
+    raised again (:func:`check_signalled`). The previous handlers come back on the way out."""
+    _SIGNALLED.clear()
+    old = {sig: signal.signal(sig, _on_signal) for sig in SIGNAL_EXIT}
+    try:
+        yield
+        check_signalled()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 class Agents:

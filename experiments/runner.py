@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -34,7 +33,7 @@ from experiments import draw, probe as envprobe
 from experiments.context import HOST_QUEUE_PACKETS, RoundRecord, RunContext, maybe_fault
 from experiments.fabric import REPO, LiveFabric
 from experiments.features import FEATURES
-from experiments.live import (ROUND_STOP, _SIGNALLED, _on_signal, check_signalled, measure_rtt_s,
+from experiments.live import (ROUND_STOP, check_signalled, measure_rtt_s, signals_unwind,
                               warm_up_reachability)
 from experiments.plan import check_against_fabric
 from experiments.scenario import FRAME_BYTES, read_yaml_file, validate
@@ -92,16 +91,9 @@ def run(sc: Scenario, results_root: Path, quiet: bool = False, platform: Platfor
         SetupError: building or configuring the fabric failed.
         InjectedFault: when asked to by $FABRICLAB_INJECT_FAULT (tests).
     """
-    _SIGNALLED.clear()
-    old = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    try:
-        out = _run(sc, Path(results_root), quiet, platform or PLATFORM, FEATURES if features is None else features,
-                   WORKLOADS if workloads is None else workloads, accept_unfaithful)
-        check_signalled()
-        return out
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+    with signals_unwind():
+        return _run(sc, Path(results_root), quiet, platform or PLATFORM, FEATURES if features is None else features,
+                    WORKLOADS if workloads is None else workloads, accept_unfaithful)
 
 
 def _results_folder(results_root: Path, name: str) -> Path:

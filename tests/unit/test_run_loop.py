@@ -23,7 +23,7 @@ class FakeFabric:
 
     def __init__(self, log):
         self.log = log
-        self.timings_s = {"mininet_s": 0.5}
+        self.timings_s = {"mininet_build_s": 0.5}
         self.rest_url = "http://127.0.0.1:1"
 
     def __enter__(self):
@@ -180,7 +180,7 @@ def test_rounds_run_in_order_and_each_summary_is_written_once(tmp_path, summary_
     assert env["recorder_round_per_round"] == dict(zip(names, range(4)))
     assert env["scale"]["measured_rtt_s"] == 0.001
     timings = json.loads((out / "timings.json").read_text())
-    assert timings["reachability_s"] == 0.25 and timings["mininet_s"] == 0.5
+    assert timings["reachability_s"] == 0.25 and timings["mininet_build_s"] == 0.5
     assert set(timings["rounds"]) == set(names) and timings["total_s"] >= timings["teardown_s"] >= 0
     assert (out / "topology.png").exists() and (out / "scenario.yaml").exists()
     assert capsys.readouterr().err.count("WARNING: round") == 4

@@ -3,7 +3,7 @@ import signal
 
 import pytest
 
-from experiments import runner
+from experiments import live as runner
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -18,4 +18,18 @@ def test_a_swallowed_signal_is_raised_again(sig, exc):
     Finalised()
     with pytest.raises(exc):
         runner.check_signalled()
+    runner._SIGNALLED.clear()
+
+
+def test_a_signal_inside_signals_unwind_unwinds_and_the_old_handler_comes_back():
+    before = signal.getsignal(signal.SIGTERM)
+    unwound = []
+    with pytest.raises(SystemExit) as e:
+        with runner.signals_unwind():
+            try:
+                signal.raise_signal(signal.SIGTERM)
+            finally:
+                unwound.append(True)
+    assert e.value.code == 143 and unwound == [True]
+    assert signal.getsignal(signal.SIGTERM) is before
     runner._SIGNALLED.clear()

@@ -1,0 +1,82 @@
+"""Port set-up in bulk (controller.portsetup) and the bulk link deletion, on real veths: one end in
+the root namespace, the other in a throwaway namespace, as Mininet wires a switch to a host. The
+result is read back with the tools a user would use (``ethtool -k``, ``tc``), not with the code
+under test."""
+import json
+import subprocess
+
+import pytest
+
+from common.errors import SetupError
+from controller import dataplane, portsetup
+from controller.dataplane import PortQueue, offload_state
+
+NAMES = ("fltps0", "fltps1", "fltps2", "fltps3")
+
+
+@pytest.fixture
+def netns_pair():
+    """(pid of a process in a new network namespace, root-side name, namespace-side name); a
+    second veth pair fltps2/fltps3 stays in the root namespace."""
+    holder = subprocess.Popen(["unshare", "-n", "sleep", "120"])
+    try:
+        subprocess.run(["ip", "link", "add", "fltps0", "type", "veth", "peer", "name", "fltps1"], check=True)
+        subprocess.run(["ip", "link", "set", "fltps1", "netns", str(holder.pid)], check=True)
+        subprocess.run(["ip", "link", "add", "fltps2", "type", "veth", "peer", "name", "fltps3"], check=True)
+        yield holder.pid, "fltps0", "fltps1"
+    finally:
+        holder.kill()
+        holder.wait()
+        for n in NAMES:
+            subprocess.run(["ip", "link", "del", n], capture_output=True)
+
+
+def _qdiscs(ifname, pid=None):
+    argv = ["tc", "-j", "qdisc", "show", "dev", ifname]
+    if pid is not None:
+        argv = ["nsenter", "-t", str(pid), "-n", "--"] + argv
+    return {(q["kind"], q.get("parent", "root")) for q in json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)}
+
+
+def test_ports_in_two_namespaces_get_offloads_off_and_their_queue_read_back_by_ethtool_and_tc(netns_pair):
+    pid, root_end, ns_end = netns_pair
+    q = PortQueue(10, buffer_packets=50)
+    portsetup.configure_ports({None: [portsetup.PortPlan(root_end, q, switch_port=True)],
+                               pid: [portsetup.PortPlan(ns_end, PortQueue(10, buffer_bytes=30000))]})
+    assert offload_state(root_end) == dict.fromkeys(("rx", "tx", "tso", "gso", "gro"), False)
+    assert offload_state(ns_end, pid) == dict.fromkeys(("rx", "tx", "tso", "gso", "gro"), False)
+    assert dataplane.gso_max_segs(root_end) == 1 and dataplane.gso_max_segs(ns_end, pid) == 1
+    assert {("htb", "root"), ("pfifo", "1:1")} <= _qdiscs(root_end)
+    assert {("htb", "root"), ("bfifo", "1:1")} <= _qdiscs(ns_end, pid)
+    assert open(f"/proc/sys/net/ipv6/conf/{root_end}/disable_ipv6").read().strip() == "1"
+    # every TSO variant this kernel has is off, whatever ethtool's short names cover
+    out = subprocess.run(["ethtool", "-k", root_end], capture_output=True, text=True, check=True).stdout
+    on = [line.split(":")[0].strip() for line in out.splitlines()
+          if "segmentation" in line and "tcp" in line and line.split(":")[1].strip().startswith("on")]
+    assert on == []
+
+
+def test_a_missing_interface_is_named_and_nothing_else_is_touched(netns_pair):
+    with pytest.raises(SetupError, match="no interface 'fltnope'"):
+        portsetup.configure_ports({None: [portsetup.PortPlan("fltnope", PortQueue(10, buffer_packets=5))]})
+
+
+def test_bulk_delete_removes_exactly_the_named_interfaces_and_their_peers(netns_pair):
+    pid, root_end, ns_end = netns_pair
+    deleted = dataplane.delete_root_links([root_end, "fltps2", "fltnothere"])
+    assert deleted == sorted([root_end, "fltps2"])
+    left = dataplane.root_links()
+    assert root_end not in left and "fltps2" not in left and "fltps3" not in left   # peers went with them
+    ns_links = subprocess.run(["nsenter", "-t", str(pid), "-n", "ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert ns_end not in ns_links
+    assert dataplane.delete_root_links([root_end]) == []
+
+
+def test_bulk_delete_leaves_an_interface_that_is_not_named_even_in_the_same_group(netns_pair):
+    # an interface someone else put in the first group fabriclab would try: not deleted
+    subprocess.run(["ip", "link", "set", "fltps2", "group", str(dataplane.LINK_GROUP_BASE)], check=True)
+    try:
+        assert dataplane.delete_root_links([netns_pair[1]]) == [netns_pair[1]]
+        assert "fltps2" in dataplane.root_links()
+    finally:
+        subprocess.run(["ip", "link", "set", "fltps2", "group", "0"], capture_output=True)
