@@ -78,11 +78,11 @@ class Libbpf:
         """A map's value size in bytes (struct bpf_map_info: type, id, key_size, value_size)."""
         return struct.unpack_from("=IIII", self._info(fd))[3]
 
-    def load_and_attach(self, path: Path, program: str, maps: dict[str, int]) -> tuple:
-        """Open and load the object ``path``, find ``program`` and attach it where its section
-        says (a tracepoint, an fexit), and look up ``maps`` (name -> expected value size in
-        bytes). Returns ``(obj, link, {name: map fd})``; the caller destroys the link and closes
-        the object.
+    def load_and_attach(self, path: Path, program: str | tuple[str, ...], maps: dict[str, int]) -> tuple:
+        """Open and load the object ``path``, find ``program`` (or each of several) and attach it
+        where its section says (a tracepoint, an fexit), and look up ``maps`` (name -> expected
+        value size in bytes). Returns ``(obj, link, {name: map fd})``, ``link`` a list of links when
+        ``program`` is a tuple; the caller destroys the links and closes the object.
 
         Raises:
             SetupError: the object is not built, the kernel refused it, a map's value size differs
@@ -95,9 +95,11 @@ class Libbpf:
             raise SetupError(f"{self.who}: cannot open {path}: {os.strerror(ctypes.get_errno())}")
         try:
             self.check(self.lib.bpf_object__load(obj), f"the kernel refused to load {Path(path).name}")
-            prog = self.lib.bpf_object__find_program_by_name(obj, program.encode())
-            if not prog:
-                raise SetupError(f"{self.who}: no program {program} in {path}")
+            names = program if isinstance(program, tuple) else (program,)
+            progs = [self.lib.bpf_object__find_program_by_name(obj, n.encode()) for n in names]
+            for n, prog in zip(names, progs):
+                if not prog:
+                    raise SetupError(f"{self.who}: no program {n} in {path}")
             fds = {}
             for name, size in maps.items():
                 fds[name] = self.check(self.lib.bpf_object__find_map_fd_by_name(obj, name.encode()), f"map {name}")
@@ -105,18 +107,26 @@ class Libbpf:
                     raise SetupError(f"{self.who}: {Path(path).name} has a {name} value of "
                                      f"{self.map_value_size(fds[name])} bytes, this loader expects {size}: "
                                      "rebuild it (make bpf)")
-            link = self.lib.bpf_program__attach(prog)
-            if not link or self.lib.libbpf_get_error(link):
-                raise SetupError(f"{self.who}: cannot attach {program}: {os.strerror(ctypes.get_errno() or 22)}")
-            return obj, link, fds
+            links = []
+            try:
+                for n, prog in zip(names, progs):
+                    link = self.lib.bpf_program__attach(prog)
+                    if not link or self.lib.libbpf_get_error(link):
+                        raise SetupError(f"{self.who}: cannot attach {n}: {os.strerror(ctypes.get_errno() or 22)}")
+                    links.append(link)
+            except BaseException:
+                for link in links:
+                    self.lib.bpf_link__destroy(link)
+                raise
+            return obj, (links if isinstance(program, tuple) else links[0]), fds
         except BaseException:
             self.lib.bpf_object__close(obj)
             raise
 
 
 class AttachedProgram:
-    """A loaded BPF object with its attached program (from :meth:`Libbpf.load_and_attach`): a
-    context manager that detaches and unloads it on exit. Subclasses add their maps' reads."""
+    """A loaded BPF object with its attached program or programs (``link``: one link or a list, from
+    :meth:`Libbpf.load_and_attach`): a context manager that detaches and unloads it on exit. Subclasses add their maps' reads."""
 
     def __init__(self, lib: Libbpf, obj, link):
         self.lib, self.obj, self.link = lib, obj, link
@@ -131,7 +141,8 @@ class AttachedProgram:
     def close(self) -> None:
         """Detach and unload (idempotent)."""
         if self.link:
-            self.lib.lib.bpf_link__destroy(self.link)
+            for link in (self.link if isinstance(self.link, list) else [self.link]):
+                self.lib.lib.bpf_link__destroy(link)
             self.link = None
         if self.obj:
             self.lib.lib.bpf_object__close(self.obj)

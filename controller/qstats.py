@@ -9,6 +9,13 @@ two cores with Open vSwitch. This module sends ``RTM_GETQDISC`` with
 qdisc on the interfaces asked for. Configuration stays in pyroute2
 (:mod:`controller.dataplane`).
 
+The netlink dump's cost grows with every port on the host, busy or idle (about 4 us per port
+per tick here, so a Fat-Tree k=8's 640 ports could not be read 200 times a second). Where the
+kernel allows it, :class:`BpfQueueReader` is used instead: a BPF program at the qdisc enqueue and
+dequeue tracepoints keeps each watched port's root-qdisc counters in a memory-mapped array
+(``controller/bpf/qsample.bpf.c``), and a tick is one copy of that array, with no system call.
+The sampler records which reader it used (``method``) and why it fell back.
+
 Run as a process (``python -m controller.qstats``) so its CPU cost can be
 measured apart from the runner's: it samples until SIGTERM/SIGINT, then
 writes the samples as CSV and a JSON with its achieved rate and CPU time.
@@ -17,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import ctypes
 import json
+import mmap
 import os
 import resource
 import signal
@@ -25,6 +34,12 @@ import socket
 import struct
 import sys
 import time
+from pathlib import Path
+
+import numpy as np
+
+from common.errors import SetupError
+from controller.libbpf import BPF_ANY, AttachedProgram, Libbpf
 
 NETLINK_ROUTE = 0
 RTM_GETQDISC = 38
@@ -46,6 +61,16 @@ COLUMNS = ("t_unix_s", "intf", "backlog_bytes", "backlog_packets", "drops_total"
            "tx_bytes_total", "tx_packets_total")
 
 
+REPO = Path(__file__).resolve().parent.parent
+#: The sampler's BPF object (``make setup`` compiles controller/bpf/qsample.bpf.c to it).
+QS_OBJECT = REPO / "build" / "qsample.bpf.o"
+#: One entry of the BPF program's port array (struct fl_qs_port): seq, backlog_bytes,
+#: backlog_packets, drops, tx_bytes, tx_packets, events, pad; all unsigned 64-bit.
+QS_PORT_WORDS = 8
+QS_MAX_PORTS = 4096
+IFNAMSIZ = 16
+
+
 class QdiscStatsReader:
     """Dumps root-qdisc counters of chosen interfaces in one netlink round trip.
 
@@ -59,6 +84,8 @@ class QdiscStatsReader:
     interface's qdisc with that handle instead of its root. Raises OSError on a
     netlink error.
     """
+
+    method = "netlink"
 
     def __init__(self, ifindexes: dict[int, str], handle: int | None = None):
         self.ifindexes = dict(ifindexes)
@@ -87,6 +114,141 @@ class QdiscStatsReader:
             n = self.sock.recv_into(self.buf)
             if parse_qdisc_dump(memoryview(self.buf)[:n], self.seq, self.ifindexes, out, self.handle):
                 return out
+
+    def read_raw(self) -> dict[str, tuple[int, int, int, int, int]]:
+        """One tick's record for :meth:`decode`: here the decoded dump itself (:meth:`read`)."""
+        return self.read()
+
+    @staticmethod
+    def decode(raw: dict) -> dict[str, tuple[int, int, int, int, int]]:
+        """A tick's record from :meth:`read_raw` as :meth:`read` returns it (here: unchanged)."""
+        return raw
+
+
+class BpfQueueReader:
+    """Root-qdisc counters of the named ports from the sampler's BPF program: one copy of a
+    memory-mapped array per tick, whatever the number of ports.
+
+    Args:
+        names: the ports to watch (at most 4096), in this process's network namespace; each port
+            counts from its first enqueue or dequeue after the program is attached.
+        seed: ``{name: counters}`` as :meth:`QdiscStatsReader.read` gives them, read after this
+            reader was constructed and before :meth:`read_raw` is first used (:meth:`seed_from`):
+            what a port shows until its first event. A port's counters change only at those
+            events (``controller/bpf/qsample.bpf.c`` says why), so this is exact.
+
+    :meth:`read_raw` returns an ``(n_ports, 6)`` uint64 array (backlog_bytes, backlog_packets,
+    drops, tx_bytes, tx_packets, events); :meth:`decode` turns it into ``{ifname: (backlog_bytes,
+    backlog_packets, drops_total, tx_bytes_total, tx_packets_total)}`` as
+    :meth:`QdiscStatsReader.read` does.
+
+    Raises:
+        SetupError: the object is not built, the kernel refused it (no BTF, no qdisc_enqueue
+            tracepoint), a map refused an entry, or the array could not be mapped.
+        ValueError: more than 4096 names, or a name longer than 15 bytes.
+    """
+
+    method = "bpf"
+    #: Attempts at copying an entry the kernel was writing at that instant.
+    TORN_RETRIES = 8
+
+    def __init__(self, names: list[str], path: Path = QS_OBJECT):
+        if len(names) > QS_MAX_PORTS:
+            raise ValueError(f"{len(names)} ports; the sampler's BPF array holds {QS_MAX_PORTS}")
+        self.names = list(names)
+        self.seed = np.zeros((len(names), 6), dtype=np.uint64)
+        lib = Libbpf("BPF queue sampler")
+        obj, links, fds = lib.load_and_attach(path, ("fl_qs_enq", "fl_qs_deq"),
+                                              {"fl_qs_slot": 4, "fl_qs_port": 8 * QS_PORT_WORDS})
+        self.prog = AttachedProgram(lib, obj, links)
+        try:
+            for slot, name in enumerate(self.names):
+                raw = name.encode()
+                if not raw or len(raw) >= IFNAMSIZ:
+                    raise ValueError(f"interface name {name!r} is not 1..15 bytes")
+                k = ctypes.create_string_buffer(raw.ljust(IFNAMSIZ, b"\0"), IFNAMSIZ)
+                v = ctypes.c_uint32(slot)
+                lib.check(lib.lib.bpf_map_update_elem(fds["fl_qs_slot"], k, ctypes.byref(v), BPF_ANY),
+                          f"watch {name}")
+            size = QS_MAX_PORTS * 8 * QS_PORT_WORDS
+            size = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+            try:
+                self.mm = mmap.mmap(fds["fl_qs_port"], size, mmap.MAP_SHARED, mmap.PROT_READ)
+            except OSError as e:
+                raise SetupError(f"BPF queue sampler: cannot map the port array ({e})") from None
+            self.view = np.frombuffer(self.mm, dtype=np.uint64, count=len(self.names) * QS_PORT_WORDS
+                                      ).reshape(len(self.names), QS_PORT_WORDS)
+        except BaseException:
+            self.prog.close()
+            raise
+        self.torn_rereads = 0
+
+    def seed_from(self, counters: dict[str, tuple[int, int, int, int, int]]) -> None:
+        """Set what each port shows until its first event (``counters`` as
+        :meth:`QdiscStatsReader.read` gives them; ports absent stay zero)."""
+        for i, name in enumerate(self.names):
+            if name in counters:
+                self.seed[i, :5] = counters[name]
+
+    def read_raw(self) -> np.ndarray:
+        """One tick: a copy of every watched port's entry, ``(n_ports, 6)`` uint64."""
+        snap = self.view.copy()
+        torn = np.flatnonzero(snap[:, 0] & 1)
+        for _ in range(self.TORN_RETRIES):
+            if not torn.size:
+                break
+            self.torn_rereads += int(torn.size)
+            snap[torn] = self.view[torn]
+            torn = torn[snap[torn, 0] & 1 == 1]
+        return snap[:, 1:7]
+
+    def decode(self, raw: np.ndarray) -> dict[str, tuple[int, int, int, int, int]]:
+        """A tick from :meth:`read_raw` as ``{ifname: (backlog_bytes, backlog_packets, drops_total,
+        tx_bytes_total, tx_packets_total)}``; a port without an event yet shows its seed."""
+        vals = np.where((raw[:, 5] == 0)[:, None], self.seed, raw)[:, :5].tolist()
+        return {name: tuple(v) for name, v in zip(self.names, vals)}
+
+    def read(self) -> dict[str, tuple[int, int, int, int, int]]:
+        """:meth:`decode` of :meth:`read_raw`."""
+        return self.decode(self.read_raw())
+
+    def close(self) -> None:
+        """Unmap the array, detach and unload the program (idempotent)."""
+        if getattr(self, "view", None) is not None:
+            self.view = None
+            self.mm.close()
+        self.prog.close()
+
+
+def open_reader(names: list[str], method: str = "auto"):
+    """The sampler's reader for ``names`` (this namespace's interfaces): ``bpf``
+    (:class:`BpfQueueReader`), ``netlink`` (:class:`QdiscStatsReader`) or ``auto`` (bpf, else
+    netlink). Returns ``(reader, why)``, ``why`` the reason bpf was not used (None if it was, or
+    if netlink was asked for).
+
+    Raises:
+        SetupError: ``bpf`` asked for and not possible; a netlink socket refused.
+        ValueError: an unknown method.
+    """
+    if method not in ("auto", "bpf", "netlink"):
+        raise ValueError(f"unknown sampler method {method!r}")
+    idx = ifindexes_for(names)
+    why = None
+    if method in ("auto", "bpf"):
+        try:
+            reader = BpfQueueReader([n for n in names if n in idx.values()])
+        except (SetupError, ValueError) as e:
+            if method == "bpf":
+                raise
+            why = str(e)
+        else:
+            nl = QdiscStatsReader(idx)
+            try:
+                reader.seed_from(nl.read())
+            finally:
+                nl.close()
+            return reader, None
+    return QdiscStatsReader(idx), why
 
 
 def parse_qdisc_dump(mv, seq: int, watched: dict[int, str], out: dict, handle: int | None = None) -> bool:
@@ -139,12 +301,14 @@ def ifindexes_for(names: list[str]) -> dict[int, str]:
     return out
 
 
-def sample_loop(reader: QdiscStatsReader, hz: float, stop, duration_s: float | None = None):
-    """Sample at ``hz`` until ``stop()`` is true or ``duration_s`` passes.
+def sample_loop(reader, hz: float, stop, duration_s: float | None = None):
+    """Sample ``reader`` (:class:`QdiscStatsReader` or :class:`BpfQueueReader`) at ``hz`` until
+    ``stop()`` is true or ``duration_s`` passes.
 
     Ticks are scheduled on the monotonic clock; a late tick is not made up
     with a burst (the schedule restarts from now). Returns a list of
-    ``(t_unix_s, {intf: counters})``.
+    ``(t_unix_s, record)``, each record as the reader's ``read_raw`` gives it (decode with its
+    ``decode``: the loop itself decodes nothing).
     """
     period = 1.0 / hz
     samples = []
@@ -156,7 +320,7 @@ def sample_loop(reader: QdiscStatsReader, hz: float, stop, duration_s: float | N
             break
         if nxt > now:
             time.sleep(nxt - now)
-        samples.append((time.time(), reader.read()))
+        samples.append((time.time(), reader.read_raw()))
         nxt += period
         now = time.monotonic()
         if now - nxt > period:
@@ -164,13 +328,17 @@ def sample_loop(reader: QdiscStatsReader, hz: float, stop, duration_s: float | N
     return samples
 
 
-def write_samples(samples, path: str) -> int:
-    """Write samples in long form (one row per interface per tick); returns rows written."""
+def write_samples(samples, path: str, decode=None) -> int:
+    """Write samples in long form (one row per interface per tick); returns rows written.
+    ``samples``: ``(t_unix_s, record)`` pairs, each record ``{intf: counters}`` or, with
+    ``decode``, turned into that by it (a reader's ``decode``)."""
     rows = 0
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(COLUMNS)
         for t, per in samples:
+            if decode is not None:
+                per = decode(per)
             ts = f"{t:.6f}"
             for intf, c in per.items():
                 w.writerow((ts, intf) + c)
@@ -179,12 +347,13 @@ def write_samples(samples, path: str) -> int:
 
 
 def main(argv=None) -> int:
-    """CLI: ``python -m controller.qstats --intfs a,b --hz 200 --out q.csv --meta m.json``.
+    """CLI: ``python -m controller.qstats --intfs a,b --hz 200 --out q.csv --meta m.json
+    [--method auto|bpf|netlink]``.
 
     Samples until SIGTERM/SIGINT (or ``--duration-s``), then writes the CSV
     and a JSON ``{"ticks", "achieved_hz", "target_hz", "duration_s",
-    "cpu_s", "cpu_fraction_of_one_core", "interfaces"}``. Prints ``READY``
-    once the first dump succeeded.
+    "cpu_s", "cpu_fraction_of_one_core", "interfaces", "method", "method_fallback_reason"}``
+    (CPU while sampling, not while writing). Prints ``READY`` once the first read succeeded.
     """
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--intfs", required=True, help="comma-separated interface names")
@@ -192,6 +361,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--meta", required=True)
     ap.add_argument("--duration-s", type=float, default=None)
+    ap.add_argument("--method", choices=("auto", "bpf", "netlink"), default="auto",
+                    help="bpf: the BPF program's mapped array; netlink: one qdisc dump per tick; "
+                         "auto (default): bpf where the kernel allows it")
     args = ap.parse_args(argv)
     names = [n for n in args.intfs.split(",") if n]
     idx = ifindexes_for(names)
@@ -199,8 +371,12 @@ def main(argv=None) -> int:
     if missing:
         print(f"qstats: interfaces not found: {', '.join(missing)}", file=sys.stderr)
         return 2
-    reader = QdiscStatsReader(idx)
-    reader.read()
+    try:
+        reader, why = open_reader(names, args.method)
+    except (SetupError, ValueError) as e:
+        print(f"qstats: {e}", file=sys.stderr)
+        return 2
+    reader.read_raw()
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
@@ -211,12 +387,12 @@ def main(argv=None) -> int:
     wall = time.monotonic() - w0
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu_s = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    write_samples(samples, args.out, reader.decode)
     reader.close()
-    write_samples(samples, args.out)
     meta = {"ticks": len(samples), "target_hz": args.hz, "duration_s": wall,
             "achieved_hz": len(samples) / wall if wall > 0 else 0.0,
             "cpu_s": cpu_s, "cpu_fraction_of_one_core": cpu_s / wall if wall > 0 else 0.0,
-            "interfaces": len(idx)}
+            "interfaces": len(idx), "method": reader.method, "method_fallback_reason": why}
     with open(args.meta, "w") as f:
         json.dump(meta, f, indent=2)
     return 0

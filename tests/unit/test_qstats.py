@@ -43,3 +43,57 @@ def test_netlink_error_raises():
 def test_malformed_raises():
     with pytest.raises(OSError, match="malformed"):
         parse_qdisc_dump(memoryview(struct.pack("=IHHII", 4, RTM_NEWQDISC, 0, 1, 0)), 1, {}, {})
+
+
+def _bpf_reader_over(entries, seed=None):
+    """A BpfQueueReader whose mapped array is ``entries`` (rows of seq, backlog_bytes,
+    backlog_packets, drops, tx_bytes, tx_packets, events, pad): its copying and decoding without
+    the kernel."""
+    import numpy as np
+    from controller.qstats import BpfQueueReader
+    r = BpfQueueReader.__new__(BpfQueueReader)
+    r.names = [f"p{i}" for i in range(len(entries))]
+    r.view = np.array(entries, dtype=np.uint64)
+    r.seed = np.zeros((len(entries), 6), dtype=np.uint64)
+    r.torn_rereads = 0
+    if seed:
+        r.seed_from(seed)
+    return r
+
+
+def test_bpf_reader_shows_the_seed_until_a_ports_first_event_then_the_kernels_counters():
+    r = _bpf_reader_over([[2, 1500, 1, 3, 9000, 6, 4, 0],
+                          [0, 0, 0, 0, 0, 0, 0, 0]],
+                         seed={"p0": (0, 0, 1, 10, 1), "p1": (0, 0, 2, 777, 7)})
+    assert r.read() == {"p0": (1500, 1, 3, 9000, 6), "p1": (0, 0, 2, 777, 7)}
+
+
+def test_bpf_reader_copies_an_entry_again_while_the_kernel_is_writing_it():
+    import numpy as np
+    r = _bpf_reader_over([[3, 1, 1, 0, 0, 0, 1, 0], [2, 5, 5, 0, 0, 0, 1, 0]])
+
+    class Settling:
+        """The array as seen at two moments: entry 0 half-written at the first copy."""
+        def __init__(self, first, then):
+            self.reads, self.first, self.then = 0, first, then
+
+        def copy(self):
+            self.reads += 1
+            return self.first.copy()
+
+        def __getitem__(self, idx):
+            return self.then[idx]
+
+    settled = np.array([[4, 3000, 2, 0, 0, 0, 2, 0], [2, 5, 5, 0, 0, 0, 1, 0]], dtype=np.uint64)
+    r.view = Settling(r.view, settled)
+    assert r.decode(r.read_raw()) == {"p0": (3000, 2, 0, 0, 0), "p1": (5, 5, 0, 0, 0)}
+    assert r.torn_rereads == 1
+
+
+def test_the_sample_loop_decodes_nothing_and_the_writer_decodes_each_tick(tmp_path):
+    from controller.qstats import sample_loop, write_samples
+    r = _bpf_reader_over([[2, 100, 1, 0, 50, 1, 1, 0]])
+    samples = sample_loop(r, 1000.0, lambda: False, duration_s=0.02)
+    assert samples and all(not isinstance(raw, dict) for _, raw in samples)
+    assert write_samples(samples, tmp_path / "q.csv", r.decode) == len(samples)
+    assert (tmp_path / "q.csv").read_text().splitlines()[1].split(",")[1:] == ["p0", "100", "1", "0", "50", "1"]
