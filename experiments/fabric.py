@@ -356,7 +356,7 @@ class LiveFabric:
                 self._stop_controller_shells(net)
             else:
                 t = threading.Thread(target=self._mininet_stop, args=(net, self.fabric.interface_names(),
-                                                                      self.timings_s), daemon=True)
+                                                                      self.timings_s, self.state), daemon=True)
                 t.start()
                 t.join(STOP_TIMEOUT_S)
                 if t.is_alive():
@@ -386,19 +386,30 @@ class LiveFabric:
                 pass
 
     @staticmethod
-    def _mininet_stop(net, interfaces: list[str], timings_s: dict):
+    def _mininet_stop(net, interfaces: list[str], timings_s: dict, state: RunState):
         """Mininet's ``net.stop()`` in bulk: every bridge deleted in one ``ovs-vsctl`` transaction
         (Mininet's own batch shutdown, which also ends the switches' shells), every link's
         root-namespace end (and so its peer) deleted in one netlink request
         (:func:`controller.dataplane.delete_root_links`) instead of one ``ip link del`` per
         interface, then the hosts' shells ended, which frees their namespaces. A Fat-Tree k=8 took
-        19 s through ``net.stop()`` here. Each step's time goes into ``timings_s``
-        (``teardown_bridges_s``, ``teardown_links_s``, ``teardown_hosts_s``)."""
+        19 s through ``net.stop()`` here. The kernel's RCU grace periods are expedited while the
+        bridges go (:func:`controller.dataplane.rcu_expedited` says why; recorded in ``state`` so
+        that a crash there still puts the setting back). Each step's time goes into
+        ``timings_s`` (``teardown_bridges_s``, ``teardown_links_s``, ``teardown_hosts_s``)."""
         try:
             t0 = time.monotonic()
             switches = tuple(net.switches)
-            if switches:
-                type(switches[0]).batchShutdown(switches)
+            before = dataplane.rcu_expedited()
+            if before == 0:
+                state.remember("rcu_expedited", before)
+                dataplane.rcu_expedited(1)
+            try:
+                if switches:
+                    type(switches[0]).batchShutdown(switches)
+            finally:
+                if before == 0:
+                    dataplane.rcu_expedited(before)
+                    state.forget("rcu_expedited")
             t1 = time.monotonic()
             timings_s["teardown_bridges_s"] = t1 - t0
             dataplane.delete_root_links(interfaces)

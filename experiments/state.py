@@ -130,8 +130,13 @@ def _restore_ovs_tx_sndbuf(before_bytes: int) -> None:
     dataplane.set_ovs_tx_sndbuf(before_bytes)
 
 
+def _restore_rcu_expedited(before: int) -> None:
+    dataplane.rcu_expedited(before)
+
+
 #: How each kind of recorded machine-wide change is undone (see RunState.remember).
-RESTORERS = {"sysctl": _restore_sysctl, "ovs_tx_sndbuf_bytes": _restore_ovs_tx_sndbuf}
+RESTORERS = {"sysctl": _restore_sysctl, "ovs_tx_sndbuf_bytes": _restore_ovs_tx_sndbuf,
+             "rcu_expedited": _restore_rcu_expedited}
 
 
 def cleanup_record(rec: dict) -> dict:
