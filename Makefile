@@ -13,7 +13,7 @@ K ?=
 LOAD ?= 1
 VM ?= 0
 
-.PHONY: allreduce help test-times test-repeat test-repeat-args setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-watch bench-sampler bench-ovstx bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
+.PHONY: allreduce help test-times test-repeat test-repeat-args setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-watch bench-sampler bench-forwarding bench-ovstx bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
 
 help:
 	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast, drop-tail / ECN / PFC / ECN+PFC), results in $(RESULTS)/"
@@ -33,8 +33,9 @@ help:
 	@echo "sudo make bench-pfc                       PFC reaction latency (XOFF -> upstream paused) during incasts, vs a bare gate change"
 	@echo "sudo make bench-roce                      RoCEv2 sender packets/s (1 KB payloads) beside scapy's sendp, same run"
 	@echo "sudo make bench-collective                16-rank ring AllReduce busbw vs 16 plain flows on the same connections (Fat-Tree k=4)"
-	@echo "make bpf                                  compile the BPF programs (ECN marker, PFC accounting) to build/ (setup does it)"
+	@echo "make bpf                                  compile the BPF programs (ECN marker, PFC accounting, queue sampler, checks) to build/ (setup does it)"
 	@echo "sudo make bench-fabric                    bring-up and teardown per phase, growth with the ports (Fat-Tree k=4,6,8; Spine-Leaf 4x8)"
+	@echo "sudo make bench-forwarding                k=4 Fat-Tree permutation: goodput vs the hash-ECMP model, switch-hop forwarding ceiling, per OVS setting"
 	@echo "sudo make bench-sampler                   queue sampler rate and CPU on 40 and 640 shaped ports: BPF array vs netlink dump"
 	@echo "sudo make bench-watch                     CPU per read of the round's watchers (qdisc trees, CPU headroom) vs the queue sampler's read"
 	@echo "sudo make bench-ovstx                     cost per system call of the userspace datapath's transmit count, vs a bare call"
@@ -98,6 +99,9 @@ bench: check-root setup
 
 bench-fabric: check-root setup
 	$(PY) bench/bench_fabric_up.py
+
+bench-forwarding: check-root setup
+	$(PY) bench/bench_forwarding.py
 
 bench-sampler: check-root setup
 	$(PY) bench/bench_sampler.py

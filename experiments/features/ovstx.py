@@ -124,6 +124,8 @@ class OvsTransmit(Feature):
         sec = summary.get("ovs_tx") or {}
         if not sec.get("counted") or not (sec["discarded"] or sec["retried"]):
             return None
+        # a round without a drop total of its own (a collective's) has nothing to correct
+        corrected = ("" if summary.get("total_drops") is None else
+                     f"; drops corrected to {summary['total_drops']} (qdiscs counted {summary.get('qdisc_drops')})")
         return (f"Open vSwitch: {sec['discarded']} frames discarded after a full queue refused one (no qdisc counts "
-                f"them), {sec['retried']} refused frames sent again (counted twice); drops corrected to "
-                f"{summary['total_drops']} (qdiscs counted {summary['qdisc_drops']})")
+                f"them), {sec['retried']} refused frames sent again (counted twice){corrected}")

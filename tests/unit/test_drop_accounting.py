@@ -44,6 +44,19 @@ def test_a_ports_discards_and_retries_over_a_round_correct_the_drops():
     assert unknown["total_drops"] is None
 
 
+def test_the_terminal_line_of_a_round_without_a_drop_total_names_the_discards_only():
+    # a collective round's summary has no total_drops: the report must not fail the run
+    from experiments.features.ovstx import OvsTransmit
+    per_port = {"leaf1-eth1": {"discarded": 7, "retried": 1, "refused_first": 8, "messages": 9}}
+    summary: dict = {}
+    correct_drops(summary, per_port)
+    line = OvsTransmit.report(None, summary)
+    assert "7 frames discarded" in line and "corrected" not in line
+    summary = {"total_drops": 3}
+    correct_drops(summary, per_port)
+    assert "drops corrected to 9 (qdiscs counted 3)" in OvsTransmit.report(None, summary)
+
+
 def test_the_loader_reads_the_structure_the_program_writes():
     src = (ovstxbpf.REPO / "controller" / "bpf" / "ovstx.bpf.c").read_text()
     body = src.split("struct fl_ovstx_port {")[1].split("};")[0]
