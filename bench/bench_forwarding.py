@@ -12,9 +12,11 @@ A k=4 Fat-Tree (16 hosts, 20 switches) runs a permutation, 8 TCP flows per host 
   (the queue sampler's counters). At 100 Mbit/s links no link binds a permutation below the
   forwarding thread's ceiling, so this is the ceiling.
 
-Variants (each applied to Open vSwitch's ``other_config`` for its runs only, the previous values
-put back): ``system`` (today's default: ``system`` ports polled by the main thread) and
-``tx-flush-50us`` (``tx-flush-interval=50``: output batched for up to 50 us). The runs of the
+Variants (Open vSwitch's ``other_config`` applied for their runs only, the previous values put
+back): ``system`` (the default: ``system`` ports polled by the main thread, the sampler reading a
+BPF array), ``tx-flush-50us`` (``tx-flush-interval=50``: output batched for up to 50 us) and
+``sampler-netlink`` (the default with the sampler dumping every qdisc by netlink each tick,
+which costs CPU on the same two cores but runs no BPF program per packet). The runs of the
 variants alternate, so they see the same machine; medians and the ratio of each variant to
 ``system`` are printed at the end. SIGTERM and SIGINT tear the fabric down.
 
@@ -36,19 +38,20 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-#: Open vSwitch ``other_config`` per variant.
-VARIANTS = {"system": {}, "tx-flush-50us": {"tx-flush-interval": "50"}}
+#: Per variant: Open vSwitch ``other_config`` and the queue sampler's reader (measurement.sampler).
+VARIANTS = {"system": ({}, "auto"), "tx-flush-50us": ({"tx-flush-interval": "50"}, "auto"),
+            "sampler-netlink": ({}, "netlink")}
 
 
-def scenario(rate_mbps: float) -> dict:
-    """The benchmark's scenario at ``rate_mbps`` on every link."""
+def scenario(rate_mbps: float, sampler: str = "auto") -> dict:
+    """The benchmark's scenario at ``rate_mbps`` on every link, the sampler reading by ``sampler``."""
     return {"name": f"bench-forwarding-{rate_mbps:g}", "seed": 1,
             "description": "k=4 Fat-Tree permutation, 8 flows per pair, forwarding benchmark",
             "topology": {"kind": "fattree", "k": 4, "host_rate_mbps": rate_mbps, "edge_agg_rate_mbps": rate_mbps,
                          "agg_core_rate_mbps": rate_mbps},
             "queues": {"buffer_packets": 100},
             "traffic": {"pattern": "permutation", "flows_per_pair": 8, "duration_s": 12},
-            "measurement": {"sample_hz": 100, "warmup_s": 2}}
+            "measurement": {"sample_hz": 200, "warmup_s": 2, "sampler": sampler}}
 
 
 def _ovs_get(key: str) -> str | None:
@@ -79,10 +82,10 @@ def switch_hop_mbps(run_dir: Path, summary: dict) -> float:
 
 def one_run(rate_mbps: float, variant: str, tmp: Path) -> dict:
     """One run of the scenario under ``variant``; ``{"goodput_mbps", "over_hash_model", "switch_hop_mbps"}``."""
-    conf = VARIANTS[variant]
+    conf, sampler = VARIANTS[variant]
     before = {k: _ovs_get(k) for k in conf}
     path = ROOT / "experiments" / "scenarios" / f".bench-forwarding-{rate_mbps:g}.yaml"
-    path.write_text(yaml.safe_dump(scenario(rate_mbps)))
+    path.write_text(yaml.safe_dump(scenario(rate_mbps, sampler)))
     res = tmp / f"{variant}-{rate_mbps:g}"
     try:
         _ovs_set(conf)

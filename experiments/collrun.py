@@ -388,13 +388,14 @@ ALPHA_PROBE_ELEMENTS_PER_RANK = 4
 
 
 def run_round(lf, state, coll: Collective, out: Path, sample_hz: float, quiet: bool = True, say=print,
-              seed: int = 0, roce_args: dict | None = None) -> dict:
+              seed: int = 0, roce_args: dict | None = None, sampler_method: str = "auto") -> dict:
     """Run one round's collective on a live fabric: a small run for alpha, then every size of
     ``coll`` (``sizes_bytes`` or ``size_bytes``), each ``repeat`` times, with the queue sampler on.
 
     Args:
         coll: the round's collective section (typed; ``kind`` set).
         seed: the seed of the ranks' arrays (``init: seeded``).
+        sampler_method: the queue sampler's reader (``measurement.sampler``: auto, bpf, netlink).
         roce_args: the RoCE queue pairs' settings (experiments.rocerun.collective_job_args) for
             ``transport: roce``.
 
@@ -425,7 +426,7 @@ def run_round(lf, state, coll: Collective, out: Path, sample_hz: float, quiet: b
            "transport": transport, "payload_fraction": frac,
            "rate_bps": rate, "link_rate_bps": link_rate, "rate_model": model,
            "rate_ideal_ecmp_bps": bottleneck_rate_bps(fmap, hosts, kind, "ecmp") * frac, "runs": []}
-    sampler = start_sampler(lf, state, out, sample_hz)
+    sampler = start_sampler(lf, state, out, sample_hz, sampler_method)
     try:
         probe_el = max(n * ALPHA_PROBE_ELEMENTS_PER_RANK, 4)
         recs, _ = run(lf, state, hosts, kind, probe_el, out / "alpha", timeout_s=coll.timeout_s, repeat=3, **tr)

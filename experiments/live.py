@@ -199,11 +199,13 @@ class Agents:
                 p.wait()
 
 
-def start_sampler(lf: LiveFabric, state: RunState, out: Path, hz: float) -> subprocess.Popen:
-    """Start the queue sampler process on every switch port; waits for READY."""
+def start_sampler(lf: LiveFabric, state: RunState, out: Path, hz: float, method: str = "auto") -> subprocess.Popen:
+    """Start the queue sampler process on every switch port (``method``: ``auto``, ``bpf`` or
+    ``netlink``, controller.qstats); waits for READY. SetupError if it did not start."""
     intfs = lf.fabric.switch_interfaces()
     p = subprocess.Popen([sys.executable, "-m", "controller.qstats", "--intfs", ",".join(intfs),
-                          "--hz", str(hz), "--out", str(out / "queues_raw.csv"), "--meta", str(out / "sampler.json")],
+                          "--hz", str(hz), "--out", str(out / "queues_raw.csv"), "--meta", str(out / "sampler.json"),
+                          "--method", method],
                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     state.add_process(p.pid, "sampler")
     line = p.stdout.readline()

@@ -52,7 +52,7 @@ class IncastBlocks(Workload):
         agent_dir = rec.dir / "agents"
         run_s = t.duration_s + TAIL_GRACE_S if t.duration_s else t.timeout_s
         deadline = time.time() + CONNECT_S + t.start_delay_s + run_s
-        sampler = start_sampler(lf, state, rec.dir, sc.measurement.sample_hz)
+        sampler = start_sampler(lf, state, rec.dir, sc.measurement.sample_hz, sc.measurement.sampler)
         servers, client = Agents(lf, state), Agents(lf, state)
         try:
             for f in plan:

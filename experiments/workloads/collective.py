@@ -33,7 +33,8 @@ class Collective(Workload):
         roce_args = (rocerun.collective_job_args(self.ctx.sc, rec.round.roce_mode)
                      if coll.transport == "roce" else None)
         return collrun.run_round(lf, state, coll, rec.dir / "agents", self.ctx.sc.measurement.sample_hz,
-                                 self.ctx.quiet, say=self.ctx.say, seed=rec.round.seed, roce_args=roce_args)
+                                 self.ctx.quiet, say=self.ctx.say, seed=rec.round.seed, roce_args=roce_args,
+                                 sampler_method=self.ctx.sc.measurement.sampler)
 
     def summarize(self, rec: RoundRecord) -> dict:
         """collective.csv, collective_steps.csv, the plots, and the ``collective`` summary."""

@@ -57,7 +57,7 @@ class KernelFlows(Workload):
         t = sc.traffic
         count_ecn = bool(rec.options.get("count_ecn")) or rec.round.hosts.tcp_ecn != 0
         agent_dir = rec.dir / "agents"
-        sampler = start_sampler(lf, state, rec.dir, sc.measurement.sample_hz)
+        sampler = start_sampler(lf, state, rec.dir, sc.measurement.sample_hz, sc.measurement.sampler)
         agents = Agents(lf, state)
         by_dst, by_src = {}, {}
         for f in plan:

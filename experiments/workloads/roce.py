@@ -31,7 +31,7 @@ class RoceFlows(KernelFlows):
         returns ``{"codes": {"<host>.roce": exit code}}``."""
         sc, mode, seed = self.ctx.sc, rec.round.roce_mode, rec.round.seed
         t = sc.traffic
-        sampler = start_sampler(lf, state, rec.dir, sc.measurement.sample_hz)
+        sampler = start_sampler(lf, state, rec.dir, sc.measurement.sample_hz, sc.measurement.sampler)
         try:
             flows = rocerun.scenario_flows(sc, self.round_plan(rec.round), seed)
             last_post = max((m["at_s"] for f in flows for m in f.get("messages", [])), default=0.0)
