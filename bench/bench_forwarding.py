@@ -84,7 +84,7 @@ def one_run(rate_mbps: float, variant: str, tmp: Path) -> dict:
     """One run of the scenario under ``variant``; ``{"goodput_mbps", "over_hash_model", "switch_hop_mbps"}``."""
     conf, sampler = VARIANTS[variant]
     before = {k: _ovs_get(k) for k in conf}
-    path = ROOT / "experiments" / "scenarios" / f".bench-forwarding-{rate_mbps:g}.yaml"
+    path = tmp / f"bench-forwarding-{rate_mbps:g}.yaml"
     path.write_text(yaml.safe_dump(scenario(rate_mbps, sampler)))
     res = tmp / f"{variant}-{rate_mbps:g}"
     try:
@@ -93,7 +93,6 @@ def one_run(rate_mbps: float, variant: str, tmp: Path) -> dict:
                             "--accept-unfaithful"], cwd=ROOT, capture_output=True, text=True)
     finally:
         _ovs_set(before)
-        path.unlink(missing_ok=True)
     if p.returncode not in (0, 3):
         raise RuntimeError(f"run exited {p.returncode}: {p.stderr.strip()[-400:]}")
     run_dir = sorted(res.iterdir())[-1]

@@ -308,8 +308,8 @@ class Collective(Section):
 class Measurement(Section):
     """The queue sampler and the throughput window (averaged from ``warmup_s`` after the start).
     ``sampler``: how the sampler reads the ports (controller.qstats): ``bpf`` (a BPF program's
-    memory-mapped counters), ``netlink`` (one qdisc dump per tick) or ``auto`` (bpf where the
-    kernel allows it)."""
+    memory-mapped counters), ``netlink`` (one qdisc dump per tick) or ``auto`` (netlink while its
+    estimated cost is within 10% of a core, else bpf: controller.qstats.open_reader)."""
     sample_hz: _bounded(Number, 1, 2000) = 200
     sampler: Literal["auto", "bpf", "netlink"] = "auto"
     post_s: _bounded(Number, 0, 10) = 0.5

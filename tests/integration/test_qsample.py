@@ -32,7 +32,7 @@ def shaped_port():
 
 
 def test_bpf_reader_matches_the_netlink_dump_while_a_queue_drains_and_exactly_after(shaped_port):
-    reader, why = qstats.open_reader([shaped_port], "auto")
+    reader, why = qstats.open_reader([shaped_port], "bpf")
     nl = qstats.QdiscStatsReader(qstats.ifindexes_for([shaped_port]))
     try:
         assert reader.method == "bpf", why
@@ -57,14 +57,23 @@ def test_bpf_reader_matches_the_netlink_dump_while_a_queue_drains_and_exactly_af
         nl.close()
 
 
+def test_auto_reads_few_ports_by_netlink_and_says_why(shaped_port):
+    reader, why = qstats.open_reader([shaped_port], "auto", 200.0)
+    try:
+        assert reader.method == "netlink" and "1 ports" in why and "no BPF program" in why
+    finally:
+        reader.close()
+
+
 def test_the_sampler_process_records_the_reader_it_used(shaped_port, tmp_path):
     p = subprocess.run([qstats.sys.executable, "-m", "controller.qstats", "--intfs", shaped_port, "--hz", "200",
-                        "--out", str(tmp_path / "q.csv"), "--meta", str(tmp_path / "m.json"), "--duration-s", "1"],
+                        "--out", str(tmp_path / "q.csv"), "--meta", str(tmp_path / "m.json"), "--duration-s", "1",
+                        "--method", "bpf"],
                        capture_output=True, text=True, cwd=qstats.REPO)
     assert p.returncode == 0, p.stderr
     import json
     meta = json.loads((tmp_path / "m.json").read_text())
-    assert meta["method"] == "bpf" and meta["method_fallback_reason"] is None
+    assert meta["method"] == "bpf" and meta["method_reason"] is None
     assert 190 <= meta["achieved_hz"] <= 201
     rows = (tmp_path / "q.csv").read_text().splitlines()
     assert rows[0].startswith("t_unix_s,intf,backlog_bytes") and len(rows) - 1 == meta["ticks"]
