@@ -456,9 +456,17 @@ def delete_root_links(names: list[str]) -> list[str]:
                     del present[name]
             members = {m.get_attr("IFLA_IFNAME") for m in ipr.get_links() if m.get_attr("IFLA_GROUP") == group}
             if members <= set(present):
-                if members:
-                    ipr.link("del", group=group)
-                return sorted(members)
+                for _ in range(3):
+                    try:
+                        if members:
+                            ipr.link("del", group=group)
+                        return sorted(members)
+                    except NetlinkError as e:
+                        if e.code != 19:   # ENODEV: every member went meanwhile, or some did: look again
+                            raise
+                        if not {m.get_attr("IFLA_IFNAME") for m in ipr.get_links()
+                                if m.get_attr("IFLA_GROUP") == group}:
+                            return sorted(members)
             deleted = []
             for name, idx in present.items():
                 try:

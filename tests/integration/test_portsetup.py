@@ -25,10 +25,10 @@ def netns_pair():
         subprocess.run(["ip", "link", "add", "fltps2", "type", "veth", "peer", "name", "fltps3"], check=True)
         yield holder.pid, "fltps0", "fltps1"
     finally:
+        # the links first (peers go at once); a namespace ends asynchronously
+        dataplane.delete_root_links(list(NAMES))
         holder.kill()
         holder.wait()
-        for n in NAMES:
-            subprocess.run(["ip", "link", "del", n], capture_output=True)
 
 
 def _qdiscs(ifname, pid=None):

@@ -26,9 +26,11 @@ def shaped_port():
         subprocess.run(["ping", "-c", "1", "-W", "2", "10.250.7.2"], check=True, capture_output=True)
         yield "fltqs0"
     finally:
+        # the link first (its peer goes at once); a namespace ends asynchronously, and the next
+        # test's fltqs0 would meet this one's still being removed
+        dataplane.delete_root_links(["fltqs0"])
         holder.kill()
         holder.wait()
-        dataplane.delete_root_links(["fltqs0"])
 
 
 def test_bpf_reader_matches_the_netlink_dump_while_a_queue_drains_and_exactly_after(shaped_port):
