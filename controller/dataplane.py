@@ -895,14 +895,14 @@ class PauseGates:
         with _ipr(netns_pid) as ipr:
             self.idx = _link_index(ipr, ifname, "pause gate")
         self.sock = None
-        self.nl = _in_netns(netns_pid, lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW,
+        self.nl = in_netns(netns_pid, lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW,
                                                                socket.NETLINK_ROUTE))
         self.nl.bind((0, 0))
         self._msgs: dict[tuple, bytes] = {}
         self._seq = 0
         self._lock = threading.RLock()   # the pauser and the port's gate thread both change gates
         if kick_frame:
-            self.sock = _in_netns(netns_pid, lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW))
+            self.sock = in_netns(netns_pid, lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW))
             self.sock.bind((ifname, 0))
             self.sock.setblocking(False)
 
@@ -972,9 +972,14 @@ class PauseGates:
             self.sock.close()
 
 
-def _in_netns(netns_pid: int | None, make):
-    """Call ``make()`` with this thread in the network namespace of ``netns_pid`` (sockets keep
-    the namespace they were created in); the thread returns to its own namespace after."""
+def in_netns(netns_pid: int | None, make):
+    """Call ``make()`` with this thread in the network namespace of ``netns_pid`` (None: as it is)
+    and return what it returns: sockets keep the namespace they were created in. The thread
+    returns to its own namespace after.
+
+    Raises:
+        SetupError: the namespace could not be entered (the process is gone, no permission).
+    """
     if netns_pid is None:
         return make()
     libc = ctypes.CDLL(None, use_errno=True)    # os.setns arrives with Python 3.12

@@ -122,7 +122,7 @@ class NamespacePorts:
 
     def __init__(self, netns_pid: int | None = None):
         self.netns_pid = netns_pid
-        self.ipr: IPRoute = dataplane._in_netns(netns_pid, IPRoute)
+        self.ipr: IPRoute = dataplane.in_netns(netns_pid, IPRoute)
         self.fd = self.ipr.fileno()
         self.index = {m.get_attr("IFLA_IFNAME"): m["index"] for m in self.ipr.get_links()}
         self._bits: dict[str, list[int]] | None = None

@@ -9,7 +9,7 @@ two cores with Open vSwitch. This module sends ``RTM_GETQDISC`` with
 qdisc on the interfaces asked for. Configuration stays in pyroute2
 (:mod:`controller.dataplane`).
 
-The netlink dump's cost grows with every port on the host, busy or idle (about 4 us per port
+The netlink dump's cost grows with every port on the host, busy or idle (about 2 us per port
 per tick here, so a Fat-Tree k=8's 640 ports could not be read 200 times a second). Where the
 kernel allows it, :class:`BpfQueueReader` is used instead: a BPF program at the qdisc enqueue and
 dequeue tracepoints keeps each watched port's root-qdisc counters in a memory-mapped array

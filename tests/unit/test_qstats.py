@@ -97,3 +97,12 @@ def test_the_sample_loop_decodes_nothing_and_the_writer_decodes_each_tick(tmp_pa
     assert samples and all(not isinstance(raw, dict) for _, raw in samples)
     assert write_samples(samples, tmp_path / "q.csv", r.decode) == len(samples)
     assert (tmp_path / "q.csv").read_text().splitlines()[1].split(",")[1:] == ["p0", "100", "1", "0", "50", "1"]
+
+
+def test_auto_reads_the_default_fabric_and_a_k4_fat_tree_by_netlink_and_k6_k8_by_bpf():
+    from controller.qstats import AUTO_NETLINK_MAX_CORE, netlink_cpu_estimate
+    # switch ports: default Spine-Leaf 40, Fat-Tree k=4 80, k=6 270, k=8 640
+    assert netlink_cpu_estimate(40, 200) == pytest.approx(0.033, abs=0.001)
+    assert [netlink_cpu_estimate(n, 200) <= AUTO_NETLINK_MAX_CORE for n in (40, 80, 270, 640)] == \
+        [True, True, False, False]
+    assert netlink_cpu_estimate(640, 20) <= AUTO_NETLINK_MAX_CORE   # a slow sampler stays on netlink
