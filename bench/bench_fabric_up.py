@@ -56,12 +56,14 @@ def one_run(shape: str, pingall: bool) -> dict:
     from controller.dataplane import PortQueue
     from experiments import probe, reach
     from experiments.fabric import LiveFabric
-    from experiments.state import RunState
+    from experiments.state import RunState, describe_report
     fab = build(shape)
     datapath = probe.probe()["datapath"]
     out = {}
-    t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fabriclab-bench-") as tmp, RunState(f"bench-{shape}") as st:
+        if st.stale_report:    # a killed earlier run's leftovers: removed before the clock starts
+            print(f"  removed state of an earlier run first: {describe_report(st.stale_report)}", flush=True)
+        t0 = time.monotonic()
         lf = LiveFabric(fab, Path(tmp), st, datapath=datapath, connect_timeout_s=300,
                         switch_queue=lambda r: PortQueue(r, buffer_packets=100))
         with lf:

@@ -17,6 +17,7 @@ import socket
 import struct
 import subprocess
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
@@ -331,13 +332,21 @@ def ovs_bridges() -> list[str]:
 
 
 def ovs_del_bridges(names: list[str]) -> None:
-    """Delete the named OVS bridges if they exist, in one ovs-vsctl transaction."""
+    """Delete the named OVS bridges if they exist, in one ovs-vsctl transaction, with the kernel's
+    RCU grace periods expedited meanwhile (:func:`expedited_rcu`; 80 bridges of a Fat-Tree k=8 took
+    9.6 s without, 2 s with). The wait allowed grows with the bridges (10 s plus 0.5 s each).
+
+    Raises:
+        SetupError: ovs-vsctl failed or timed out.
+    """
     if not names:
         return
-    argv = ["ovs-vsctl", "--timeout=10"]
+    wait_s = 10 + int(0.5 * len(names))
+    argv = ["ovs-vsctl", f"--timeout={wait_s}"]
     for n in names:
         argv += ["--", "--if-exists", "del-br", n]
-    run(argv, timeout_s=20)
+    with expedited_rcu():
+        run(argv, timeout_s=wait_s + 10)
 
 
 def root_links() -> set[str]:
@@ -418,6 +427,31 @@ def rcu_expedited(value: int | None = None) -> int | None:
         return None
     except OSError as e:
         raise SetupError(f"{RCU_EXPEDITED}: {e}") from None
+
+
+@contextmanager
+def expedited_rcu(remember=None, forget=None):
+    """While inside: the kernel's RCU grace periods expedited (:func:`rcu_expedited` says why),
+    then put back as they were. Does nothing where the kernel has no such switch or it is on
+    already. ``remember(before)`` is called before the change and ``forget()`` after it is undone
+    (a run record's :meth:`experiments.state.RunState.remember` / ``forget``).
+
+    Raises:
+        SetupError: the kernel refused the write.
+    """
+    before = rcu_expedited()
+    if before != 0:
+        yield
+        return
+    if remember is not None:
+        remember(before)
+    rcu_expedited(1)
+    try:
+        yield
+    finally:
+        rcu_expedited(before)
+        if forget is not None:
+            forget()
 
 
 #: First link group number tried for a bulk delete (``ip link del group N``); fabriclab moves

@@ -24,7 +24,7 @@ from pathlib import Path
 from common.errors import BusyError, CapabilityError, ScenarioError, SetupError, UnfaithfulRun
 from experiments.plan import build_fabric, check_against_fabric
 from experiments.scenario import read_yaml_file, validate
-from experiments.state import clean_stale
+from experiments.state import clean_stale, describe_report
 
 # Each subcommand imports its own modules inside main(): `check` loads the parser and the fabric
 # only, 0.3 s, where the run's modules (matplotlib among them) would make it 0.65 s.
@@ -143,7 +143,7 @@ def main(argv=None) -> int:
         except SetupError as e:
             print(f"fabriclab: {e}", file=sys.stderr)
             return 1
-        print("fabriclab: nothing recorded to clean" if report is None else f"fabriclab: removed {report}")
+        print("fabriclab: nothing recorded to clean" if report is None else f"fabriclab: {describe_report(report)}")
         return 0
     from experiments import runner
     try:

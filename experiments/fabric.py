@@ -399,17 +399,10 @@ class LiveFabric:
         try:
             t0 = time.monotonic()
             switches = tuple(net.switches)
-            before = dataplane.rcu_expedited()
-            if before == 0:
-                state.remember("rcu_expedited", before)
-                dataplane.rcu_expedited(1)
-            try:
+            with dataplane.expedited_rcu(lambda before: state.remember("rcu_expedited", before),
+                                         lambda: state.forget("rcu_expedited")):
                 if switches:
                     type(switches[0]).batchShutdown(switches)
-            finally:
-                if before == 0:
-                    dataplane.rcu_expedited(before)
-                    state.forget("rcu_expedited")
             t1 = time.monotonic()
             timings_s["teardown_bridges_s"] = t1 - t0
             dataplane.delete_root_links(interfaces)

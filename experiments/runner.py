@@ -37,7 +37,7 @@ from experiments.live import (ROUND_STOP, check_signalled, measure_rtt_s, signal
                               warm_up_reachability)
 from experiments.plan import check_against_fabric
 from experiments.scenario import FRAME_BYTES, read_yaml_file, validate
-from experiments.state import RunState
+from experiments.state import RunState, describe_report
 from experiments.workloads import WORKLOADS, workload_for
 from experiments.model import Round, Scenario
 from common.errors import UnfaithfulRun
@@ -169,7 +169,7 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
         for f in features:
             f.enter(run_long, state)
         if state.stale_report and any(state.stale_report[k] for k in ("processes", "bridges", "interfaces")):
-            ctx.say(f"removed state of an earlier run: {state.stale_report}")
+            ctx.say(f"removed state of an earlier run: {describe_report(state.stale_report)}")
         maybe_fault("before_fabric")
         with platform.live_fabric(fabric, out, state, datapath=env["datapath"],
                                   switch_queue=lambda rate: port_queue(sc, rate, slack_s), host_queue=host_queue,
