@@ -10,12 +10,26 @@ from controller import dataplane, portsetup, qstats
 from controller.dataplane import PortQueue
 
 
+def _own_netns(holder: subprocess.Popen) -> int:
+    """The pid of ``unshare -n``'s process once it is in its new namespace (until then it is in
+    ours, and a link moved to it would land in the root namespace)."""
+    import os
+    import time
+    mine = os.readlink("/proc/self/ns/net")
+    for _ in range(200):
+        if os.readlink(f"/proc/{holder.pid}/ns/net") != mine:
+            return holder.pid
+        time.sleep(0.01)
+    raise RuntimeError("unshare -n did not enter a new network namespace within 2 s")
+
+
 @pytest.fixture
 def shaped_port():
     """fltqs0 in the root namespace (HTB 1 Mbit/s over a 50-packet pfifo, 10.250.7.1/30), its peer
     in a throwaway namespace (10.250.7.2); yields the root end's name."""
     holder = subprocess.Popen(["unshare", "-n", "sleep", "120"])
     try:
+        _own_netns(holder)
         subprocess.run(["ip", "link", "add", "fltqs0", "type", "veth", "peer", "name", "fltqs1"], check=True)
         subprocess.run(["ip", "link", "set", "fltqs1", "netns", str(holder.pid)], check=True)
         subprocess.run(["ip", "addr", "add", "10.250.7.1/30", "dev", "fltqs0"], check=True)
@@ -76,6 +90,7 @@ def test_the_sampler_process_records_the_reader_it_used(shaped_port, tmp_path):
     import json
     meta = json.loads((tmp_path / "m.json").read_text())
     assert meta["method"] == "bpf" and meta["method_reason"] is None
+    # 10 runs beside a CPU-heavy process (make test-repeat N=10 K=test_qsample, 2026-12-03): all passed
     assert 190 <= meta["achieved_hz"] <= 201
     rows = (tmp_path / "q.csv").read_text().splitlines()
     assert rows[0].startswith("t_unix_s,intf,backlog_bytes") and len(rows) - 1 == meta["ticks"]
