@@ -137,3 +137,14 @@ def cpu_bound_fidelity_failures(run_dir) -> list[str]:
             assert fid.get("accepted_unfaithful") is True, (path, fid.get("accepted_unfaithful"))
             lines.append(f"{path.parent.name}: {line}")
     return lines
+
+
+def own_netns(holder: subprocess.Popen) -> int:
+    """The pid of ``unshare -n``'s process once it is in its new namespace (until then it is in
+    ours, and a link moved to it would land in the root namespace)."""
+    mine = os.readlink("/proc/self/ns/net")
+    for _ in range(200):
+        if os.readlink(f"/proc/{holder.pid}/ns/net") != mine:
+            return holder.pid
+        time.sleep(0.01)
+    raise RuntimeError("unshare -n did not enter a new network namespace within 2 s")

@@ -11,20 +11,9 @@ from common.errors import SetupError
 from controller import dataplane, portsetup
 from controller.dataplane import PortQueue, offload_state
 
+from .conftest import own_netns
+
 NAMES = ("fltps0", "fltps1", "fltps2", "fltps3")
-
-
-def _own_netns(holder: subprocess.Popen) -> int:
-    """The pid of ``unshare -n``'s process once it is in its new namespace (until then it is in
-    ours, and a link moved to it would land in the root namespace)."""
-    import os
-    import time
-    mine = os.readlink("/proc/self/ns/net")
-    for _ in range(200):
-        if os.readlink(f"/proc/{holder.pid}/ns/net") != mine:
-            return holder.pid
-        time.sleep(0.01)
-    raise RuntimeError("unshare -n did not enter a new network namespace within 2 s")
 
 
 @pytest.fixture
@@ -33,7 +22,7 @@ def netns_pair():
     second veth pair fltps2/fltps3 stays in the root namespace."""
     holder = subprocess.Popen(["unshare", "-n", "sleep", "120"])
     try:
-        _own_netns(holder)
+        own_netns(holder)
         subprocess.run(["ip", "link", "add", "fltps0", "type", "veth", "peer", "name", "fltps1"], check=True)
         subprocess.run(["ip", "link", "set", "fltps1", "netns", str(holder.pid)], check=True)
         subprocess.run(["ip", "link", "add", "fltps2", "type", "veth", "peer", "name", "fltps3"], check=True)

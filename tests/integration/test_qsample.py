@@ -9,18 +9,7 @@ import pytest
 from controller import dataplane, portsetup, qstats
 from controller.dataplane import PortQueue
 
-
-def _own_netns(holder: subprocess.Popen) -> int:
-    """The pid of ``unshare -n``'s process once it is in its new namespace (until then it is in
-    ours, and a link moved to it would land in the root namespace)."""
-    import os
-    import time
-    mine = os.readlink("/proc/self/ns/net")
-    for _ in range(200):
-        if os.readlink(f"/proc/{holder.pid}/ns/net") != mine:
-            return holder.pid
-        time.sleep(0.01)
-    raise RuntimeError("unshare -n did not enter a new network namespace within 2 s")
+from .conftest import own_netns
 
 
 @pytest.fixture
@@ -29,7 +18,7 @@ def shaped_port():
     in a throwaway namespace (10.250.7.2); yields the root end's name."""
     holder = subprocess.Popen(["unshare", "-n", "sleep", "120"])
     try:
-        _own_netns(holder)
+        own_netns(holder)
         subprocess.run(["ip", "link", "add", "fltqs0", "type", "veth", "peer", "name", "fltqs1"], check=True)
         subprocess.run(["ip", "link", "set", "fltqs1", "netns", str(holder.pid)], check=True)
         subprocess.run(["ip", "addr", "add", "10.250.7.1/30", "dev", "fltqs0"], check=True)
