@@ -8,12 +8,14 @@ from pathlib import Path
 
 import numpy as np
 
-#: The columns of flows.csv (TCP and UDP flows, and one row per RoCE flow).
+#: The columns of flows.csv (TCP and UDP flows, and one row per RoCE flow). ``path``: the switches
+#: a TCP or UDP flow crossed (``h2>l2>s1>l1>h1``; experiments.workloads.flows.trace_paths).
 FLOW_COLUMNS = ("flow_id", "src", "dst", "src_ip", "src_port", "bytes_planned", "bytes_sent",
                 "bytes_received", "start_at_unix_s", "first_byte_s", "fct_s", "sender_done_s",
                 "congestion_control", "ecn_negotiated", "total_retrans", "rtt_us",
                 "ce_received", "ect_received", "not_ect_received", "transport", "datagrams_sent",
-                "datagrams_received", "datagrams_lost", "blocked_sends", "host_queue_full", "complete", "error")
+                "datagrams_received", "datagrams_lost", "blocked_sends", "host_queue_full", "complete", "error",
+                "path")
 
 
 def percentile(values, q: float) -> float | None:

@@ -16,7 +16,7 @@ Roles (``job["role"]``):
   With ``count_ecn`` it also reads every arriving IPv4 packet's header on the
   host's interfaces (an AF_PACKET socket) and counts, per flow, data packets
   that arrived Not-ECT, ECT and CE (a TCP socket cannot show the IP ECN field).
-- ``sender``: ``{"flows": [{"dst_ip", "port", "bytes" | "duration_s", "flow_id"}, ...],
+- ``sender``: ``{"flows": [{"dst_ip", "port", "bytes" | "duration_s", "flow_id", "src_port"}, ...],
   "deadline_unix_s", "out", "dscp", "tcp_sample_interval_s"}``. At the start time opens every flow at once;
   each sends ``bytes`` of zeros (or as much as it can for ``duration_s``), half-closes, waits for the receiver to
   close; records times, congestion control in use, whether ECN was
@@ -143,6 +143,20 @@ class EcnCounter:
             c["ce" if ecn == 3 else "not_ect" if ecn == 0 else "ect"] += 1
 
 
+def bind_source_port(sock: socket.socket, flow: dict) -> None:
+    """Bind ``sock`` to the flow's planned ``src_port`` (traffic.patterns.source_ports: the seed
+    fixes each flow's 5-tuple, hence its ECMP path); a flow without one keeps a kernel-chosen
+    port. SO_REUSEADDR lets a later round's flow take the port of an earlier round's connection
+    in TIME_WAIT (the connect then needs ``net.ipv4.tcp_tw_reuse``, which the hosts feature sets).
+
+    Raises:
+        OSError: the port is in use by a live socket.
+    """
+    if flow.get("src_port"):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("0.0.0.0", flow["src_port"]))
+
+
 def congestion_control(sock: socket.socket) -> str:
     """The congestion control algorithm the kernel uses on ``sock``."""
     return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0")[0].decode()
@@ -239,6 +253,7 @@ def run_sender(job: dict) -> dict:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if job.get("dscp"):
             s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, job["dscp"] << 2)
+        bind_source_port(s, f)
         s.setblocking(False)
         s.connect_ex((f["dst_ip"], f["port"]))
         sel.register(s, selectors.EVENT_WRITE, rec)
@@ -402,6 +417,7 @@ def run_udp_sender(job: dict) -> dict:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, job.get("dscp", 0) << 2)
         s.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
+        bind_source_port(s, f)
         s.setblocking(False)
         s.connect((f["dst_ip"], f["port"]))
         socks.append(s)

@@ -75,13 +75,43 @@ def all_to_all_pairs(hosts: list[str]) -> list[tuple[str, str]]:
     return [(s, d) for s in hosts for d in hosts if s != d]
 
 
+#: The source ports a flow plan draws from (below Linux's ephemeral range, 32768-60999, so a pinned
+#: port never collides with a connection the kernel numbered itself).
+SOURCE_PORTS = range(10000, 32768)
+
+
+def source_ports(count: int, seed: int, avoid: tuple[int, ...] = ()) -> list[int]:
+    """``count`` distinct source ports drawn from :data:`SOURCE_PORTS` by ``seed``.
+
+    The ECMP hash of a flow is a function of its 5-tuple, so the source port fixes the flow's
+    path: the same seed gives flow i the same port (and the same path) in every run and every
+    variant of a study (common random numbers). Drawn one at a time, so the first n ports of a
+    plan do not depend on how many flows follow (an N sweep keeps flow i's path).
+
+    Raises:
+        ValueError: more ports asked than the range holds (less ``avoid``).
+    """
+    free = len(SOURCE_PORTS) - sum(1 for a in set(avoid) if a in SOURCE_PORTS)
+    if count > free:
+        raise ValueError(f"{count} flows need more source ports than the {free} of {SOURCE_PORTS}")
+    rng = random.Random(f"fabriclab-source-ports-{seed}")
+    taken, out = set(avoid), []
+    while len(out) < count:
+        p = rng.randrange(SOURCE_PORTS.start, SOURCE_PORTS.stop)
+        if p not in taken:
+            taken.add(p)
+            out.append(p)
+    return out
+
+
 def flow_plan(traffic: Any, fabric, seed: int) -> list[dict]:
     """Every flow a resolved scenario's ``traffic`` section asks for, on ``fabric``.
 
     Returns:
-        ``[{"flow_id", "src", "dst", "src_ip", "dst_ip", "bytes", "duration_s"}, ...]``;
-        ``flow_id`` counts from 0; ``bytes`` is None for time-limited flows.
-        incast: one flow per sender (``response_bytes``); the pair patterns:
+        ``[{"flow_id", "src", "dst", "src_ip", "dst_ip", "src_port", "bytes", "duration_s"}, ...]``;
+        ``flow_id`` counts from 0; ``bytes`` is None for time-limited flows; ``src_port`` the
+        port the flow's sender binds (:func:`source_ports` of ``seed``: the seed fixes every
+        flow's ECMP path). incast: one flow per sender (``response_bytes``); the pair patterns:
         ``flows_per_pair`` flows per pair (``flow_bytes`` or ``duration_s``).
 
     Raises:
@@ -98,6 +128,8 @@ def flow_plan(traffic: Any, fabric, seed: int) -> list[dict]:
         for _ in range(per_pair):
             plan.append({"flow_id": len(plan), "src": src, "dst": dst, "src_ip": ip[src], "dst_ip": ip[dst],
                          "bytes": size, "duration_s": duration})
+    for f, port in zip(plan, source_ports(len(plan), seed, avoid=(getattr(traffic, "port", 0),))):
+        f["src_port"] = port
     return plan
 
 

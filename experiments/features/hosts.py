@@ -46,7 +46,7 @@ class AllowCongestionControl:
 def configure_hosts(lf, hosts) -> dict:
     """Apply a round's ``hosts`` section (experiments.model.Hosts) to every host of the live fabric
     ``lf``: the namespace's congestion control, ECN negotiation and slow start after idle
-    (sysctls, case H1), and on every route out of its NIC the minimum RTO and quick ACKs. Returns
+    (sysctls, case H1), TIME_WAIT reuse for the planned source ports, and on every route out of its NIC the minimum RTO and quick ACKs. Returns
     what was read back, per host.
 
     Raises:
@@ -54,7 +54,10 @@ def configure_hosts(lf, hosts) -> dict:
     """
     asked = {"net.ipv4.tcp_congestion_control": hosts.tcp_congestion_control,
              "net.ipv4.tcp_ecn": str(hosts.tcp_ecn),
-             "net.ipv4.tcp_slow_start_after_idle": str(int(hosts.slow_start_after_idle))}
+             "net.ipv4.tcp_slow_start_after_idle": str(int(hosts.slow_start_after_idle)),
+             # flows bind their planned source ports (traffic.patterns.source_ports): a round that
+             # repeats an earlier round's seed reuses its 4-tuples, whose senders are in TIME_WAIT
+             "net.ipv4.tcp_tw_reuse": "1"}
     intfs = {h["name"]: h["intf"] for h in lf.fabric_map["hosts"]}
     seen = {}
     for h in lf.net.hosts:

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 from experiments import analysis, plot
+from common.errors import SetupError
+from experiments.collrun import traced_path
 from experiments.context import RoundRecord, maybe_fault
 from experiments.live import Agents, start_sampler, stop_sampler
 from experiments.workloads.base import Workload
@@ -42,12 +44,13 @@ class KernelFlows(Workload):
         return f"{rnd.hosts.tcp_congestion_control} tcp_ecn={rnd.hosts.tcp_ecn}"
 
     def round_plan(self, rnd: Round) -> list[dict]:
-        """The round's flows (traffic.patterns.flow_plan rows): the run's plan, or, for an incast
-        round that sets its own ``senders`` (``Round.traffic``), that many senders planned the
-        same way (the scenario's seed)."""
-        if rnd.traffic is self.ctx.sc.traffic or rnd.traffic == self.ctx.sc.traffic:
+        """The round's flows (traffic.patterns.flow_plan rows): the run's plan, or, for a round
+        with its own seed or (an incast) its own ``senders`` (``Round.traffic``), the round's
+        traffic planned with the round's seed: the seed fixes the pairs and every flow's source
+        port, hence its ECMP path."""
+        if (rnd.traffic is self.ctx.sc.traffic or rnd.traffic == self.ctx.sc.traffic) and rnd.seed == self.ctx.sc.seed:
             return self.ctx.plan
-        return flow_plan(rnd.traffic, self.ctx.fabric, self.ctx.sc.seed)
+        return flow_plan(rnd.traffic, self.ctx.fabric, rnd.seed)
 
     def run_round(self, lf, state, rec: RoundRecord) -> dict:
         """Start the sampler and the agents, release the synchronized start, take one ``ss -tin``
@@ -75,7 +78,8 @@ class KernelFlows(Workload):
                 agents.start(src, "tx", {"role": "udp-sender" if udp else "sender", "deadline_unix_s": deadline,
                                          "dscp": t.dscp, "out": str(agent_dir / f"{src}.tx.json"),
                                          "flows": [{"dst_ip": f["dst_ip"], "port": t.port, "bytes": f["bytes"],
-                                                    "duration_s": f["duration_s"], "flow_id": f["flow_id"]}
+                                                    "duration_s": f["duration_s"], "flow_id": f["flow_id"],
+                                                    "src_port": f["src_port"]}
                                                    for f in flows]})
             agents.wait_ready()
             start_at = time.time() + t.start_delay_s
@@ -94,7 +98,7 @@ class KernelFlows(Workload):
         finally:
             agents.kill()
             stop_sampler(sampler)
-        return {"codes": codes}
+        return {"codes": codes, "paths": trace_paths(lf.fabric_map, plan, t.port, "udp" if udp else "tcp")}
 
     def collect(self, rec: RoundRecord) -> list[dict]:
         """The round's per-flow rows (experiments.analysis.collect_flows)."""
@@ -104,6 +108,9 @@ class KernelFlows(Workload):
         """flows.csv, flow_samples.csv, queues.csv, ports.csv and the round's summary
         (experiments.analysis.write_results)."""
         rec.rows = self.collect(rec)
+        paths = rec.raw.get("paths") or {}
+        for row in rec.rows:
+            row["path"] = paths.get(str(row["flow_id"]))
         return analysis.write_results(rec.dir, self.ctx.sc, self.ctx.fabric_map, rec.rows, rec.timings_s,
                                       self.round_plan(rec.round),
                                       receiver_is_bottleneck=bool(rec.options.get("receiver_is_bottleneck")))
@@ -124,6 +131,29 @@ class KernelFlows(Workload):
         plot.plot_rounds(out)
         if not self.ctx.quiet:
             print(analysis.format_rounds(out))
+
+
+#: Most flows whose paths a round traces (one ``ovs-appctl ofproto/trace`` per switch hop, about
+#: 10 ms each): a larger plan records none, and says so.
+MAX_TRACED_FLOWS = 256
+
+
+def trace_paths(fabric_map: dict, plan: list[dict], dst_port: int, proto: str, trace=None) -> dict:
+    """Every planned flow's path through the live fabric, as Open vSwitch's tables send its
+    5-tuple (experiments.collrun.traced_path: the ECMP hash as the switches compute it), e.g.
+    ``{"0": "h2>l2>s1>l1>h1", ...}`` by flow id; the seed's source ports make it the same in every
+    variant of a study. A flow that cannot be traced maps to ``"error: ..."``; more than
+    :data:`MAX_TRACED_FLOWS` flows give ``{}``. ``trace(bridge, flow) -> port`` replaces the tracer (tests)."""
+    if len(plan) > MAX_TRACED_FLOWS:
+        return {}
+    out = {}
+    for f in plan:
+        try:
+            links = traced_path(fabric_map, f["src"], f["dst"], f["src_port"], dst_port, proto, trace=trace)
+            out[str(f["flow_id"])] = ">".join([f["src"]] + [b for _a, b in links])
+        except (ValueError, SetupError) as e:
+            out[str(f["flow_id"])] = f"error: {e}"
+    return out
 
 
 def snapshot_ss(lf, host: str, port: int, at_unix_s: float, path: Path) -> None:
