@@ -1,0 +1,413 @@
+"""Statistics of congestion-control A/B studies: per-variant medians with bootstrap confidence
+intervals, paired comparisons of two variants, and the multiple-comparison control that keeps a
+study of many metrics honest.
+
+What a study is. A study runs several variants (e.g. DCQCN against a new rate controller) with the
+same seeds. Each (variant, metric) gives one value per seed: a sequence indexed by seed, ``None`` or
+NaN where that seed produced no value. :func:`summarize_variant` describes one such sequence;
+:func:`compare_paired` compares two variants' sequences of one metric seed by seed;
+:func:`adjust_family` adjusts the p-values of all the comparisons of one study together.
+
+Why paired. The seeds are common random numbers: seed ``i`` draws the same flow sizes, start
+times and ECMP hashes for every variant, so the seed-to-seed spread (one seed's incast is simply
+worse) is shared by both variants and cancels in the per-seed difference ``b_i - a_i``. The
+comparison is therefore made on those differences (their median, a paired bootstrap interval, the
+Wilcoxon signed-rank test), not on two independent samples. :attr:`PairStat.diff_std` against
+:attr:`PairStat.unpaired_diff_std` (the spread of ``a_i - b_j`` over different seeds ``i != j``)
+shows how much the pairing bought.
+
+Why medians and bootstrap intervals. One run of a congestion experiment is one draw from a wide,
+often skewed distribution; a claim about a scheme is a claim about that distribution over many
+runs (Pantheon: F. Y. Yan et al., "Pantheon: the training ground for Internet
+congestion-control research", USENIX ATC 2018, found single runs misleading and reports
+distributions over repeated runs). Medians resist the odd pathological seed; the bootstrap
+(B. Efron and R. J. Tibshirani, "An Introduction to the Bootstrap", Chapman & Hall, 1993) gives
+their confidence intervals without assuming a distribution. The intervals use the *percentile*
+method (``scipy.stats.bootstrap(method='percentile')``): BCa is undefined on degenerate samples (all
+values equal, e.g. zero drops for every seed, or an A/A study with identical runs: its acceleration
+is 0/0 and scipy returns NaN), and degenerate samples are common here; the percentile interval of a
+constant sample is simply ``[v, v]``.
+
+Why Holm and a Bonferroni confidence level. A study compares two variants on ~15 metrics. Tested
+each at the 5% level, an A/A study (two identical variants) would show some "significant"
+difference on about half of all runs: 1 - 0.95**15 = 54%. So the p-values of one study are adjusted
+together with Holm's step-down procedure (S. Holm, "A simple sequentially rejective multiple test
+procedure", Scand. J. Statist. 6, 1979), which holds the family-wise error rate (the chance of any
+false difference in the study) at 1 - confidence, and the intervals are computed at the Bonferroni
+level :func:`simultaneous_confidence` ``(confidence, m)`` = 1 - (1 - confidence)/m, so all m of
+them hold together with probability at least ``confidence``. A difference is reported only when
+both agree: the Holm-adjusted p-value is below 1 - confidence *and* the simultaneous interval of the
+median difference excludes 0. The test is the Wilcoxon signed-rank test (F. Wilcoxon, "Individual
+comparisons by ranking methods", Biometrics Bulletin 1, 1945) on the per-seed differences: no
+normality assumption, exact for small studies.
+
+Typical use::
+
+    m = len(metrics)
+    level = simultaneous_confidence(0.95, m)
+    pairs = [compare_paired(a[k], b[k], better[k], confidence=level) for k in metrics]
+    pairs = adjust_family(pairs, confidence=0.95)
+
+Results are reproducible: every bootstrap draws from ``numpy.random.default_rng(seed)``.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+from scipy import stats
+
+#: The power :func:`compare_paired` sizes ``seeds_needed`` for.
+POWER = 0.8
+#: The verdicts: with a preferred direction, and without one (``better=None``).
+VERDICTS = ("A better", "B better", "A higher", "B higher", "no difference")
+BETTER = ("lower", "higher", None)
+
+
+def _plain(v):
+    """A JSON-able scalar: numpy numbers to Python, NaN and +-inf to None."""
+    if v is None or isinstance(v, (str, bool)):
+        return v
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+@dataclass(frozen=True)
+class VariantStat:
+    """One variant's values of one metric over the seeds, in the metric's own unit.
+
+    Attributes:
+        n: values counted (None and NaN dropped).
+        median: median over the seeds; None when n == 0.
+        ci_low, ci_high: percentile-bootstrap confidence interval of the median; None when n < 2.
+        mean: arithmetic mean; None when n == 0.
+        std: sample standard deviation (ddof=1); None when n < 2.
+    """
+    n: int
+    median: float | None
+    ci_low: float | None
+    ci_high: float | None
+    mean: float | None
+    std: float | None
+
+    def as_dict(self) -> dict:
+        """The fields as a plain JSON-able dict (Python numbers, None for undefined, never NaN/inf)."""
+        return {k: _plain(v) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class PairStat:
+    """Variant B against variant A on one metric, seed by seed (``diff = b - a``), in the metric's unit.
+
+    Attributes:
+        n: seeds where both values exist.
+        a_median, b_median: the medians of A and B over those seeds (None when n == 0).
+        diff_median: median of the per-seed differences b_i - a_i (None when n == 0).
+        diff_ci_low, diff_ci_high: paired percentile-bootstrap interval of ``diff_median`` at
+            ``confidence``.
+        ratio: median(b) / median(a), unitless; 1.0 when every value of both is 0; None when
+            median(a) == 0 otherwise.
+        ratio_ci_low, ratio_ci_high: paired percentile-bootstrap interval of ``ratio`` at
+            ``confidence`` (see :func:`compare_paired` for resamples with median(a*) == 0).
+        p_wilcoxon: two-sided Wilcoxon signed-rank p-value of the differences (1.0 when all are 0).
+        p_adjusted: ``p_wilcoxon`` as returned by :func:`compare_paired`; the Holm-adjusted
+            p-value of the study after :func:`adjust_family`.
+        verdict: "A better", "B better" or "no difference" (with ``better=None``: "A higher",
+            "B higher" or "no difference").
+        seeds_needed: seeds a paired study would need to detect a mean difference of the size
+            observed with 80% power at the two-sided level 1 - ``confidence`` (see
+            :func:`compare_paired`).
+        diff_std: sample standard deviation (ddof=1) of the per-seed differences.
+        unpaired_diff_std: sample standard deviation (ddof=1) of a_i - b_j over all i != j: the
+            spread of a difference without common random numbers.
+        better: the metric's preferred direction, "lower", "higher" or None (none).
+        confidence: the level of the two intervals (and of ``seeds_needed``).
+
+    Everything but the three medians is None when n < 2 (and the verdict is "no difference").
+    """
+    n: int
+    a_median: float | None
+    b_median: float | None
+    diff_median: float | None
+    diff_ci_low: float | None
+    diff_ci_high: float | None
+    ratio: float | None
+    ratio_ci_low: float | None
+    ratio_ci_high: float | None
+    p_wilcoxon: float | None
+    p_adjusted: float | None
+    verdict: str
+    seeds_needed: int | None
+    diff_std: float | None
+    unpaired_diff_std: float | None
+    better: str | None
+    confidence: float
+
+    def as_dict(self) -> dict:
+        """The fields as a plain JSON-able dict (Python numbers, None for undefined, never NaN/inf)."""
+        return {k: _plain(v) for k, v in asdict(self).items()}
+
+
+def _check_confidence(confidence: float, name: str = "confidence") -> float:
+    c = float(confidence)
+    if not 0 < c < 1:
+        raise ValueError(f"{name} must be strictly between 0 and 1, got {confidence!r}")
+    return c
+
+
+def _check_resamples(n_resamples: int) -> int:
+    if isinstance(n_resamples, bool) or int(n_resamples) != n_resamples or n_resamples < 1:
+        raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
+    return int(n_resamples)
+
+
+def _floats(values, name: str) -> np.ndarray:
+    """``values`` as a float array with NaN for None/NaN. Raises ValueError on +-inf."""
+    out = np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+    bad = np.flatnonzero(np.isinf(out))
+    if bad.size:
+        raise ValueError(f"{name}[{int(bad[0])}] is infinite; drop a missing value as None or NaN")
+    return out
+
+
+def simultaneous_confidence(confidence: float, m: int) -> float:
+    """The Bonferroni level for ``m`` simultaneous intervals: 1 - (1 - confidence) / m.
+
+    Computed at this level, ``m`` intervals all cover their true values together with probability
+    at least ``confidence`` (e.g. 0.95 and 15 metrics -> 0.99667).
+
+    Raises:
+        ValueError: ``confidence`` not strictly between 0 and 1, or ``m`` not an integer >= 1.
+    """
+    c = _check_confidence(confidence)
+    if isinstance(m, bool) or int(m) != m or m < 1:
+        raise ValueError(f"m (the number of intervals) must be an integer >= 1, got {m!r}")
+    return 1 - (1 - c) / int(m)
+
+
+def summarize_variant(values: Sequence[float | None], confidence: float = 0.95, n_resamples: int = 9999,
+                      seed: int = 0) -> VariantStat:
+    """Median, bootstrap interval of the median, mean and sample std of one variant's values.
+
+    Args:
+        values: one value per seed (any length, any unit); None and NaN are dropped.
+        confidence: level of the interval, strictly between 0 and 1.
+        n_resamples: bootstrap resamples (``scipy.stats.bootstrap``, percentile method: see the
+            module docstring for why not BCa).
+        seed: seeds the ``numpy.random.Generator`` the resamples are drawn from.
+
+    Returns:
+        A :class:`VariantStat`: n == 0 -> every statistic None; n == 1 -> interval and std None;
+        all values equal -> interval [v, v].
+
+    Raises:
+        ValueError: an infinite value, a bad ``confidence`` or ``n_resamples``.
+    """
+    c = _check_confidence(confidence)
+    nr = _check_resamples(n_resamples)
+    x = _floats(values, "values")
+    x = x[~np.isnan(x)]
+    n = int(x.size)
+    if n == 0:
+        return VariantStat(0, None, None, None, None, None)
+    med, mean = float(np.median(x)), float(np.mean(x))
+    if n == 1:
+        return VariantStat(1, med, None, None, mean, None)
+    res = stats.bootstrap((x,), np.median, n_resamples=nr, confidence_level=c, method="percentile",
+                          rng=np.random.default_rng(seed))
+    ci = res.confidence_interval
+    return VariantStat(n, med, float(ci.low), float(ci.high), mean, float(np.std(x, ddof=1)))
+
+
+def wilcoxon_min_seeds(alpha: float) -> int:
+    """The fewest pairs with which the two-sided Wilcoxon signed-rank test can reach p < ``alpha``.
+
+    With n non-zero, distinct differences the smallest exact two-sided p-value is 2 / 2**n (all
+    differences of one sign), so this is the least n with 2**(1 - n) < alpha: 6 at alpha = 0.05,
+    10 at 0.05/15.
+
+    Raises:
+        ValueError: ``alpha`` not strictly between 0 and 1.
+    """
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be strictly between 0 and 1, got {alpha!r}")
+    n = 1
+    while 2.0 ** (1 - n) >= alpha:
+        n += 1
+    return n
+
+
+@functools.lru_cache(maxsize=64)
+def _z_sum(alpha: float) -> float:
+    """z(1 - alpha/2) + z(POWER), the standard normal quantiles of a two-sided test and its power."""
+    return float(stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(POWER))
+
+
+def _seeds_needed(d: np.ndarray, alpha: float) -> int | None:
+    mean = float(np.mean(d))
+    if d.size < 2 or mean == 0:
+        return None
+    need = math.ceil((_z_sum(alpha) * float(np.std(d, ddof=1)) / abs(mean)) ** 2)
+    return max(need, wilcoxon_min_seeds(alpha))
+
+
+def _verdict(p: float | None, lo: float | None, hi: float | None, better: str | None, alpha: float) -> str:
+    """The verdict from an (adjusted) p-value and the interval of the median difference b - a."""
+    if p is None or lo is None or hi is None or not p < alpha or lo <= 0 <= hi:
+        return "no difference"
+    b_higher = lo > 0
+    if better is None:
+        return "B higher" if b_higher else "A higher"
+    return "B better" if b_higher == (better == "higher") else "A better"
+
+
+def compare_paired(a: Sequence[float | None], b: Sequence[float | None], better: str | None,
+                   confidence: float = 0.95, n_resamples: int = 9999, seed: int = 0) -> PairStat:
+    """Compare variant B against variant A on one metric, seed by seed.
+
+    Args:
+        a, b: equal-length sequences, index i = seed i, in the metric's unit; a pair where either
+            value is None or NaN is dropped.
+        better: "lower" or "higher" (which direction is better for this metric), or None for a
+            metric without one (the verdict is then "A higher" / "B higher" / "no difference").
+        confidence: level of the intervals and of the test behind the verdict and
+            ``seeds_needed``. For a study of m metrics pass ``simultaneous_confidence(0.95, m)``
+            and then run :func:`adjust_family` over the study.
+        n_resamples: bootstrap resamples.
+        seed: seeds the ``numpy.random.Generator`` of the bootstrap (reproducible results).
+
+    What is computed (see :class:`PairStat`):
+
+    * ``diff_median`` and its interval: one paired ``scipy.stats.bootstrap`` (percentile method)
+      resampling seed indices; the same resamples give the ratio's interval.
+    * ``ratio`` = median(b)/median(a). Its interval is the percentiles of median(b*)/median(a*)
+      over the resamples; resamples with median(a*) == 0 (unbounded ratio) are dropped, and when
+      more than (1 - confidence)/2 of them are dropped - more than one tail's share, so one end
+      of the interval would be unbounded - both ends are None.
+    * ``p_wilcoxon``: ``scipy.stats.wilcoxon`` two-sided, zero_method="wilcox" (zero differences
+      dropped), method="auto" (exact up to 50 pairs without ties, else permutations up to 13
+      pairs, else the normal approximation); 1.0 when every difference is 0.
+    * ``p_adjusted`` = ``p_wilcoxon`` (:func:`adjust_family` replaces it); the verdict says a
+      difference when ``p_adjusted < 1 - confidence`` and the interval of ``diff_median`` excludes
+      0, in the direction of that interval.
+    * ``seeds_needed`` = max(ceil(((z(1 - alpha/2) + z(0.8)) * diff_std / |mean diff|)**2),
+      :func:`wilcoxon_min_seeds` (alpha)) with alpha = 1 - confidence: the normal-approximation
+      sample size of a paired test with 80% power for the observed mean difference and spread,
+      floored at the fewest pairs with which the Wilcoxon test can be significant at all (6 at
+      alpha = 0.05; a zero spread gives that floor). It is an estimate from the observed spread
+      (itself uncertain at small n), for a paired z-test: the Wilcoxon test needs about 5% more
+      seeds for normal differences (asymptotic relative efficiency 3/pi), fewer for heavy-tailed
+      ones. None when the mean difference is 0 or n < 2.
+
+    Raises:
+        ValueError: ``a`` and ``b`` of different lengths (the message names both), an infinite
+            value, ``better`` not one of "lower", "higher", None, a bad ``confidence`` or
+            ``n_resamples``.
+    """
+    if better not in BETTER:
+        raise ValueError(f"better must be 'lower', 'higher' or None, got {better!r}")
+    c = _check_confidence(confidence)
+    nr = _check_resamples(n_resamples)
+    alpha = 1 - c
+    xa, xb = _floats(a, "a"), _floats(b, "b")
+    if xa.size != xb.size:
+        raise ValueError(f"a and b are paired by seed and must have the same length: a has {xa.size} "
+                         f"values, b has {xb.size}")
+    keep = ~(np.isnan(xa) | np.isnan(xb))
+    xa, xb = xa[keep], xb[keep]
+    n = int(xa.size)
+    d = xb - xa
+    none = dict(diff_ci_low=None, diff_ci_high=None, ratio=None, ratio_ci_low=None, ratio_ci_high=None,
+                p_wilcoxon=None, p_adjusted=None, verdict="no difference", seeds_needed=None, diff_std=None,
+                unpaired_diff_std=None, better=better, confidence=c)
+    if n == 0:
+        return PairStat(n=0, a_median=None, b_median=None, diff_median=None, **none)
+    ma, mb, md = float(np.median(xa)), float(np.median(xb)), float(np.median(d))
+    if n == 1:
+        return PairStat(n=1, a_median=ma, b_median=mb, diff_median=md, **none)
+
+    def medians(ra, rb, axis=-1):
+        return np.stack([np.median(rb - ra, axis=axis), np.median(ra, axis=axis), np.median(rb, axis=axis)])
+
+    res = stats.bootstrap((xa, xb), medians, paired=True, n_resamples=nr, confidence_level=c,
+                          method="percentile", rng=np.random.default_rng(seed))
+    d_lo, d_hi = float(res.confidence_interval.low[0]), float(res.confidence_interval.high[0])
+
+    ratio = r_lo = r_hi = None
+    if not np.any(xa) and not np.any(xb):
+        ratio = r_lo = r_hi = 1.0               # both identically zero: the same
+    elif ma != 0:
+        ratio = mb / ma
+        _, ra, rb = res.bootstrap_distribution
+        ok = ra != 0
+        if np.count_nonzero(~ok) <= alpha / 2 * ra.size:
+            q = np.quantile(rb[ok] / ra[ok], [alpha / 2, 1 - alpha / 2])   # = scipy's 'linear'
+            r_lo, r_hi = float(q[0]), float(q[1])
+
+    if not np.any(d):
+        p = 1.0
+    else:
+        p = float(stats.wilcoxon(d, zero_method="wilcox", alternative="two-sided", method="auto").pvalue)
+
+    off = ~np.eye(n, dtype=bool)
+    unpaired = (xa[:, None] - xb[None, :])[off]
+    return PairStat(n=n, a_median=ma, b_median=mb, diff_median=md, diff_ci_low=d_lo, diff_ci_high=d_hi,
+                    ratio=ratio, ratio_ci_low=r_lo, ratio_ci_high=r_hi, p_wilcoxon=p, p_adjusted=p,
+                    verdict=_verdict(p, d_lo, d_hi, better, alpha), seeds_needed=_seeds_needed(d, alpha),
+                    diff_std=float(np.std(d, ddof=1)), unpaired_diff_std=float(np.std(unpaired, ddof=1)),
+                    better=better, confidence=c)
+
+
+def holm(pvalues: Sequence[float | None]) -> list[float | None]:
+    """Holm-Bonferroni adjusted p-values, in the order given.
+
+    With the m non-None p-values sorted ascending, p_(1) <= ... <= p_(m), the adjusted value of
+    p_(i) is max over j <= i of min(1, (m - j + 1) * p_(j)): monotone in the raw p-values and
+    capped at 1. Rejecting where the adjusted value is below alpha is Holm's procedure (S. Holm,
+    1979), which holds the family-wise error rate at alpha under any dependence between the tests.
+    None (a comparison without a p-value) passes through and does not count in m.
+
+    Raises:
+        ValueError: a p-value that is NaN or outside [0, 1].
+    """
+    ps = [None if p is None else float(p) for p in pvalues]
+    for i, p in enumerate(ps):
+        if p is not None and not 0 <= p <= 1:
+            raise ValueError(f"p-value {i} is {p}; p-values are in [0, 1] (None for none)")
+    idx = sorted((i for i, p in enumerate(ps) if p is not None), key=lambda i: ps[i])
+    m = len(idx)
+    out: list[float | None] = [None] * len(ps)
+    running = 0.0
+    for rank, i in enumerate(idx):
+        running = max(running, min(1.0, (m - rank) * ps[i]))
+        out[i] = running
+    return out
+
+
+def adjust_family(pairs: Sequence[PairStat], confidence: float = 0.95) -> list[PairStat]:
+    """The comparisons of one study with Holm-adjusted p-values and their verdicts recomputed.
+
+    Args:
+        pairs: every :class:`PairStat` of the study (the family), e.g. one per metric, each
+            computed by :func:`compare_paired` at ``simultaneous_confidence(confidence, len(pairs))``.
+        confidence: the family's level: the chance of any false difference in the study is held
+            at 1 - confidence.
+
+    Returns:
+        New PairStats in the same order: ``p_adjusted`` from :func:`holm` over the ``p_wilcoxon``
+        values, and the verdict "better"/"higher" only where ``p_adjusted < 1 - confidence`` and
+        the pair's own interval of the median difference excludes 0. The intervals and
+        ``seeds_needed`` are unchanged (they stay at the level each pair was computed at).
+
+    Raises:
+        ValueError: a bad ``confidence``.
+    """
+    alpha = 1 - _check_confidence(confidence)
+    adjusted = holm([p.p_wilcoxon for p in pairs])
+    return [replace(p, p_adjusted=q, verdict=_verdict(q, p.diff_ci_low, p.diff_ci_high, p.better, alpha))
+            for p, q in zip(pairs, adjusted)]
