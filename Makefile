@@ -13,7 +13,7 @@ K ?=
 LOAD ?= 1
 VM ?= 0
 
-.PHONY: allreduce help test-times test-repeat test-repeat-args setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-watch bench-sampler bench-forwarding bench-ovstx bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
+.PHONY: allreduce study help test-times test-repeat test-repeat-args setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-watch bench-sampler bench-forwarding bench-ovstx bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
 
 help:
 	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast, drop-tail / ECN / PFC / ECN+PFC), results in $(RESULTS)/"
@@ -22,6 +22,7 @@ help:
 	@echo "sudo make allreduce                       ring AllReduce of real arrays, rack-local vs spread ranks on a 3:1 Spine-Leaf"
 	@echo "sudo make k-sweep                         ECN K sweep: the incast at K = 5..65 packets on one fabric"
 	@echo "sudo make compare [COMPARISON=file.yaml]  same traffic on Fat-Tree k=4 and 3:1 Spine-Leaf, side-by-side plots"
+	@echo "sudo make study [STUDY=file.yaml]  variants x seeds, compared per seed (paired statistics, report.html)"
 	@echo "make draw [SCENARIO=file.yaml]            draw the scenario's fabric to $(RESULTS)/topology.png (no root)"
 	@echo "sudo make test                            install what is missing, run the whole test suite (host lane)"
 	@echo "make test-times                           table of test -> seconds for each lane's last run"
@@ -71,6 +72,11 @@ bpf:
 
 compare: check-root setup
 	$(PY) -m experiments compare $(COMPARISON) --results $(RESULTS)
+
+# A study: variants x sweep x seeds on this machine, compared per seed (docs/studies.md).
+STUDY ?= experiments/studies/ecn-vs-droptail.yaml
+study: check-root setup
+	$(PY) -m experiments study $(STUDY) --results $(RESULTS)
 
 draw:
 	@test -x $(PY) || { echo "fabriclab: no .venv yet: run sudo make setup first" >&2; exit 2; }

@@ -8,6 +8,7 @@
     python -m experiments schema [--markdown]     # the scenario's JSON Schema (or its key reference)
     python -m experiments draw SCENARIO.yaml [--out PNG]   # draw the scenario's fabric (no root)
     python -m experiments compare [COMPARISON.yaml] [--results DIR]   # same traffic on several fabrics
+    python -m experiments study STUDY.yaml [--results DIR]   # variants x seeds, compared per seed
 
 Exit codes: 0 success, 1 run failed, 2 bad input (scenario key, missing
 capability, not root), 3 a fidelity check failed (the results are written but
@@ -61,6 +62,13 @@ def main(argv=None) -> int:
     cm.add_argument("--quiet", action="store_true")
     cm.add_argument("--accept-unfaithful", action="store_true",
                     help="a failed fidelity check does not fail the runs (exit 0); every output says so")
+    st = sub.add_parser("study", help="run a study: variants x sweep x seeds, compared per seed with paired statistics")
+    st.add_argument("study")
+    st.add_argument("--results", default="results")
+    st.add_argument("--quiet", action="store_true")
+    st.add_argument("--accept-unfaithful", action="store_true",
+                    help="cells whose fidelity checks failed do not fail the study (exit 0); they are marked "
+                         "and left out of the statistics either way")
     d = sub.add_parser("draw", help="draw a scenario's fabric as a PNG (layers on rows, rates, oversubscription)")
     d.add_argument("scenario")
     d.add_argument("--out", default="topology.png")
@@ -69,6 +77,18 @@ def main(argv=None) -> int:
     if args.cmd in ("run", "check", "draw"):
         try:
             data = read_yaml_file(args.scenario)
+            if args.cmd == "check" and isinstance(data, dict) and "variants" in data:    # a study file
+                from experiments import study as studies
+                s = studies.expand(data, source=Path(args.scenario).resolve())
+                for c in s.cells:
+                    check_against_fabric(c.scenario)
+                plans = studies.plan_runs(s)
+                for note in s.notes:
+                    print(f"fabriclab: note: {note}")
+                print(f"fabriclab: {args.scenario} is a valid study: {len(s.variants)} variants x {len(s.points)} "
+                      f"sweep points x {len(s.seeds)} seeds = {len(s.cells)} cells on {len(plans)} fabric runs "
+                      "(run it with: python -m experiments study FILE)")
+                return 0
             if args.cmd == "check" and isinstance(data, dict) and "fabrics" in data:     # a comparison file
                 from experiments import compare
                 cmp = compare.validate_comparison(data)
@@ -97,6 +117,17 @@ def main(argv=None) -> int:
         from experiments import compare
         try:
             cmp = compare.load_comparison(args.comparison or compare.DEFAULT)
+        except ScenarioError as e:
+            print(f"fabriclab: {e}", file=sys.stderr)
+            return 2
+    if args.cmd == "study":
+        from experiments import study as studies
+        try:
+            the_study = studies.load_study(args.study)
+            for c in the_study.cells:
+                check_against_fabric(c.scenario)
+            for note in the_study.notes:
+                print(f"fabriclab: note: {note}")
         except ScenarioError as e:
             print(f"fabriclab: {e}", file=sys.stderr)
             return 2
@@ -151,6 +182,19 @@ def main(argv=None) -> int:
             from experiments import compare
             compare.run_comparison(cmp, Path(args.results), quiet=args.quiet,
                                    accept_unfaithful=args.accept_unfaithful)
+        elif args.cmd == "study":
+            out, result = studies.run_study(the_study, Path(args.results), quiet=args.quiet)
+            if not args.quiet:
+                print(studies.format_comparison(result, out))
+            status = {c["status"] for c in result["cells"]}
+            if "failed" in status:
+                print(f"fabriclab: some cells failed (comparison.json names them): {out}", file=sys.stderr)
+                return 1
+            if "unfaithful" in status and not args.accept_unfaithful:
+                print(f"fabriclab: some cells failed a fidelity check and are left out of the statistics: {out}",
+                      file=sys.stderr)
+                return 3
+            return 0
         else:
             runner.run(sc, Path(args.results), quiet=args.quiet, accept_unfaithful=args.accept_unfaithful)
     except UnfaithfulRun as e:
