@@ -183,6 +183,7 @@ def main(argv=None) -> int:
             compare.run_comparison(cmp, Path(args.results), quiet=args.quiet,
                                    accept_unfaithful=args.accept_unfaithful)
         elif args.cmd == "study":
+            studies.preflight(the_study, studies.plan_runs(the_study))
             out, result = studies.run_study(the_study, Path(args.results), quiet=args.quiet)
             if not args.quiet:
                 print(studies.format_comparison(result, out))

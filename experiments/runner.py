@@ -75,13 +75,15 @@ def port_queue(sc: Scenario, rate_mbps: float, slack_s: float) -> PortQueue:
 
 
 def run(sc: Scenario, results_root: Path, quiet: bool = False, platform: Platform | None = None,
-        features: dict | None = None, workloads: dict | None = None, accept_unfaithful: bool = False) -> Path:
+        features: dict | None = None, workloads: dict | None = None, accept_unfaithful: bool = False,
+        on_round: Callable[[str, Path, dict], None] | None = None) -> Path:
     """Run one resolved scenario; return its results folder.
 
     ``platform`` (default :data:`PLATFORM`, this machine), ``features`` (default
     experiments.features.FEATURES) and ``workloads`` (default experiments.workloads.WORKLOADS)
     are for component tests. ``accept_unfaithful``: a round whose fidelity checks fail does not
-    fail the run; its outputs are marked instead.
+    fail the run; its outputs are marked instead. ``on_round(name, folder, summary)`` is called
+    after each round's analysis (a study's progress).
 
     Raises:
         UnfaithfulRun: a round's fidelity checks failed (every round ran and was written, the
@@ -93,7 +95,26 @@ def run(sc: Scenario, results_root: Path, quiet: bool = False, platform: Platfor
     """
     with signals_unwind():
         return _run(sc, Path(results_root), quiet, platform or PLATFORM, FEATURES if features is None else features,
-                    WORKLOADS if workloads is None else workloads, accept_unfaithful)
+                    WORKLOADS if workloads is None else workloads, accept_unfaithful, on_round)
+
+
+def preflight(sc: Scenario, env: dict | None = None, platform: Platform | None = None,
+              features: dict | None = None) -> dict:
+    """What a run checks before it creates anything, without running it: the scenario against
+    its fabric, then every feature's plan against this machine (``env``: the probe's record,
+    default a fresh probe). A study calls it for every fabric run before its first. Returns the
+    environment record with what the features planned.
+
+    Raises:
+        ScenarioError, CapabilityError: as :func:`run` would, naming the scenario's key.
+    """
+    layout = check_against_fabric(sc)
+    env = dict(env) if env is not None else (platform or PLATFORM).probe()
+    ctx = _context(sc, layout, env, Path("preflight-not-written"), True)
+    queues_per_port = 1
+    for f in (FEATURES if features is None else features).values():
+        queues_per_port += f(ctx).plan(queues_per_port)
+    return ctx.env
 
 
 def _results_folder(results_root: Path, name: str) -> Path:
@@ -129,7 +150,8 @@ def _merge(env: dict, more: dict) -> dict:
 
 
 def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feature_registry: dict,
-         workload_registry: dict, accept_unfaithful: bool = False) -> Path:
+         workload_registry: dict, accept_unfaithful: bool = False,
+         on_round: Callable[[str, Path, dict], None] | None = None) -> Path:
     t_begin = time.monotonic()
     timings = {}
     layout = check_against_fabric(sc)          # a scenario that does not fit its fabric: refused before the probe
@@ -223,6 +245,8 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
                             rec.features[f.name] = got
                     _save_round(rec, w.name)
                     done.append((w.name, rec, _analyse_round(ctx, w, features, rec)))
+                    if on_round is not None:
+                        on_round(r.name, rdir, done[-1][2])
                 maybe_fault("after_rounds")
             t_down = time.monotonic()
         timings["teardown_s"] = time.monotonic() - t_down

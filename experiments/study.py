@@ -555,20 +555,55 @@ def write_study(out: Path, study: Study, cells: list[dict], n_resamples: int = 9
     return result
 
 
+def preflight(study: Study, plans: list[RunPlan], env: dict | None = None, check=None) -> None:
+    """Check every fabric run of the study against this machine before the first starts
+    (experiments.runner.preflight: the kernel's congestion controls, qdiscs, the datapath ...),
+    so that a variant the kernel cannot run stops the study before anything is created.
+    ``check(scenario, env)`` replaces the runner's (tests).
+
+    Raises:
+        CapabilityError, ScenarioError: naming the variant's key (``variants.dctcp.hosts.tcp_congestion_control:
+            the kernel has no 'dctcp' ...``).
+    """
+    from experiments import runner
+    check = check or runner.preflight
+    if env is None:
+        from experiments import probe
+        env = probe.probe()
+    for plan in plans:
+        try:
+            check(plan.scenario, env)
+        except (CapabilityError, ScenarioError) as e:
+            text = f"{e.key}: {e.detail}" if isinstance(e, ScenarioError) else str(e)
+            m = re.match(r"rounds\[(\d+)\]\.([^:\s]+):? (.*)", text)
+            if m and int(m.group(1)) < len(plan.cells):
+                cell = plan.cells[int(m.group(1))]
+                raise type(e)(*_error_args(e, f"variants.{cell.variant}.{m.group(2)}", m.group(3),
+                                           cell)) from None
+            raise
+
+
+def _error_args(e: Exception, key: str, detail: str, cell: Cell) -> tuple:
+    """The arguments of an error like ``e`` naming ``key`` (a ScenarioError takes key and detail)."""
+    detail = f"{detail} (cell {cell.name})"
+    return (key, detail) if isinstance(e, ScenarioError) else (f"{key}: {detail}",)
+
+
 def _round_dirs(run_dir: Path) -> dict[str, Path]:
     """``{round name: its folder}`` of a multi-round results folder (``rounds/<nn>-<name>``)."""
     rounds = run_dir / "rounds"
     return {d.name.split("-", 1)[1]: d for d in sorted(rounds.iterdir())} if rounds.is_dir() else {}
 
 
-def run_plan(plan: RunPlan, runs_dir: Path, quiet: bool = True) -> Path:
+def run_plan(plan: RunPlan, runs_dir: Path, on_round=None, quiet: bool = True) -> Path:
     """Run one fabric's cells as the rounds of its scenario (experiments.runner.run; a failed
     fidelity check marks the cells, it does not stop the study); return the run's folder.
+    ``on_round(name, folder, summary)``: called as each cell's round is analysed.
 
     Raises: what experiments.runner.run raises, UnfaithfulRun excepted.
     """
     from experiments import runner
-    return runner.run(plan.scenario, runs_dir, quiet=quiet, accept_unfaithful=True)
+    return runner.run(plan.scenario, runs_dir, quiet=quiet, accept_unfaithful=True, on_round=on_round)
 
 
 class Progress:
@@ -624,8 +659,8 @@ def run_study(study: Study, results_root: Path, quiet: bool = False, runner=None
     """Run every cell of a checked study, one fabric run after another (:func:`plan_runs`), and
     write the study folder: ``runs/`` (each fabric run's results folder; a cell's own folder is
     its round's), study.csv, study_fct.csv, comparison.json (rewritten after every run: an
-    interrupted study keeps what it finished) and the report. ``runner(plan, runs_dir) -> run
-    folder`` replaces :func:`run_plan` (tests; a distributed runner). Returns the folder and the
+    interrupted study keeps what it finished) and the report. ``runner(plan, runs_dir, on_round)
+    -> run folder`` replaces :func:`run_plan` (tests; a distributed runner). Returns the folder and the
     comparison.
 
     Raises:
@@ -641,15 +676,22 @@ def run_study(study: Study, results_root: Path, quiet: bool = False, runner=None
          "seeds": list(study.seeds), "metrics": list(study.metrics) if study.metrics else None,
          "runs": [{"name": p.name, "cells": [c.name for c in p.cells], "why_alone": p.why_alone} for p in plans]},
         indent=1))
-    run = runner or (lambda plan, d: run_plan(plan, d, quiet=True))
+    run = runner or run_plan
     progress = Progress(len(study.cells), quiet)
     cells: list[dict] = []
     order = {c.name: i for i, c in enumerate(study.cells)}
     result: dict = {}
     try:
         for plan in plans:
+            by_name = {c.name: c for c in plan.cells}
+            reported: set = set()
+
+            def on_round(name: str, rdir: Path, _summary: dict) -> None:
+                if name in by_name:
+                    reported.add(name)
+                    progress.advance(1, format_cell(cell_record(by_name[name], rdir, out)))
             try:
-                run_dir = run(plan, runs_dir)
+                run_dir = run(plan, runs_dir, on_round)
                 dirs, error = _round_dirs(run_dir), None
             except (SetupError, CapabilityError, BusyError) as e:
                 dirs, error = {}, f"{type(e).__name__}: {e}"
@@ -657,7 +699,8 @@ def run_study(study: Study, results_root: Path, quiet: bool = False, runner=None
             cells = sorted(cells + done, key=lambda c: order[c["cell"]])
             result = write_study(out, study, cells)
             for c in done:
-                progress.advance(1, format_cell(c))
+                if c["cell"] not in reported:
+                    progress.advance(1, format_cell(c))
     finally:
         progress.close()
     try:

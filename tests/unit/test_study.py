@@ -178,7 +178,7 @@ def test_a_study_folder_from_fake_runs(tmp_path):
     s = st.expand(study(variants={"tail": {}, "ecn": {"ecn": {"profile": {"step": {"k_packets": 10}}}}}, seeds=6))
     queue = {"tail": 90.0, "ecn": 15.0}
 
-    def runner(plan, runs_dir):
+    def runner(plan, runs_dir, on_round=None):
         run_dir = runs_dir / plan.name
         for i, c in enumerate(plan.cells):
             moved = c.variant == "ecn" and c.seed == 6
@@ -208,7 +208,7 @@ def test_a_failed_fabric_run_marks_its_cells_and_the_study_goes_on(tmp_path):
     from common.errors import SetupError
     s = st.expand(study(variants={"a": {}, "b": {"queues": {"buffer_packets": 50}}}, seeds=2))
 
-    def runner(plan, runs_dir):
+    def runner(plan, runs_dir, on_round=None):
         if plan.cells[0].variant == "b":
             raise SetupError("switch s1 never connected")
         run_dir = runs_dir / plan.name
@@ -218,3 +218,19 @@ def test_a_failed_fabric_run_marks_its_cells_and_the_study_goes_on(tmp_path):
     out, result = st.run_study(s, tmp_path, quiet=True, runner=runner)
     failed = [c for c in result["cells"] if c["status"] == "failed"]
     assert [c["variant"] for c in failed] == ["b", "b"] and "never connected" in failed[0]["error"]
+
+
+def test_a_variant_the_kernel_cannot_run_stops_the_study_before_anything_starts():
+    from common.errors import CapabilityError
+    s = st.expand(study(variants={"cubic": {}, "dctcp": {"hosts": {"tcp_congestion_control": "dctcp"}}}, seeds=2))
+    plans = st.plan_runs(s)
+
+    def check(sc, env):
+        for i, r in enumerate(sc.rounds):
+            if r.hosts.tcp_congestion_control == "dctcp":
+                raise CapabilityError(f"rounds[{i}].hosts.tcp_congestion_control: the kernel has no 'dctcp' "
+                                      "(available: reno cubic bbr)")
+    with pytest.raises(CapabilityError) as e:
+        st.preflight(s, plans, env={}, check=check)
+    assert str(e.value).startswith("variants.dctcp.hosts.tcp_congestion_control: the kernel has no 'dctcp'")
+    st.preflight(st.expand(study(seeds=1)), st.plan_runs(st.expand(study(seeds=1))), env={}, check=check)
