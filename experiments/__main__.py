@@ -69,6 +69,9 @@ def main(argv=None) -> int:
     st.add_argument("--accept-unfaithful", action="store_true",
                     help="cells whose fidelity checks failed do not fail the study (exit 0); they are marked "
                          "and left out of the statistics either way")
+    st.add_argument("--dask", metavar="SCHEDULER_ADDRESS", default=None,
+                    help="run the fabric runs on a Dask cluster (tcp://HOST:PORT) whose workers each offer one "
+                         "'fabric' resource (docs/studies.md); needs no root here")
     d = sub.add_parser("draw", help="draw a scenario's fabric as a PNG (layers on rows, rates, oversubscription)")
     d.add_argument("scenario")
     d.add_argument("--out", default="topology.png")
@@ -131,6 +134,8 @@ def main(argv=None) -> int:
         except ScenarioError as e:
             print(f"fabriclab: {e}", file=sys.stderr)
             return 2
+        if args.dask:
+            return _study_on_dask(studies, the_study, args)
     if args.cmd == "plot":
         from experiments import plot
         d = Path(args.results_dir)
@@ -185,17 +190,7 @@ def main(argv=None) -> int:
         elif args.cmd == "study":
             studies.preflight(the_study, studies.plan_runs(the_study))
             out, result = studies.run_study(the_study, Path(args.results), quiet=args.quiet)
-            if not args.quiet:
-                print(studies.format_comparison(result, out))
-            status = {c["status"] for c in result["cells"]}
-            if "failed" in status:
-                print(f"fabriclab: some cells failed (comparison.json names them): {out}", file=sys.stderr)
-                return 1
-            if "unfaithful" in status and not args.accept_unfaithful:
-                print(f"fabriclab: some cells failed a fidelity check and are left out of the statistics: {out}",
-                      file=sys.stderr)
-                return 3
-            return 0
+            return _study_exit(studies, out, result, args)
         else:
             runner.run(sc, Path(args.results), quiet=args.quiet, accept_unfaithful=args.accept_unfaithful)
     except UnfaithfulRun as e:
@@ -221,6 +216,50 @@ def main(argv=None) -> int:
             print(f"fabriclab: stopped by {SIGNAL_NAMES[e.code]}; fabric torn down (exit {e.code})", file=sys.stderr)
         raise
     return 0
+
+
+def _study_exit(studies, out: Path, result: dict, args) -> int:
+    """A study's report and exit code: 1 when a cell failed, 3 when one was unfaithful (unless
+    --accept-unfaithful), else 0."""
+    if not args.quiet:
+        print(studies.format_comparison(result, out))
+    status = {c["status"] for c in result["cells"]}
+    if "failed" in status:
+        print(f"fabriclab: some cells failed (comparison.json names them): {out}", file=sys.stderr)
+        return 1
+    if "unfaithful" in status and not args.accept_unfaithful:
+        print(f"fabriclab: some cells failed a fidelity check and are left out of the statistics: {out}",
+              file=sys.stderr)
+        return 3
+    return 0
+
+
+def _study_on_dask(studies, the_study, args) -> int:
+    """Run a checked study's fabric runs on the Dask scheduler ``args.dask`` (experiments.studydask)."""
+    from experiments import studydask
+    try:
+        dispatch = studydask.DaskDispatch(args.dask)
+    except SetupError as e:
+        print(f"fabriclab: {e}", file=sys.stderr)
+        return 1
+    try:
+        plans = studies.plan_runs(the_study)
+        refused = dict((p.name, e) for p, e in dispatch.preflight(plans))
+
+        def check(sc, _env):
+            if sc.name in refused:
+                raise CapabilityError(refused[sc.name])
+        studies.preflight(the_study, plans, env={}, check=check)
+        out, result = studies.run_study(the_study, Path(args.results), quiet=args.quiet, dispatch=dispatch)
+    except (CapabilityError, ScenarioError) as e:
+        print(f"fabriclab: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fabriclab: interrupted (runs already sent finish on their workers)", file=sys.stderr)
+        return 130
+    finally:
+        dispatch.close()
+    return _study_exit(studies, out, result, args)
 
 
 if __name__ == "__main__":

@@ -655,13 +655,28 @@ def format_cell(c: dict) -> str:
             f"{f('queue_p99_packets', '.0f')} pkt, drops {f('drops', '.0f')}, bottleneck {c['bottleneck']}")
 
 
-def run_study(study: Study, results_root: Path, quiet: bool = False, runner=None) -> tuple[Path, dict]:
-    """Run every cell of a checked study, one fabric run after another (:func:`plan_runs`), and
+def serial(runner=None):
+    """The default dispatch: every fabric run here, one after another (:func:`run_plan`, or
+    ``runner(plan, runs_dir, on_round) -> run folder``: tests). A dispatch is called as
+    ``dispatch(plans, runs_dir, on_round)`` and yields ``(plan, run folder or None, error or None)``
+    as runs end, in any order (experiments.studydask spreads them over machines)."""
+    run = runner or run_plan
+
+    def dispatch(plans, runs_dir: Path, on_round):
+        for plan in plans:
+            try:
+                yield plan, run(plan, runs_dir, on_round), None
+            except (SetupError, CapabilityError, BusyError) as e:
+                yield plan, None, f"{type(e).__name__}: {e}"
+    return dispatch
+
+
+def run_study(study: Study, results_root: Path, quiet: bool = False, runner=None, dispatch=None) -> tuple[Path, dict]:
+    """Run every cell of a checked study (:func:`plan_runs`: one fabric run per group of cells) and
     write the study folder: ``runs/`` (each fabric run's results folder; a cell's own folder is
     its round's), study.csv, study_fct.csv, comparison.json (rewritten after every run: an
-    interrupted study keeps what it finished) and the report. ``runner(plan, runs_dir, on_round)
-    -> run folder`` replaces :func:`run_plan` (tests; a distributed runner). Returns the folder and the
-    comparison.
+    interrupted study keeps what it finished) and the report. ``dispatch`` (default
+    :func:`serial` of ``runner``) runs the fabric runs. Returns the folder and the comparison.
 
     Raises:
         KeyboardInterrupt, SystemExit: a signal stopped it (the finished runs are written).
@@ -676,30 +691,27 @@ def run_study(study: Study, results_root: Path, quiet: bool = False, runner=None
          "seeds": list(study.seeds), "metrics": list(study.metrics) if study.metrics else None,
          "runs": [{"name": p.name, "cells": [c.name for c in p.cells], "why_alone": p.why_alone} for p in plans]},
         indent=1))
-    run = runner or run_plan
+    dispatch = dispatch or serial(runner)
     progress = Progress(len(study.cells), quiet)
     cells: list[dict] = []
+    by_name = {c.name: c for c in study.cells}
     order = {c.name: i for i, c in enumerate(study.cells)}
+    reported: set = set()
     result: dict = {}
-    try:
-        for plan in plans:
-            by_name = {c.name: c for c in plan.cells}
-            reported: set = set()
 
-            def on_round(name: str, rdir: Path, _summary: dict) -> None:
-                if name in by_name:
-                    reported.add(name)
-                    progress.advance(1, format_cell(cell_record(by_name[name], rdir, out)))
-            try:
-                run_dir = run(plan, runs_dir, on_round)
-                dirs, error = _round_dirs(run_dir), None
-            except (SetupError, CapabilityError, BusyError) as e:
-                dirs, error = {}, f"{type(e).__name__}: {e}"
+    def on_round(name: str, rdir: Path, _summary: dict) -> None:
+        if name in by_name and name not in reported:
+            reported.add(name)
+            progress.advance(1, format_cell(cell_record(by_name[name], rdir, out)))
+    try:
+        for plan, run_dir, error in dispatch(plans, runs_dir, on_round):
+            dirs = _round_dirs(run_dir) if run_dir is not None else {}
             done = [cell_record(c, dirs.get(c.name), out, error) for c in plan.cells]
             cells = sorted(cells + done, key=lambda c: order[c["cell"]])
             result = write_study(out, study, cells)
             for c in done:
                 if c["cell"] not in reported:
+                    reported.add(c["cell"])
                     progress.advance(1, format_cell(c))
     finally:
         progress.close()

@@ -46,8 +46,9 @@ class AllowCongestionControl:
 def configure_hosts(lf, hosts) -> dict:
     """Apply a round's ``hosts`` section (experiments.model.Hosts) to every host of the live fabric
     ``lf``: the namespace's congestion control, ECN negotiation and slow start after idle
-    (sysctls, case H1), TIME_WAIT reuse for the planned source ports, and on every route out of its NIC the minimum RTO and quick ACKs. Returns
-    what was read back, per host.
+    (sysctls, case H1), TIME_WAIT reuse for the planned source ports, no TCP metrics carried
+    from one round's connections to the next, and on every route out of its NIC the minimum RTO
+    and quick ACKs. Returns what was read back, per host.
 
     Raises:
         SetupError: a read-back differs from what was asked, or the kernel refused a setting.
@@ -57,7 +58,11 @@ def configure_hosts(lf, hosts) -> dict:
              "net.ipv4.tcp_slow_start_after_idle": str(int(hosts.slow_start_after_idle)),
              # flows bind their planned source ports (traffic.patterns.source_ports): a round that
              # repeats an earlier round's seed reuses its 4-tuples, whose senders are in TIME_WAIT
-             "net.ipv4.tcp_tw_reuse": "1"}
+             "net.ipv4.tcp_tw_reuse": "1",
+             # no TCP metrics cache: a round's connections would otherwise start from the ssthresh and
+             # RTT the previous round's connections to the same host left behind, a carry-over from one
+             # variant of a study to the next on one fabric
+             "net.ipv4.tcp_no_metrics_save": "1"}
     intfs = {h["name"]: h["intf"] for h in lf.fabric_map["hosts"]}
     seen = {}
     for h in lf.net.hosts:
