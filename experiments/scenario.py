@@ -260,7 +260,7 @@ def _check_traffic(t, roce, builder):
         if len(set(t.sender_hosts)) != len(t.sender_hosts):
             raise ScenarioError("traffic.sender_hosts", "lists a host twice")
         update["senders"] = len(t.sender_hosts)
-    elif t.senders > n_hosts - 1:
+    elif t.pattern == "incast" and t.senders > n_hosts - 1:    # other patterns do not read senders
         raise ScenarioError("traffic.senders", f"{t.senders} senders need more than the fabric's {n_hosts - 1} other hosts")
     return t.model_copy(update=update) if update else t
 

@@ -494,14 +494,38 @@ def paths_paired(cells: list[dict]) -> dict:
 
 
 def bottlenecks(cells: list[dict]) -> list[dict]:
-    """Each usable cell's bottleneck port against the study's usual one (the most frequent): a
-    bottleneck that moved is named, never hidden behind "the bottleneck queue"."""
+    """Each usable cell's bottleneck port (the port that held the most), against the study's usual
+    one (the most frequent: ``moved``) and against the first variant's of the same seed and sweep
+    point (``differs_in_seed``): a bottleneck that moved is named, never hidden behind "the
+    bottleneck queue". In an incast a moved bottleneck means ECMP put several flows on one
+    uplink; in a permutation each seed has its own."""
     named = [c for c in cells if c.get("bottleneck")]
     if not named:
         return []
     usual = Counter(c["bottleneck"] for c in named).most_common(1)[0][0]
+    first: dict = {}
+    for c in named:
+        first.setdefault((c["seed"], json.dumps(c["sweep"], sort_keys=True)), c["bottleneck"])
     return [{"cell": c["cell"], "variant": c["variant"], "seed": c["seed"], "bottleneck": c["bottleneck"],
-             "usual": usual, "moved": c["bottleneck"] != usual} for c in named]
+             "usual": usual, "moved": c["bottleneck"] != usual,
+             "differs_in_seed": c["bottleneck"] != first[(c["seed"], json.dumps(c["sweep"], sort_keys=True))]}
+            for c in named]
+
+
+def format_bottlenecks(rows: list[dict]) -> list[str]:
+    """The terminal's lines on where the bottleneck was: the usual port and how many cells had it,
+    the others by count, and the cells whose bottleneck differed from their seed's first variant."""
+    if not rows:
+        return []
+    usual = rows[0]["usual"]
+    moved = Counter(r["bottleneck"] for r in rows if r["moved"])
+    lines = [f"bottleneck: {usual} in {len(rows) - sum(moved.values())} of {len(rows)} cells"
+             + (f"; moved to {', '.join(f'{p} ({n})' for p, n in moved.most_common())}" if moved else "")]
+    within = [r for r in rows if r["differs_in_seed"]]
+    if within:
+        lines.append("bottleneck differs from the same seed's first variant: "
+                     + ", ".join(f"{r['cell']} at {r['bottleneck']}" for r in within))
+    return lines
 
 
 def compare(study: Study, cells: list[dict], metrics: list[str], n_resamples: int = 9999) -> dict:
@@ -728,21 +752,23 @@ def format_comparison(result: dict, out: Path) -> str:
     medians, ratio with its CI and the verdict."""
     lines = ["", f"== fabriclab study: {result['study']} ({len(result['seeds'])} seeds; intervals "
                  f"{100 * result['simultaneous_confidence']:.2f}% each, "
-                 f"{100 * result['confidence']:.0f}% over all metrics) =="]
+                 f"{100 * result['confidence']:.0f}% over all metrics; p Wilcoxon, Holm-adjusted) =="]
+
+    def g(x):
+        return "-" if x is None else f"{x:.4g}"
+    head = None
     for p in result["pairs"]:
         sweep = " ".join(f"{k}={v}" for k, v in p["sweep"].items())
-        unit = result["metrics"][p["metric"]]["unit"]
-
-        def g(x):
-            return "-" if x is None else f"{x:.4g}"
+        h = f"{p['a']} (A) vs {p['b']} (B){' at ' + sweep if sweep else ''}:"
+        if h != head:
+            head = h
+            lines += [h, f"  {'metric':<24} {'A median':>10} {'B median':>10} {'unit':<8} {'B/A [CI]':<24} "
+                         f"{'p':>7}  verdict"]
         verdict = p["verdict"].replace("A ", f"{p['a']} ").replace("B ", f"{p['b']} ")
-        lines.append(f"{p['a']} vs {p['b']}{' @ ' + sweep if sweep else ''}: {p['metric']} {g(p['a_median'])} vs "
-                     f"{g(p['b_median'])} {unit}, ratio {g(p['ratio'])} [{g(p['ratio_ci_low'])}, "
-                     f"{g(p['ratio_ci_high'])}], p {g(p['p_adjusted'])}: {verdict}")
-    moved = [b for b in result["bottlenecks"] if b["moved"]]
-    if moved:
-        lines.append("bottleneck moved: " + ", ".join(f"{b['cell']} at {b['bottleneck']} (usually {b['usual']})"
-                                                      for b in moved))
+        ratio = f"{g(p['ratio'])} [{g(p['ratio_ci_low'])}, {g(p['ratio_ci_high'])}]"
+        lines.append(f"  {p['metric']:<24} {g(p['a_median']):>10} {g(p['b_median']):>10} "
+                     f"{result['metrics'][p['metric']]['unit']:<8} {ratio:<24} {g(p['p_adjusted']):>7}  {verdict}")
+    lines += format_bottlenecks(result["bottlenecks"])
     paths = result["paths"]
     if paths["checked"]:
         lines.append(f"paths: every seed put each flow on the same path in every variant ({paths['checked']} "

@@ -199,7 +199,9 @@ def test_a_study_folder_from_fake_runs(tmp_path):
     moved = [b for b in result["bottlenecks"] if b["moved"]]
     assert [(b["cell"], b["bottleneck"], b["usual"]) for b in moved] == [("ecn-s6", "spine1-eth2", "leaf1-eth1")]
     assert result["paths"]["same"] and result["paths"]["checked"] == 6
-    assert "bottleneck moved: ecn-s6 at spine1-eth2" in st.format_comparison(result, out)
+    text = st.format_comparison(result, out)
+    assert "bottleneck: leaf1-eth1 in 11 of 12 cells; moved to spine1-eth2 (1)" in text
+    assert "differs from the same seed's first variant: ecn-s6 at spine1-eth2" in text
     json.loads((out / "comparison.json").read_text())
     assert (out / "study_fct.csv").read_text().count("\n") == 1 + 12
 
@@ -234,3 +236,17 @@ def test_a_variant_the_kernel_cannot_run_stops_the_study_before_anything_starts(
         st.preflight(s, plans, env={}, check=check)
     assert str(e.value).startswith("variants.dctcp.hosts.tcp_congestion_control: the kernel has no 'dctcp'")
     st.preflight(st.expand(study(seeds=1)), st.plan_runs(st.expand(study(seeds=1))), env={}, check=check)
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "experiments" / "studies").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_bundled_study_checks(path):
+    from experiments.plan import check_against_fabric
+    s = st.load_study(path)
+    for c in s.cells:
+        check_against_fabric(c.scenario)
+    assert st.plan_runs(s)
+
+
+def test_a_pair_pattern_on_a_small_fabric_ignores_the_incast_default_senders():
+    s = st.expand(study(base=base(traffic={"pattern": "permutation", "flow_bytes": 1000})))
+    assert s.cells[0].scenario.traffic.pattern == "permutation"
