@@ -70,7 +70,9 @@ def test_aa_study_shows_no_difference_and_pairing_narrows_the_spread(tmp_path, f
     assert ecn["diff_std"] < ecn["unpaired_diff_std"], ecn
     q = next(p for p in res["pairs"] if (p["a"], p["b"], p["metric"]) == ("a", "ecn-k10", "queue_median_packets"))
     figure("ecn_queue_median_ratio", q["ratio"])
-    assert q["verdict"] == "B better" and q["diff_ci_high"] < 0, q
+    # the interval excludes 0; the verdict cannot say so here: at 99.9% over 11 metrics, Holm needs
+    # p < 0.001 / 11, and 10 seeds all one way give Wilcoxon's smallest p, 2 / 1024
+    assert q["diff_ci_high"] < 0, q
 
     rows = list(csv.DictReader(open(out / "study.csv")))
     assert {"study", "cell", "variant", "seed", "metric", "value", "unit"} <= set(rows[0])
