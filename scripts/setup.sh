@@ -8,8 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# chromium: tests/unit/test_studyreport.py renders a study's report.html headless (about 113 MB to
+# download; 9 s to install on the CI machine kind)
 APT_PKGS=(mininet openvswitch-switch iperf3 ethtool tcpdump iputils-ping iproute2 procps kmod
-          util-linux python3-venv python3-pip python3-dev clang libbpf-dev libbpf1)
+          util-linux python3-venv python3-pip python3-dev clang libbpf-dev libbpf1 chromium)
 
 if [ "$(id -u)" != 0 ]; then
   echo "fabriclab: set-up needs root (apt, Open vSwitch): run it with sudo" >&2
