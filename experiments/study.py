@@ -739,10 +739,7 @@ def run_study(study: Study, results_root: Path, quiet: bool = False, runner=None
                     progress.advance(1, format_cell(c))
     finally:
         progress.close()
-    try:
-        from experiments import studyreport     # matplotlib: only when the study has run
-    except ImportError:
-        return out, result
+    from experiments import studyreport     # matplotlib: only when the study has run
     studyreport.write_report(out)
     return out, result
 

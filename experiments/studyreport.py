@@ -377,12 +377,12 @@ def plot_metric(st: Study, metric: str) -> Path | None:
     for ax in axes[::MAX_COLS]:
         ax.set_ylabel(_axis_label(st, metric), fontsize=8)
     _log_if_wide(axes[0], allv)
-    conf = _num(st.cmp.get("confidence")) or 0.95
+    conf = _interval_level(st)
     fig.suptitle(_mpl(f"{st.cmp.get('study', '')}: {_metric_title(st, metric)} per variant"
                       f"{_better_note(st, metric)}"), fontsize=10)
     handles = [Line2D([], [], color="grey", marker="o", ls="", alpha=0.6, label="one seed"),
                Line2D([], [], color="grey", lw=2.6, label="median over seeds"),
-               Line2D([], [], color="k", marker="_", ms=8, lw=1.2, label=f"{conf:.0%} confidence interval")]
+               Line2D([], [], color="k", marker="_", ms=8, lw=1.2, label=f"{_pct(conf)} confidence interval")]
     return _finish(fig, st.dir / f"metric_{safe_name(metric)}.png", handles, ncol=3)
 
 
@@ -540,12 +540,12 @@ def plot_sweep(st: Study, metric: str) -> Path | None:
     _log_if_wide(ax, allv)
     ax.set_xlabel(_mpl(key))
     ax.set_ylabel(_axis_label(st, metric))
-    conf = _num(st.cmp.get("confidence")) or 0.95
+    conf = _interval_level(st)
     ax.set_title(_mpl(f"{st.cmp.get('study', '')}: {_metric_title(st, metric)} against {key}"
                       f"{_better_note(st, metric)}"), fontsize=10)
     handles = ax.get_legend_handles_labels()[0]
     handles += [Line2D([], [], color="grey", marker="o", ls="", alpha=0.4, label="one seed"),
-                plt.Rectangle((0, 0), 1, 1, color="grey", alpha=0.15, label=f"{conf:.0%} confidence band")]
+                plt.Rectangle((0, 0), 1, 1, color="grey", alpha=0.15, label=f"{_pct(conf)} confidence band")]
     return _finish(fig, st.dir / f"sweep_{safe_name(metric)}.png", handles, ncol=3)
 
 
@@ -729,7 +729,7 @@ def _cell(v, lo, hi, unit: str, suffix: str = "") -> str:
 
 def _pair_table(st: Study, pairs: list, conf: float) -> str:
     a, b = str(pairs[0].get("a")), str(pairs[0].get("b"))
-    head = (f"<tr><th>metric</th><th>{_e(a)}<br>median [{conf:.0%} CI]</th><th>{_e(b)}<br>median [CI]</th>"
+    head = (f"<tr><th>metric</th><th>{_e(a)}<br>median [{_pct(conf)} CI]</th><th>{_e(b)}<br>median [CI]</th>"
             f"<th>difference<br>{_e(b)} &minus; {_e(a)} [CI]</th><th>ratio<br>{_e(b)} / {_e(a)} [CI]</th>"
             "<th>p<br>Wilcoxon</th><th>p<br>Holm-adjusted</th><th>verdict</th><th>seeds</th>"
             "<th>seeds needed</th></tr>")
@@ -757,21 +757,34 @@ def _pair_table(st: Study, pairs: list, conf: float) -> str:
     return "".join(out)
 
 
+def _interval_level(st: Study) -> float:
+    """The level of each interval comparison.json gives: the simultaneous (Bonferroni) level when
+    it says one, else its confidence."""
+    return _num(st.cmp.get("simultaneous_confidence")) or _num(st.cmp.get("confidence")) or 0.95
+
+
+def _pct(level: float) -> str:
+    """A confidence level as a percentage with the digits it needs (95%, 99.55%)."""
+    return f"{100 * level:.4g}%"
+
+
 def _comparison_section(st: Study) -> str:
     pairs = st.cmp.get("pairs") or []
     conf = _num(st.cmp.get("confidence")) or 0.95
+    level = _interval_level(st)
     if not pairs:
         return "<h2>Comparison</h2><p>No paired comparison in comparison.json.</p>"
     sim = _num(st.cmp.get("simultaneous_confidence"))
     out = ["<h2>Comparison</h2>",
            f'<p class="read">Per pair of variants A and B and metric: each variant\'s median over seeds '
-           f"with its {conf:.0%} confidence interval; the difference B &minus; A (seed by seed, same seed "
+           f"with its {_pct(level)} confidence interval; the difference B &minus; A (seed by seed, same seed "
            f"= same traffic) with its interval; the ratio of the medians B / A with its interval; "
            f"the Wilcoxon signed-rank p-value of the paired differences and the same p-value Holm-adjusted for the many comparisons; "
            f"the verdict; &ldquo;seeds needed&rdquo;: the statistics' estimate of how many seeds would "
            f"resolve the observed difference (&ldquo;-&rdquo;: none given)."
-           + (f" All intervals together hold with {sim:.0%} confidence (simultaneous)." if sim is not None
-              else "") + "</p>"]
+           + (f" Each interval is at {_pct(sim)} so that all of a pair's intervals over its metrics hold "
+              f"together with {_pct(conf)} confidence (Bonferroni); the verdicts hold together at {_pct(conf)} "
+              "(Holm)." if sim is not None else "") + "</p>"]
     by_point: dict = {}
     for pr in pairs:
         by_point.setdefault(st.point_of(pr.get("sweep")), []).append(pr)
@@ -782,7 +795,7 @@ def _comparison_section(st: Study) -> str:
         for pr in by_point[p]:
             groups.setdefault((str(pr.get("a")), str(pr.get("b"))), []).append(pr)
         for g in groups.values():
-            out.append(_pair_table(st, g, conf))
+            out.append(_pair_table(st, g, level))
     return "".join(out)
 
 
@@ -835,7 +848,7 @@ def write_html(st: Study, plots: dict) -> Path:
     ``data:`` URIs, inline CSS, a Content-Security-Policy that forbids scripts and any load but
     ``data:`` images). ``plots``: ``{"metric": [paths], "fct_ecdf": path | None, ...}`` as
     :func:`write_report` collects them. Every string from the study's files is HTML-escaped."""
-    conf = f"{(_num(st.cmp.get('confidence')) or 0.95):.0%}"
+    conf = _pct(_interval_level(st))
     how = {k: v.format(conf=conf) for k, v in HOW_TO_READ.items()}
     title = str(st.cmp.get("study") or st.dir.name)
     parts = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
