@@ -3,7 +3,7 @@
     python -m experiments run [SCENARIO.yaml] [--results DIR]
     python -m experiments check SCENARIO.yaml     # validate only (a comparison file too)
     python -m experiments clean                   # remove what a killed run left
-    python -m experiments plot RESULTS_DIR        # redraw plots from result files
+    python -m experiments plot RESULTS_DIR        # redraw plots from result files (a study's: its report)
     python -m experiments analyze RESULTS_DIR     # rebuild every derived file from the raw ones
     python -m experiments schema [--markdown]     # the scenario's JSON Schema (or its key reference)
     python -m experiments draw SCENARIO.yaml [--out PNG]   # draw the scenario's fabric (no root)
@@ -140,7 +140,13 @@ def main(argv=None) -> int:
         from experiments import plot
         d = Path(args.results_dir)
         paths = []
-        if (d / "rounds.json").exists():
+        if not d.is_dir():
+            print(f"fabriclab: {d}: no such results folder", file=sys.stderr)
+            return 2
+        if (d / "study.json").exists() and (d / "comparison.json").exists():     # a study's folder
+            from experiments import studyreport
+            paths = studyreport.write_report(d)
+        elif (d / "rounds.json").exists():
             for r in json.loads((d / "rounds.json").read_text())["rounds"]:
                 paths += plot.plot_all(d / r["folder"])
             paths += plot.plot_rounds(d)

@@ -146,3 +146,19 @@ def test_check_on_a_comparison_checks_every_run_of_it(tmp_path):
     res, _ = cli("check", str(bad))
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1 and "'fabrics.sl.spinez'" in lines[0], res.stderr[-2000:]
+
+
+def test_plot_of_a_missing_folder_is_one_line(tmp_path):
+    res, _ = cli("plot", str(tmp_path / "nowhere"))
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and "no such results folder" in res.stderr
+
+
+def test_a_study_with_a_bad_variant_key_is_refused_before_anything_starts(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("name: s\nbase: {name: b}\nvariants: {a: {hosts: {tcp_ecnn: 1}}}\nseeds: 2\n")
+    res, _ = cli("check", str(f))
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0, res.stderr
+    assert "variants.a.hosts.tcp_ecnn" in res.stderr
+    res, _ = cli("study", str(f), "--results", str(tmp_path / "res"))
+    assert res.returncode == 2 and "variants.a.hosts.tcp_ecnn" in res.stderr
+    assert not (tmp_path / "res").exists()
