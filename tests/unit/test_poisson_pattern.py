@@ -114,3 +114,21 @@ def test_the_round_limits_cover_the_last_arrival():
     assert run_limits_s(tl.traffic, plan_of(tl)) == (5 + 0.5 + TAIL_GRACE_S, 5 + TAIL_GRACE_S)
     text = describe_arrivals(plan, 24)
     assert text.startswith("200 flows of ") and text.endswith(f"between 24 hosts, arriving over {last:.1f} s")
+
+
+def test_the_bundled_websearch_scenario_and_study():
+    from pathlib import Path
+    from experiments.scenario import load_scenario
+    from experiments.study import load_study, plan_runs
+    repo = Path(__file__).resolve().parents[2]
+    sc = load_scenario(repo / "experiments" / "scenarios" / "websearch.yaml")
+    t = sc.traffic
+    assert (t.pattern, t.size_distribution, t.size_scale, t.load, t.flows) == ("poisson", "websearch", 5, 0.5, 1750)
+    plan = plan_of(sc)
+    assert 30 < plan[-1]["start_s"] < 60                        # about 40 s of arrivals
+    assert offered_load([(f["start_s"], f["bytes"]) for f in plan], 24, 10e6) == pytest.approx(0.5, abs=0.05)
+    study = load_study(repo / "experiments" / "studies" / "websearch-cc.yaml")
+    assert study.variants == ("cubic", "bbr") and study.seeds == (1, 2, 3, 4, 5) and len(study.cells) == 10
+    assert {c.scenario.hosts.tcp_congestion_control for c in study.cells} == {"cubic", "bbr"}
+    runs = plan_runs(study)
+    assert len(runs) == 1 and len(runs[0].cells) == 10          # only the hosts differ: one fabric, 10 rounds
