@@ -132,3 +132,25 @@ def test_the_bundled_websearch_scenario_and_study():
     assert {c.scenario.hosts.tcp_congestion_control for c in study.cells} == {"cubic", "bbr"}
     runs = plan_runs(study)
     assert len(runs) == 1 and len(runs[0].cells) == 10          # only the hosts differ: one fabric, 10 rounds
+
+
+def test_the_forwarding_estimate_of_arrivals_is_the_offered_load_times_switch_hops():
+    from experiments.fluid import offered_switch_hop_mbps
+    fm = check_against_fabric(scenario())[1]
+    plan = [{"src": "h1", "dst": "h2", "bytes": 144_800, "start_s": 0.5},      # one leaf: 1 switch
+            {"src": "h1", "dst": "h7", "bytes": 144_800, "start_s": 1.0}]      # leaf, spine, leaf: 3
+    # 100 frames of 1514 B each, 4 switch crossings in all, over 1 s of arrivals
+    assert offered_switch_hop_mbps(fm, plan) == pytest.approx(4 * 100 * 1514 * 8 / 1e6)
+    assert offered_switch_hop_mbps(fm, [dict(f, start_s=0.0) for f in plan]) == 0.0
+    # a scaled poisson scenario is held against the userspace budget by what its arrivals offer
+    from tests.unit.test_scaling import _feature
+    real = {"topology": {"host_rate_mbps": 1000, "uplink_rate_mbps": 3000}}
+    data = {"name": "x", "topology": {"spines": 2, "leaves": 4, "hosts_per_leaf": 6},
+            "traffic": {"pattern": "poisson", "load": 0.5, "flows": 1750}, "scale": {"factor": 100, "real": real}}
+    f, ctx = _feature(data, "kernel")
+    assert f.plan(1) == 0
+    est = ctx.env["scaled"]
+    assert est["estimate"].startswith("the traffic plan's bytes as frames") and 300 < est["forwarding_estimate_mbps"] < 350
+    f, ctx = _feature(data, "user")                  # about 327 Mbit/s: beyond the 300 of the userspace budget
+    with pytest.raises(ScenarioError, match="a factor of at least 1"):
+        f.plan(1)
