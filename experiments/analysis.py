@@ -432,7 +432,7 @@ def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], 
     fcts = [f["fct_s"] for f in flows if f["fct_s"] is not None]
     end = max(ends) if ends else 0.0
     env = json.loads((out / "environment.json").read_text())
-    ideal = add_ideal_fct(flows, plan, fabric_map, env, sc.routing.mode)
+    ideal = add_ideal_fct(flows, plan, fabric_map, env, sc.routing.mode, sc.queues.burst_bytes)
     _write_csv(out / "flows.csv", FLOW_COLUMNS, flows)
     samples, ports = write_port_tables(out, sc, fabric_map, t0, end)
     incast = sc.traffic.pattern == "incast"

@@ -3,8 +3,9 @@ Poisson arrivals at 50% of every host link between random host pairs, DCTCP's we
 divided by 5, on a 1:1 Spine-Leaf of 24 hosts at 10 Mbit/s) cut to about 10 s of arrivals, through
 the real CLI. Every flow completes; each sender connects its flows on time; the load the flows
 offered and the fabric carried is near 50%; every flow's slowdown is at least about 1 (its ideal
-is a lower bound: the handshake, one frame stored and forwarded on every link, the rest at the
-bottleneck); the by-size buckets are there, every planned flow counted in its bucket.
+is a lower bound: the idle handshake and one-way trip as measured before the run, every frame
+but the last at the bottleneck's rate); the by-size buckets are there, every planned flow
+counted in its bucket.
 
 Bounds marked ``# BOUND TO MEASURE`` are first guesses from the model, not yet calibrated on this
 machine (``make test-repeat`` collects the figures they are recorded under)."""
@@ -74,15 +75,15 @@ def test_poisson_websearch_arrivals_complete_at_the_load_with_slowdown_at_least_
     assert all(float(r["ideal_fct_s"]) > 0 for r in rows)
     figure("slowdown_min", slow[0])
     figure("slowdown_p1", slow[len(slow) // 100])
-    # the shaper may let a frame leave up to its burst (under a frame) early on each link, and the
-    # receiver's clock reads the last byte after its kernel took it: a little under 1 is not a bug
+    # the measured idle RTTs are medians of 5 pings and the shapers' timers jitter: a little under
+    # 1 is not a bug
     assert slow[len(slow) // 100] >= 0.9, slow[:10]                               # BOUND TO MEASURE
     assert slow[0] >= 0.75, slow[:10]                                             # BOUND TO MEASURE
     assert sd["median"] >= 1.0 and sd["p99"] >= sd["median"]
     figure("slowdown_median", sd["median"])
     figure("slowdown_p99", sd["p99"])
     assert sd["p99"] < 200, sd                                                    # BOUND TO MEASURE
-    assert sd["ideal"]["link_latency_s"] >= 0 and "ceil(bytes / 1448)" in sd["ideal"]["formula"]
+    assert sd["ideal"]["rtt_probe_hosts"] == env["scale"]["rtt_probe_hosts"] and sd["ideal"]["probe_links"] in (2, 4)
 
     # the by-size buckets: decades from <10KB, every planned flow in one, all of them measured
     buckets = {b["bucket"]: b for b in sd["by_size"]}

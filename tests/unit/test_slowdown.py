@@ -1,5 +1,5 @@
 """Ideal FCT and FCT slowdown (experiments.slowdown): the formula on a hand-computed example, the
-per-link latency from the measured full-frame RTT, paths traced or not, the by-size buckets, and
+latency from the measured round trips, paths traced or not, the by-size buckets, and
 a poisson round summarised from synthetic agent records (flows.csv columns, summary.json's
 ``slowdown`` and ``arrivals``, the study's metrics and FCT rows)."""
 import csv
@@ -12,11 +12,11 @@ from experiments.context import RoundRecord
 from experiments.metrics import measure
 from experiments.plan import check_against_fabric
 from experiments.scenario import validate
-from experiments.slowdown import (add_ideal_fct, equal_cost_rates_bps, ideal_fct_s, link_latency_s, slowdown_summary,
-                                  traced_rates_bps, wire_bytes)
+from experiments.slowdown import (IdealModel, add_ideal_fct, equal_cost_rates_bps, ideal_fct_s, last_frame_bytes,
+                                  slowdown_summary, traced_rates_bps, wire_bytes)
 from experiments.study import fct_rows
 from experiments.workloads import KernelFlows
-from controller.routing import compute_routes
+from controller.routing import compute_routes, port_peers
 
 FABRIC = {"spines": 2, "leaves": 4, "hosts_per_leaf": 6, "uplink_rate_mbps": 30}
 
@@ -27,39 +27,45 @@ def fabric_map():
 
 def test_wire_bytes_count_66_bytes_of_headers_per_frame():
     assert wire_bytes(1448) == 1514 and wire_bytes(1449) == 1449 + 2 * 66 and wire_bytes(1) == 67
-    assert wire_bytes(0) == 0
+    assert wire_bytes(0) == 0 and last_frame_bytes(0) == 0
+    assert last_frame_bytes(1448) == 1514 and last_frame_bytes(1449) == 67 and last_frame_bytes(10_000) == 1378
     with pytest.raises(ValueError):
         wire_bytes(-1)
 
 
 def test_ideal_fct_by_hand():
-    # 10,000 B over 4 links at 10 Mbit/s, 0.1 ms per link beyond serialisation:
-    # 7 frames, W = 10000 + 7 x 66 = 10462 B; 3.2 us per byte over the 4 links summed
-    # handshake 2 x (74 x 3.2e-6 + 4 x 1e-4) = 1.2736 ms; first frame 1514 x 3.2e-6 + 4e-4 = 5.2448 ms;
-    # the other 8948 B at 10 Mbit/s 7.1584 ms: 13.6768 ms in all
-    assert ideal_fct_s(10_000, [10e6] * 4, 1e-4) == pytest.approx(13.6768e-3, rel=1e-9)
-    # one frame, no latency: the handshake and the frame stored and forwarded on each link
-    assert ideal_fct_s(100, [10e6, 10e6], 0.0) == pytest.approx(2 * 74 * 1.6e-6 + 166 * 1.6e-6)
-    # on a uniform-rate path the data part is the pipeline's: W / r + (k - 1) frame times
-    k, r, size = 4, 10e6, 500_000
-    data = ideal_fct_s(size, [r] * k) - 2 * 74 * 8 * k / r
-    assert data == pytest.approx((wire_bytes(size) + (k - 1) * 1514) * 8 / r)
-    # the bottleneck sets the rest: a 100 Mbit/s host link in front of 10 Mbit/s ones changes little
-    assert ideal_fct_s(size, [100e6, 10e6, 10e6]) < ideal_fct_s(size, [10e6] * 3)
+    # 10,000 B at a 10 Mbit/s bottleneck, 1.6 ms of latency, a 151-byte burst: 7 frames, W = 10000
+    # + 7 x 66 = 10462 B, the last frame 10000 - 6 x 1448 + 66 = 1378 B; the frames before it less
+    # the burst, 10462 - 1378 - 151 = 8933 B, take 7.1464 ms: 8.7464 ms in all
+    assert ideal_fct_s(10_000, 10e6, 1.6e-3, 151) == pytest.approx(8.7464e-3, rel=1e-9)
+    # one frame: an idle port does not hold a lone frame for its serialisation, only the latency
+    assert ideal_fct_s(1448, 10e6, 1.6e-3, 151) == pytest.approx(1.6e-3)
+    assert ideal_fct_s(1448, 10e6) == 0.0
+    # a long flow: its bytes at the bottleneck rate
+    assert ideal_fct_s(1448 * 1000, 10e6, 0.0, 0) == pytest.approx(999 * 1514 * 8 / 10e6)
     with pytest.raises(ValueError):
-        ideal_fct_s(1000, [])
+        ideal_fct_s(1000, 0)
 
 
-def test_the_per_link_latency_comes_from_the_full_frame_rtt():
+def test_the_model_takes_the_latency_from_the_measured_rtts():
     fm = fabric_map()
     routes = compute_routes(fm, "ecmp")
-    # h1 -> h7 crosses leaf1, a spine, leaf2: 4 links, 10 + 30 + 30 + 10 Mbit/s
-    frame = 1514 * 8 * (2 / 10e6 + 2 / 30e6)
-    env = {"scale": {"measured_rtt_full_frame_s": 2 * frame + 8 * 2e-4, "rtt_probe_hosts": ["h1", "h7"]}}
-    assert link_latency_s(env, fm, routes) == pytest.approx(2e-4)
-    assert link_latency_s({"scale": {"measured_rtt_full_frame_s": 0.001}}, fm, routes) == 0.0   # probe unknown
-    env["scale"]["measured_rtt_full_frame_s"] = frame          # faster than serialisation: 0, not negative
-    assert link_latency_s(env, fm, routes) == 0.0
+    peer = port_peers(fm)
+    env = {"scale": {"measured_rtt_s": 1.0e-3, "measured_rtt_full_frame_s": 1.2e-3, "rtt_probe_hosts": ["h1", "h7"]},
+           "shaper": {"slack_s": 100e-6}}
+    m = IdealModel(env, fm, routes, peer)
+    assert m.probe_links == 4                                   # h1 -> leaf1 -> spine -> leaf2 -> h7
+    assert m.latency_s(4) == pytest.approx(1.6e-3) and m.latency_s(2) == pytest.approx(0.8e-3)
+    assert m.burst(10e6) == 151 and m.burst(30e6) == 375        # common.units.shaper_burst_bytes
+    assert m.ideal_fct_s(10_000, [10e6, 30e6, 30e6, 10e6]) == pytest.approx(8.7464e-3)
+    # a probe on one leaf (2 links): longer paths take its latency as measured, never more
+    env["scale"]["rtt_probe_hosts"] = ["h1", "h2"]
+    m = IdealModel(env, fm, routes, peer)
+    assert m.probe_links == 2 and m.latency_s(4) == pytest.approx(1.6e-3) and m.latency_s(2) == pytest.approx(1.6e-3)
+    # an older record without the probe's hosts: the measured latency for every path; none measured: 0
+    assert IdealModel({"scale": {"measured_rtt_s": 1e-3}}, fm, routes, peer).latency_s(2) == pytest.approx(1e-3)
+    assert IdealModel({}, fm, routes, peer, burst_bytes=1000).latency_s(4) == 0.0
+    assert IdealModel({}, fm, routes, peer, burst_bytes=1000).burst(10e6) == 1000   # queues.burst_bytes
 
 
 def test_paths_traced_or_taken_from_the_routes():
@@ -78,22 +84,31 @@ def rows_and_plan(sizes_fcts, transport="tcp"):
     return rows, plan
 
 
+ENV = {"scale": {"measured_rtt_s": 1.0e-3, "measured_rtt_full_frame_s": 1.2e-3, "rtt_probe_hosts": ["h1", "h7"]},
+       "shaper": {"slack_s": 100e-6}}
+
+
 def test_slowdown_is_fct_over_ideal_for_complete_tcp_flows_of_a_sized_plan():
     fm = fabric_map()
-    rows, plan = rows_and_plan([("h1", "h7", 3000, 0.1), ("h1", "h2", 3000, 0.1), ("h3", "h9", 50_000, None)])
-    model = add_ideal_fct(rows, plan, fm, {}, "ecmp")
-    assert model["link_latency_s"] == 0.0 and "ceil(bytes / 1448)" in model["formula"]
+    rows, plan = rows_and_plan([("h1", "h7", 30_000, 0.1), ("h1", "h2", 30_000, 0.1), ("h3", "h9", 50_000, None)])
+    model = add_ideal_fct(rows, plan, fm, ENV, "ecmp")
+    assert model["probe_links"] == 4 and model["rtt_small_s"] == 1e-3 and "ceil(bytes / 1448)" in model["formula"]
     cross, local, unfinished = rows
-    assert cross["ideal_fct_s"] == pytest.approx(ideal_fct_s(3000, [10e6, 30e6, 30e6, 10e6]))
-    assert local["ideal_fct_s"] == pytest.approx(ideal_fct_s(3000, [10e6, 10e6]))
-    assert local["ideal_fct_s"] < cross["ideal_fct_s"]
+    behind = (wire_bytes(30_000) - last_frame_bytes(30_000) - 151) * 8 / 10e6
+    assert cross["ideal_fct_s"] == pytest.approx(1.6e-3 + behind)
+    assert local["ideal_fct_s"] == pytest.approx(0.8e-3 + behind)          # 2 links of the probe's 4
     assert cross["slowdown"] == pytest.approx(0.1 / cross["ideal_fct_s"])
     assert unfinished["ideal_fct_s"] > 0 and "slowdown" not in unfinished
+    # a traced path counts its own links
+    rows, plan = rows_and_plan([("h1", "h7", 30_000, 0.1)])
+    rows[0]["path"] = "h1>leaf1>spine2>leaf2>h7"
+    add_ideal_fct(rows, plan, fm, ENV)
+    assert rows[0]["ideal_fct_s"] == pytest.approx(1.6e-3 + behind)
     # a time-limited plan has no ideal; UDP rows get none
     rows, plan = rows_and_plan([("h1", "h7", None, 1.0)])
-    assert add_ideal_fct(rows, plan, fm, {}) is None and "ideal_fct_s" not in rows[0]
+    assert add_ideal_fct(rows, plan, fm, ENV) is None and "ideal_fct_s" not in rows[0]
     rows, plan = rows_and_plan([("h1", "h7", 3000, 0.1)], transport="udp")
-    assert add_ideal_fct(rows, plan, fm, {}) is not None and "ideal_fct_s" not in rows[0]
+    assert add_ideal_fct(rows, plan, fm, ENV) is not None and "ideal_fct_s" not in rows[0]
 
 
 def test_slowdown_by_size_bucket():
@@ -138,10 +153,8 @@ def _synthetic_round(ctx, plan, rdir, t0, fct_of):
             f.write(f"{t0 + 0.1 * k},{port},{(k % 4) * 1514},{k % 4},0,{k * 100000},{k * 70}\n")
     (rdir / "sampler.json").write_text(json.dumps({"achieved_hz": 200, "interfaces": 1,
                                                    "cpu_fraction_of_one_core": 0.01}))
-    frame = 1514 * 8 * (2 / 10e6 + 2 / 30e6)
-    (rdir / "environment.json").write_text(json.dumps({
-        "datapath": "user", "kernel": "test", "host_config": {},
-        "scale": {"measured_rtt_full_frame_s": 2 * frame + 8 * 1e-4, "rtt_probe_hosts": ["h1", "h7"]}}))
+    (rdir / "environment.json").write_text(json.dumps({"datapath": "user", "kernel": "test", "host_config": {},
+                                                       **ENV}))
 
 
 def test_a_poisson_round_reports_slowdown_by_size(tmp_path):
@@ -156,16 +169,17 @@ def test_a_poisson_round_reports_slowdown_by_size(tmp_path):
     t0 = 1000.0
     fm = layout[1]
     routes = compute_routes(fm, "ecmp")
+    model = IdealModel(ENV, fm, routes, port_peers(fm))
 
     def ideal(f):
-        return min(ideal_fct_s(f["bytes"], r, 1e-4) for r in equal_cost_rates_bps(fm, routes, f["src"], f["dst"]))
+        return min(model.ideal_fct_s(f["bytes"], r) for r in equal_cost_rates_bps(fm, routes, f["src"], f["dst"]))
     _synthetic_round(ctx, plan, rdir, t0, lambda f: 2.0 * ideal(f))      # every flow twice its ideal
     rec = RoundRecord(index=0, round=sc.rounds[0], dir=rdir, raw={"codes": {}, "paths": {}})
     summary = w.summarize(rec)
     sd = summary["slowdown"]
     assert sd["flows"] == 300 and sd["flows_without"] == 0
     assert sd["median"] == pytest.approx(2.0) and sd["p99"] == pytest.approx(2.0)
-    assert sd["ideal"]["link_latency_s"] == pytest.approx(1e-4)
+    assert sd["ideal"]["probe_links"] == 4 and sd["ideal"]["rtt_full_frame_s"] == 1.2e-3
     assert {b["bucket"] for b in sd["by_size"]} >= {"<10KB", "10KB-100KB", "100KB-1MB"}
     assert sum(b["planned"] for b in sd["by_size"]) == 300
     arr = summary["arrivals"]
