@@ -18,9 +18,11 @@ from common.stats import QUEUE_PERCENTILES, jain_index, sample_percentiles
 from common.units import FRAME_BYTES
 from experiments import pfcrun, rocerun
 from experiments.fluid import hash_ecmp_aggregate, max_min_rates
+from experiments.slowdown import add_ideal_fct, slowdown_summary
 from experiments.tables import (FLOW_COLUMNS, load_queue_samples, percentile as _percentile,  # noqa: F401
                                 write_csv as _write_csv)
 from experiments.model import Scenario
+from traffic.flowsizes import offered_load
 
 
 def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> list[dict]:
@@ -31,8 +33,12 @@ def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> l
         plan: the flows (traffic.patterns.flow_plan): ``flow_id``, ``src``, ``dst``, ``src_ip``.
         codes: agent exit codes by ``<host>.rx`` / ``<host>.tx`` (named in error rows).
 
-    ``fct_s`` is the receiver's last byte minus the scheduled start (the
-    flow completion time); ``complete`` is true when every byte sent arrived,
+    ``fct_s`` is the receiver's last byte minus the flow's scheduled start (the
+    flow completion time): the common start plus the flow's ``start_s`` (the plan's; 0 unless
+    its flows arrive over time), which ``first_byte_s`` and ``sender_done_s`` count from too;
+    ``start_at_unix_s`` stays the common start, and the receiver's and sender's samples
+    (``_samples``, ``_tcp_samples``) are in seconds from it; ``_launch_late_s``: how long after
+    its scheduled start the sender connected. ``complete`` is true when every byte sent arrived,
     the connection closed cleanly (UDP: the end marker arrived) and (sized flows) every
     planned byte was sent. UDP flows (``transport`` udp) also carry ``datagrams_sent``,
     ``datagrams_received`` (distinct), ``datagrams_lost`` (their difference: lost in the
@@ -53,19 +59,21 @@ def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> l
     rows = []
     for p in plan:
         row = {k: None for k in FLOW_COLUMNS}
-        row.update(flow_id=p["flow_id"], src=p["src"], dst=p["dst"], src_ip=p["src_ip"])
+        row.update(flow_id=p["flow_id"], src=p["src"], dst=p["dst"], src_ip=p["src_ip"], start_s=p.get("start_s") or 0.0)
         _, t = tx_by_id.get(p["flow_id"], (None, None))
         if t is None:
             row["error"] = tx[p["src"]].get("error") or f"sender {p['src']} has no record of flow {p['flow_id']}"
         else:
-            start = t["start_at_unix_s"]
+            t0 = t["start_at_unix_s"]
+            start = t0 + row["start_s"]
             row.update(src_port=t.get("src_port"), bytes_planned=t["bytes_planned"], bytes_sent=t["bytes_sent"],
-                       start_at_unix_s=start, congestion_control=t.get("congestion_control"),
+                       start_at_unix_s=t0, congestion_control=t.get("congestion_control"),
                        ecn_negotiated=t.get("ecn_negotiated"),
                        total_retrans=t.get("total_retrans"), rtt_us=t.get("rtt_us"),
                        sender_done_s=(t["closed_unix_s"] - start) if t.get("closed_unix_s") else None,
                        error=t.get("error") or rx[p["dst"]].get("error"),
-                       _tcp_samples=[[x[0] - start] + list(x[1:]) for x in t.get("tcp_samples") or []])
+                       _tcp_samples=[[x[0] - t0] + list(x[1:]) for x in t.get("tcp_samples") or []],
+                       _launch_late_s=(t["started_unix_s"] - start) if t.get("started_unix_s") else None)
             udp = "datagrams_sent" in t
             row["transport"] = "udp" if udp else "tcp"
             if udp:
@@ -80,7 +88,7 @@ def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> l
                 row.update(bytes_received=f["bytes"],
                            first_byte_s=(f["first_byte_unix_s"] - start) if f["first_byte_unix_s"] else None,
                            fct_s=(f["last_byte_unix_s"] - start) if f["last_byte_unix_s"] else None,
-                           _samples=[(ts - start, b) for ts, b in f["samples"]])
+                           _samples=[(ts - t0, b) for ts, b in f["samples"]])
                 if f.get("ecn_received"):
                     e = f["ecn_received"]
                     row.update(ce_received=e["ce"], ect_received=e["ect"], not_ect_received=e["not_ect"])
@@ -204,24 +212,41 @@ def bytes_at(samples: list, t_s: float) -> float:
 MIN_WINDOW_S = 0.5
 
 
+def end_s(flow: dict) -> float | None:
+    """When a flows.csv row's flow ended, in seconds from the common start: its ``start_s`` (0
+    when absent) plus its ``fct_s``; None without an FCT."""
+    return None if flow.get("fct_s") is None else (flow.get("start_s") or 0.0) + flow["fct_s"]
+
+
+def arrives_over_time(flows: list[dict]) -> bool:
+    """True when the flows do not all start at the common start (a plan with arrival times,
+    ``start_s`` > 0 for some flow)."""
+    return any((f.get("start_s") or 0.0) > 0 for f in flows)
+
+
 def measurement_window(flows: list[dict], sc: Scenario) -> tuple[float, float, str]:
     """The window in which every flow runs: ``(from_s, to_s, kind)`` in seconds since the start.
 
     From ``measurement.warmup_s`` (slow start left out) to the end of the time-limited flows
     (``traffic.duration_s``) or to the first sized flow completing (after that the mix of active
-    flows changes); ``kind`` is ``"all flows running"``. When that leaves under
-    :data:`MIN_WINDOW_S` (or no flow completed) it is the whole run, from 0 to the last byte,
-    and ``kind`` is ``"whole run"``.
+    flows changes); ``kind`` is ``"all flows running"``. Flows that arrive over time
+    (``start_s``) never all run at once: the window is from ``measurement.warmup_s`` to the last
+    arrival, while the arrivals keep the offered load up, and ``kind`` is ``"arrivals"``. When
+    that leaves under :data:`MIN_WINDOW_S` (or no flow completed) it is the whole run, from 0 to
+    the last byte, and ``kind`` is ``"whole run"``.
 
     Args:
-        flows: flows.csv rows (``fct_s`` in seconds or None, ``complete``).
+        flows: flows.csv rows (``fct_s`` in seconds or None, ``complete``, ``start_s``).
     """
     duration = sc.traffic.duration_s
-    ends = [f["fct_s"] for f in flows if f["complete"] and f["fct_s"] is not None]
+    ends = [end_s(f) for f in flows if f["complete"] and f["fct_s"] is not None]
     t_a, t_b = sc.measurement.warmup_s, (duration if duration else (min(ends) if ends else None))
+    kind = "all flows running"
+    if arrives_over_time(flows):
+        t_b, kind = max(f.get("start_s") or 0.0 for f in flows), "arrivals"
     if t_b is None or t_b - t_a < MIN_WINDOW_S:
-        return 0.0, max([f["fct_s"] for f in flows if f["fct_s"] is not None] or [0.0]), "whole run"
-    return t_a, t_b, "all flows running"
+        return 0.0, max([end_s(f) for f in flows if f["fct_s"] is not None] or [0.0]), "whole run"
+    return t_a, t_b, kind
 
 
 def fairness_summary(flows: list[dict], window: tuple[float, float, str]) -> dict:
@@ -293,6 +318,11 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     link rate counts them, the ACKs of the hosts' own uploads included), from
     the queue sampler's transmit counters (``samples``, as load_queue_samples).
 
+    Flows that arrive over time (``start_s``; the window is then the arrivals', see
+    :func:`measurement_window`) have no fluid model: ``model`` is ``"offered"`` and
+    ``model_aggregate_mbps`` the payload rate the plan offers (its bytes over the span of its
+    arrivals), which a fabric that keeps up delivers; otherwise ``model`` is ``"fluid"``.
+
     The model follows the run's routing mode: with ``ecmp``, the ideal split
     over equal-cost paths, and the hash-ECMP model
     (:func:`experiments.fluid.hash_ecmp_aggregate`) that pins each flow to one
@@ -300,7 +330,7 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     with ``single``, the one path per destination (no hash model: None).
 
     Returns:
-        ``{"window", "window_s", "aggregate_mbps", "wire_aggregate_mbps", "sending_hosts",
+        ``{"window", "window_s", "aggregate_mbps", "wire_aggregate_mbps", "sending_hosts", "model",
         "per_sending_host_mbps", "host_rate_mbps", "fraction_of_hosts_x_host_rate",
         "wire_fraction_of_hosts_x_host_rate", "model_aggregate_mbps", "measured_over_model",
         "hash_ecmp_model_aggregate_mbps": {median, p10, p90}, "per_flow_mbps": {min, p10, median, max},
@@ -316,9 +346,17 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     line = sum(rate_of[s] for s in senders)
     pairs = [(p["src"], p["dst"]) for p in plan]
     routing = sc.routing.mode
-    model = max_min_rates(fabric_map, pairs, routing)
-    # single-path routing has no hashing: its model is the one fixed path per destination
-    hashed = hash_ecmp_aggregate(fabric_map, pairs, seed=sc.seed) if routing == "ecmp" else None
+    if arrives_over_time(flows):
+        # flows arriving over time never all run at once: what the links carry is what the plan
+        # offers (its bytes over its arrivals' span), not the fluid model of every flow at once
+        last = max(p.get("start_s") or 0.0 for p in plan)
+        model = [sum(p["bytes"] or 0 for p in plan) * 8 / last / 1e6] if last > 0 else [0.0]
+        hashed, model_kind = None, "offered"
+    else:
+        model = max_min_rates(fabric_map, pairs, routing)
+        # single-path routing has no hashing: its model is the one fixed path per destination
+        hashed = hash_ecmp_aggregate(fabric_map, pairs, seed=sc.seed) if routing == "ecmp" else None
+        model_kind = "fluid"
     wire = None
     if samples:
         receivers = {q["dst"] for q in plan}
@@ -339,7 +377,7 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
         "host_rate_mbps": statistics.mode([rate_of[s] for s in senders]) if senders else None,
         "fraction_of_hosts_x_host_rate": agg / line if line else None,
         "wire_fraction_of_hosts_x_host_rate": wire / line if line and wire is not None else None,
-        "hash_ecmp_model_aggregate_mbps": hashed, "model_routing": routing,
+        "hash_ecmp_model_aggregate_mbps": hashed, "model_routing": routing, "model": model_kind,
         "model_aggregate_mbps": float(sum(model)), "model_per_sending_host_mbps": float(sum(model)) / len(senders),
         "measured_over_model": agg / sum(model) if sum(model) else None,
         "per_flow_mbps": {"min": float(x.min()), "p10": _percentile(x, 10), "median": _percentile(x, 50),
@@ -383,7 +421,6 @@ def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], 
     out = Path(out)
     starts = [f["start_at_unix_s"] for f in flows if f["start_at_unix_s"] is not None]
     t0 = min(starts) if starts else 0.0
-    _write_csv(out / "flows.csv", FLOW_COLUMNS, flows)
     with open(out / "flow_samples.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(("t_s", "flow_id", "src", "bytes_received_total"))
@@ -391,15 +428,18 @@ def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], 
             for t, b in fl.get("_samples") or []:
                 w.writerow((f"{t:.6f}", fl["flow_id"], fl["src"], b))
     write_tcp_samples(out / "tcp_samples.csv", flows)
+    ends = [end_s(f) for f in flows if f["fct_s"] is not None]
     fcts = [f["fct_s"] for f in flows if f["fct_s"] is not None]
-    end = max(fcts) if fcts else 0.0
+    end = max(ends) if ends else 0.0
+    env = json.loads((out / "environment.json").read_text())
+    ideal = add_ideal_fct(flows, plan, fabric_map, env, sc.routing.mode, sc.queues.burst_bytes)
+    _write_csv(out / "flows.csv", FLOW_COLUMNS, flows)
     samples, ports = write_port_tables(out, sc, fabric_map, t0, end)
     incast = sc.traffic.pattern == "incast"
     receiver = sc.traffic.receiver if incast else None
     bn, chosen = choose_bottleneck(ports, receiver, receiver_is_bottleneck)
     receiver_leaf = next((h["switch"] for h in fabric_map["hosts"] if h["name"] == receiver), None)
     sampler = json.loads((out / "sampler.json").read_text())
-    env = json.loads((out / "environment.json").read_text())
     ccs = sorted({f["congestion_control"] for f in flows if f["congestion_control"]})
     summary = {
         "scenario": sc.name,
@@ -435,7 +475,30 @@ def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], 
         "timings_s": timings,
         "hosts_tcp": hosts_tcp(env),
     }
+    sd = slowdown_summary(flows, plan, ideal)
+    if sd is not None:
+        summary["slowdown"] = sd
+    if arrives_over_time(flows):
+        summary["arrivals"] = arrivals_summary(flows, plan, fabric_map)
     return summary
+
+
+def arrivals_summary(flows: list[dict], plan: list[dict], fabric_map: dict) -> dict:
+    """``summary["arrivals"]`` of a plan whose flows arrive over time (``start_s``): ``flows``,
+    ``last_start_s`` (seconds from the start), ``offered_load`` (the plan's bytes over the
+    arrivals' span and every host's link rate: traffic.flowsizes.offered_load; the planned load
+    is the scenario's ``traffic.load``), ``offered_mbps`` (the same in Mbit/s of payload), and
+    ``launch_late_s`` ``{median, p99, max}``: how long after its scheduled start each sender
+    connected (the agents' timing; an FCT counts from the scheduled start)."""
+    rates = [h["rate_mbps"] * 1e6 for h in fabric_map["hosts"]]
+    arrivals = [(p.get("start_s") or 0.0, p["bytes"] or 0) for p in plan]
+    last = max((t for t, _ in arrivals), default=0.0)
+    late = [f["_launch_late_s"] for f in flows if f.get("_launch_late_s") is not None]
+    return {"flows": len(plan), "last_start_s": last,
+            "offered_load": offered_load(arrivals, len(rates), sum(rates) / len(rates)) if rates else None,
+            "offered_mbps": sum(b for _, b in arrivals) * 8 / last / 1e6 if last > 0 else None,
+            "launch_late_s": {"median": _percentile(late, 50), "p99": _percentile(late, 99),
+                              "max": max(late) if late else None}}
 
 
 def write_port_tables(out: Path, sc: Scenario, fabric_map: dict, t0_unix_s: float,
@@ -507,7 +570,8 @@ def format_summary(summary: dict, out: Path) -> str:
         f"== fabriclab: {summary['scenario']} ({summary['datapath']} datapath, kernel {summary['kernel']}) ==",
         f"flows: {f['count']}, all complete: {f['all_complete']}, bytes sent {f['bytes_sent']} / received {f['bytes_received']}",
         (f"completion time: median {f['fct_median_s']:.3f} s, p99 {f['fct_p99_s']:.3f} s" if f["fct_median_s"] is not None
-         else "completion time: none") + "; " + _fairness_clause(summary.get("fairness")),
+         else "completion time: none") + "; " + _fairness_clause(summary.get("fairness"))
+        + ("\n" + _slowdown_line(summary) if summary.get("slowdown") else ""),
         f"bottleneck: {bn.get('intf')} (toward {bn.get('peer')}), peak backlog {bn.get('peak_backlog_packets')} packets "
         f"/ {bn.get('peak_backlog_bytes')} B (buffer {buf}), drops {bn.get('drops')}" + _queue_clause(bn),
         ("ECMP split toward the receiver's leaf: " + ", ".join(
@@ -522,6 +586,23 @@ def format_summary(summary: dict, out: Path) -> str:
         f"results: {out}",
     ]
     return "\n".join(lines)
+
+
+def _slowdown_line(summary: dict) -> str:
+    """``summary["slowdown"]`` (and ``arrivals``) in one line, e.g. ``FCT slowdown: median 1.9, p99
+    14.2 over 1750 flows; by size (median/p99): <10KB 1.4/6.1, 10KB-100KB 2.0/9.8; offered load
+    0.49, launches late by at most 1.2 ms``."""
+    sd, arr = summary["slowdown"], summary.get("arrivals")
+
+    def f(v):
+        return "-" if v is None else f"{v:.2g}" if v < 10 else f"{v:.0f}"
+    line = (f"FCT slowdown: median {f(sd['median'])}, p99 {f(sd['p99'])} over {sd['flows']} flows; by size "
+            "(median/p99): " + ", ".join(f"{b['bucket']} {f(b['median'])}/{f(b['p99'])}" for b in sd["by_size"]))
+    if arr and arr.get("offered_load") is not None:
+        late = (arr.get("launch_late_s") or {}).get("max")
+        line += f"; offered load {arr['offered_load']:.2f}" + (f", launches late by at most {1e3 * late:.1f} ms"
+                                                               if late is not None else "")
+    return line
 
 
 def _fairness_clause(fa: dict | None) -> str:
@@ -572,10 +653,12 @@ def _throughput_line(tp: dict | None) -> str:
     return (f"throughput ({tp['window']}, {tp['window_s'][0]:.1f}-{tp['window_s'][1]:.1f} s): aggregate "
             f"{tp['aggregate_mbps']:.1f} Mbit/s = {tp['per_sending_host_mbps']:.2f} per sending host "
             f"({100 * (tp['fraction_of_hosts_x_host_rate'] or 0):.0f}% of line rate as payload, "
-            f"{100 * (tp['wire_fraction_of_hosts_x_host_rate'] or 0):.0f}% as frames on the wire); fluid model "
-            + (f"{tp['model_aggregate_mbps']:.1f} Mbit/s ideal ECMP, {tp['hash_ecmp_model_aggregate_mbps']['median']:.1f} "
-               f"hash ECMP" if tp.get("hash_ecmp_model_aggregate_mbps") else
-               f"{tp['model_aggregate_mbps']:.1f} Mbit/s on the single paths")
+            f"{100 * (tp['wire_fraction_of_hosts_x_host_rate'] or 0):.0f}% as frames on the wire); "
+            + (f"the arrivals offered {tp['model_aggregate_mbps']:.1f} Mbit/s" if tp.get("model") == "offered" else
+               "fluid model "
+               + (f"{tp['model_aggregate_mbps']:.1f} Mbit/s ideal ECMP, {tp['hash_ecmp_model_aggregate_mbps']['median']:.1f} "
+                  f"hash ECMP" if tp.get("hash_ecmp_model_aggregate_mbps") else
+                  f"{tp['model_aggregate_mbps']:.1f} Mbit/s on the single paths"))
             + f" (payload measured/model {tp['measured_over_model'] or 0:.2f})")
 
 
@@ -706,7 +789,7 @@ def add_ecn(out: Path, summary: dict, env: dict, profiles: dict, counters: dict,
     bn = summary.get("bottleneck") or {}
     intf = bn.get("intf")
     prof = profiles.get(intf) if intf else None
-    fcts = [f["fct_s"] for f in flows if f["fct_s"] is not None]
+    fcts = [end_s(f) for f in flows if f["fct_s"] is not None]
     rtt = (env.get("scale") or {}).get("measured_rtt_s") or 0.0
     fifo_drops = {}
     if (out / "ports.csv").exists():

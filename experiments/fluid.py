@@ -12,7 +12,9 @@ import random
 import statistics
 from collections import defaultdict
 
+from common.units import FRAME_BYTES
 from controller.routing import compute_routes, port_peers
+from traffic.flowsizes import TCP_PAYLOAD_BYTES
 
 
 def link_fractions(fabric_map: dict, routes: dict, src: str, dst: str, peer: dict | None = None
@@ -183,3 +185,29 @@ def switch_hop_forwarding_mbps(fabric_map: dict, pairs: list[tuple[str, str]], r
     fracs = [link_fractions(fabric_map, routes, s, d, peer=peer) for s, d in pairs]
     rates = _progressive_filling(fabric_map, fracs)
     return sum(r * max(0.0, sum(f.values()) - 1.0) for r, f in zip(rates, fracs))
+
+
+def offered_switch_hop_mbps(fabric_map: dict, plan: list[dict], routing: str = "ecmp") -> float:
+    """What the data plane must forward for a plan whose flows arrive over time (``start_s``), in
+    Mbit/s of switch hops: every flow's bytes as full frames on the wire (1514 bytes per 1448 of
+    payload) times the switches it crosses (the links of its path minus one; split ECMP paths by
+    their fractions), over the span of the arrivals (the last ``start_s``). The fluid model of
+    :func:`switch_hop_forwarding_mbps` would run every flow at once; arrivals offer this instead.
+    0.0 for an empty plan or one without arrival times.
+
+    Raises:
+        KeyError, ValueError: as :func:`link_fractions`.
+    """
+    span = max((f.get("start_s") or 0.0 for f in plan), default=0.0)
+    if not span > 0:
+        return 0.0
+    routes = compute_routes(fabric_map, routing)
+    peer = port_peers(fabric_map)
+    switches: dict[tuple[str, str], float] = {}
+    total = 0.0
+    for f in plan:
+        pair = (f["src"], f["dst"])
+        if pair not in switches:
+            switches[pair] = max(0.0, sum(link_fractions(fabric_map, routes, *pair, peer=peer).values()) - 1.0)
+        total += (f["bytes"] or 0) * FRAME_BYTES / TCP_PAYLOAD_BYTES * 8 * switches[pair]
+    return total / span / 1e6

@@ -207,6 +207,7 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
                 f.after_fabric(lf)
             timings["reachability_s"] = platform.warm_up_s(lf)
             env["scale"]["measured_rtt_s"] = platform.rtt_s(lf, plan[0]["src"], plan[0]["dst"])
+            env["scale"]["rtt_probe_hosts"] = [plan[0]["src"], plan[0]["dst"]]     # whose path both RTTs are
             env["scale"]["bdp_packets_measured_rtt"] = (sc.topology.host_rate_mbps * 1e6
                                                         * env["scale"]["measured_rtt_s"] / 8 / FRAME_BYTES)
             # a data packet's round trip: full frames both ways, serialised at every hop

@@ -210,6 +210,9 @@ def _check_traffic(t, roce, builder):
     for key in t.model_fields_set:            # the keys the file gave
         if key in PATTERN_KEYS and key not in pattern.PARAMS and getattr(t, key) is not None:
             raise ScenarioError(f"traffic.{key}", f"applies to the {PATTERN_KEYS[key]} pattern, not {t.pattern}")
+    for key, why in pattern.REFUSED_KEYS.items():   # shared keys the pattern does not take, unless at their default
+        if getattr(t, key) != type(t).model_fields[key].default:
+            raise ScenarioError(f"traffic.{key}", why)
     problem = pattern.check(n_hosts, builder.n_groups, t)
     if problem:
         raise ScenarioError(f"traffic.{problem[0]}", problem[1])
@@ -219,12 +222,12 @@ def _check_traffic(t, roce, builder):
             raise ScenarioError("traffic.flows_per_pair", f"{t.pattern} on {n_hosts} hosts with "
                                 f"{t.flows_per_pair} flow(s) per pair is {pairs * t.flows_per_pair} flows; "
                                 f"at most {MAX_FLOWS} (fewer hosts, or fewer flows per pair)")
-    update: dict = {}
+    update: dict = dict(pattern.resolve(t))     # the pattern's own keys' defaults
     if t.dscp is None:
         update["dscp"] = 26 if t.transport == "roce" else 0
     if t.transport != "roce":
         for k, default in (("responses", 1), ("arrival", "synchronized"), ("load", None)):
-            if getattr(t, k) != default:
+            if getattr(t, k) != default and k not in pattern.COMMON_KEYS:
                 raise ScenarioError(f"traffic.{k}", "applies to transport roce (the tcp and udp agents send one "
                                                     "flow per sender)")
     elif t.arrival == "poisson" and t.load is None:

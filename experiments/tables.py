@@ -10,8 +10,13 @@ import numpy as np
 
 #: The columns of flows.csv (TCP and UDP flows, and one row per RoCE flow). ``path``: the switches
 #: a TCP or UDP flow crossed (``h2>l2>s1>l1>h1``; experiments.workloads.flows.trace_paths).
+#: ``start_s``: when the flow started, seconds after the common start ``start_at_unix_s`` (0 unless
+#: its plan has arrival times); ``first_byte_s``, ``fct_s`` and ``sender_done_s`` count from it.
+#: ``ideal_fct_s``: the flow alone on the empty fabric, ``slowdown``: ``fct_s / ideal_fct_s``
+#: (experiments.slowdown; TCP flows of sized plans, ``slowdown`` only when complete).
 FLOW_COLUMNS = ("flow_id", "src", "dst", "src_ip", "src_port", "bytes_planned", "bytes_sent",
-                "bytes_received", "start_at_unix_s", "first_byte_s", "fct_s", "sender_done_s",
+                "bytes_received", "start_at_unix_s", "start_s", "first_byte_s", "fct_s", "ideal_fct_s", "slowdown",
+                "sender_done_s",
                 "congestion_control", "ecn_negotiated", "total_retrans", "rtt_us",
                 "ce_received", "ect_received", "not_ect_received", "transport", "datagrams_sent",
                 "datagrams_received", "datagrams_lost", "blocked_sends", "host_queue_full", "complete", "error",

@@ -16,8 +16,9 @@ Roles (``job["role"]``):
   With ``count_ecn`` it also reads every arriving IPv4 packet's header on the
   host's interfaces (an AF_PACKET socket) and counts, per flow, data packets
   that arrived Not-ECT, ECT and CE (a TCP socket cannot show the IP ECN field).
-- ``sender``: ``{"flows": [{"dst_ip", "port", "bytes" | "duration_s", "flow_id", "src_port"}, ...],
-  "deadline_unix_s", "out", "dscp", "tcp_sample_interval_s"}``. At the start time opens every flow at once;
+- ``sender``: ``{"flows": [{"dst_ip", "port", "bytes" | "duration_s", "flow_id", "src_port", "start_s"}, ...],
+  "deadline_unix_s", "out", "dscp", "tcp_sample_interval_s"}``. Opens each flow at the start time plus
+  its ``start_s`` (default 0: every flow at once at the start; :class:`Launches`);
   each sends ``bytes`` of zeros (or as much as it can for ``duration_s``), half-closes, waits for the receiver to
   close; records times, congestion control in use, whether ECN was
   negotiated, and retransmissions (TCP_INFO) per flow, and every ``tcp_sample_interval_s``
@@ -228,13 +229,66 @@ def run_receiver(job: dict) -> dict:
             "complete": done >= job["expect_flows"]}
 
 
+class Launches:
+    """When each flow of a sender job connects: at the common start plus its ``start_s``.
+
+    Pure bookkeeping (no sockets, no clock of its own): :meth:`due` hands out the flows whose
+    time has come, in order of their times (ties in job order), and :meth:`wait_s` says how long
+    the sender's loop may block before the next one is due. A flow without ``start_s`` (or 0)
+    is due at the start itself, so a job whose flows all start together launches them all at once.
+
+    Args:
+        flows: the job's flows (dicts, each with an optional ``start_s`` in seconds >= 0).
+        start_at_unix_s: the common start (Unix seconds).
+
+    Raises:
+        ValueError: a negative ``start_s``.
+    """
+
+    def __init__(self, flows: list[dict], start_at_unix_s: float):
+        starts = [float(f.get("start_s") or 0.0) for f in flows]
+        if any(t < 0 for t in starts):
+            raise ValueError(f"start_s must be >= 0, got {min(starts)}")
+        order = sorted(range(len(flows)), key=lambda i: (starts[i], i))
+        self._at = [(start_at_unix_s + starts[i], i) for i in order]
+        self._next = 0
+
+    def due(self, now_unix_s: float) -> list[int]:
+        """The indices (into the job's flows) of the flows due at ``now_unix_s`` not handed out
+        yet, in launch order."""
+        out = []
+        while self._next < len(self._at) and self._at[self._next][0] <= now_unix_s:
+            out.append(self._at[self._next][1])
+            self._next += 1
+        return out
+
+    @property
+    def pending(self) -> int:
+        """Flows not handed out yet."""
+        return len(self._at) - self._next
+
+    def wait_s(self, now_unix_s: float, cap_s: float) -> float:
+        """How long (seconds) the loop may wait for sockets before the next flow is due: at most
+        ``cap_s``; 0 when that flow is due within a millisecond (an epoll wait is rounded up to
+        whole milliseconds, so the loop polls instead and launches it on time); otherwise one
+        millisecond short of its time."""
+        if not self.pending:
+            return cap_s
+        left = self._at[self._next][0] - now_unix_s
+        return 0.0 if left < 0.001 else min(cap_s, left - 0.001)
+
+
 def run_sender(job: dict) -> dict:
-    """Send every flow of ``job["flows"]`` from the start time, all at once; return their records.
+    """Send every flow of ``job["flows"]`` from the start time; return their records.
 
     Each flow is one TCP connection that sends its bytes, half-closes and
-    waits for the receiver's close. The flows of one host are multiplexed in
-    this one process with non-blocking sockets (a permutation or all-to-all
-    needs many flows per host; one process per flow would not fit the CPU).
+    waits for the receiver's close. A flow connects at the start plus its ``start_s`` (seconds,
+    default 0: every flow of a job without it connects at the start, all at once; see
+    :class:`Launches`); a flow not yet connected is not open, and the deadline covers every
+    flow alike. Its record keeps ``start_s`` and ``started_unix_s`` (when it connected). The
+    flows of one host are multiplexed in this one process with non-blocking sockets (a
+    permutation or all-to-all needs many flows per host; one process per flow would not fit
+    the CPU).
     """
     flows = job["flows"]
     print("READY", flush=True)
@@ -243,13 +297,17 @@ def run_sender(job: dict) -> dict:
     sample_every = job.get("tcp_sample_interval_s", TCP_SAMPLE_INTERVAL_S)
     wait_until(start_at)
     sel = selectors.DefaultSelector()
-    recs = []
     socks = {}                     # flow_id -> socket, while it is connected
-    for f in flows:
-        rec = {"flow_id": f["flow_id"], "dst_ip": f["dst_ip"], "bytes_planned": f.get("bytes"),
-               "until_unix_s": start_at + f["duration_s"] if f.get("duration_s") else None,
-               "start_at_unix_s": start_at, "started_unix_s": time.time(), "bytes_sent": 0, "state": "connecting",
-               "tcp_samples": []}
+    recs = [{"flow_id": f["flow_id"], "dst_ip": f["dst_ip"], "bytes_planned": f.get("bytes"),
+             "start_s": float(f.get("start_s") or 0.0), "start_at_unix_s": start_at, "started_unix_s": None,
+             "bytes_sent": 0, "state": "scheduled", "tcp_samples": []} for f in flows]
+    launches = Launches(flows, start_at)
+
+    def launch(i: int) -> None:
+        f, rec = flows[i], recs[i]
+        began = start_at + rec["start_s"]
+        rec.update(until_unix_s=began + f["duration_s"] if f.get("duration_s") else None,
+                   started_unix_s=time.time(), state="connecting")
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if job.get("dscp"):
             s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, job["dscp"] << 2)
@@ -257,11 +315,18 @@ def run_sender(job: dict) -> dict:
         s.setblocking(False)
         s.connect_ex((f["dst_ip"], f["port"]))
         sel.register(s, selectors.EVENT_WRITE, rec)
-        recs.append(rec)
-    open_flows = len(recs)
+
+    open_flows = 0
+    for i in launches.due(time.time()):
+        launch(i)
+        open_flows += 1
     next_sample = time.time()
-    while open_flows and time.time() < job["deadline_unix_s"]:
+    cap_s = min(0.05, sample_every) if sample_every else 0.05
+    while (open_flows or launches.pending) and time.time() < job["deadline_unix_s"]:
         now = time.time()
+        for i in launches.due(now):
+            launch(i)
+            open_flows += 1
         if sample_every and now >= next_sample:
             for rec in recs:
                 s = socks.get(rec["flow_id"])
@@ -271,7 +336,7 @@ def run_sender(job: dict) -> dict:
                     except OSError:
                         pass
             next_sample = now + sample_every
-        for key, _ in sel.select(timeout=min(0.05, sample_every) if sample_every else 0.05):
+        for key, _ in sel.select(timeout=launches.wait_s(time.time(), cap_s)):
             s, rec = key.fileobj, key.data
             try:
                 if rec["state"] == "connecting":

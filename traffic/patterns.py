@@ -5,6 +5,7 @@ import random
 from typing import Any
 
 from common.params import F
+from traffic.flowsizes import FLOW_SIZES, flow_size_cdf, poisson_arrivals
 
 
 def incast_senders(hosts_by_leaf: dict[str, list[str]], receiver: str, count: int) -> list[str]:
@@ -108,26 +109,24 @@ def flow_plan(traffic: Any, fabric, seed: int) -> list[dict]:
     """Every flow a resolved scenario's ``traffic`` section asks for, on ``fabric``.
 
     Returns:
-        ``[{"flow_id", "src", "dst", "src_ip", "dst_ip", "src_port", "bytes", "duration_s"}, ...]``;
-        ``flow_id`` counts from 0; ``bytes`` is None for time-limited flows; ``src_port`` the
-        port the flow's sender binds (:func:`source_ports` of ``seed``: the seed fixes every
-        flow's ECMP path). incast: one flow per sender (``response_bytes``); the pair patterns:
-        ``flows_per_pair`` flows per pair (``flow_bytes`` or ``duration_s``).
+        ``[{"flow_id", "src", "dst", "src_ip", "dst_ip", "src_port", "bytes", "duration_s", "start_s"}, ...]``;
+        ``flow_id`` counts from 0; ``bytes`` is None for time-limited flows; ``start_s`` is when
+        the flow starts, in seconds after the common start (0 for every pattern but those that
+        plan arrivals, e.g. poisson); ``src_port`` the port the flow's sender binds
+        (:func:`source_ports` of ``seed``: the seed fixes every flow's ECMP path). incast: one flow
+        per sender (``response_bytes``); the pair patterns: ``flows_per_pair`` flows per pair
+        (``flow_bytes`` or ``duration_s``); poisson: ``flows`` arrivals (:class:`Poisson`).
 
     Raises:
         ValueError: the pattern is unknown or cannot be laid out on this fabric.
     """
     if traffic.pattern not in PATTERNS:
         raise ValueError(f"unknown traffic pattern {traffic.pattern!r}")
-    pattern = PATTERNS[traffic.pattern]
-    pairs = pattern.pairs(fabric, traffic, seed)
-    per_pair, size, duration = pattern.sizes(traffic)
     ip = {h.name: h.ip for h in fabric.hosts}
-    plan = []
-    for src, dst in pairs:
-        for _ in range(per_pair):
-            plan.append({"flow_id": len(plan), "src": src, "dst": dst, "src_ip": ip[src], "dst_ip": ip[dst],
-                         "bytes": size, "duration_s": duration})
+    plan = [{"flow_id": i, "src": src, "dst": dst, "src_ip": ip[src], "dst_ip": ip[dst], "bytes": size,
+             "duration_s": duration, "start_s": start_s}
+            for i, (src, dst, size, duration, start_s) in enumerate(PATTERNS[traffic.pattern].flows(fabric, traffic,
+                                                                                                      seed))]
     for f, port in zip(plan, source_ports(len(plan), seed, avoid=(getattr(traffic, "port", 0),))):
         f["src_port"] = port
     return plan
@@ -136,17 +135,42 @@ def flow_plan(traffic: Any, fabric, seed: int) -> list[dict]:
 # -- the registry -----------------------------------------------------------------------------------
 #
 # A pattern is one class registered in PATTERNS by NAME: PARAMS (the traffic keys only it takes,
-# checked by the scenario schema), pairs(fabric, traffic, seed) -> [(src, dst)], sizes(traffic) ->
-# (flows per pair, bytes or None, duration_s or None), pair_count(n_hosts) (the most pairs it can
-# give: the schema's flow cap) and check(n_hosts, n_groups, traffic) -> None, or (the traffic key
-# at fault, what is wrong).
+# checked by the scenario schema), COMMON_KEYS (keys of the shared traffic section it reads that
+# are otherwise refused for its transport, e.g. load), REFUSED_KEYS ({shared key: why}: keys it
+# refuses when they differ from their default), pairs(fabric, traffic, seed) -> [(src, dst)],
+# sizes(traffic) -> (flows per pair, bytes or None, duration_s or None), flows(fabric, traffic,
+# seed) -> [(src, dst, bytes, duration_s, start_s)] (by default every pair's flows_per_pair flows of
+# sizes(), all at start_s 0; a pattern with its own sizes and arrival times overrides it),
+# resolve(traffic) -> {key: value} (its keys' defaults, filled into the resolved scenario),
+# pair_count(n_hosts) (the most pairs it can give: the schema's flow cap) and check(n_hosts,
+# n_groups, traffic) -> None, or (the traffic key at fault, what is wrong).
 
-class Incast:
+class _Pattern:
+    """Base of every registered pattern: no keys of its own, flows from :meth:`pairs` and
+    :meth:`sizes`, all starting together."""
+
+    PARAMS: dict = {}
+    COMMON_KEYS: tuple[str, ...] = ()
+    REFUSED_KEYS: dict[str, str] = {}
+
+    @classmethod
+    def flows(cls, fabric, traffic: Any, seed: int) -> list[tuple[str, str, int | None, float | None, float]]:
+        """``[(src, dst, bytes or None, duration_s or None, start_s)]``: ``sizes()``'s flows per pair
+        for every pair of ``pairs()``, in pair order, every one at ``start_s`` 0."""
+        per_pair, size, duration = cls.sizes(traffic)
+        return [(src, dst, size, duration, 0.0) for src, dst in cls.pairs(fabric, traffic, seed) for _ in range(per_pair)]
+
+    @staticmethod
+    def resolve(traffic: Any) -> dict:
+        """No keys of its own to fill in."""
+        return {}
+
+
+class Incast(_Pattern):
     """``senders`` hosts -> ``receiver`` (or ``sender_hosts``), one ``response_bytes`` flow each:
     partition-aggregate (see :func:`incast_senders`)."""
 
     NAME = "incast"
-    PARAMS: dict = {}
 
     @staticmethod
     def pairs(fabric, traffic: Any, seed: int) -> list[tuple[str, str]]:
@@ -173,10 +197,8 @@ class Incast:
         return None
 
 
-class _PairPattern:
+class _PairPattern(_Pattern):
     """Base of the patterns that send ``flows_per_pair`` flows per (src, dst) pair."""
-
-    PARAMS: dict = {}
 
     @staticmethod
     def sizes(traffic: Any) -> tuple[int, int | None, float | None]:
@@ -335,9 +357,104 @@ class Hotspot(_PairPattern):
         return None if k < n_hosts else ("hotspots", f"{k} in a fabric of {n_hosts} hosts: at most {n_hosts - 1}")
 
 
+#: Most flows a poisson plan may hold (the source ports a plan draws from hold 22768).
+MAX_POISSON_FLOWS = 20000
+
+
+class Poisson(_Pattern):
+    """Poisson flow arrivals at a given load between random host pairs, flow sizes drawn from an
+    empirical distribution: the workload of data-center congestion-control evaluations (pFabric,
+    pHost, HPCC, Homa).
+
+    ``flows`` flows arrive as one Poisson process over the whole fabric (traffic.flowsizes.
+    poisson_arrivals): each between a uniformly chosen source host and a uniformly chosen other
+    host, of a size drawn from ``size_distribution`` (traffic.flowsizes.FLOW_SIZES: websearch,
+    datamining, hadoop) divided by ``size_scale`` (default: the distribution's own, so the mean
+    flow is a few hundred kB; at least one TCP segment). ``load`` is the load offered on the host
+    links: the rate is ``lambda = load x n_hosts x host_rate_bps / (8 x mean_bytes)`` flows per
+    second, so each host sends, and receives, ``load`` of its link's rate in flow bytes on
+    average (as HPCC and Homa define load). The seed fixes every flow's arrival time, hosts and
+    size, and the plan is prefix-stable: flow i is the same whatever ``flows`` is. Sized TCP flows
+    only; no incast groups.
+    """
+
+    NAME = "poisson"
+    PARAMS = {"size_distribution": F((str,), None, choices=tuple(FLOW_SIZES)),
+              "size_scale": F((int, float), None, lo=0.01, hi=1e6),
+              "flows": F((int,), None, lo=1, hi=MAX_POISSON_FLOWS)}
+    COMMON_KEYS = ("load",)
+    REFUSED_KEYS = {"duration_s": "poisson flows are sized (size_distribution); bound the plan with flows",
+                    "flows_per_pair": "applies to the pair patterns; poisson draws a pair for every flow",
+                    "flow_bytes": "applies to the pair patterns; poisson draws sizes from size_distribution"}
+    #: ``size_distribution`` when the scenario does not give one.
+    DEFAULT_DISTRIBUTION = "websearch"
+
+    @staticmethod
+    def resolve(traffic: Any) -> dict:
+        """``size_distribution`` (default websearch) and ``size_scale`` (default the distribution's
+        :attr:`traffic.flowsizes.FlowSizeCdf.default_scale`) filled in."""
+        name = traffic.size_distribution or Poisson.DEFAULT_DISTRIBUTION
+        scale = traffic.size_scale if traffic.size_scale is not None else FLOW_SIZES[name].default_scale
+        return {"size_distribution": name, "size_scale": scale}
+
+    @staticmethod
+    def size_cdf(traffic: Any):
+        """The scaled flow-size distribution of ``traffic`` (traffic.flowsizes.FlowSizeCdf, sizes in
+        bytes), defaults filled in as :meth:`resolve` does."""
+        r = Poisson.resolve(traffic)
+        return flow_size_cdf(r["size_distribution"], r["size_scale"])
+
+    @classmethod
+    def flows(cls, fabric, traffic: Any, seed: int) -> list[tuple[str, str, int, None, float]]:
+        """``flows`` seeded arrivals ``(src, dst, bytes, None, start_s)`` in arrival order, at
+        ``load`` of the hosts' mean link rate (traffic.flowsizes.poisson_arrivals).
+
+        Raises:
+            ValueError: no ``load`` or ``flows``, or fewer than two hosts.
+        """
+        if traffic.load is None or traffic.flows is None:
+            raise ValueError("the poisson pattern needs traffic.load and traffic.flows")
+        hosts = [h.name for h in fabric.hosts]
+        names = set(hosts)
+        rates = [link.rate_mbps for link in fabric.links if link.b in names]
+        rate_bps = sum(rates) / len(rates) * 1e6
+        arrivals = poisson_arrivals(cls.size_cdf(traffic), hosts, traffic.load, rate_bps, traffic.flows, seed)
+        return [(src, dst, size, None, start_s) for start_s, src, dst, size in arrivals]
+
+    @staticmethod
+    def sizes(traffic: Any) -> tuple[int, int | None, float | None]:
+        """One flow per draw; sizes vary (:meth:`flows` draws them): ``(1, None, None)``."""
+        return 1, None, None
+
+    @staticmethod
+    def pairs(fabric, traffic: Any, seed: int) -> list[tuple[str, str]]:
+        """The planned flows' (src, dst), in arrival order."""
+        return [(s, d) for s, d, *_ in Poisson.flows(fabric, traffic, seed)]
+
+    @staticmethod
+    def pair_count(n_hosts: int) -> int:
+        """Its flows are counted by ``flows`` (at most :data:`MAX_POISSON_FLOWS`), not by pairs: 1."""
+        return 1
+
+    @staticmethod
+    def check(n_hosts: int, n_groups: int, traffic: Any) -> tuple[str, str] | None:
+        """Needs ``load`` and ``flows`` and two hosts; kernel TCP only."""
+        if n_hosts < 2:
+            return "pattern", "needs at least 2 hosts"
+        if traffic.transport != "tcp":
+            return "transport", (f"the poisson pattern runs kernel TCP flows (transport tcp), not "
+                                 f"{traffic.transport}")
+        if traffic.load is None:
+            return "load", ("the poisson pattern needs a load: the fraction (0-1] of each host's link its "
+                            "flows offer")
+        if traffic.flows is None:
+            return "flows", "the poisson pattern needs the number of flows to plan"
+        return None
+
+
 #: name -> pattern class.
 PATTERNS = {cls.NAME: cls for cls in (Incast, Permutation, AllToAll, Stride, Staggered, RandomPairs,
-                                      RandomBijection, Hotspot)}
+                                      RandomBijection, Hotspot, Poisson)}
 
 
 def stride_pairs(hosts: list[str], stride: int) -> list[tuple[str, str]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from common.errors import ScenarioError
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
-from experiments.fluid import switch_hop_forwarding_mbps
+from experiments.fluid import offered_switch_hop_mbps, switch_hop_forwarding_mbps
 
 #: Switch-hop forwarding the userspace datapath's one thread sustains here, Mbit/s: measured at
 #: 300-500 in all on this 2-core machine kind (88-100% of a core); the low end, so a scaled
@@ -43,12 +43,16 @@ class ScaledFabric(Feature):
         sc, env = self.ctx.sc, self.ctx.env
         if sc.scale is None:
             return 0
-        pairs = [(f["src"], f["dst"]) for f in self.ctx.plan]
-        need = switch_hop_forwarding_mbps(self.ctx.fabric_map, pairs, sc.routing.mode if sc.routing.mode in
-                                          ("ecmp", "single") else "ecmp")
+        routing = sc.routing.mode if sc.routing.mode in ("ecmp", "single") else "ecmp"
+        if any((f.get("start_s") or 0.0) > 0 for f in self.ctx.plan):    # flows arriving over time
+            need = offered_switch_hop_mbps(self.ctx.fabric_map, self.ctx.plan, routing)
+            how = "the traffic plan's bytes as frames over its arrivals' span x switches on their paths"
+        else:
+            pairs = [(f["src"], f["dst"]) for f in self.ctx.plan]
+            need = switch_hop_forwarding_mbps(self.ctx.fabric_map, pairs, routing)
+            how = "max-min fair rates of the traffic plan's flows x switches on their paths"
         budget = USERSPACE_FORWARDING_MBPS if env.get("datapath") == "user" else None
-        env["scaled"] = {"forwarding_estimate_mbps": need, "forwarding_budget_mbps": budget,
-                         "estimate": "max-min fair rates of the traffic plan's flows x switches on their paths"}
+        env["scaled"] = {"forwarding_estimate_mbps": need, "forwarding_budget_mbps": budget, "estimate": how}
         if budget is not None and need > budget:
             fit = sc.scale.factor * need / budget
             raise ScenarioError("scale.factor", f"{sc.scale.factor:g}: the emulated fabric needs about {need:.0f} "

@@ -67,8 +67,8 @@ class KernelFlows(Workload):
             by_dst.setdefault(f["dst"], []).append(f)
             by_src.setdefault(f["src"], []).append(f)
         try:
-            run_s = t.duration_s or t.timeout_s
-            deadline = time.time() + run_s + t.start_delay_s + TAIL_GRACE_S
+            agents_s, wait_s = run_limits_s(t, plan)
+            deadline = time.time() + agents_s
             udp = t.transport == "udp"
             for dst, flows in by_dst.items():
                 agents.start(dst, "rx", {"role": "udp-receiver" if udp else "receiver", "port": t.port,
@@ -79,12 +79,13 @@ class KernelFlows(Workload):
                                          "dscp": t.dscp, "out": str(agent_dir / f"{src}.tx.json"),
                                          "flows": [{"dst_ip": f["dst_ip"], "port": t.port, "bytes": f["bytes"],
                                                     "duration_s": f["duration_s"], "flow_id": f["flow_id"],
-                                                    "src_port": f["src_port"]}
+                                                    "src_port": f["src_port"], "start_s": f.get("start_s") or 0.0}
                                                    for f in flows]})
             agents.wait_ready()
             start_at = time.time() + t.start_delay_s
             agents.release(start_at)
             what = (f"{len(by_src)} senders x {t.response_bytes} B -> {t.receiver}" if t.pattern == "incast"
+                    else describe_arrivals(plan, len(set(by_src) | set(by_dst))) if last_start_s(plan) > 0
                     else f"{len(plan)} flows ({t.flows_per_pair} per pair) between "
                          f"{len(set(by_src) | set(by_dst))} hosts, "
                     + (f"{t.duration_s:g} s each" if t.duration_s else f"{t.flow_bytes} B each"))
@@ -92,8 +93,7 @@ class KernelFlows(Workload):
             maybe_fault("after_traffic_start")
             if not udp:
                 snapshot_ss(lf, plan[0]["src"], t.port, start_at + 0.2, rec.dir / "ss_tin.txt")
-            codes = agents.wait(min(deadline, start_at + (t.duration_s + TAIL_GRACE_S if t.duration_s
-                                                          else t.timeout_s)) + AGENT_EXIT_GRACE_S)
+            codes = agents.wait(min(deadline, start_at + wait_s) + AGENT_EXIT_GRACE_S)
             time.sleep(sc.measurement.post_s)
         finally:
             agents.kill()
@@ -131,6 +131,39 @@ class KernelFlows(Workload):
         plot.plot_rounds(out)
         if not self.ctx.quiet:
             print(analysis.format_rounds(out))
+
+
+def last_start_s(plan: list[dict]) -> float:
+    """The latest ``start_s`` of a plan's flows (seconds after the common start; 0 when every flow
+    starts at the start)."""
+    return max((f.get("start_s") or 0.0 for f in plan), default=0.0)
+
+
+def run_limits_s(traffic, plan: list[dict]) -> tuple[float, float]:
+    """How long a round of ``plan``'s flows may run, in seconds: ``(agents_s, wait_s)``.
+
+    ``agents_s``, from when the agents are started to their own deadline: the flows' time
+    (``traffic.duration_s``, else ``traffic.timeout_s``) plus the last flow's ``start_s``, plus
+    ``traffic.start_delay_s`` and :data:`TAIL_GRACE_S`. ``wait_s``, from the common start to when
+    the runner stops waiting for them (then :data:`AGENT_EXIT_GRACE_S` more): the last flow's
+    ``start_s`` plus ``duration_s`` and :data:`TAIL_GRACE_S` for time-limited flows, else plus
+    ``timeout_s``. A plan whose flows all start at the start (every pattern but those with
+    arrival times) gets the limits it always had; one with arrivals has them moved by its last
+    arrival, so the last flow gets the same time as the first."""
+    last = last_start_s(plan)
+    agents_s = (traffic.duration_s or traffic.timeout_s) + last + traffic.start_delay_s + TAIL_GRACE_S
+    wait_s = last + (traffic.duration_s + TAIL_GRACE_S if traffic.duration_s else traffic.timeout_s)
+    return agents_s, wait_s
+
+
+def describe_arrivals(plan: list[dict], hosts: int) -> str:
+    """One line for a plan whose flows arrive over time (``start_s``), e.g. ``1750 flows of 1448 B
+    to 6.0 MB (mean 342 kB) between 24 hosts, arriving over 40.1 s``."""
+    sizes = [f["bytes"] for f in plan if f["bytes"] is not None]
+    last = max(f.get("start_s") or 0.0 for f in plan)
+    span = (f" of {min(sizes)} B to {max(sizes) / 1e6:.1f} MB (mean {sum(sizes) / len(sizes) / 1e3:.0f} kB)"
+            if sizes else "")
+    return f"{len(plan)} flows{span} between {hosts} hosts, arriving over {last:.1f} s"
 
 
 #: Most flows whose paths a round traces (one ``ovs-appctl ofproto/trace`` per switch hop, about
