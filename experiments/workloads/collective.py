@@ -30,7 +30,7 @@ class Collective(Workload):
     def run_round(self, lf, state, rec: RoundRecord) -> dict:
         """experiments.collrun.run_round; returns its result (JSON-able)."""
         coll = rec.round.collective
-        roce_args = (rocerun.collective_job_args(self.ctx.sc, rec.round.roce_mode)
+        roce_args = (rocerun.collective_job_args(self.ctx.sc, rec.round.roce_mode, rec.round.roce_plugin)
                      if coll.transport == "roce" else None)
         return collrun.run_round(lf, state, coll, rec.dir / "agents", self.ctx.sc.measurement.sample_hz,
                                  self.ctx.quiet, say=self.ctx.say, seed=rec.round.seed, roce_args=roce_args,
