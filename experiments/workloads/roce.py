@@ -60,7 +60,9 @@ class RoceFlows(KernelFlows):
                         if t.pattern == "incast" else f"{len(flows)} flows")
                 self.ctx.say(f"{t.pattern} over RoCEv2 ({mode}): {what}")
                 maybe_fault("after_traffic_start")
-                codes = agents.wait(deadline + AGENT_EXIT_GRACE_S)
+                # a plug-in that raised in one agent leaves the others nothing to do: stop them then
+                codes = agents.wait(deadline + AGENT_EXIT_GRACE_S,
+                                    give_up=lambda: bool(rocerun.plugin_failures(agent_dir)))
                 time.sleep(sc.measurement.post_s)
             finally:
                 agents.kill()
