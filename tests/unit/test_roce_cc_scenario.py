@@ -3,7 +3,6 @@ plug-in (``roce.cc``) for the scenario or a round, its checks, its trip through 
 folder's scenario.yaml, the jobs that carry it, the summary and tables that record
 ``plugin:<name>``, and a plug-in's failure in an agent ending the run."""
 import json
-import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -188,17 +187,18 @@ def test_the_cli_says_run_failed_and_exits_1_on_a_run_error(monkeypatch, capsys)
     assert "run failed: RoCE agent on h5: rate-controller plug-in /x/bad.py: raised RuntimeError: boom" in err
 
 
-def test_the_tutorials_scenario_checks(tmp_path):
-    text = textwrap.dedent(f"""\
-        name: aimd-vs-dcqcn
-        topology: {{spines: 1, leaves: 2, hosts_per_leaf: 4}}
-        traffic: {{transport: roce, senders: 3, response_bytes: 2000000}}
-        roce:
-          cc: {{plugin: {AIMD}, params: {{step_fraction: 0.01}}}}
-        rounds:
-          - {{name: aimd}}
-          - {{name: dcqcn, roce: {{mode: dcqcn}}}}
-        """)
-    sc = validate(yaml.safe_load(text))
+def _block(text: str, after: str, lang: str) -> str:
+    """The first fenced ``lang`` block after the line containing ``after`` in ``text``."""
+    rest = text[text.index(after):]
+    start = rest.index(f"```{lang}\n") + len(lang) + 4
+    return rest[start:rest.index("```", start)]
+
+
+def test_the_guides_scenario_checks_and_its_code_is_the_shipped_example(monkeypatch):
+    guide = (REPO / "docs" / "roce-cc.md").read_text()
+    assert _block(guide, "### 1. Write it", "python") == AIMD.read_text()
+    monkeypatch.chdir(REPO)
+    sc = validate(yaml.safe_load(_block(guide, "<!-- aimd-vs-dcqcn.yaml", "yaml")))
     check_against_fabric(sc)
-    assert [r.roce_mode for r in sc.rounds] == ["plugin:aimd", "dcqcn"]
+    assert [r.roce_mode for r in sc.rounds] == ["plugin:aimd"] * 3 + ["dcqcn"] * 3
+    assert [r.seed for r in sc.rounds] == [1, 2, 3] * 2 and sc.ecn.profile.kind == "red"   # CNPs need marks
