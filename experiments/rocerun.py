@@ -320,19 +320,26 @@ def plugin_record(plugin: RocePlugin) -> dict:
     return {"name": plugin.name, "path": plugin.path, "params": dict(plugin.params), "sha256": digest}
 
 
-def plugin_failures(out: Path) -> list[str]:
-    """The errors of the agents in ``out`` (their ``<host>.roce.json``) whose rate-controller
-    plug-in failed (traffic.agent records ``error_type`` PluginError), one line each:
-    ``RoCE agent on <host>: rate-controller plug-in <file>: raised <exception> (line N, in <method>) ...``."""
+def plugin_failures(out: Path, pattern: str = "*.roce.json") -> list[str]:
+    """The errors of the agents in ``out`` (their result files matching ``pattern``, searched
+    below ``out``) whose rate-controller plug-in failed, one line each: ``RoCE agent on <host>:
+    rate-controller plug-in <file>: raised <exception> (line N, in <method>) ...``. An agent that
+    failed records ``error_type`` PluginError (traffic.agent); a collective agent whose RoCE
+    engine stopped records the error in its ``roce`` record (traffic.collective.RoceLinks)."""
     found = []
-    for p in sorted(Path(out).glob("*.roce.json")):
+    for p in sorted(Path(out).rglob(pattern)):
         try:
             rec = json.loads(p.read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(rec, dict) and rec.get("error_type") == "PluginError":
-            err = str(rec.get("error", "")).removeprefix("PluginError: ")
-            found.append(f"RoCE agent on {p.name.split('.')[0]}: {err}")
+        if not isinstance(rec, dict):
+            continue
+        errors = [rec.get("error") if rec.get("error_type") == "PluginError" else None,
+                  (rec.get("roce") or {}).get("error") if isinstance(rec.get("roce"), dict) else None]
+        for err in errors:
+            if isinstance(err, str) and err.startswith("PluginError: "):
+                found.append(f"RoCE agent on {p.name.split('.')[0]}: {err.removeprefix('PluginError: ')}")
+                break
     return found
 
 

@@ -374,7 +374,10 @@ def run_collective(job: dict, ready) -> dict:
     """Run this host's ranks of ``job`` (module docstring). ``ready()`` prints READY and returns
     the start time (Unix s). Returns ``{"role", "ranks": [record, ...]}``."""
     by_rank = {r["rank"]: r for r in job["ranks"]}
-    links = RoceLinks(job) if job.get("transport", "tcp") == "roce" else None
+    try:
+        links = RoceLinks(job) if job.get("transport", "tcp") == "roce" else None
+    except Exception as e:
+        raise plugin_failure(e, job["roce"]) or e
     ranks = []
     for r in job["local_ranks"]:
         ls = None

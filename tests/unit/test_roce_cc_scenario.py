@@ -202,3 +202,18 @@ def test_the_guides_scenario_checks_and_its_code_is_the_shipped_example(monkeypa
     check_against_fabric(sc)
     assert [r.roce_mode for r in sc.rounds] == ["plugin:aimd"] * 3 + ["dcqcn"] * 3
     assert [r.seed for r in sc.rounds] == [1, 2, 3] * 2 and sc.ecn.profile.kind == "red"   # CNPs need marks
+
+
+def test_a_plugin_that_raised_in_a_collective_agent_ends_the_run_too(tmp_path):
+    from experiments.workloads import collective as coll_workload
+    size = tmp_path / "agents" / "size-4000"
+    size.mkdir(parents=True)
+    (size / "h1.collective.json").write_text(json.dumps({"role": "collective", "roce": {"error": None}}))
+    coll_workload._raise_plugin_failure(tmp_path / "agents")
+    err = f"rate-controller plug-in {tmp_path}/bad.py: raised ValueError: no (line 3, in on_cnp) while the run used it"
+    (size / "h2.collective.json").write_text(json.dumps({"role": "collective", "ranks": [],
+                                                         "roce": {"kind": "roce", "error": "PluginError: " + err}}))
+    with pytest.raises(RunError) as e:
+        coll_workload._raise_plugin_failure(tmp_path / "agents")
+    assert str(e.value) == f"RoCE agent on h2: {err}"
+    assert rocerun.plugin_failures(tmp_path / "agents") == []          # the RoCE workload's files only
