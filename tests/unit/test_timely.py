@@ -82,6 +82,9 @@ def test_defaults_are_scaled_to_the_host_link_and_the_emulations_time_scale():
     q = TimelyParams.scaled(100e6)                  # time_scale 10: 0.5 ms and 5 ms; delta still 1% of the line
     assert q.t_low_s == pytest.approx(0.5e-3) and q.t_high_s == pytest.approx(5e-3)
     assert q.additive_increment_bps == pytest.approx(1e6) and q.ewma_alpha == pytest.approx(p.ewma_alpha)
+    exact = TimelyParams.scaled(10e6, time_scale=1000)       # time scale = rate scale: the testbed replayed
+    assert (exact.t_high_s, exact.ewma_alpha) == (pytest.approx(0.5), pytest.approx(0.02))
+    assert exact.additive_increment_bps == pytest.approx(10e3)
     r = TimelyParams.scaled(10e6, time_scale=400, beta=0.5)
     assert r.t_high_s == pytest.approx(0.2) and r.beta == 0.5
     assert r.additive_increment_bps == pytest.approx(10e6 / 1000 * 2.5)   # k = 1000 / 400
