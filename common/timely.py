@@ -34,7 +34,8 @@ Scaling to an emulated host link of rate R (:meth:`TimelyParams.scaled`):
   100-frame buffer that drains in 87 ms; 0.5 ms and 5 ms at 100 Mbit/s).
 - Completion events: a 16 KB segment lasts ``rate_scale`` times longer on the emulated line, the
   round trip only ``time_scale`` times, so a QP gets ``k = rate_scale / time_scale`` (10 at every
-  rate with the default time scale) times fewer events per round trip. Per-event quantities are
+  rate with the default time scale; at least 1: a longer time scale than that replays the
+  reference values) times fewer events per round trip. Per-event quantities are
   scaled by k so that a round trip does what it does at the reference: delta keeps its fraction
   of the line times k (0.1% x 10 = 1% of the line per event: 100 kbit/s at 10 Mbit/s), and the
   EWMA weight becomes 1 - (1 - alpha)^k (k events at weight alpha in one: 0.183). beta and the
