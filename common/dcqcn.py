@@ -48,6 +48,16 @@ REFERENCE_RATE_BPS = 40e9        # the DCQCN paper's testbed links
 TIME_SCALE_DIVISOR = 40.0
 
 
+def default_time_scale(line_rate_bps: float) -> float:
+    """The emulation's default time scale for a host link of ``line_rate_bps``: rate_scale / 40
+    (module docstring; 100 at 10 Mbit/s, 10 at 100 Mbit/s). The other rate controllers
+    (common.timely, common.swift) stretch their times by the same factor, so that every
+    algorithm sees the same emulated fabric. Raises ValueError on a rate that is not positive."""
+    if not line_rate_bps > 0:
+        raise ValueError(f"line_rate_bps must be > 0, not {line_rate_bps}")
+    return REFERENCE_RATE_BPS / line_rate_bps / TIME_SCALE_DIVISOR
+
+
 @dataclass(frozen=True)
 class DcqcnParams:
     """DCQCN parameters (units in the names; see the module docstring for their sources and scaling).
@@ -76,7 +86,7 @@ class DcqcnParams:
             raise ValueError(f"line_rate_bps must be > 0, not {line_rate_bps}")
         rs = REFERENCE_RATE_BPS / line_rate_bps
         if time_scale is None:
-            time_scale = rs / TIME_SCALE_DIVISOR
+            time_scale = default_time_scale(line_rate_bps)
         if not time_scale > 0:
             raise ValueError(f"time_scale must be > 0, not {time_scale}")
         base = cls(REFERENCE_RATE_BPS)

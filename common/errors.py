@@ -46,6 +46,12 @@ class CapabilityError(FabriclabError):
     """The running kernel lacks something the scenario asked for (exit code 2)."""
 
 
+class RunError(FabriclabError):
+    """A run cannot go on: one of its parts failed in a way that leaves its results meaningless
+    (a RoCE rate-controller plug-in raised inside an agent). The run loop tears the fabric down
+    as for any exception; the command-line front ends print the message and exit 1."""
+
+
 class BusyError(SetupError):
     """Another fabriclab run holds the machine's run lock. The command-line front ends turn this
     into exit code 2, before anything is created."""

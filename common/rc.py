@@ -141,38 +141,55 @@ class Requester:
             self._last_progress_s = now_s
         return Packet(seq, op, ackreq, size, retx)
 
-    def _acked_through(self, seq_exclusive: int, now_s: float) -> None:
+    def _acked_through(self, seq_exclusive: int, now_s: float) -> int:
+        """Acknowledge every sequence number below ``seq_exclusive``; returns the payload bytes
+        that were not acknowledged before."""
         if seq_exclusive <= self._una:
-            return
+            return 0
+        acked = 0
+        pkts = self._pkts
         for s in range(self._una, seq_exclusive):
-            self._pkts.pop(s, None)
+            p = pkts.pop(s, None)
+            if p is not None:
+                acked += p[2]
         self._una = seq_exclusive
         self._send = max(self._send, self._una)
         self._last_progress_s = now_s
         while self._open < len(self.messages) and self.messages[self._open].last_seq < self._una:
             self.messages[self._open].completed_s = now_s
             self._open += 1
+        return acked
 
     def _seq_of(self, psn: int) -> int:
         """The sequence number of an incoming PSN, taken as the nearest to the oldest unacknowledged one."""
         return self._una + psn_diff(psn, self._una & PSN_MASK)
 
-    def on_ack(self, psn: int, now_s: float) -> None:
-        """Cumulative ACK of every PSN up to ``psn``. ACKs of PSNs never sent are ignored."""
+    @property
+    def acked_seq(self) -> int:
+        """The newest sequence number acknowledged so far (``start_psn - 1`` before any)."""
+        return self._una - 1
+
+    def on_ack(self, psn: int, now_s: float) -> int:
+        """Cumulative ACK of every PSN up to ``psn``. ACKs of PSNs never sent are ignored.
+        Returns the payload bytes it acknowledged that were not acknowledged before (0 for a
+        duplicate)."""
         seq = self._seq_of(psn)
         if seq <= self._highest_sent:
-            self._acked_through(seq + 1, now_s)
+            return self._acked_through(seq + 1, now_s)
+        return 0
 
-    def on_nak(self, psn: int, now_s: float) -> None:
+    def on_nak(self, psn: int, now_s: float) -> int:
         """NAK, PSN sequence error, expecting ``psn``: everything before it is acknowledged, and
-        sending goes back to it."""
+        sending goes back to it. Returns the payload bytes it acknowledged that were not
+        acknowledged before."""
         seq = self._seq_of(psn)
         if seq > self._highest_sent + 1 or seq < self._una:
-            return
+            return 0
         self.naks += 1
-        self._acked_through(seq, now_s)
+        acked = self._acked_through(seq, now_s)
         self._send = seq
         self._last_progress_s = now_s
+        return acked
 
     def check_timeout(self, now_s: float) -> bool:
         """Go back to the oldest unacknowledged PSN when nothing was acknowledged for ``rto_s``

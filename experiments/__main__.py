@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from common.errors import BusyError, CapabilityError, ScenarioError, SetupError, UnfaithfulRun
+from common.errors import BusyError, CapabilityError, RunError, ScenarioError, SetupError, UnfaithfulRun
 from experiments.plan import build_fabric, check_against_fabric
 from experiments.scenario import read_yaml_file, validate
 from experiments.state import clean_stale, describe_report
@@ -213,6 +213,9 @@ def main(argv=None) -> int:
         return 2
     except SetupError as e:
         print(f"fabriclab: set-up failed: {e}", file=sys.stderr)
+        return 1
+    except RunError as e:
+        print(f"fabriclab: run failed: {e}; fabric torn down", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("fabriclab: interrupted; fabric torn down", file=sys.stderr)

@@ -15,6 +15,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable
 
 from common.errors import SetupError
 from experiments import reach
@@ -150,14 +151,18 @@ class Agents:
             p.stdin.write(f"{start_at_unix_s:.6f}\n")
             p.stdin.flush()
 
-    def wait(self, deadline_unix_s: float) -> dict[str, int]:
+    def wait(self, deadline_unix_s: float, give_up: Callable[[], bool] | None = None) -> dict[str, int]:
         """Wait for every agent until ``deadline_unix_s``, or until :data:`ROUND_STOP` is requested
-        (killing what is left then); returns ``{"<host>.<role>": exit code}``. Raises
-        KeyboardInterrupt/SystemExit for a lost signal."""
+        (killing what is left then); returns ``{"<host>.<role>": exit code}``. ``give_up``, when
+        given, is asked every :data:`STOP_POLL_S` while an agent is still running: once it says
+        True, every agent still running is killed (a failure that makes the rest pointless, such
+        as a rate-controller plug-in that raised in one agent). Raises KeyboardInterrupt/SystemExit
+        for a lost signal."""
         codes = {}
+        gave_up = False
         for host, p in self.procs:
             check_signalled()
-            while not ROUND_STOP.is_set():
+            while not ROUND_STOP.is_set() and not gave_up:
                 left = deadline_unix_s - time.time()
                 try:
                     codes[host] = p.wait(max(0.01, min(STOP_POLL_S, left)))
@@ -165,6 +170,7 @@ class Agents:
                 except subprocess.TimeoutExpired:
                     if left <= STOP_POLL_S:
                         break
+                    gave_up = give_up is not None and bool(give_up())
             if host not in codes and not ROUND_STOP.is_set():
                 p.kill()
                 codes[host] = p.wait()

@@ -274,8 +274,55 @@ class Dcqcn(Section):
     min_rate_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
 
 
+class Timely(Section):
+    """TIMELY parameters (Mittal et al., SIGCOMM 2015, Algorithm 1); absent = the reference
+    defaults scaled to the host link rate (common.timely.TimelyParams.scaled)."""
+    time_scale: Optional[_bounded(Number, 1e-3, 1e6)] = None
+    ewma_alpha: Optional[_bounded(Number, 1e-6, 1.0)] = None
+    t_low_s: Optional[_bounded(Number, 1e-6, 60)] = None
+    t_high_s: Optional[_bounded(Number, 1e-6, 60)] = None
+    #: delta, added per completion event (an ACK with an RTT sample)
+    additive_increment_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
+    beta: Optional[_bounded(Number, 1e-6, 1.0)] = None
+    #: completions of negative gradient before hyperactive increase (N)
+    hai_threshold: Optional[Annotated[int, Field(ge=1, le=1000)]] = None
+    min_rate_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
+    #: the gradient's normaliser; default: the smallest RTT sample the queue pair has seen
+    min_rtt_s: Optional[_bounded(Number, 1e-6, 60)] = None
+
+
+class Swift(Section):
+    """Swift-like parameters (Kumar et al., SIGCOMM 2020; rate-based here: common.swift);
+    absent = the defaults scaled to the host link rate (common.swift.SwiftParams.scaled)."""
+    time_scale: Optional[_bounded(Number, 1e-3, 1e6)] = None
+    #: the delay above the base round trip the controller aims for
+    target_queue_s: Optional[_bounded(Number, 1e-6, 60)] = None
+    #: the base round trip; default: the smallest RTT sample the queue pair has seen
+    base_rtt_s: Optional[_bounded(Number, 1e-6, 60)] = None
+    #: additive increase per round trip of acknowledged data
+    ai_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
+    beta: Optional[_bounded(Number, 1e-6, 1.0)] = None
+    max_mdf: Optional[_bounded(Number, 1e-6, 0.999)] = None
+    min_rate_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
+
+
+#: A plug-in parameter's name.
+PARAM_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,63}"
+
+
+class Cc(Section):
+    """A rate controller of the user's own: ``plugin`` names a Python file (relative to the
+    current directory, or absolute) that defines one subclass of
+    traffic.ratecontrol.RateController (traffic.ccplugin; docs/roce-cc.md); ``params`` reach
+    it as the job's ``cc_params``."""
+    plugin: Annotated[str, Field(min_length=1, max_length=4096)]
+    params: Annotated[dict[Annotated[str, Field(pattern=f"^(?:{PARAM_NAME})$")], Number],
+                      Field(max_length=64)] = {}
+
+
 class Roce(Section):
-    """RoCEv2 queue pairs and their rate controller (traffic.ratecontrol.RATE_CONTROLLERS)."""
+    """RoCEv2 queue pairs and their rate controller (traffic.ratecontrol.RATE_CONTROLLERS, or a
+    plug-in: ``cc``)."""
     mode: Literal[tuple(RATE_CONTROLLERS)] = "dcqcn"
     #: mode none: the fixed rate; default the host link rate
     rate_mbps: Optional[_bounded(Number, 0.01, 1000)] = None
@@ -286,6 +333,10 @@ class Roce(Section):
     cnp_dscp: Annotated[int, Field(ge=0, le=63)] = 48
     pcap_hosts: Optional[list[Annotated[str, Field(pattern=f"^(?:{HOST})$")]]] = None
     dcqcn: Dcqcn = Dcqcn()
+    timely: Timely = Timely()
+    swift: Swift = Swift()
+    #: a plug-in rate controller for every round that does not set its own mode (instead of ``mode``)
+    cc: Optional[Cc] = None
 
 
 class Collective(Section):
@@ -347,9 +398,11 @@ def _override(base: type[Section], name: str, doc: str, keys: tuple[str, ...] | 
 
 #: A round's ``hosts`` keys.
 HostsOverride = _override(Hosts, "HostsOverride", "A round's ``hosts`` keys.")
-#: A round sets the RoCE rate controller (A/B runs of dcqcn against none).
-RoundRoce = _override(Roce, "RoundRoce", "A round's RoCE rate controller.", ("mode",),
-                      refuse=f"a round can only set the RoCE mode: {{mode: {'|'.join(RATE_CONTROLLERS)}}}")
+#: A round sets the RoCE rate controller (A/B runs of dcqcn against none, or against a plug-in).
+RoundRoce = _override(Roce, "RoundRoce", "A round's RoCE rate controller: a registered mode, or a plug-in (cc).",
+                      ("mode", "cc"),
+                      refuse=f"a round can only set the RoCE rate controller: {{mode: {'|'.join(RATE_CONTROLLERS)}}} "
+                             "or {cc: {plugin: FILE}}")
 #: What a round may change of the collective section.
 ROUND_COLLECTIVE_KEYS = ("kind", "ranks", "placement", "hosts", "transport")
 CollectiveOverride = _override(Collective, "CollectiveOverride", "A round's change to the collective section.",
@@ -434,6 +487,19 @@ class Resolved(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
 
+class RocePlugin(Resolved):
+    """A rate-controller plug-in a round runs, checked (traffic.ccplugin.load_plugin).
+
+    Attributes:
+        path: the file, absolute.
+        name: its class's ``name`` (the round's mode is ``plugin:<name>``).
+        params: its ``roce.cc.params``.
+    """
+    path: str
+    name: str
+    params: dict[str, Any] = {}
+
+
 class Round(Resolved):
     """One round, resolved: everything it runs with.
 
@@ -442,7 +508,9 @@ class Round(Resolved):
         ecn: every switch port's profile source (scenario's merged with the round's), in bytes.
         hosts, collective: the sections as they hold in this round.
         pfc_enabled: PFC on in this round.
-        roce_mode: the RoCE rate controller in this round.
+        roce_mode: the RoCE rate controller in this round: a registered mode, or
+            ``plugin:<name>`` for a plug-in.
+        roce_plugin: the plug-in of a ``plugin:<name>`` round, else None.
         seed: the seed of its random choices.
         traffic: the traffic section as it holds in this round: the scenario's, with an incast's
             ``senders`` (and ``sender_hosts`` cut to the first ``senders``) and, in blocks mode,
@@ -454,6 +522,7 @@ class Round(Resolved):
     hosts: Hosts
     pfc_enabled: bool
     roce_mode: str
+    roce_plugin: Optional[RocePlugin] = None
     seed: int
     collective: Collective
     traffic: Traffic
@@ -496,6 +565,8 @@ class Scenario(Resolved):
         reads back into an equal Scenario."""
         out = {k: _plain(getattr(self, k)) for k in ("name", "description", "seed", "topology", "routing", "queues",
                                                     "links", "hosts", "traffic", "roce", "collective", "measurement")}
+        if self.roce.cc is not None:
+            del out["roce"]["mode"]       # a plug-in stands instead of the mode
         if self.scale is not None:
             out["scale"] = self.scale.model_dump()
         out["ecn"] = settings_spec(self.ecn, marker=True)
@@ -518,6 +589,7 @@ def _round_data(r: Round, sc: Scenario) -> dict:
             if sc.traffic.pattern == "incast" and sc.collective.kind is None else ())
     return {"name": r.name, "ecn": settings_spec(r.ecn, marker=False), "hosts": r.hosts.model_dump(),
             **({"pfc": {"enabled": r.pfc_enabled}} if sc.pfc is not None else {}),
-            "roce": {"mode": r.roce_mode}, "seed": r.seed,
+            "roce": ({"cc": {"plugin": r.roce_plugin.path, "params": dict(r.roce_plugin.params)}}
+                     if r.roce_plugin is not None else {"mode": r.roce_mode}), "seed": r.seed,
             **({"collective": coll} if coll is not None else {}),
             **({"traffic": {k: getattr(r.traffic, k) for k in keys}} if keys else {})}

@@ -275,8 +275,8 @@ def plot_cwnd_queue(out: Path, summary: dict, samples: dict, max_flows: int = 8)
 
 
 def plot_roce(out: Path, summary: dict) -> Path:
-    """``roce_rates.png`` (issue 7): each RoCE sender's rate over time (its DCQCN current rate, or
-    its fixed rate in mode none; solid) beside what it put on the wire per sample interval (dots),
+    """``roce_rates.png`` (issue 7): each RoCE sender's rate over time (its rate controller's
+    current rate: DCQCN's, TIMELY's, a plug-in's, or the fixed rate in mode none; solid) beside what it put on the wire per sample interval (dots),
     above the completion times of its messages, from ``roce_rates.csv`` and ``roce_messages.csv``."""
     r = summary["roce"]
     rates = _read_csv(out / "roce_rates.csv")

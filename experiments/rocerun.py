@@ -8,6 +8,7 @@ host MACs).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import statistics
@@ -18,14 +19,16 @@ from common.dcqcn import DcqcnParams
 from common.dcqcn_fluid import fixed_point
 from common.ecn import EcnProfile
 from common.roce import OVERHEAD_BYTES
+from common.swift import SwiftParams
+from common.timely import TimelyParams
 from experiments.live import Agents
-from experiments.scenario import dcqcn_params
+from experiments.scenario import dcqcn_params, swift_params, timely_params
 from experiments.tables import FLOW_COLUMNS, percentile, write_csv
 from traffic.patterns import message_schedule
-from experiments.model import Scenario
+from traffic.ratecontrol import RATE_CONTROLLERS
+from experiments.model import RocePlugin, Scenario
 
 SENDER_QPN, RECEIVER_QPN, SPORT_BASE = 0x100, 0x200, 49152
-MODES = ("dcqcn", "none")
 
 
 def default_rto_s(buffer_bytes: int, rate_bps: float, hops: int = 4) -> float:
@@ -37,23 +40,33 @@ def default_rto_s(buffer_bytes: int, rate_bps: float, hops: int = 4) -> float:
 def host_jobs(lf, flows: list[dict], out: Path, deadline_unix_s: float, mode: str, line_rate_mbps: float,
               rate_mbps: float | None = None, dcqcn: DcqcnParams | None = None, dscp: int = 26,
               cnp_dscp: int = 48, mtu_bytes: int = 1024, ack_every: int = 16, rto_s: float = 0.3,
-              sample_interval_s: float = 0.05, pcap_hosts: tuple = ()) -> dict[str, dict]:
+              sample_interval_s: float = 0.05, pcap_hosts: tuple = (), timely: TimelyParams | None = None,
+              swift: SwiftParams | None = None, cc_plugin: str | None = None,
+              cc_params: dict | None = None) -> dict[str, dict]:
     """The ``roce`` job of every host that sends or receives one of ``flows``.
 
     Args:
         flows: ``[{"flow_id", "src", "dst", "bytes" | "messages": [{"at_s", "bytes"}] |
             "duration_s" (+ "message_bytes")}]``.
-        mode: ``dcqcn`` (rates from ``dcqcn``, scaled defaults when None) or ``none`` (``rate_mbps``).
+        mode: a registered rate controller (traffic.ratecontrol.RATE_CONTROLLERS: ``dcqcn``,
+            ``timely``, ``swift`` with their parameters from ``dcqcn``, ``timely``, ``swift``,
+            scaled defaults when None; ``none`` at ``rate_mbps``), or ``plugin:<name>`` with
+            ``cc_plugin`` (the plug-in file's absolute path) and its ``cc_params``.
         pcap_hosts: hosts whose interface is captured to ``<out>/<host>.pcap``.
 
     Raises:
-        ValueError: an unknown mode, or ``none`` without a rate.
+        ValueError: an unknown mode without a plug-in, or ``none`` without a rate.
     """
-    if mode not in MODES:
-        raise ValueError(f"roce mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if cc_plugin is None and mode not in RATE_CONTROLLERS:
+        raise ValueError(f"roce mode must be one of {', '.join(RATE_CONTROLLERS)} or a plug-in, not {mode!r}")
     if mode == "none" and not rate_mbps:
         raise ValueError("roce mode none needs rate_mbps")
-    params = dcqcn or DcqcnParams.scaled(line_rate_mbps * 1e6)
+    line_bps = line_rate_mbps * 1e6
+    params = dcqcn or DcqcnParams.scaled(line_bps)
+    cc = {"timely": (timely or TimelyParams.scaled(line_bps)).as_dict(),
+          "swift": (swift or SwiftParams.scaled(line_bps)).as_dict()}
+    if cc_plugin is not None:
+        cc.update(cc_plugin=str(cc_plugin), cc_params=dict(cc_params or {}))
     jobs: dict[str, dict] = {}
 
     def job(h: str) -> dict:
@@ -62,7 +75,7 @@ def host_jobs(lf, flows: list[dict], out: Path, deadline_unix_s: float, mode: st
             jobs[h] = {"role": "roce", "ifname": lf.fabric.host_attachment(h).b_intf, "mac": n.mac, "ip": n.ip,
                        "out": str(Path(out) / f"{h}.roce.json"), "deadline_unix_s": deadline_unix_s,
                        "mode": mode, "line_rate_mbps": line_rate_mbps, "rate_mbps": rate_mbps,
-                       "dcqcn": params.as_dict(), "dscp": dscp, "cnp_dscp": cnp_dscp, "mtu_bytes": mtu_bytes,
+                       "dcqcn": params.as_dict(), **cc, "dscp": dscp, "cnp_dscp": cnp_dscp, "mtu_bytes": mtu_bytes,
                        "ack_every": ack_every, "rto_s": rto_s, "sample_interval_s": sample_interval_s,
                        "pcap": str(Path(out) / f"{h}.pcap") if h in pcap_hosts else None,
                        "send": [], "receive": []}
@@ -159,23 +172,32 @@ def scenario_flows(sc: Scenario, plan: list[dict], seed: int | None = None) -> l
             for f, ts in zip(plan, times)]
 
 
-def scenario_job_args(sc: Scenario, mode: str, sample_interval_s: float = 0.05) -> dict:
-    """Keyword arguments of :func:`start_roce_flows` for a resolved scenario in RoCE ``mode``."""
+def scenario_job_args(sc: Scenario, mode: str, sample_interval_s: float = 0.05,
+                      plugin: RocePlugin | None = None) -> dict:
+    """Keyword arguments of :func:`start_roce_flows` for a resolved scenario in RoCE ``mode``
+    (a round's ``roce_mode``; with its ``roce_plugin``, the plug-in's file and parameters)."""
     r, host_mbps = sc.roce, sc.topology.host_rate_mbps
     return {"mode": mode, "line_rate_mbps": host_mbps, "rate_mbps": r.rate_mbps or host_mbps,
-            "dcqcn": dcqcn_params(sc), "dscp": sc.traffic.dscp, "cnp_dscp": r.cnp_dscp,
+            "dcqcn": dcqcn_params(sc), "timely": timely_params(sc), "swift": swift_params(sc),
+            "cc_plugin": plugin.path if plugin is not None else None,
+            "cc_params": dict(plugin.params) if plugin is not None else None,
+            "dscp": sc.traffic.dscp, "cnp_dscp": r.cnp_dscp,
             "mtu_bytes": r.mtu_bytes, "ack_every": r.ack_every,
             "rto_s": r.rto_s or default_rto_s(sc.queues.limit_bytes, host_mbps * 1e6),
             "sample_interval_s": sample_interval_s, "pcap_hosts": tuple(r.pcap_hosts or ())}
 
 
-def collective_job_args(sc: Scenario, mode: str) -> dict:
+def collective_job_args(sc: Scenario, mode: str, plugin: RocePlugin | None = None) -> dict:
     """The RoCE settings of a resolved scenario's collective over RoCEv2 (traffic.collective's
-    ``roce`` job field) in ``mode``: :func:`scenario_job_args` without the pcap and the traffic
-    section's DSCP: the lossless class's default, 26, as for RoCE traffic."""
-    a = scenario_job_args(sc, mode)
+    ``roce`` job field) in ``mode`` (with a round's plug-in): :func:`scenario_job_args` as job
+    fields (parameters as dicts, no plug-in fields without a plug-in), without the pcap and the
+    traffic section's DSCP: the lossless class's default, 26, as for RoCE traffic."""
+    a = scenario_job_args(sc, mode, plugin=plugin)
     a.pop("pcap_hosts")
-    a["dcqcn"] = a["dcqcn"].as_dict()
+    for k in ("dcqcn", "timely", "swift"):
+        a[k] = a[k].as_dict()
+    if plugin is None:
+        del a["cc_plugin"], a["cc_params"]
     a["dscp"] = 26
     return a
 
@@ -288,14 +310,61 @@ def fluid_fixed_point(mode: str, params: DcqcnParams | None, port: dict | None, 
             "settled": settled or None}
 
 
+def plugin_record(plugin: RocePlugin) -> dict:
+    """What a round records of its plug-in: ``{"name", "path", "params", "sha256"}`` (the SHA-256
+    of the file as the round ran it; None when it cannot be read any more)."""
+    try:
+        digest = hashlib.sha256(Path(plugin.path).read_bytes()).hexdigest()
+    except OSError:
+        digest = None
+    return {"name": plugin.name, "path": plugin.path, "params": dict(plugin.params), "sha256": digest}
+
+
+def plugin_failures(out: Path, pattern: str = "*.roce.json") -> list[str]:
+    """The errors of the agents in ``out`` (their result files matching ``pattern``, searched
+    below ``out``) whose rate-controller plug-in failed, one line each: ``RoCE agent on <host>:
+    rate-controller plug-in <file>: raised <exception> (line N, in <method>) ...``. An agent that
+    failed records ``error_type`` PluginError (traffic.agent); a collective agent whose RoCE
+    engine stopped records the error in its ``roce`` record (traffic.collective.RoceLinks)."""
+    found = []
+    for p in sorted(Path(out).rglob(pattern)):
+        try:
+            rec = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(rec, dict):
+            continue
+        errors = [rec.get("error") if rec.get("error_type") == "PluginError" else None,
+                  (rec.get("roce") or {}).get("error") if isinstance(rec.get("roce"), dict) else None]
+        for err in errors:
+            if isinstance(err, str) and err.startswith("PluginError: "):
+                found.append(f"RoCE agent on {p.name.split('.')[0]}: {err.removeprefix('PluginError: ')}")
+                break
+    return found
+
+
+def _rtt_totals(txs: list[dict]) -> dict:
+    """The senders' RTT samples together: ``samples`` (their count), ``min``, the median of the
+    flows' medians and the largest flow p99 (seconds; None without samples)."""
+    per = [x.get("rtt_s") or {} for x in txs]
+    meds = [r["median"] for r in per if r.get("median") is not None]
+    return {"samples": sum(r.get("count") or 0 for r in per),
+            "min": min((r["min"] for r in per if r.get("min") is not None), default=None),
+            "flow_median_median": statistics.median(meds) if meds else None,
+            "flow_p99_max": max((r["p99"] for r in per if r.get("p99") is not None), default=None)}
+
+
 def add_to_summary(out: Path, summary: dict, rows: list[dict], mode: str, params: DcqcnParams | None,
-                   seed: int | None = None, fluid: dict | None = None) -> dict:
+                   seed: int | None = None, fluid: dict | None = None, plugin: dict | None = None) -> dict:
     """Add ``summary["roce"]`` and write ``roce_messages.csv`` (every message: flow, bytes, posted,
     completed, completion time), ``roce_rates.csv`` (each sender's rate over time) and
     ``roce_flows.csv`` (per queue pair: bytes, completion, CE, CNPs sent and received,
     retransmitted packets, NAKs, timeouts, back-pressure, last rate, pacing) into ``out``.
 
-    ``roce``: mode, DCQCN parameters (mode dcqcn), CNPs sent and received, retransmitted packets,
+    ``roce``: mode (``plugin:<name>`` for a plug-in), DCQCN parameters (mode dcqcn), ``cc``: the
+    rate controller's parameters as its senders recorded them (``params``) and ``plugin``
+    (:func:`plugin_record`, or None), the RTT samples (``rtt_s``: :func:`_rtt_totals`), CNPs sent
+    and received, retransmitted packets,
     NAKs, timeouts, host back-pressure, the receiving hosts' UDP receive drops
     (``host_udp_drops``), message completion times (count, median with its ~95%
     confidence interval, p99, max; case R4), pacing warnings (case T5), the senders' last rates, and
@@ -328,13 +397,20 @@ def add_to_summary(out: Path, summary: dict, rows: list[dict], mode: str, params
                          "cnps_sent": rx.get("cnps_sent"), "cnps_received": tx.get("cnps_received"),
                          "duplicates_dropped": rx.get("duplicates"), "blocked_sends": tx.get("blocked_sends"),
                          "host_queue_full": tx.get("host_queue_full"), "final_rate_bps": tx.get("final_rate_bps"),
-                         "achieved_fraction_of_pacer": tx.get("achieved_fraction_of_pacer")})
+                         "achieved_fraction_of_pacer": tx.get("achieved_fraction_of_pacer"),
+                         "rtt_samples": (tx.get("rtt_s") or {}).get("count"),
+                         "rtt_min_s": (tx.get("rtt_s") or {}).get("min"),
+                         "rtt_median_s": (tx.get("rtt_s") or {}).get("median"),
+                         "rtt_p99_s": (tx.get("rtt_s") or {}).get("p99")})
     write_csv(out / "roce_flows.csv", list(per_flow[0]) if per_flow else ["flow_id"], per_flow)
     fcts = [m["fct_s"] for m in msgs if m["fct_s"] is not None]
     txs = [(r["roce"] or {}).get("tx") or {} for r in rows]
     rxs = [(r["roce"] or {}).get("rx") or {} for r in rows]
     summary["roce"] = {
         "mode": mode, "seed": seed, "dcqcn": params.as_dict() if (params is not None and mode == "dcqcn") else None,
+        "cc": {"params": next((x["cc_params"] for x in txs if x.get("cc_params") is not None), None),
+               "plugin": plugin},
+        "rtt_s": _rtt_totals(txs),
         "flows": len(rows), "messages": len(msgs), "messages_complete": len(fcts),
         "message_fct_s": {"median": percentile(fcts, 50) if fcts else None, "median_ci95": _median_ci(fcts),
                           "p99": percentile(fcts, 99) if fcts else None, "max": max(fcts) if fcts else None},

@@ -14,8 +14,8 @@ over the RTT) are the real fabric's.
 
 How a key scales follows from its unit: ``*_mbps`` divided by s; ``*_us``, ``*_ms``, ``*_s``
 multiplied by s (rounded to the key's integer unit where the section wants an integer). A key of
-another unit is refused (it does not scale: give it in its own section). DCQCN's ``time_scale``
-is s unless ``roce.dcqcn.time_scale`` is given. The derived values go into the scenario's own
+another unit is refused (it does not scale: give it in its own section). The RoCE rate
+controllers' ``time_scale`` (``roce.dcqcn``, ``roce.timely``, ``roce.swift``) is s unless given. The derived values go into the scenario's own
 sections before it is parsed, so every layer reads them as if written there; ``environment.json``
 records both (``scale.real``, ``scale.emulated``).
 
@@ -36,6 +36,9 @@ INTEGER_KEYS = {("links", "delay_us"), ("links", "jitter_us"), ("hosts", "rto_mi
 #: Unit suffixes that are times (multiplied by the factor) and rates (divided by it).
 TIME_SUFFIXES = ("_us", "_ms", "_s")
 RATE_SUFFIXES = ("_mbps",)
+#: The ``roce`` sections whose ``time_scale`` a scale factor sets (common.dcqcn, common.timely,
+#: common.swift: each stretches its times by it).
+TIME_SCALED_CONTROLLERS = ("dcqcn", "timely", "swift")
 #: Largest factor accepted (a 400 Gbit/s link at 1 Mbit/s is 4e5).
 MAX_FACTOR = 1e6
 
@@ -85,7 +88,8 @@ def _derive(section: str, real: Any, own: Any, factor: float, path: str, out: di
 def apply_scale(data: dict) -> dict:
     """A scenario file's data with its ``scale`` section applied: the real fabric's rates and times
     scaled into the emulated sections (returned as a new mapping; ``data`` is not changed), and
-    ``roce.dcqcn.time_scale`` set to the factor unless given. Data without ``scale`` is returned as is.
+    the ``time_scale`` of ``roce.dcqcn``, ``roce.timely`` and ``roce.swift`` set to the factor
+    unless given. Data without ``scale`` is returned as is.
 
     Raises:
         ScenarioError: a bad factor, an unknown section, a key that does not scale, or a key given
@@ -118,12 +122,14 @@ def apply_scale(data: dict) -> dict:
                 emulated.setdefault(section, {}))
         out[section] = target
     roce = copy.deepcopy(out.get("roce") or {})
-    dcqcn = roce.setdefault("dcqcn", {})
-    if not isinstance(dcqcn, dict):
-        raise ScenarioError("roce.dcqcn", f"expected a mapping, got {type(dcqcn).__name__}")
-    if "time_scale" not in dcqcn:
-        dcqcn["time_scale"] = float(factor)
-        emulated.setdefault("roce", {}).setdefault("dcqcn", {})["time_scale"] = {"real": 1, "emulated": float(factor)}
+    for name in TIME_SCALED_CONTROLLERS:
+        section = roce.setdefault(name, {})
+        if not isinstance(section, dict):
+            raise ScenarioError(f"roce.{name}", f"expected a mapping, got {type(section).__name__}")
+        if "time_scale" not in section:
+            section["time_scale"] = float(factor)
+            emulated.setdefault("roce", {}).setdefault(name, {})["time_scale"] = {"real": 1,
+                                                                                 "emulated": float(factor)}
     out["roce"] = roce
     out["scale"] = {"factor": factor, "real": real, "emulated": emulated}
     return out

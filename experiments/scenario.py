@@ -19,6 +19,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from common.dcqcn import DcqcnParams
+from common.swift import SwiftParams
+from common.timely import TimelyParams
 from common.ecn import EcnSettings, resolve_ecn
 from common.errors import ScenarioError
 from common.params import quote
@@ -26,9 +28,10 @@ from common.pfc import PfcConfig, parse_pfc
 from common.units import FRAME_BYTES  # noqa: F401 (re-exported: the scenario's sizes)
 from experiments.scaling import apply_scale
 from experiments.model import (DEFAULT_BLOCK_BYTES, DEFAULT_BLOCKS, DEFAULT_BUFFER_PACKETS, NAME,  # noqa: F401 (NAME)
-                               PATTERN_KEYS, TOPOLOGY_MODELS, Collective, Round, RoundFile, Scenario, ScenarioFile,
-                               _kind_of)
+                               PATTERN_KEYS, TOPOLOGY_MODELS, Collective, RocePlugin, Round, RoundFile, Scenario,
+                               ScenarioFile, _kind_of)
 from topologies import TOPOLOGIES
+from traffic.ccplugin import PLUGIN_PREFIX, PluginError, load_plugin
 from traffic.patterns import PATTERNS
 
 #: Most links a fabric may have. Bring-up here grows about as links^1.5 (a k=8 Fat-Tree, 384 links:
@@ -180,7 +183,14 @@ def validate(data: Any) -> Scenario:
                                           "sits in front of every queue)")
     n_hosts = builder.n_hosts
     collective = _check_collective("collective", f.collective, n_hosts)
-    rounds = _resolve_rounds(f, ecn, pfc, collective, buf, n_hosts)
+    plugins: dict = {}
+    roce = f.roce
+    if roce.cc is not None:
+        if "mode" in roce.model_fields_set:
+            raise ScenarioError("roce.mode", "give roce.mode or roce.cc (a plug-in rate controller), not both")
+        plugin = _plugin("roce.cc", roce.cc, plugins)
+        roce = roce.model_copy(update={"cc": roce.cc.model_copy(update={"plugin": plugin.path})})
+    rounds = _resolve_rounds(f, ecn, pfc, collective, buf, n_hosts, plugins)
     t = f.traffic
     if any(c.kind for c in [collective] + [r.collective for r in rounds]):
         if "traffic" in f.model_fields_set:
@@ -194,7 +204,7 @@ def validate(data: Any) -> Scenario:
     t = _check_traffic(t, f.roce, builder)
     rounds = _resolve_round_traffic(f, t, rounds, n_hosts)
     return Scenario(name=f.name, description=f.description, seed=f.seed, topology=f.topology, routing=f.routing,
-                    queues=q, links=f.links, scale=f.scale, hosts=f.hosts, traffic=t, roce=f.roce, collective=collective,
+                    queues=q, links=f.links, scale=f.scale, hosts=f.hosts, traffic=t, roce=roce, collective=collective,
                     measurement=f.measurement, ecn=ecn, pfc=pfc, rounds=tuple(rounds),
                     multi_round=f.rounds is not None)
 
@@ -306,14 +316,32 @@ def _resolve_pfc(prio_data, pfc_data, rounds: list[RoundFile] | None, buf_bytes:
     return parse_pfc(prio_data, pfc_data if pfc_data is not None else {"enabled": False}, buf_bytes, FRAME_BYTES)
 
 
+def _round_cc(f: ScenarioFile, r: RoundFile | None, key: str, plugins: dict) -> tuple[str, RocePlugin | None]:
+    """A round's rate controller as ``(roce_mode, plug-in or None)``: the round's ``roce.mode`` or
+    ``roce.cc``, else the scenario's ``roce.cc`` or ``roce.mode``. Raises ScenarioError at
+    ``<key>.roce`` when the round gives both, or at ``<key>.roce.cc.plugin`` for a bad plug-in."""
+    rr = r.roce if r is not None else None
+    if rr is not None and rr.mode is not None and rr.cc is not None:
+        raise ScenarioError(f"{key}.roce", "sets both mode and cc; a round runs one rate controller")
+    if rr is not None and rr.cc is not None:
+        p = _plugin(f"{key}.roce.cc", rr.cc, plugins)
+    elif rr is not None and rr.mode is not None:
+        return rr.mode, None
+    elif f.roce.cc is not None:
+        p = _plugin("roce.cc", f.roce.cc, plugins)
+    else:
+        return f.roce.mode, None
+    return PLUGIN_PREFIX + p.name, p
+
+
 def _resolve_rounds(f: ScenarioFile, ecn: EcnSettings, pfc: PfcConfig | None, collective: Collective,
-                    buf: int, n_hosts: int) -> list[Round]:
+                    buf: int, n_hosts: int, plugins: dict | None = None) -> list[Round]:
     """The rounds: the same traffic run several times on one fabric, with ECN profiles and host
     settings changed between rounds by the controller (no rebuild); a scenario without ``rounds``
     has one, named after it. Each round's ``ecn`` keys (profile, layers, ports) and ``hosts`` keys
     replace the scenario's for that round; its ``pfc: {enabled}`` turns PFC on or off (the
-    scenario's other PFC settings hold); its ``roce: {mode}`` sets the RoCE mode (A/B runs of
-    dcqcn against none), its ``seed`` the seed of its random choices (rounds that differ only in
+    scenario's other PFC settings hold); its ``roce: {mode}`` or ``roce: {cc: {plugin}}`` sets the
+    RoCE rate controller (A/B runs of dcqcn against none, timely, swift or a plug-in), its ``seed`` the seed of its random choices (rounds that differ only in
     their seed repeat an experiment); its ``collective`` keys (experiments.model.ROUND_COLLECTIVE_KEYS) replace the
     scenario's. Each round's ``traffic`` is the file's section here; :func:`_resolve_round_traffic`
     replaces it with the checked one (and the round's own keys) once the traffic is checked.
@@ -321,9 +349,11 @@ def _resolve_rounds(f: ScenarioFile, ecn: EcnSettings, pfc: PfcConfig | None, co
     Raises ScenarioError naming e.g. ``rounds[1].ecn.profile.step.k_bytes``.
     """
     pfc_on = pfc.enabled if pfc is not None else False
+    plugins = {} if plugins is None else plugins
     if f.rounds is None:
-        return [Round(name=f.name, ecn=ecn, hosts=f.hosts, pfc_enabled=pfc_on, roce_mode=f.roce.mode, seed=f.seed,
-                      collective=collective, traffic=f.traffic)]
+        mode, plugin = _round_cc(f, None, "", plugins)
+        return [Round(name=f.name, ecn=ecn, hosts=f.hosts, pfc_enabled=pfc_on, roce_mode=mode, roce_plugin=plugin,
+                      seed=f.seed, collective=collective, traffic=f.traffic)]
     kind = f.topology.kind
     out, names = [], set()
     for i, r in enumerate(f.rounds):
@@ -346,9 +376,10 @@ def _resolve_rounds(f: ScenarioFile, ecn: EcnSettings, pfc: PfcConfig | None, co
             if "hosts" in rc and rc["hosts"] is None and "ranks" not in rc:
                 rc["ranks"] = f.collective.ranks
             coll = _check_collective(f"{key}.collective", collective.model_copy(update=rc), n_hosts)
+        mode, plugin = _round_cc(f, r, key, plugins)
         out.append(Round(name=r.name, ecn=merged, hosts=hosts,
                          pfc_enabled=r.pfc.enabled if r.pfc is not None and r.pfc.enabled is not None else pfc_on,
-                         roce_mode=r.roce.mode if r.roce is not None and r.roce.mode is not None else f.roce.mode,
+                         roce_mode=mode, roce_plugin=plugin,
                          seed=r.seed if r.seed is not None else f.seed, collective=coll, traffic=f.traffic))
     return out
 
@@ -400,21 +431,60 @@ MAX_VALUES = 100_000
 MAX_DEPTH = 32
 
 
-def dcqcn_params(sc: Scenario) -> DcqcnParams:
-    """The scenario's DCQCN parameters: the scaled NIC defaults for the host link rate, with the
-    ``roce.dcqcn`` keys given replacing them (``*_mbps`` keys in bit/s). Raises ScenarioError
-    naming ``roce.dcqcn.<key>`` when the result is inconsistent."""
-    given = sc.roce.dcqcn.model_dump()
+def _scaled_params(sc: Scenario, section: str, cls):
+    """``cls.scaled`` (a frozen parameter dataclass of common/) for the host link rate, with the
+    keys of ``roce.<section>`` given replacing the scaled values (``*_mbps`` keys in bit/s,
+    ``time_scale`` passed as such). Raises ScenarioError naming ``roce.<section>.<key>`` when the
+    result is inconsistent."""
+    given = getattr(sc.roce, section).model_dump()
     d = {k: v for k, v in given.items() if v is not None}
     ts = d.pop("time_scale", None)
     over = {(k[:-5] + "_bps" if k.endswith("_mbps") else k): (v * 1e6 if k.endswith("_mbps") else v)
             for k, v in d.items()}
     try:
-        return DcqcnParams.scaled(sc.topology.host_rate_mbps * 1e6, time_scale=ts, **over)
+        return cls.scaled(sc.topology.host_rate_mbps * 1e6, time_scale=ts, **over)
     except ValueError as e:
         name = str(e).split(" ")[0]
         key = next((k for k in given if k.replace("_mbps", "_bps") == name), name)
-        raise ScenarioError(f"roce.dcqcn.{key}", str(e)) from None
+        raise ScenarioError(f"roce.{section}.{key}", str(e)) from None
+
+
+def dcqcn_params(sc: Scenario) -> DcqcnParams:
+    """The scenario's DCQCN parameters: the scaled NIC defaults for the host link rate, with the
+    ``roce.dcqcn`` keys given replacing them (``*_mbps`` keys in bit/s). Raises ScenarioError
+    naming ``roce.dcqcn.<key>`` when the result is inconsistent."""
+    return _scaled_params(sc, "dcqcn", DcqcnParams)
+
+
+def timely_params(sc: Scenario) -> TimelyParams:
+    """The scenario's TIMELY parameters: the reference defaults scaled to the host link rate
+    (common.timely), with the ``roce.timely`` keys given replacing them. Raises ScenarioError
+    naming ``roce.timely.<key>`` when the result is inconsistent."""
+    return _scaled_params(sc, "timely", TimelyParams)
+
+
+def swift_params(sc: Scenario) -> SwiftParams:
+    """The scenario's Swift-like parameters: the defaults scaled to the host link rate
+    (common.swift), with the ``roce.swift`` keys given replacing them. Raises ScenarioError
+    naming ``roce.swift.<key>`` when the result is inconsistent."""
+    return _scaled_params(sc, "swift", SwiftParams)
+
+
+def _plugin(key: str, cc, cache: dict) -> RocePlugin:
+    """The checked plug-in of a ``cc`` section (experiments.model.Cc) at ``key``
+    (``roce.cc`` or ``rounds[i].roce.cc``): loaded once per file and parameters
+    (traffic.ccplugin.load_plugin). Raises ScenarioError at ``<key>.plugin`` naming the file and
+    what is wrong."""
+    path = str(Path(cc.plugin).expanduser().absolute())
+    params = dict(cc.params)
+    ck = (path, tuple(sorted(params.items())))
+    if ck not in cache:
+        try:
+            name = load_plugin(path, params).name
+        except PluginError as e:
+            raise ScenarioError(f"{key}.plugin", str(PluginError(cc.plugin, e.problem))) from None
+        cache[ck] = RocePlugin(path=path, name=name, params=params)
+    return cache[ck]
 
 
 def load_scenario(path: str | Path) -> Scenario:

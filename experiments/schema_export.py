@@ -46,7 +46,7 @@ SECTIONS = {
 
 _KEEP = ("type", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "pattern", "default", "items",
          "properties", "additionalProperties", "required", "minItems", "maxItems", "oneOf",
-         "propertyNames", "minProperties", "allOf", "$ref")
+         "propertyNames", "minProperties", "maxProperties", "minLength", "maxLength", "allOf", "$ref")
 
 
 def _normalise(node: Any, defs: dict, title: bool = False) -> Any:
@@ -100,6 +100,10 @@ def _normalise(node: Any, defs: dict, title: bool = False) -> Any:
             out[k] = {name: _normalise(p, defs) for name, p in v.items()}
         elif k == "oneOf":
             out[k] = [_normalise(m, defs, title=True) for m in v]
+        elif k == "patternProperties" and len(v) == 1:      # a mapping whose every key matches
+            (pattern, value), = v.items()
+            out["propertyNames"] = {"pattern": pattern}
+            out["additionalProperties"] = _normalise(value, defs)
         elif k in _KEEP:
             out[k] = _normalise(v, defs)
     if isinstance(out.get("default"), dict):
@@ -189,6 +193,13 @@ def scenario_schema() -> dict:
             "title": "fabriclab scenario", "$defs": {"ecnProfile": _profile()}, **top}
 
 
+def _bare(pattern: str) -> str:
+    """A schema pattern without its anchors (``^(?:X)$`` or ``^X$`` -> ``X``)."""
+    if pattern.startswith("^(?:") and pattern.endswith(")$"):
+        return pattern[4:-2]
+    return pattern[1 if pattern.startswith("^") else 0:-1 if pattern.endswith("$") else None]
+
+
 def _describe(p: dict) -> tuple[str, str]:
     """(type and range, default) of one property, for the table."""
     if "$ref" in p:
@@ -210,6 +221,16 @@ def _describe(p: dict) -> tuple[str, str]:
         bounds.append(f"matching `{p['pattern'][4:-2]}`")
     if p.get("type") in ("array", ["array", "null"]) and "items" in p:
         t = f"list of {_describe(p['items'])[0]}"
+    if isinstance(p.get("additionalProperties"), dict) and "pattern" in p.get("propertyNames", {}):
+        t = (f"mapping of names matching `{_bare(p['propertyNames']['pattern'])}` to "
+             f"{_describe(p['additionalProperties'])[0]}")
+    elif p.get("type") in ("object", ["object", "null"]) and "properties" in p:
+        t = "mapping: " + ", ".join(f"`{k}`" for k in p["properties"])
+    if "minLength" in p or "maxLength" in p:
+        bounds.append(f"{p.get('minLength', 0)} to {p['maxLength']} characters" if "maxLength" in p
+                      else f"at least {p['minLength']} characters")
+    if "maxProperties" in p:
+        bounds.append(f"at most {p['maxProperties']} entries")
     text = t + (f" ({', '.join(bounds)})" if bounds else "")
     default = p.get("default")
     if isinstance(default, bool):

@@ -606,7 +606,8 @@ def main(argv=None) -> int:
             raise ValueError(f"unknown role {job['role']!r}")
         rc = 0
     except Exception as e:  # recorded in the result, reported by the runner
-        res = {"role": job.get("role"), "flow_id": job.get("flow_id"), "error": f"{type(e).__name__}: {e}"}
+        res = {"role": job.get("role"), "flow_id": job.get("flow_id"), "error": f"{type(e).__name__}: {e}",
+               "error_type": type(e).__name__}
         rc = 1
     with open(job["out"], "w") as f:
         json.dump(res, f)

@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 
 from common.collectives import chunk_bounds, ring_schedule
-from traffic.roce import Engine, ReceiverQp, SenderQp
+from traffic.roce import Engine, ReceiverQp, SenderQp, plugin_failure
 
 #: Seconds from the start time to the collective's first step: the ranks connect meanwhile.
 CONNECT_GRACE_S = 1.0
@@ -313,6 +313,7 @@ class RoceLinks:
                 self.error = self.engine.loop(lambda now: self.stop.is_set() and all(q.finished for q in senders),
                                               deadline_unix_s)
             except Exception as e:  # recorded; the ranks then time out
+                e = plugin_failure(e, self.engine.job) or e
                 self.error = f"{type(e).__name__}: {e}"
         self.thread = threading.Thread(target=loop, daemon=True)
         self.thread.start()
@@ -373,7 +374,10 @@ def run_collective(job: dict, ready) -> dict:
     """Run this host's ranks of ``job`` (module docstring). ``ready()`` prints READY and returns
     the start time (Unix s). Returns ``{"role", "ranks": [record, ...]}``."""
     by_rank = {r["rank"]: r for r in job["ranks"]}
-    links = RoceLinks(job) if job.get("transport", "tcp") == "roce" else None
+    try:
+        links = RoceLinks(job) if job.get("transport", "tcp") == "roce" else None
+    except Exception as e:
+        raise plugin_failure(e, job["roce"]) or e
     ranks = []
     for r in job["local_ranks"]:
         ls = None

@@ -1,57 +1,26 @@
 """RoCE rate controllers: what sets a sender queue pair's rate. The sender QP
 (traffic.roce.SenderQp) paces its frames at :meth:`RateController.rate_bps` and reports every
-frame sent and every CNP to its controller; it never asks which algorithm it runs. A new
-congestion-control algorithm is one class here plus one entry in :data:`RATE_CONTROLLERS`
-(its name is the scenario's ``roce.mode``).
+frame sent, every CNP and every ACK (with its RTT sample) to its controller; it never asks which
+algorithm it runs. A new congestion-control algorithm is one class here plus one entry in
+:data:`RATE_CONTROLLERS` (its name is the scenario's ``roce.mode``), or one class in a file of
+the user's own, named by the scenario's ``roce.cc.plugin`` (traffic.ccplugin loads it). The
+interface, :class:`RateController`, is defined in traffic.ccbase and imported from here.
 
 Registered:
 - ``dcqcn``: the DCQCN reaction point (common.dcqcn.ReactionPoint; Zhu et al., SIGCOMM 2015).
+- ``timely``: TIMELY's RTT-gradient control (common.timely; Mittal et al., SIGCOMM 2015).
+- ``swift``: a Swift-like delay-target control, rate-based (common.swift; Kumar et al., SIGCOMM 2020).
 - ``none``: a fixed rate (the job's ``rate_mbps``, default the line rate): open loop, no reaction.
 """
 from __future__ import annotations
 
 from common.dcqcn import DcqcnParams, ReactionPoint
+from common.swift import SwiftParams, SwiftState
+from common.timely import TimelyParams, TimelyState
+from traffic.ccbase import RateController
+from traffic.ccplugin import PLUGIN_PREFIX, load_plugin
 
-
-class RateController:
-    """The interface a sender QP calls. Rates in bit/s, times in seconds on the agent's monotonic clock.
-
-    Attributes:
-        params: the algorithm's parameters (e.g. :class:`common.dcqcn.DcqcnParams`) or None.
-    """
-    #: The registry name (a scenario's ``roce.mode``).
-    name = "controller"
-    params = None
-
-    @classmethod
-    def from_job(cls, job: dict) -> "RateController":
-        """The controller for one QP of an agent's job (traffic.roce's job format)."""
-        raise NotImplementedError
-
-    def start(self, now_s: float) -> None:
-        """The QP's clock starts at ``now_s``."""
-
-    def rate_bps(self) -> float:
-        """The rate the QP may send at now."""
-        raise NotImplementedError
-
-    def target_bps(self) -> float:
-        """The rate the controller aims for now (recorded beside the rate)."""
-        return self.rate_bps()
-
-    def advance(self, now_s: float) -> None:
-        """Run the controller's timers up to ``now_s`` (called before each frame)."""
-
-    def on_sent(self, nbytes: int, now_s: float) -> None:
-        """A frame of ``nbytes`` on the wire left at ``now_s``."""
-
-    def on_cnp(self, now_s: float) -> None:
-        """A congestion notification packet for this QP arrived at ``now_s``."""
-
-    def record(self) -> dict:
-        """The controller's figures for the QP's result record: ``target_rate_bps`` (a fixed
-        rate's target, else None), ``cnps_reacted``, ``alpha`` (None without one)."""
-        return {"target_rate_bps": None, "cnps_reacted": 0, "alpha": None}
+__all__ = ["RateController", "FixedRate", "Dcqcn", "Timely", "Swift", "RATE_CONTROLLERS", "for_job", "PLUGIN_PREFIX"]
 
 
 class FixedRate(RateController):
@@ -123,16 +92,88 @@ class Dcqcn(RateController):
                 "alpha": self.rp.alpha if self.rp else None}
 
 
+class Timely(RateController):
+    """TIMELY (common.timely.TimelyState): starts at line rate; each RTT sample moves the rate by
+    Algorithm 1 (thresholds T_low / T_high, then the sign of the RTT gradient's EWMA). CNPs are
+    ignored (delay is its only signal). Source: Mittal et al., "TIMELY: RTT-based Congestion
+    Control for the Datacenter", SIGCOMM 2015."""
+    name = "timely"
+
+    def __init__(self, params: TimelyParams):
+        self.params = params
+        self.state = TimelyState(params)
+
+    @classmethod
+    def from_job(cls, job: dict) -> "Timely":
+        """The job's ``timely`` parameters (TimelyParams fields), else the defaults scaled to its line rate."""
+        line_bps = job["line_rate_mbps"] * 1e6
+        return cls(TimelyParams(**job["timely"]) if job.get("timely") else TimelyParams.scaled(line_bps))
+
+    def rate_bps(self) -> float:
+        """The current rate."""
+        return self.state.rate_bps
+
+    def on_ack(self, now_s: float, rtt_s: float | None, acked_bytes: int) -> None:
+        """One completion event per RTT sample (ACKs without one change nothing)."""
+        if rtt_s is not None:
+            self.state.on_rtt(rtt_s, now_s)
+
+    def record(self) -> dict:
+        """No CNP reaction; the samples used, the rate decreases and the minimum RTT seen."""
+        st = self.state
+        return {"target_rate_bps": None, "cnps_reacted": 0, "alpha": None, "rtt_samples_used": st.samples,
+                "rate_decreases": st.decreases, "min_rtt_seen_s": st.min_rtt_s}
+
+
+class Swift(RateController):
+    """A Swift-like delay-target controller, rate-based (common.swift.SwiftState): starts at line
+    rate; below the delay target it adds ``ai_bps`` per round trip of acknowledged data, at or
+    above it cuts in proportion to the excess, at most once per round trip. CNPs are ignored.
+    Source: Kumar et al., "Swift: Delay is Simple and Effective for Congestion Control in the
+    Datacenter", SIGCOMM 2020 (the simplifications are listed in common.swift)."""
+    name = "swift"
+
+    def __init__(self, params: SwiftParams):
+        self.params = params
+        self.state = SwiftState(params)
+
+    @classmethod
+    def from_job(cls, job: dict) -> "Swift":
+        """The job's ``swift`` parameters (SwiftParams fields), else the defaults scaled to its line rate."""
+        line_bps = job["line_rate_mbps"] * 1e6
+        return cls(SwiftParams(**job["swift"]) if job.get("swift") else SwiftParams.scaled(line_bps))
+
+    def rate_bps(self) -> float:
+        """The current rate."""
+        return self.state.rate_bps
+
+    def on_ack(self, now_s: float, rtt_s: float | None, acked_bytes: int) -> None:
+        """React to each RTT sample with the bytes it acknowledged (ACKs without one change nothing)."""
+        if rtt_s is not None:
+            self.state.on_ack(now_s, rtt_s, acked_bytes)
+
+    def record(self) -> dict:
+        """No CNP reaction; the samples used, the rate decreases and the delay target last in force."""
+        st = self.state
+        return {"target_rate_bps": None, "cnps_reacted": 0, "alpha": None, "rtt_samples_used": st.samples,
+                "rate_decreases": st.decreases, "delay_target_s": st.target_s}
+
+
 #: Registered rate controllers by ``roce.mode``.
-RATE_CONTROLLERS: dict[str, type[RateController]] = {c.name: c for c in (Dcqcn, FixedRate)}
+RATE_CONTROLLERS: dict[str, type[RateController]] = {c.name: c for c in (Dcqcn, Timely, Swift, FixedRate)}
 
 
 def for_job(job: dict) -> RateController:
-    """The controller the job's ``mode`` names (default ``dcqcn``).
+    """The controller of one QP of ``job``: the plug-in class in the file ``cc_plugin`` names
+    (traffic.ccplugin.load_plugin, loaded once per agent) when the job has one, else the
+    registered one its ``mode`` names (default ``dcqcn``).
 
     Raises:
         ValueError: an unregistered mode (the scenario's schema refuses it before a run).
+        traffic.ccplugin.PluginError: the plug-in file does not load or is not a controller.
     """
+    if job.get("cc_plugin"):
+        return load_plugin(job["cc_plugin"]).from_job(job)
     mode = job.get("mode", "dcqcn")
     if mode not in RATE_CONTROLLERS:
         raise ValueError(f"no RoCE rate controller {mode!r} (registered: {', '.join(RATE_CONTROLLERS)})")

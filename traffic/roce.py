@@ -8,7 +8,11 @@ thread:
   frames built once per QP with scapy and patched per packet
   (common.roce.FrameTemplate). Each sender QP is paced by a token bucket on the
   monotonic clock at the rate its rate controller gives (traffic.ratecontrol, by ``mode``:
-  DCQCN's reaction point for ``dcqcn``, a fixed rate for ``none``). A send the host
+  DCQCN's reaction point for ``dcqcn``, TIMELY for ``timely``, a Swift-like controller for
+  ``swift``, a fixed rate for ``none``; or the plug-in class in the file ``cc_plugin`` names).
+  Every ACK that acknowledges new data gives the controller the bytes it acknowledged and, when
+  it can be trusted, an RTT sample: its arrival minus the send time of the newest packet it
+  covers (SenderQp.acked). A send the host
   cannot take (socket buffer full: EAGAIN; the NIC queue full or paused:
   ENOBUFS) is counted (``blocked_sends``, ``host_queue_full``) and the same
   frame is sent again: back-pressure, never a silent drop.
@@ -23,8 +27,11 @@ thread:
 Job (JSON)::
 
   {"role": "roce", "ifname", "mac", "ip", "out", "deadline_unix_s",
-   "mode": "dcqcn" | "none", "line_rate_mbps", "rate_mbps" (mode none),
-   "dcqcn": {DcqcnParams fields} (mode dcqcn; scaled defaults when absent),
+   "mode": "dcqcn" | "timely" | "swift" | "none" | "plugin:<name>", "line_rate_mbps", "rate_mbps" (mode none),
+   "dcqcn": {DcqcnParams fields} (mode dcqcn; scaled defaults when absent; its cnp_interval_s
+   also sets the receivers' notification point in every mode),
+   "timely": {TimelyParams fields}, "swift": {SwiftParams fields} (likewise),
+   "cc_plugin": absolute path of a rate-controller plug-in or absent, "cc_params": {name: number},
    "dscp", "cnp_dscp", "mtu_bytes", "ack_every", "ack_delay_s" (default rto_s / 8: a quiet
    responder acknowledges what it holds), "rto_s", "sample_interval_s",
    "pcap": path or null,
@@ -35,7 +42,8 @@ Job (JSON)::
 ``at_s`` is seconds after the common start time. The result (``out``) has one
 record per sender QP (bytes, message completion times, CNPs received,
 retransmitted packets, NAKs, timeouts, back-pressure counts, rate over time,
-target vs achieved rate with a loud ``pacing_warning`` below 90%: case T5) and
+target vs achieved rate with a loud ``pacing_warning`` below 90%: case T5; the controller's
+figures and parameters, ``cc_params``; ``rtt_s``: the RTT samples' count, min, median and p99) and
 per receiver QP (bytes delivered once and in order, duplicates, out-of-order
 packets, CE packets, CNPs / ACKs / NAKs sent). ``loop`` has the agent's own figures:
 its CPU share and how late its loop woke for the pacers (``pacer_late_p50_s``,
@@ -44,7 +52,9 @@ carries a ``feedback_warning`` (:func:`feedback_warning`).
 """
 from __future__ import annotations
 
+import array
 import collections
+import dataclasses
 import errno
 import math
 import os
@@ -57,6 +67,7 @@ import time
 from common import roce
 from common.dcqcn import DcqcnParams, NotificationPoint
 from common.rc import Requester, Responder
+from traffic.ccplugin import PluginError, failure_in
 from traffic.ratecontrol import for_job
 from traffic.sockets import big_receive_buffer, udp_receive_errors
 
@@ -126,8 +137,38 @@ class TokenBucket:
         self.tokens -= nbytes
 
 
+def rtt_summary(samples) -> dict:
+    """``{"count", "min", "median", "p99"}`` of RTT samples in seconds (percentiles by linear
+    interpolation between order statistics, as numpy's default; None without samples)."""
+    xs = sorted(samples)
+    n = len(xs)
+
+    def pct(q):
+        if not n:
+            return None
+        pos = (n - 1) * q / 100
+        lo = int(pos)
+        hi = min(lo + 1, n - 1)
+        return round(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo), 9)
+    return {"count": n, "min": round(xs[0], 9) if n else None, "median": pct(50), "p99": pct(99)}
+
+
+def params_record(params) -> dict | None:
+    """A rate controller's ``params`` as JSON values: a dataclass's fields, a mapping as it is,
+    None as None, anything else by its ``repr``."""
+    if params is None:
+        return None
+    if dataclasses.is_dataclass(params) and not isinstance(params, type):
+        return dataclasses.asdict(params)
+    if isinstance(params, dict):
+        return {str(k): (v if isinstance(v, (int, float, str, bool)) or v is None else repr(v))
+                for k, v in params.items()}
+    return {"repr": repr(params)}
+
+
 class SenderQp:
-    """One requester QP: messages, go-back-N, pacing, DCQCN reaction point, statistics."""
+    """One requester QP: messages, go-back-N, pacing, its rate controller (traffic.ratecontrol),
+    RTT samples from its own send times, statistics."""
 
     def __init__(self, flow: dict, job: dict, local_mac: str, local_ip: str):
         peer = flow["peer"]
@@ -149,6 +190,15 @@ class SenderQp:
             self.tmpl.prebuild(roce.message_shapes(size, self.req.mtu_bytes))
         self.pending: bytes | None = None
         self.pending_payload = 0
+        self.pending_seq, self.pending_retx, self.pending_ackreq = -1, False, False
+        # RTT samples (the rate controller's on_ack): send time of each packet's first transmission
+        # by sequence number (a resent one is dropped: Karn's rule), the packets that asked for an
+        # ACK, the newest sequence number the last ACK covered, and every sample taken (seconds)
+        self.sent_at: dict[int, float] = {}
+        self.ackreq_seqs: set[int] = set()
+        self.ack_every = job.get("ack_every", 16)
+        self.last_ack_seq = self.req.acked_seq
+        self.rtt_samples = array.array("d")
         self.payloads: dict[int, memoryview] = {}     # sequence number -> its payload (data messages)
         self.waiters: collections.deque = collections.deque()   # (Message, callback) by completion order
         self.stats = {"packets_sent": 0, "wire_bytes_sent": 0, "payload_bytes_sent": 0, "cnps_received": 0,
@@ -229,6 +279,7 @@ class SenderQp:
         self.pending = self.tmpl.patch(pkt.opcode, pkt.psn, pkt.ackreq, pkt.payload_bytes,
                                        payload=self.payloads.get(pkt.seq) if self.payloads else None)
         self.pending_payload = pkt.payload_bytes
+        self.pending_seq, self.pending_retx, self.pending_ackreq = pkt.seq, pkt.retransmission, pkt.ackreq
         return self.pending, 0.0
 
     def pump(self, tx: socket.socket, max_frames: int | None = None) -> tuple[float, bool]:
@@ -258,8 +309,15 @@ class SenderQp:
         return 0.0, False
 
     def sent(self, nbytes: int, now_s: float) -> None:
-        """The pending frame (``nbytes`` on the wire) left at ``now_s``: pacer, counters, byte counter."""
+        """The pending frame (``nbytes`` on the wire) left at ``now_s``: pacer, counters, byte
+        counter, and its send time for the RTT samples (a retransmission's is forgotten: Karn)."""
         self.pending = None
+        if self.pending_retx:
+            self.sent_at.pop(self.pending_seq, None)
+        else:
+            self.sent_at[self.pending_seq] = now_s
+            if self.pending_ackreq:
+                self.ackreq_seqs.add(self.pending_seq)
         self.bucket.take(nbytes)
         st = self.stats
         st["packets_sent"] += 1
@@ -275,20 +333,58 @@ class SenderQp:
 
     # -- feedback --
     def on_feedback(self, b: roce.Bth, now_s: float) -> None:
-        """A CNP (to the rate controller), ACK or NAK (go-back-N) for this QP arrived at ``now_s``."""
+        """A CNP (to the rate controller), ACK or NAK (go-back-N, then the rate controller's
+        :meth:`on_ack` with the RTT sample: :meth:`acked`) for this QP arrived at ``now_s``."""
         if b.opcode == roce.CNP:
             self.stats["cnps_received"] += 1
             self.cc.on_cnp(now_s)
             self.bucket.set_rate(self.cc.rate_bps(), now_s)
         elif b.opcode == roce.ACKNOWLEDGE and b.syndrome is not None:
+            before = self.req.acked_seq
             if b.syndrome >> 5 == 0:
                 self.stats["acks_received"] += 1
-                self.req.on_ack(b.psn, now_s)
+                acked = self.req.on_ack(b.psn, now_s)
+                if acked:
+                    self.acked(before, acked, True, now_s)
             elif b.syndrome == roce.AETH_NAK_SEQ:
                 self.stats["naks_received"] += 1
-                self.req.on_nak(b.psn, now_s)
+                acked = self.req.on_nak(b.psn, now_s)
+                if acked:
+                    self.acked(before, acked, False, now_s)
             if self.waiters:
                 self._completed()
+
+    def acked(self, before_seq: int, acked_bytes: int, is_ack: bool, now_s: float) -> None:
+        """New data up to ``self.req.acked_seq`` (from ``before_seq`` + 1) was acknowledged at
+        ``now_s``, ``acked_bytes`` payload bytes, by an ACK (``is_ack``) or a NAK: tell the rate
+        controller, with the RTT sample when there is a trustworthy one.
+
+        The sample is ``now_s`` minus the send time of the newest packet acknowledged. There is
+        none for a NAK, for a packet that was sent more than once (Karn's rule: whose copy is
+        acknowledged is unknown), and for an ACK the responder sent on its coalescing timer
+        (common.rc.Responder.flush: it carries up to the job's ``ack_delay_s`` of waiting), nor
+        when the clock has not moved since the send (a sample of 0 s is no round trip). The
+        responder acknowledges at once every ``ack_every`` accepted packets and every packet that
+        asks (the last of a message), and counts from its last ACK; so an ACK that covers
+        ``ack_every`` or more packets past the previous ACK's, or a packet that asked, was sent
+        at once, and one that covers fewer, without asking, came from the timer."""
+        newest = self.req.acked_seq
+        sent_at, asked = self.sent_at, self.ackreq_seqs
+        rtt = None
+        if is_ack:
+            t = sent_at.get(newest)
+            if t is not None and now_s > t and (newest - self.last_ack_seq >= self.ack_every or newest in asked):
+                rtt = now_s - t
+                self.rtt_samples.append(rtt)
+            self.last_ack_seq = newest
+        for seq in range(before_seq + 1, newest + 1):
+            sent_at.pop(seq, None)
+        if asked:
+            asked.difference_update([q for q in asked if q <= newest])
+        self.cc.on_ack(now_s, rtt, acked_bytes)
+        rate = self.cc.rate_bps()
+        if rate != self.bucket.rate_bps:
+            self.bucket.set_rate(rate, now_s)
 
     def sample(self, now_s: float) -> None:
         """Record (Unix time, wire bytes sent, rate, target rate) for the rate-over-time results."""
@@ -313,7 +409,8 @@ class SenderQp:
                "messages": msgs, "all_complete": all(m["completed_unix_s"] is not None for m in msgs) and bool(msgs),
                "retransmitted_packets": req.retransmitted_packets, "naks": req.naks, "timeouts": req.timeouts,
                "allowed_bytes": round(allowed), "achieved_fraction_of_pacer": achieved_fraction,
-               "final_rate_bps": self.rate_bps(), **self.cc.record(), "samples": self.samples, "sampled_s": busy_s}
+               "final_rate_bps": self.rate_bps(), **self.cc.record(), "cc_params": params_record(self.cc.params),
+               "rtt_s": rtt_summary(self.rtt_samples), "samples": self.samples, "sampled_s": busy_s}
         if achieved_fraction is not None and achieved_fraction < PACING_WARN_FRACTION:
             rec["pacing_warning"] = (f"SENDER BELOW TARGET: flow {self.flow_id} sent {achieved_fraction:.0%} of the "
                                      f"bytes its pacer allowed (case T5): its rates are not what was asked")
@@ -481,6 +578,14 @@ def send_replies(tx: socket.socket, replies: list, stats: dict) -> None:
         replies.pop(0)
 
 
+def plugin_failure(exc: BaseException, job: dict) -> PluginError | None:
+    """When ``job`` runs a rate-controller plug-in (``cc_plugin``) and ``exc`` came from the
+    plug-in's code: a PluginError naming the file, the exception and its line (the agent records
+    it as its error; experiments.workloads.roce ends the run with it). Else None."""
+    path = job.get("cc_plugin")
+    return failure_in(exc, path) if path else None
+
+
 def feedback_warning(q: "SenderQp", late_p99_s: float | None) -> str | None:
     """A warning when the agent's loop woke too late for ``q``'s DCQCN timers, else None.
 
@@ -490,7 +595,8 @@ def feedback_warning(q: "SenderQp", late_p99_s: float | None) -> str | None:
     are late by T or more at the 99th percentile (a slow or emulated CPU: p99 ~6 ms in the VM lane
     under TCG, 0.7 ms on a 2-core host), rates overshoot and are cut again and again and the port
     runs below capacity; longer timers (``time_scale``) help."""
-    if q.params is None or late_p99_s is None or late_p99_s < q.params.timer_s:
+    timer_s = getattr(q.params, "timer_s", None)      # DCQCN's T; other controllers have no such timer
+    if timer_s is None or late_p99_s is None or late_p99_s < timer_s:
         return None
     return (f"DCQCN FEEDBACK TOO SLOW: flow {q.flow_id}'s agent woke {late_p99_s * 1e3:.1f} ms late at the 99th "
             f"percentile, against DCQCN's timer T {q.params.timer_s * 1e3:.1f} ms: expect rate oscillation and an "
@@ -644,7 +750,10 @@ class Engine:
 def run_roce(job: dict, ready=None, start_at_unix_s: float | None = None) -> dict:
     """Run one host's QPs (module docstring); returns the result record. ``ready`` is called once the
     sockets are open (the agent prints READY there) and must return the start time (Unix s)."""
-    senders = {f["qpn"]: SenderQp(f, job, job["mac"], job["ip"]) for f in job.get("send", [])}
+    try:
+        senders = {f["qpn"]: SenderQp(f, job, job["mac"], job["ip"]) for f in job.get("send", [])}
+    except Exception as e:
+        raise plugin_failure(e, job) or e
     receivers = {f["qpn"]: ReceiverQp(f, job, job["mac"], job["ip"]) for f in job.get("receive", [])}
     eng = Engine(job, senders, receivers)
     udp_before = udp_receive_errors()
@@ -662,6 +771,8 @@ def run_roce(job: dict, ready=None, start_at_unix_s: float | None = None) -> dic
                 for q in receivers.values())
     try:
         error = eng.loop(finished, job["deadline_unix_s"])
+    except Exception as e:
+        raise plugin_failure(e, job) or e
     finally:
         if pcap:
             pcap.stop.set()

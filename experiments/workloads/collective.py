@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from common.errors import RunError, SetupError
 from experiments import collrun, rocerun
 from experiments.context import RoundRecord
 from experiments.tables import write_csv
@@ -28,13 +29,24 @@ class Collective(Workload):
         return f"{c.kind} on {ranks} ranks over {c.transport}"
 
     def run_round(self, lf, state, rec: RoundRecord) -> dict:
-        """experiments.collrun.run_round; returns its result (JSON-able)."""
+        """experiments.collrun.run_round; returns its result (JSON-able).
+
+        Raises:
+            RunError: over RoCE, a rate-controller plug-in raised in an agent (named with its file,
+                the exception and its line; found once the round's agents have ended).
+        """
         coll = rec.round.collective
-        roce_args = (rocerun.collective_job_args(self.ctx.sc, rec.round.roce_mode)
+        roce_args = (rocerun.collective_job_args(self.ctx.sc, rec.round.roce_mode, rec.round.roce_plugin)
                      if coll.transport == "roce" else None)
-        return collrun.run_round(lf, state, coll, rec.dir / "agents", self.ctx.sc.measurement.sample_hz,
-                                 self.ctx.quiet, say=self.ctx.say, seed=rec.round.seed, roce_args=roce_args,
-                                 sampler_method=self.ctx.sc.measurement.sampler)
+        try:
+            res = collrun.run_round(lf, state, coll, rec.dir / "agents", self.ctx.sc.measurement.sample_hz,
+                                    self.ctx.quiet, say=self.ctx.say, seed=rec.round.seed, roce_args=roce_args,
+                                    sampler_method=self.ctx.sc.measurement.sampler)
+        except SetupError:
+            _raise_plugin_failure(rec.dir / "agents")
+            raise
+        _raise_plugin_failure(rec.dir / "agents")
+        return res
 
     def summarize(self, rec: RoundRecord) -> dict:
         """collective.csv, collective_steps.csv, the plots, and the ``collective`` summary."""
@@ -52,3 +64,12 @@ class Collective(Workload):
         rows = [{"round": rec.round.name, **r} for rec, s in done for r in s["collective"]["sizes"]]
         if rows:
             write_csv(self.ctx.out / "collective_rounds.csv", list(rows[0]), rows)
+
+
+def _raise_plugin_failure(agent_dir: Path) -> None:
+    """RunError when a collective agent below ``agent_dir`` recorded that its rate-controller
+    plug-in raised (experiments.rocerun.plugin_failures); else nothing."""
+    failed = rocerun.plugin_failures(agent_dir, "*.collective.json")
+    if failed:
+        more = f" (and {len(failed) - 1} more agent(s))" if len(failed) > 1 else ""
+        raise RunError(failed[0] + more)

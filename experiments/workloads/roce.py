@@ -1,10 +1,12 @@
 """RoCEv2 messages over reliable-connection queue pairs (``traffic.transport: roce``): one agent
-per host, the round's mode (DCQCN or a fixed rate) and seed; the flows' rows, and the ``roce``
-section with message completion times, CNPs and retransmissions."""
+per host, the round's rate controller (DCQCN, TIMELY, Swift-like, a fixed rate, or a plug-in)
+and seed; the flows' rows, and the ``roce`` section with message completion times, CNPs,
+retransmissions and RTT samples. A plug-in that raises in an agent ends the run (RunError)."""
 from __future__ import annotations
 
 import time
 
+from common.errors import RunError, SetupError
 from experiments import analysis, rocerun
 from experiments.context import RoundRecord, maybe_fault
 from experiments.live import start_sampler, stop_sampler
@@ -28,30 +30,49 @@ class RoceFlows(KernelFlows):
 
     def run_round(self, lf, state, rec: RoundRecord) -> dict:
         """The round's RoCE agents (experiments.rocerun), arrivals drawn with the round's seed;
-        returns ``{"codes": {"<host>.roce": exit code}}``."""
-        sc, mode, seed = self.ctx.sc, rec.round.roce_mode, rec.round.seed
+        returns ``{"codes": {"<host>.roce": exit code}}`` and, with a plug-in, ``cc_plugin``
+        (experiments.rocerun.plugin_record: its file, name, parameters and SHA-256).
+
+        Raises:
+            RunError: a rate-controller plug-in raised in an agent (the agents and the sampler
+                are stopped first; experiments.rocerun.plugin_failures names the file, the
+                exception and its line).
+            SetupError: an agent did not get ready for another reason.
+        """
+        sc, mode, seed, plugin = self.ctx.sc, rec.round.roce_mode, rec.round.seed, rec.round.roce_plugin
         t = sc.traffic
+        agent_dir = rec.dir / "agents"
         sampler = start_sampler(lf, state, rec.dir, sc.measurement.sample_hz, sc.measurement.sampler)
         try:
             flows = rocerun.scenario_flows(sc, self.round_plan(rec.round), seed)
             last_post = max((m["at_s"] for f in flows for m in f.get("messages", [])), default=0.0)
             run_s = max(t.duration_s or 0.0, last_post) + t.timeout_s
             deadline = time.time() + run_s + t.start_delay_s + 30
-            agents = rocerun.start_roce_flows(lf, state, flows, rec.dir / "agents", deadline,
-                                              start_in_s=t.start_delay_s, **rocerun.scenario_job_args(sc, mode))
+            try:
+                agents = rocerun.start_roce_flows(lf, state, flows, agent_dir, deadline, start_in_s=t.start_delay_s,
+                                                  **rocerun.scenario_job_args(sc, mode, plugin=plugin))
+            except SetupError:
+                _raise_plugin_failure(agent_dir)      # a plug-in that failed before its agent was ready
+                raise
             try:
                 what = (f"{len(flows)} senders x {t.responses} x {t.response_bytes} B -> {t.receiver} "
                         f"({t.arrival}{', load ' + format(t.load, 'g') if t.load else ''})"
                         if t.pattern == "incast" else f"{len(flows)} flows")
                 self.ctx.say(f"{t.pattern} over RoCEv2 ({mode}): {what}")
                 maybe_fault("after_traffic_start")
-                codes = agents.wait(deadline + AGENT_EXIT_GRACE_S)
+                # a plug-in that raised in one agent leaves the others nothing to do: stop them then
+                codes = agents.wait(deadline + AGENT_EXIT_GRACE_S,
+                                    give_up=lambda: bool(rocerun.plugin_failures(agent_dir)))
                 time.sleep(sc.measurement.post_s)
             finally:
                 agents.kill()
         finally:
             stop_sampler(sampler)
-        return {"codes": codes}
+        _raise_plugin_failure(agent_dir)
+        raw = {"codes": codes}
+        if plugin is not None:
+            raw["cc_plugin"] = rocerun.plugin_record(plugin)
+        return raw
 
     def collect(self, rec: RoundRecord) -> list[dict]:
         """The round's per-queue-pair rows (experiments.rocerun.collect_rows)."""
@@ -70,7 +91,8 @@ class RoceFlows(KernelFlows):
             profile = self.ctx.profiles[rec.index].get(port["intf"]) if port else None
             fluid = rocerun.fluid_fixed_point(mode, params, port, profile, sc.roce.mtu_bytes,
                                               self._measured_queue(rec, port), self._settled(rec, port, profile))
-        return rocerun.add_to_summary(rec.dir, summary, rec.rows, mode, params, rec.round.seed, fluid=fluid)
+        return rocerun.add_to_summary(rec.dir, summary, rec.rows, mode, params, rec.round.seed, fluid=fluid,
+                                      plugin=(getattr(rec, "raw", None) or {}).get("cc_plugin"))
 
     def _settled(self, rec: RoundRecord, port: dict | None, profile) -> dict | None:
         """``port`` over the second half of the time every flow ran (to the first completion):
@@ -92,3 +114,12 @@ class RoceFlows(KernelFlows):
         rtt_s = (self.ctx.env.get("scale") or {}).get("measured_rtt_s") or 0.0
         return analysis.queue_after_first_rtt(rec.dir / "queues.csv", port["intf"], rtt_s, max(fcts),
                                               port["rate_bps"], self.ctx.sc.queues.limit_bytes) or None
+
+
+def _raise_plugin_failure(agent_dir) -> None:
+    """Raise RunError when an agent in ``agent_dir`` recorded that its rate-controller plug-in
+    raised (experiments.rocerun.plugin_failures); else nothing."""
+    failed = rocerun.plugin_failures(agent_dir)
+    if failed:
+        more = f" (and {len(failed) - 1} more agent(s))" if len(failed) > 1 else ""
+        raise RunError(failed[0] + more)

@@ -76,3 +76,22 @@ def test_a_stopped_round_kills_an_agent_that_ignores_sigterm_after_the_grace():
         ROUND_STOP.clear()
         if p.poll() is None:
             p.kill()
+
+
+def test_waiting_gives_up_on_the_rest_once_one_agent_has_failed_for_all():
+    """A plug-in that raised in one agent: the others are killed at once, not waited for until
+    the round's deadline."""
+    agents = Agents(lf=None, state=None)
+    quick = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"], cwd=REPO)
+    slow = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], cwd=REPO) for _ in range(2)]
+    agents.procs += [("h5.roce", quick), ("h1.roce", slow[0]), ("h6.roce", slow[1])]
+    asked = []
+    try:
+        t0 = time.monotonic()
+        codes = agents.wait(time.time() + 30, give_up=lambda: asked.append(1) or quick.poll() is not None)
+        assert time.monotonic() - t0 < 5 and len(asked) == 1
+        assert codes == {"h5.roce": 1, "h1.roce": -signal.SIGKILL, "h6.roce": -signal.SIGKILL}
+    finally:
+        for p in slow:
+            if p.poll() is None:
+                p.kill()

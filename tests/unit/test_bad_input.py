@@ -162,3 +162,39 @@ def test_a_study_with_a_bad_variant_key_is_refused_before_anything_starts(tmp_pa
     res, _ = cli("study", str(f), "--results", str(tmp_path / "res"))
     assert res.returncode == 2 and "variants.a.hosts.tcp_ecnn" in res.stderr
     assert not (tmp_path / "res").exists()
+
+
+#: rate-controller plug-ins a new user might write: (file name, text or None for no file, key, what the line says)
+BAD_PLUGINS = [
+    ("missing.py", None, "roce.cc.plugin", "cannot read it"),
+    ("syntax.py", "from traffic.ratecontrol import RateController\nclass Mine(RateController)\n    name = 'mine'\n",
+     "roce.cc.plugin", "syntax error at line 2"),
+    ("empty.py", "RATE = 10e6\n", "roce.cc.plugin", "defines no subclass of traffic.ratecontrol.RateController"),
+    ("half.py", "from traffic.ratecontrol import RateController\nclass Mine(RateController):\n    name = 'mine'\n",
+     "roce.cc.plugin", "class Mine has no from_job"),
+    ("zero.py", "from traffic.ratecontrol import RateController\nclass Mine(RateController):\n    name = 'mine'\n"
+                "    @classmethod\n    def from_job(cls, job):\n        return cls()\n"
+                "    def rate_bps(self):\n        return 0\n", "roce.cc.plugin", "rate_bps() returned 0"),
+]
+
+
+@pytest.mark.parametrize("name, text, key, says", BAD_PLUGINS, ids=[b[0] for b in BAD_PLUGINS])
+def test_a_broken_rate_controller_plugin_is_one_line_naming_the_key_and_the_file(tmp_path, name, text, key, says):
+    cc = tmp_path / name
+    if text is not None:
+        cc.write_text(text)
+    line = refused(write(tmp_path, f"name: n\ntraffic: {{transport: roce}}\nroce: {{cc: {{plugin: {cc}}}}}\n"),
+                   key, tmp_path)
+    assert str(cc) in line and says in line, line
+    # the same file named by a round
+    line = refused(write(tmp_path, f"name: n\ntraffic: {{transport: roce}}\nrounds:\n  - {{name: a}}\n"
+                                   f"  - {{name: b, roce: {{cc: {{plugin: {cc}}}}}}}\n", name="r.yaml"),
+                   "rounds[1].roce.cc.plugin", tmp_path, run_too=False)
+    assert str(cc) in line and says in line, line
+
+
+def test_the_shipped_aimd_plugin_checks_from_the_repository_root(tmp_path):
+    s = write(tmp_path, "name: n\ntraffic: {transport: roce}\nroce: {cc: {plugin: docs/examples/aimd_cc.py}}\n"
+                        "rounds: [{name: aimd}, {name: dcqcn, roce: {mode: dcqcn}}]\n")
+    res, _ = cli("check", str(s))
+    assert res.returncode == 0 and "is valid" in res.stdout, res.stdout + res.stderr

@@ -4,10 +4,12 @@ import pytest
 
 from common import roce
 from common.dcqcn import DcqcnParams, ReactionPoint
+from common.swift import SwiftParams, SwiftState
+from common.timely import TimelyParams, TimelyState
 from common.errors import ScenarioError
 from experiments.scenario import validate
 from traffic import ratecontrol
-from traffic.ratecontrol import RATE_CONTROLLERS, Dcqcn, FixedRate, RateController, for_job
+from traffic.ratecontrol import RATE_CONTROLLERS, Dcqcn, FixedRate, RateController, Swift, Timely, for_job
 from traffic.roce import SenderQp
 
 JOB = {"line_rate_mbps": 10, "mtu_bytes": 256}
@@ -16,10 +18,11 @@ JOB = {"line_rate_mbps": 10, "mtu_bytes": 256}
 def test_the_scenario_accepts_exactly_the_registered_modes():
     for mode in RATE_CONTROLLERS:
         assert validate({"name": "t", "roce": {"mode": mode}}).roce.mode == mode
+    assert set(RATE_CONTROLLERS) == {"dcqcn", "timely", "swift", "none"}
     with pytest.raises(ScenarioError, match="roce.mode"):
-        validate({"name": "t", "roce": {"mode": "timely"}})
-    with pytest.raises(ValueError, match="no RoCE rate controller 'timely'"):
-        for_job({**JOB, "mode": "timely"})
+        validate({"name": "t", "roce": {"mode": "fast"}})
+    with pytest.raises(ValueError, match="no RoCE rate controller 'fast'"):
+        for_job({**JOB, "mode": "fast"})
 
 
 def test_a_fixed_rate_ignores_cnps():
@@ -44,6 +47,28 @@ def test_dcqcn_is_the_reaction_point_of_common_dcqcn():
     rp.advance(0.5)
     assert (cc.rate_bps(), cc.target_bps()) == (rp.rate_bps, rp.target_bps) < (10e6, 10e6)
     assert cc.record() == {"target_rate_bps": None, "cnps_reacted": 2, "alpha": rp.alpha}
+
+
+@pytest.mark.parametrize("mode, cls, params, state", [("timely", Timely, TimelyParams, TimelyState),
+                                                       ("swift", Swift, SwiftParams, SwiftState)])
+def test_timely_and_swift_are_their_models_fed_by_ack_samples(mode, cls, params, state):
+    cc = for_job({**JOB, "mode": mode})
+    assert isinstance(cc, cls) and cc.params == params.scaled(10e6)
+    own = for_job({**JOB, "mode": mode, mode: {**params.scaled(10e6).as_dict(), "beta": 0.5}})
+    assert own.params.beta == 0.5                              # the job's section wins
+    ref = state(cc.params)
+    cc.start(0.0)
+    cc.on_cnp(0.001)                                           # delay is their only signal
+    cc.on_sent(1082, 0.001)
+    samples = [(0.01, 0.004), (0.02, None), (0.03, 0.030), (0.08, 0.060), (0.2, 0.005)]
+    for t, rtt in samples:
+        cc.on_ack(t, rtt, 16384)
+        if rtt is not None:                                    # an ACK without a sample changes nothing
+            ref.on_rtt(rtt, t) if mode == "timely" else ref.on_ack(t, rtt, 16384)
+        assert cc.rate_bps() == ref.rate_bps
+    assert cc.rate_bps() < 10e6
+    rec = cc.record()
+    assert rec["cnps_reacted"] == 0 and rec["rtt_samples_used"] == 4 and rec["rate_decreases"] >= 1
 
 
 class Halving(RateController):

@@ -27,6 +27,7 @@ def test_a_10g_fabric_at_1000x_keeps_its_bdp_in_packets():
     sc = validate({"name": "x", "scale": {"factor": 1000, "real": REAL}})
     assert (sc.topology.host_rate_mbps, sc.topology.uplink_rate_mbps) == (10, 40)
     assert sc.links.delay_us == 1000 and sc.hosts.rto_min_ms == 1000 and sc.roce.dcqcn.time_scale == 1000
+    assert sc.roce.timely.time_scale == sc.roce.swift.time_scale == 1000
     assert sc.scale.emulated["links"]["delay_us"] == {"real": 1, "emulated": 1000}
     # the BDP in frames of a 4-link path (8 link crossings per round trip) is the same in both
     real_bdp = 10e9 * 8 * 1e-6 / 8 / 1514
@@ -37,7 +38,7 @@ def test_a_10g_fabric_at_1000x_keeps_its_bdp_in_packets():
 
 def test_a_given_time_scale_is_kept_and_a_doubly_given_key_is_refused_by_name():
     sc = validate({"name": "x", "roce": {"dcqcn": {"time_scale": 50}}, "scale": {"factor": 100, "real": REAL}})
-    assert sc.roce.dcqcn.time_scale == 50
+    assert sc.roce.dcqcn.time_scale == 50 and sc.roce.timely.time_scale == 100
     with pytest.raises(ScenarioError, match=r"scale\.real\.links\.delay_us.*both"):
         validate({"name": "x", "links": {"delay_us": 5}, "scale": {"factor": 10, "real": REAL}})
 

@@ -59,7 +59,7 @@ BAD = [
     ("an unknown PFC key", {"name": "t", "pfc": {"xof_packets": 5}}, "pfc.xof_packets"),
     ("a watchdog action", {"name": "t", "pfc": {"watchdog": {"timeout_s": 1, "action": "panic"}}},
      "pfc.watchdog.action"),
-    ("a RoCE mode", {"name": "t", "roce": {"mode": "timely"}}, "roce.mode"),
+    ("a RoCE mode", {"name": "t", "roce": {"mode": "fast"}}, "roce.mode"),
 ]
 
 
