@@ -161,8 +161,8 @@ def merge(base: dict, over: dict) -> dict:
     for k, v in over.items():
         if v is None:
             out.pop(k, None)
-        elif isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = merge(out[k], v)
+        elif isinstance(v, dict) and (k not in out or isinstance(out.get(k), dict)):
+            out[k] = merge(out.get(k) or {}, v)
         else:
             out[k] = copy.deepcopy(v)
     return out
@@ -309,7 +309,7 @@ def fabric_signature(sc: Scenario) -> str:
     d = sc.to_data()
     for k in ("name", "description", "seed", "rounds", "hosts"):
         d.pop(k, None)
-    d["roce"] = {k: v for k, v in d["roce"].items() if k != "mode"}
+    d["roce"] = {k: v for k, v in d["roce"].items() if k not in ("mode", "cc")}    # a round's rate controller
     d["ecn"] = {"marker": d["ecn"]["marker"]}
     if d.get("pfc"):
         d["pfc"] = {k: v for k, v in d["pfc"].items() if k != "enabled"}

@@ -250,3 +250,15 @@ def test_every_bundled_study_checks(path):
 def test_a_pair_pattern_on_a_small_fabric_ignores_the_incast_default_senders():
     s = st.expand(study(base=base(traffic={"pattern": "permutation", "flow_bytes": 1000})))
     assert s.cells[0].scenario.traffic.pattern == "permutation"
+
+
+def test_rate_controllers_and_plugins_share_one_roce_fabric():
+    b = base(traffic={"pattern": "incast", "receiver": "h1", "senders": 2, "response_bytes": 100000,
+                      "transport": "roce"})
+    aimd = str(REPO / "docs" / "examples" / "aimd_cc.py")
+    s = st.expand(study(base=b, variants={"dcqcn": {"roce": {"mode": "dcqcn"}}, "timely": {"roce": {"mode": "timely"}},
+                                          "aimd": {"roce": {"mode": None, "cc": {"plugin": aimd}}}}, seeds=2))
+    runs = st.plan_runs(s)
+    assert len(runs) == 1 and len(runs[0].cells) == 6
+    assert [r.roce_mode for r in runs[0].scenario.rounds[:3]] == ["dcqcn", "timely", s.cells[2].scenario.rounds[0].roce_mode]
+    assert s.cells[2].scenario.rounds[0].roce_mode.startswith("plugin:")
