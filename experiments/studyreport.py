@@ -778,7 +778,8 @@ def _comparison_section(st: Study) -> str:
     out = ["<h2>Comparison</h2>",
            f'<p class="read">Per pair of variants A and B and metric: each variant\'s median over seeds '
            f"with its {_pct(level)} confidence interval; the difference B &minus; A (seed by seed, same seed "
-           f"= same traffic) with its interval; the ratio of the medians B / A with its interval; "
+           f"= same traffic) with its interval; the per-seed ratio B / A (Hodges-Lehmann) with its interval "
+           f"(both intervals from the signed-rank test: they exclude 0 and 1 exactly when the test rejects); "
            f"the Wilcoxon signed-rank p-value of the paired differences and the same p-value Holm-adjusted for the many comparisons; "
            f"the verdict; &ldquo;seeds needed&rdquo;: the statistics' estimate of how many seeds would "
            f"resolve the observed difference (&ldquo;-&rdquo;: none given)."

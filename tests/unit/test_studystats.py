@@ -218,22 +218,21 @@ def test_unequal_lengths_and_bad_arguments():
         compare_paired([1.0, 2.0], [float("-inf"), 2.0], "lower")
 
 
-def test_ratio_with_zero_medians():
-    # median(a) == 0, median(b) != 0: no ratio
+def test_ratio_with_zeros():
+    # some a_i == 0 with b_i != 0: no ratio (unbounded)
     p = compare_paired([0.0, 0.0, 0.0, 1.0], [1.0, 2.0, 3.0, 4.0], "lower", n_resamples=NR)
     assert p.ratio is None and p.ratio_ci_low is None and p.diff_median is not None
-    # both medians 0 but not all values: undefined, not 1
+    # seeds where both are 0 count as ratio 1: the per-seed ratios are 1, 1, 1, 2
     p = compare_paired([0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 2.0], "lower", n_resamples=NR)
-    assert p.ratio is None and p.ratio_ci_high is None
-    # median(a) > 0 but many resamples have median(a*) == 0: more than a tail's share -> no interval
-    a = [0.0] * 4 + [1.0] * 6
-    p = compare_paired(a, [x + 1 for x in a], "lower", n_resamples=NR)
-    assert p.ratio == 2.0 and (p.ratio_ci_low, p.ratio_ci_high) == (None, None)
-    # one zero among 6: median(a*) == 0 in 15 of these 2000 resamples (< 2.5%), dropped; the interval
-    # of the rest stands (b = 2a: every kept resample's ratio is 2)
+    assert p.ratio == pytest.approx(1.0) and (p.ratio_ci_low, p.ratio_ci_high) == (1.0, 2.0)
+    # b = 2a with one seed at 0 in both: every per-seed ratio 2 but that one
     a = [0.0, 10.0, 11.0, 12.0, 13.0, 14.0]
     p = compare_paired(a, [2 * x for x in a], "lower", n_resamples=NR)
-    assert p.ratio == 2.0 and p.ratio_ci_low == 2.0 and p.ratio_ci_high == 2.0
+    assert p.ratio == 2.0 and p.ratio_ci_low == 1.0 and p.ratio_ci_high == 2.0
+    # the bootstrap's interval of median(b)/median(a), for reference: many resamples with median(a*) == 0 -> none
+    a = [0.0] * 4 + [1.0] * 6
+    p = compare_paired(a, [x + 1 for x in a], "lower", n_resamples=NR)
+    assert p.ratio is None and (p.ratio_boot_ci_low, p.ratio_boot_ci_high) == (None, None)
     json_safe(p)
 
 
@@ -244,3 +243,38 @@ def test_as_dict_is_plain_json():
     assert list(d) == [f for f in PairStat.__dataclass_fields__]
     assert all(v is None or type(v) in (int, float, str) for v in d.values())
     assert type(d["n"]) is int and type(d["seeds_needed"]) is int
+
+
+def test_the_signed_rank_interval_is_the_textbook_one():
+    from experiments.studystats import signed_rank_interval
+    x = np.arange(1, 11, dtype=float) - 3.5          # 10 values
+    i, j = np.triu_indices(10)
+    walsh = np.sort((x[i] + x[j]) / 2)
+    lo, hi, level = signed_rank_interval(x, 0.95)
+    # n = 10, two-sided 5%: P(T+ <= 8) = 25/1024 <= 0.025 < P(T+ <= 9) = 33/1024, so k = 9
+    assert (lo, hi) == (walsh[8], walsh[55 - 9])
+    assert level == pytest.approx(1 - 2 * 25 / 1024)
+    lo, hi, level = signed_rank_interval(x, 0.9999)   # beyond what 10 values can reach: [min, max]
+    assert (lo, hi) == (x.min(), x.max()) and level == pytest.approx(1 - 2 / 1024)
+
+
+def test_the_interval_excludes_zero_exactly_when_the_test_rejects():
+    from scipy import stats as sst
+    from experiments.studystats import signed_rank_interval
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n = int(rng.integers(6, 16))
+        d = rng.normal(rng.uniform(-1.5, 1.5), 1.0, n)
+        lo, hi, level = signed_rank_interval(d, 0.95)
+        p = sst.wilcoxon(d, method="exact").pvalue
+        assert (lo > 0 or hi < 0) == (p <= 1 - level + 1e-12), (d, lo, hi, p, level)
+
+
+def test_ties_near_a_cap_do_not_make_an_aa_ratio_exclude_one():
+    # the p99 queue of two identical variants, often at the buffer's 100 packets: the bootstrap of
+    # the ratio of medians can exclude 1 on such data; the signed-rank interval does not
+    a = [100, 99, 100, 100, 98.5, 100, 99.6, 100, 100, 99]
+    b = [99, 100, 99.2, 100, 98, 100, 99, 100, 99.9, 100]
+    p = compare_paired(a, b, "lower", confidence=0.9962, n_resamples=NR)
+    assert p.ratio_ci_low <= 1 <= p.ratio_ci_high and p.diff_ci_low <= 0 <= p.diff_ci_high
+    assert p.verdict == "no difference"
