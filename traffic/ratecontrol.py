@@ -173,7 +173,7 @@ def for_job(job: dict) -> RateController:
         traffic.ccplugin.PluginError: the plug-in file does not load or is not a controller.
     """
     if job.get("cc_plugin"):
-        return load_plugin(job["cc_plugin"]).from_job(job)
+        return load_plugin(job["cc_plugin"], job.get("cc_params")).from_job(job)
     mode = job.get("mode", "dcqcn")
     if mode not in RATE_CONTROLLERS:
         raise ValueError(f"no RoCE rate controller {mode!r} (registered: {', '.join(RATE_CONTROLLERS)})")

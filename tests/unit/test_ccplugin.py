@@ -157,3 +157,15 @@ def test_the_shipped_aimd_example_adds_per_round_trip_and_halves_on_a_cnp():
     assert cc.rate_bps() == pytest.approx(5.2e6)
     cc.on_cnp(0.05)
     assert cc.rate_bps() == pytest.approx(2.6e6) and cc.record()["cnps_reacted"] == 2
+
+
+def test_an_agent_builds_a_plugin_that_needs_its_params(tmp_path):
+    from traffic.ratecontrol import for_job
+    f = tmp_path / "needs.py"
+    f.write_text("from traffic.ratecontrol import RateController\n"
+                 "class Needs(RateController):\n    name = 'needs'\n"
+                 "    def __init__(self, r):\n        self.r = r\n"
+                 "    @classmethod\n    def from_job(cls, job):\n        return cls(job['cc_params']['rate_mbps'] * 1e6)\n"
+                 "    def rate_bps(self):\n        return self.r\n")
+    job = {"cc_plugin": str(f), "cc_params": {"rate_mbps": 5}, "line_rate_mbps": 10, "mode": "plugin:needs"}
+    assert for_job(job).rate_bps() == 5e6
