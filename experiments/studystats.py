@@ -226,6 +226,42 @@ def signed_rank_interval(x, confidence: float) -> tuple[float, float, float]:
     return float(walsh[k - 1]), float(walsh[m - k]), float(achieved)
 
 
+def signed_rank_p(d) -> float:
+    """The two-sided Wilcoxon signed-rank p-value of paired differences ``d``, exact with ties.
+
+    Zero differences are dropped (Wilcoxon's convention, scipy's ``zero_method="wilcox"``); the
+    others are ranked by magnitude with tied magnitudes given their mean rank. Up to
+    :data:`EXACT_MAX_N` nonzero differences the null distribution of T+ (the positive ranks' sum,
+    every sign equally likely) is counted exactly for these very ranks, so ties cost no exactness;
+    above that, scipy's normal approximation. scipy's own exact method covers only tie-free
+    samples, and its tied case falls back to the normal approximation, which misses significance
+    the exact count and :func:`signed_rank_interval` show. Source: the conditional (permutation)
+    signed-rank test, Hollander and Wolfe, "Nonparametric Statistical Methods", section 3.1,
+    comment on ties.
+
+    Args:
+        d: the differences (1-D, finite floats).
+
+    Returns:
+        p in (0, 1]; 1.0 when every difference is 0.
+    """
+    d = np.asarray(d, dtype=float)
+    d = d[d != 0]
+    n = int(d.size)
+    if n == 0:
+        return 1.0
+    if n > EXACT_MAX_N:
+        return float(stats.wilcoxon(d, zero_method="wilcox", alternative="two-sided", method="asymptotic").pvalue)
+    ranks2 = np.rint(2 * stats.rankdata(np.abs(d))).astype(int)     # mean ranks are halves: doubled, whole
+    counts = np.zeros(int(ranks2.sum()) + 1)
+    counts[0] = 1.0
+    for r in ranks2:
+        counts[r:] = counts[r:] + counts[:-r].copy()
+    prob = counts / 2.0 ** n
+    t = int(ranks2[d > 0].sum())
+    return float(min(1.0, 2 * min(prob[:t + 1].sum(), prob[t:].sum())))
+
+
 def hodges_lehmann(x) -> float:
     """The Hodges-Lehmann estimate of the center of ``x``: the median of its Walsh averages."""
     x = np.asarray(x, dtype=float)
@@ -363,15 +399,17 @@ def compare_paired(a: Sequence[float | None], b: Sequence[float | None], better:
 
     What is computed (see :class:`PairStat`):
 
-    * ``diff_median`` and its interval: one paired ``scipy.stats.bootstrap`` (percentile method)
-      resampling seed indices; the same resamples give the ratio's interval.
-    * ``ratio`` = median(b)/median(a). Its interval is the percentiles of median(b*)/median(a*)
-      over the resamples; resamples with median(a*) == 0 (unbounded ratio) are dropped, and when
-      more than (1 - confidence)/2 of them are dropped - more than one tail's share, so one end
-      of the interval would be unbounded - both ends are None.
-    * ``p_wilcoxon``: ``scipy.stats.wilcoxon`` two-sided, zero_method="wilcox" (zero differences
-      dropped), method="auto" (exact up to 50 pairs without ties, else permutations up to 13
-      pairs, else the normal approximation); 1.0 when every difference is 0.
+    * ``diff_median`` (the median of the per-seed differences b - a) and its interval, the
+      signed-rank test's own (:func:`signed_rank_interval`, level achieved in ``ci_achieved``).
+    * ``ratio``: the Hodges-Lehmann center of the per-seed ratios b/a (a seed where both are 0
+      counts as 1), with the signed-rank interval of those ratios; None when some a is 0 with
+      b not, or a value is negative.
+    * ``diff_boot_ci_*`` and ``ratio_boot_ci_*``, for reference: one paired
+      ``scipy.stats.bootstrap`` (percentile method) resampling seed indices, the difference of
+      medians and median(b*)/median(a*); resamples with median(a*) == 0 are dropped, and when
+      more than (1 - confidence)/2 of them are, the ratio's ends are None.
+    * ``p_wilcoxon``: :func:`signed_rank_p`, two-sided, zero differences dropped, exact with ties
+      up to :data:`EXACT_MAX_N` pairs; 1.0 when every difference is 0.
     * ``p_adjusted`` = ``p_wilcoxon`` (:func:`adjust_family` replaces it); the verdict says a
       difference when ``p_adjusted < 1 - confidence`` and the interval of ``diff_median`` excludes
       0, in the direction of that interval.
@@ -436,10 +474,7 @@ def compare_paired(a: Sequence[float | None], b: Sequence[float | None], better:
         ratio = hodges_lehmann(r)
         r_lo, r_hi, _ = signed_rank_interval(r, c)
 
-    if not np.any(d):
-        p = 1.0
-    else:
-        p = float(stats.wilcoxon(d, zero_method="wilcox", alternative="two-sided", method="auto").pvalue)
+    p = signed_rank_p(d)
 
     off = ~np.eye(n, dtype=bool)
     unpaired = (xa[:, None] - xb[None, :])[off]
