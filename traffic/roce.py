@@ -197,6 +197,11 @@ class SenderQp:
         self.sent_at: dict[int, float] = {}
         self.ackreq_seqs: set[int] = set()
         self.ack_every = job.get("ack_every", 16)
+        # below this rate the responder's count (ack_every packets) takes longer than half its
+        # coalescing delay, so its ACKs would come from the timer and carry no RTT sample: each packet
+        # then asks for an ACK (the BTH AckReq bit), so a slowed controller still hears round trips
+        ack_delay_s = job.get("ack_delay_s") or job.get("rto_s", 0.1) / 8
+        self.ask_below_bps = self.ack_every * (self.req.mtu_bytes + roce.OVERHEAD_BYTES) * 8 / (ack_delay_s / 2)
         self.last_ack_seq = self.req.acked_seq
         self.rtt_samples = array.array("d")
         self.payloads: dict[int, memoryview] = {}     # sequence number -> its payload (data messages)
@@ -276,10 +281,11 @@ class SenderQp:
         pkt = self.req.next_packet(now_s)
         if pkt is None:
             return None, (self.req.rto_s if self.req.outstanding_packets else math.inf)
-        self.pending = self.tmpl.patch(pkt.opcode, pkt.psn, pkt.ackreq, pkt.payload_bytes,
+        ask = pkt.ackreq or self.bucket.rate_bps < self.ask_below_bps
+        self.pending = self.tmpl.patch(pkt.opcode, pkt.psn, ask, pkt.payload_bytes,
                                        payload=self.payloads.get(pkt.seq) if self.payloads else None)
         self.pending_payload = pkt.payload_bytes
-        self.pending_seq, self.pending_retx, self.pending_ackreq = pkt.seq, pkt.retransmission, pkt.ackreq
+        self.pending_seq, self.pending_retx, self.pending_ackreq = pkt.seq, pkt.retransmission, ask
         return self.pending, 0.0
 
     def pump(self, tx: socket.socket, max_frames: int | None = None) -> tuple[float, bool]:

@@ -109,3 +109,25 @@ def test_the_count_restarts_after_a_timer_ack():
 def test_rtt_summary_of_no_samples_and_of_one():
     assert rtt_summary([]) == {"count": 0, "min": None, "median": None, "p99": None}
     assert rtt_summary([0.004]) == {"count": 1, "min": 0.004, "median": 0.004, "p99": 0.004}
+
+
+def asks(frame) -> bool:
+    """The AckReq bit of a frame's BTH."""
+    return bool(bytes(frame)[roce.BTH_OFFSET + 8] & 0x80)
+
+
+def test_a_slow_queue_pair_asks_for_every_ack_so_its_controller_still_hears_round_trips(qp):
+    # ack_every 4 frames of 314 bytes within half the coalescing delay (rto_s / 8 / 2 = 0.625 s):
+    # 16 kbit/s. Above it the responder's count answers first; below it its timer would, with no
+    # sample, so every packet sets AckReq and each ACK is a sample
+    assert qp.ask_below_bps == pytest.approx(4 * (MTU + roce.OVERHEAD_BYTES) * 8 / 0.625)
+    qp.post_data(bytes(4 * MTU), 0.0)
+    frame, _ = qp.next_frame(0.0)
+    assert not qp.pending_ackreq and not asks(frame)
+    qp.sent(len(frame), 0.0)
+    qp.cc.rate = 10_000.0
+    frame, _ = qp.next_frame(1.0)
+    assert qp.pending_ackreq and asks(frame)
+    qp.sent(len(frame), 1.0)
+    ack(qp, 1, 1.05)                    # 2 packets, fewer than ack_every, but PSN 1 asked: a sample
+    assert qp.cc.acks[-1] == (1.05, 0.05, 2 * MTU)
