@@ -40,26 +40,15 @@ Both factors are recorded with every run and can be set in the scenario.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+
+from common.ccparams import CcParams, require_positive, scales
 
 REFERENCE_RATE_BPS = 40e9        # the DCQCN paper's testbed links
-#: default time_scale = rate_scale / TIME_SCALE_DIVISOR (module docstring)
-TIME_SCALE_DIVISOR = 40.0
-
-
-def default_time_scale(line_rate_bps: float) -> float:
-    """The emulation's default time scale for a host link of ``line_rate_bps``: rate_scale / 40
-    (module docstring; 100 at 10 Mbit/s, 10 at 100 Mbit/s). The other rate controllers
-    (common.timely, common.swift) stretch their times by the same factor, so that every
-    algorithm sees the same emulated fabric. Raises ValueError on a rate that is not positive."""
-    if not line_rate_bps > 0:
-        raise ValueError(f"line_rate_bps must be > 0, not {line_rate_bps}")
-    return REFERENCE_RATE_BPS / line_rate_bps / TIME_SCALE_DIVISOR
 
 
 @dataclass(frozen=True)
-class DcqcnParams:
+class DcqcnParams(CcParams):
     """DCQCN parameters (units in the names; see the module docstring for their sources and scaling).
 
     Raises ValueError from :meth:`validate` naming the bad field."""
@@ -82,13 +71,7 @@ class DcqcnParams:
         """The paper's NIC defaults scaled to ``line_rate_bps`` (see the module docstring); ``time_scale``
         None means ``rate_scale / 40``; ``overrides`` replace any scaled value.
         Raises ValueError on a bad value (named)."""
-        if not line_rate_bps > 0:
-            raise ValueError(f"line_rate_bps must be > 0, not {line_rate_bps}")
-        rs = REFERENCE_RATE_BPS / line_rate_bps
-        if time_scale is None:
-            time_scale = default_time_scale(line_rate_bps)
-        if not time_scale > 0:
-            raise ValueError(f"time_scale must be > 0, not {time_scale}")
+        rs, time_scale = scales(line_rate_bps, time_scale, REFERENCE_RATE_BPS)
         base = cls(REFERENCE_RATE_BPS)
         p = cls(line_rate_bps=line_rate_bps, g=base.g, alpha_init=base.alpha_init,
                 alpha_timer_s=base.alpha_timer_s * time_scale, cnp_interval_s=base.cnp_interval_s * time_scale,
@@ -96,18 +79,12 @@ class DcqcnParams:
                 fast_recovery_stages=base.fast_recovery_stages, rate_ai_bps=base.rate_ai_bps / rs,
                 rate_hai_bps=base.rate_hai_bps / rs, min_rate_bps=base.min_rate_bps / rs,
                 rate_scale=rs, time_scale=time_scale)
-        if overrides:
-            p = cls(**{**asdict(p), **overrides})
-        p.validate()
-        return p
+        return p.finish(overrides)
 
     def validate(self) -> None:
         """Raise ValueError naming the first field out of range."""
-        for name in ("line_rate_bps", "alpha_timer_s", "cnp_interval_s", "timer_s", "byte_counter_bytes",
-                     "rate_ai_bps", "rate_hai_bps", "min_rate_bps"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
-                raise ValueError(f"{name} must be a positive number, not {v!r}")
+        require_positive(self, ("line_rate_bps", "alpha_timer_s", "cnp_interval_s", "timer_s",
+                                "byte_counter_bytes", "rate_ai_bps", "rate_hai_bps", "min_rate_bps"))
         if not 0 < self.g <= 1:
             raise ValueError(f"g must be in (0, 1], not {self.g!r}")
         if not 0 <= self.alpha_init <= 1:
@@ -116,10 +93,6 @@ class DcqcnParams:
             raise ValueError(f"fast_recovery_stages must be an integer >= 1, not {self.fast_recovery_stages!r}")
         if self.min_rate_bps > self.line_rate_bps:
             raise ValueError(f"min_rate_bps {self.min_rate_bps} exceeds line_rate_bps {self.line_rate_bps}")
-
-    def as_dict(self) -> dict:
-        """The parameters as recorded in results."""
-        return asdict(self)
 
 
 @dataclass

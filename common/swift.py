@@ -30,7 +30,7 @@ Defaults and scaling (:meth:`SwiftParams.scaled`):
 - ``beta`` 0.8 and ``max_mdf`` 0.5: the values public Swift models use (htsim's); the paper
   tunes them per deployment and gives the algorithm.
 - ``target_queue_s``: 50 us at the reference times the emulation's ``time_scale``
-  (common.dcqcn.default_time_scale: 100 at 10 Mbit/s, so 5 ms there, 0.5 ms at 100 Mbit/s). With
+  (common.ccparams.default_time_scale: 100 at 10 Mbit/s, so 5 ms there, 0.5 ms at 100 Mbit/s). With
   that time scale it is always about 6 kB of queue at the host rate (6 frames): enough to keep the
   port busy through the pacers' jitter, small against the 100-frame default buffer. Swift's own
   fabric targets are a few tens of microseconds at 100 Gbit/s, a similar handful of packets.
@@ -45,9 +45,9 @@ Defaults and scaling (:meth:`SwiftParams.scaled`):
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
-from common.dcqcn import default_time_scale
+from common.ccparams import CcParams, require_positive, scales
 
 #: The reference the target's 50 us stands for (Swift's 100 Gbit/s fabric; only the time scale
 #: derived from the host rate stretches it).
@@ -55,7 +55,7 @@ REFERENCE_TARGET_QUEUE_S = 50e-6
 
 
 @dataclass(frozen=True)
-class SwiftParams:
+class SwiftParams(CcParams):
     """Swift-like parameters (units in the names; sources and scaling in the module docstring).
 
     Raises ValueError from :meth:`validate` naming the bad field."""
@@ -71,30 +71,20 @@ class SwiftParams:
     @classmethod
     def scaled(cls, line_rate_bps: float, time_scale: float | None = None, **overrides) -> "SwiftParams":
         """The defaults for a host link of ``line_rate_bps`` (module docstring); ``time_scale``
-        None means common.dcqcn.default_time_scale; ``overrides`` replace any scaled value.
+        None means common.ccparams.default_time_scale; ``overrides`` replace any scaled value.
 
         Raises:
             ValueError: a bad value, naming the field.
         """
-        if not (isinstance(line_rate_bps, (int, float)) and line_rate_bps > 0 and math.isfinite(line_rate_bps)):
-            raise ValueError(f"line_rate_bps must be > 0, not {line_rate_bps}")
-        ts = default_time_scale(line_rate_bps) if time_scale is None else time_scale
-        if not (isinstance(ts, (int, float)) and ts > 0 and math.isfinite(ts)):
-            raise ValueError(f"time_scale must be > 0, not {ts}")
+        _, ts = scales(line_rate_bps, time_scale, line_rate_bps)
         p = cls(line_rate_bps=line_rate_bps, target_queue_s=REFERENCE_TARGET_QUEUE_S * ts, base_rtt_s=None,
                 ai_bps=0.005 * line_rate_bps, beta=0.8, max_mdf=0.5, min_rate_bps=0.01 * line_rate_bps,
                 time_scale=ts)
-        if overrides:
-            p = cls(**{**asdict(p), **overrides})
-        p.validate()
-        return p
+        return p.finish(overrides)
 
     def validate(self) -> None:
         """Raise ValueError naming the first field out of range."""
-        for name in ("line_rate_bps", "target_queue_s", "ai_bps", "min_rate_bps"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
-                raise ValueError(f"{name} must be a positive number, not {v!r}")
+        require_positive(self, ("line_rate_bps", "target_queue_s", "ai_bps", "min_rate_bps"))
         if self.base_rtt_s is not None and not (self.base_rtt_s > 0 and math.isfinite(self.base_rtt_s)):
             raise ValueError(f"base_rtt_s must be a positive number or None, not {self.base_rtt_s!r}")
         if not 0 < self.beta <= 1:
@@ -103,10 +93,6 @@ class SwiftParams:
             raise ValueError(f"max_mdf must be in (0, 1), not {self.max_mdf!r}")
         if self.min_rate_bps > self.line_rate_bps:
             raise ValueError(f"min_rate_bps {self.min_rate_bps} exceeds line_rate_bps {self.line_rate_bps}")
-
-    def as_dict(self) -> dict:
-        """The parameters as recorded in results."""
-        return asdict(self)
 
 
 @dataclass

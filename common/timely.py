@@ -27,7 +27,7 @@ segment-sized bursts), T_high 500 us, delta 10 Mbit/s, beta 0.8, HAI after 5 com
 Scaling to an emulated host link of rate R (:meth:`TimelyParams.scaled`):
 
 - ``rate_scale`` = 10 Gbit/s / R; ``time_scale`` defaults to the emulation's, the one DCQCN uses
-  (common.dcqcn.default_time_scale: 40 Gbit/s / R / 40, 100 at 10 Mbit/s): the emulated round trip
+  (common.ccparams.default_time_scale: 40 Gbit/s / R / 40, 100 at 10 Mbit/s): the emulated round trip
   (a few ms over 2-3 hops of 10 Mbit/s) against a datacenter's tens of microseconds.
 - Thresholds are times: T_low and T_high are multiplied by ``time_scale`` (5 ms and 50 ms at
   10 Mbit/s, against a base round trip of a full frame over three hops of about 4 ms there, and a
@@ -46,16 +46,16 @@ Scaling to an emulated host link of rate R (:meth:`TimelyParams.scaled`):
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
-from common.dcqcn import default_time_scale
+from common.ccparams import CcParams, require_positive, scales
 
 #: The TIMELY paper's testbed NICs.
 REFERENCE_RATE_BPS = 10e9
 
 
 @dataclass(frozen=True)
-class TimelyParams:
+class TimelyParams(CcParams):
     """TIMELY parameters (units in the names; sources and scaling in the module docstring).
 
     Raises ValueError from :meth:`validate` naming the bad field."""
@@ -75,17 +75,12 @@ class TimelyParams:
     @classmethod
     def scaled(cls, line_rate_bps: float, time_scale: float | None = None, **overrides) -> "TimelyParams":
         """The reference defaults scaled to ``line_rate_bps`` (module docstring); ``time_scale`` None
-        means common.dcqcn.default_time_scale; ``overrides`` replace any scaled value.
+        means common.ccparams.default_time_scale; ``overrides`` replace any scaled value.
 
         Raises:
             ValueError: a bad value, naming the field.
         """
-        if not (isinstance(line_rate_bps, (int, float)) and line_rate_bps > 0 and math.isfinite(line_rate_bps)):
-            raise ValueError(f"line_rate_bps must be > 0, not {line_rate_bps}")
-        rs = REFERENCE_RATE_BPS / line_rate_bps
-        ts = default_time_scale(line_rate_bps) if time_scale is None else time_scale
-        if not (isinstance(ts, (int, float)) and ts > 0 and math.isfinite(ts)):
-            raise ValueError(f"time_scale must be > 0, not {ts}")
+        rs, ts = scales(line_rate_bps, time_scale, REFERENCE_RATE_BPS)
         base = cls(REFERENCE_RATE_BPS)
         k = max(1.0, rs / ts)            # completion events per round trip: k times fewer here
         p = cls(line_rate_bps=line_rate_bps, ewma_alpha=1 - (1 - base.ewma_alpha) ** k,
@@ -93,17 +88,11 @@ class TimelyParams:
                 additive_increment_bps=base.additive_increment_bps / rs * k, beta=base.beta,
                 hai_threshold=base.hai_threshold, hai_factor=base.hai_factor,
                 min_rate_bps=0.01 * line_rate_bps, min_rtt_s=None, rate_scale=rs, time_scale=ts)
-        if overrides:
-            p = cls(**{**asdict(p), **overrides})
-        p.validate()
-        return p
+        return p.finish(overrides)
 
     def validate(self) -> None:
         """Raise ValueError naming the first field out of range."""
-        for name in ("line_rate_bps", "t_low_s", "t_high_s", "additive_increment_bps", "min_rate_bps"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
-                raise ValueError(f"{name} must be a positive number, not {v!r}")
+        require_positive(self, ("line_rate_bps", "t_low_s", "t_high_s", "additive_increment_bps", "min_rate_bps"))
         if self.min_rtt_s is not None and not (self.min_rtt_s > 0 and math.isfinite(self.min_rtt_s)):
             raise ValueError(f"min_rtt_s must be a positive number or None, not {self.min_rtt_s!r}")
         if not 0 < self.ewma_alpha <= 1:
@@ -118,10 +107,6 @@ class TimelyParams:
             raise ValueError(f"t_low_s {self.t_low_s} must be below t_high_s {self.t_high_s}")
         if self.min_rate_bps > self.line_rate_bps:
             raise ValueError(f"min_rate_bps {self.min_rate_bps} exceeds line_rate_bps {self.line_rate_bps}")
-
-    def as_dict(self) -> dict:
-        """The parameters as recorded in results."""
-        return asdict(self)
 
 
 @dataclass

@@ -92,71 +92,86 @@ class Dcqcn(RateController):
                 "alpha": self.rp.alpha if self.rp else None}
 
 
-class Timely(RateController):
-    """TIMELY (common.timely.TimelyState): starts at line rate; each RTT sample moves the rate by
-    Algorithm 1 (thresholds T_low / T_high, then the sign of the RTT gradient's EWMA). CNPs are
-    ignored (delay is its only signal). Source: Mittal et al., "TIMELY: RTT-based Congestion
-    Control for the Datacenter", SIGCOMM 2015."""
-    name = "timely"
+class DelayBased(RateController):
+    """The shape TIMELY and the Swift-like controller share: a parameter set (``params_cls``, from
+    the job's section named like the mode, else scaled to the job's line rate) and a state machine
+    (``state_cls``, whose ``rate_bps`` the queue pair paces at) fed one RTT sample at a time by
+    ``sample(state, now_s, rtt_s, acked_bytes)``; CNPs are ignored (delay is the only signal)."""
+    params_cls: type
+    state_cls: type
 
-    def __init__(self, params: TimelyParams):
+    def __init__(self, params):
         self.params = params
-        self.state = TimelyState(params)
+        self.state = self.state_cls(params)
 
     @classmethod
-    def from_job(cls, job: dict) -> "Timely":
-        """The job's ``timely`` parameters (TimelyParams fields), else the defaults scaled to its line rate."""
-        line_bps = job["line_rate_mbps"] * 1e6
-        return cls(TimelyParams(**job["timely"]) if job.get("timely") else TimelyParams.scaled(line_bps))
+    def from_job(cls, job: dict) -> "DelayBased":
+        """The job's ``<mode>`` parameters (fields of ``params_cls``), else the defaults scaled to its
+        line rate (``line_rate_mbps``). Raises ValueError on a bad value, TypeError on an unknown one."""
+        own = job.get(cls.name)
+        return cls(cls.params_cls(**own) if own else cls.params_cls.scaled(job["line_rate_mbps"] * 1e6))
 
     def rate_bps(self) -> float:
         """The current rate."""
         return self.state.rate_bps
 
     def on_ack(self, now_s: float, rtt_s: float | None, acked_bytes: int) -> None:
-        """One completion event per RTT sample (ACKs without one change nothing)."""
+        """Feed each RTT sample, with the bytes its ACK covered, to the state machine (ACKs without
+        one change nothing)."""
         if rtt_s is not None:
-            self.state.on_rtt(rtt_s, now_s)
+            self.sample(self.state, now_s, rtt_s, acked_bytes)
+
+    @staticmethod
+    def sample(state, now_s: float, rtt_s: float, acked_bytes: int) -> None:
+        """One RTT sample into ``state`` (each algorithm's own call)."""
+        raise NotImplementedError
+
+    def extra_record(self) -> dict:
+        """The algorithm's own figures for :meth:`record`."""
+        return {}
 
     def record(self) -> dict:
-        """No CNP reaction; the samples used, the rate decreases and the minimum RTT seen."""
+        """No CNP reaction; the samples used, the rate decreases and the algorithm's own figures."""
         st = self.state
         return {"target_rate_bps": None, "cnps_reacted": 0, "alpha": None, "rtt_samples_used": st.samples,
-                "rate_decreases": st.decreases, "min_rtt_seen_s": st.min_rtt_s}
+                "rate_decreases": st.decreases, **self.extra_record()}
 
 
-class Swift(RateController):
+class Timely(DelayBased):
+    """TIMELY (common.timely.TimelyState): starts at line rate; each RTT sample moves the rate by
+    Algorithm 1 (thresholds T_low / T_high, then the sign of the RTT gradient's EWMA). CNPs are
+    ignored (delay is its only signal). Source: Mittal et al., "TIMELY: RTT-based Congestion
+    Control for the Datacenter", SIGCOMM 2015."""
+    name = "timely"
+    params_cls, state_cls = TimelyParams, TimelyState
+
+    @staticmethod
+    def sample(state, now_s: float, rtt_s: float, acked_bytes: int) -> None:
+        """One completion event per RTT sample (TIMELY ignores the bytes)."""
+        state.on_rtt(rtt_s, now_s)
+
+    def extra_record(self) -> dict:
+        """The minimum RTT seen."""
+        return {"min_rtt_seen_s": self.state.min_rtt_s}
+
+
+class Swift(DelayBased):
     """A Swift-like delay-target controller, rate-based (common.swift.SwiftState): starts at line
     rate; below the delay target it adds ``ai_bps`` per round trip of acknowledged data, at or
     above it cuts in proportion to the excess, at most once per round trip. CNPs are ignored.
     Source: Kumar et al., "Swift: Delay is Simple and Effective for Congestion Control in the
     Datacenter", SIGCOMM 2020 (the simplifications are listed in common.swift)."""
     name = "swift"
+    params_cls, state_cls = SwiftParams, SwiftState
 
-    def __init__(self, params: SwiftParams):
-        self.params = params
-        self.state = SwiftState(params)
+    @staticmethod
+    def sample(state, now_s: float, rtt_s: float, acked_bytes: int) -> None:
+        """The sample with the bytes it acknowledged."""
+        state.on_ack(now_s, rtt_s, acked_bytes)
 
-    @classmethod
-    def from_job(cls, job: dict) -> "Swift":
-        """The job's ``swift`` parameters (SwiftParams fields), else the defaults scaled to its line rate."""
-        line_bps = job["line_rate_mbps"] * 1e6
-        return cls(SwiftParams(**job["swift"]) if job.get("swift") else SwiftParams.scaled(line_bps))
-
-    def rate_bps(self) -> float:
-        """The current rate."""
-        return self.state.rate_bps
-
-    def on_ack(self, now_s: float, rtt_s: float | None, acked_bytes: int) -> None:
-        """React to each RTT sample with the bytes it acknowledged (ACKs without one change nothing)."""
-        if rtt_s is not None:
-            self.state.on_ack(now_s, rtt_s, acked_bytes)
-
-    def record(self) -> dict:
-        """No CNP reaction; the samples used, the rate decreases and the delay target last in force."""
-        st = self.state
-        return {"target_rate_bps": None, "cnps_reacted": 0, "alpha": None, "rtt_samples_used": st.samples,
-                "rate_decreases": st.decreases, "delay_target_s": st.target_s}
+    def extra_record(self) -> dict:
+        """The delay target last in force."""
+        return {"delay_target_s": self.state.target_s}
 
 
 #: Registered rate controllers by ``roce.mode``.
