@@ -49,7 +49,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any, Optional, Union
+from typing import Annotated, Any, Iterator, Optional, Protocol, Union
 
 from pydantic import Field, ValidationError, field_validator
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn,
@@ -325,6 +325,25 @@ def fabric_signature(sc: Scenario) -> str:
 
 
 @dataclass(frozen=True)
+class RunOutcome:
+    """What a dispatch yields for one :class:`RunPlan` as its fabric run ends: ``run_dir``, the run's
+    results folder here (None when it did not run), and ``error``, why it failed (None when it ran;
+    a run that was unfaithful still ran)."""
+    plan: "RunPlan"
+    run_dir: Optional[Path]
+    error: Optional[str] = None
+
+
+class Dispatch(Protocol):
+    """Runs a study's fabric runs: ``dispatch(plans, runs_dir, on_round)`` yields one
+    :class:`RunOutcome` per plan as runs end, in any order (:func:`serial` here, one after
+    another; experiments.studydask.DaskDispatch over machines). ``on_round(cell name, round
+    folder, summary)`` may be called as rounds finish (a progress bar), or never."""
+
+    def __call__(self, plans: list, runs_dir: Path, on_round) -> Iterator[RunOutcome]: ...
+
+
+@dataclass(frozen=True)
 class RunPlan:
     """One fabric's run: a multi-round scenario whose rounds are ``cells`` (in order); ``why_alone``
     says why a cell that could have shared a fabric did not (None otherwise)."""
@@ -409,7 +428,8 @@ def cell_record(cell: Cell, round_dir: Optional[Path], study_dir: Path, error: O
 
     ``round_dir``: the cell's results folder (its round's folder: summary.json, flows.csv, plots), or
     None when it did not run (``error`` says why). ``status``: ok, unfaithful (a fidelity check
-    failed; its values are kept and marked) or failed."""
+    failed; its values are kept and marked) or failed. ``values``: the metrics; ``paths``: flow id ->
+    its traced path; ``fcts``: its study_fct.csv rows (:func:`fct_rows`)."""
     rec = {"cell": cell.name, "variant": cell.variant, "sweep": dict(cell.sweep), "seed": cell.seed,
            "dir": None, "status": "failed", "error": error, "bottleneck": None, "values": {}, "paths": {}}
     if round_dir is None or not (round_dir / "summary.json").is_file():
@@ -421,6 +441,7 @@ def cell_record(cell: Cell, round_dir: Optional[Path], study_dir: Path, error: O
                error=None if fid.get("ok", True) else "; ".join(map(str, fid.get("failures") or [])) or "unfaithful",
                bottleneck=(summary.get("bottleneck") or {}).get("intf"), values=measure_summary(summary))
     rec["paths"] = {str(f["flow_id"]): f.get("path") for f in _read_csv(round_dir / "flows.csv") if f.get("path")}
+    rec["fcts"] = fct_rows(rec, study_dir)      # read once: study_fct.csv is rewritten after every run
     return rec
 
 
@@ -566,13 +587,13 @@ def write_study(out: Path, study: Study, cells: list[dict], n_resamples: int = 9
     metrics = compared_metrics(study, cells)
     keys = list(study.sweep_keys)
     write_csv(out / "study.csv", list(STUDY_COLUMNS[:3]) + keys + list(STUDY_COLUMNS[3:]), long_rows(study, cells, metrics))
-    fcts = [r for c in cells for r in fct_rows(c, out)]
+    fcts = [r for c in cells for r in c.get("fcts", ())]
     write_csv(out / "study_fct.csv", list(FCT_COLUMNS[:2]) + keys + list(FCT_COLUMNS[2:]), fcts)
     result = {"study": study.name, "description": study.description, "complete": len(cells) == len(study.cells),
               "variants": list(study.variants), "sweep_keys": keys, "seeds": list(study.seeds),
               "metrics": {m: {"unit": METRICS[m].unit, "better": METRICS[m].better, "title": METRICS[m].title}
                           for m in metrics},
-              "cells": [{k: v for k, v in c.items() if k not in ("values", "paths")} for c in cells],
+              "cells": [{k: v for k, v in c.items() if k not in ("values", "paths", "fcts")} for c in cells],
               **compare(study, cells, metrics, n_resamples=n_resamples),
               "bottlenecks": bottlenecks(cells), "paths": paths_paired(cells)}
     (out / "comparison.json").write_text(json.dumps(result, indent=1, allow_nan=False))
@@ -679,23 +700,22 @@ def format_cell(c: dict) -> str:
             f"{f('queue_p99_packets', '.0f')} pkt, drops {f('drops', '.0f')}, bottleneck {c['bottleneck']}")
 
 
-def serial(runner=None):
-    """The default dispatch: every fabric run here, one after another (:func:`run_plan`, or
-    ``runner(plan, runs_dir, on_round) -> run folder``: tests). A dispatch is called as
-    ``dispatch(plans, runs_dir, on_round)`` and yields ``(plan, run folder or None, error or None)``
-    as runs end, in any order (experiments.studydask spreads them over machines)."""
+def serial(runner=None) -> Dispatch:
+    """The default :class:`Dispatch`: every fabric run here, one after another (:func:`run_plan`,
+    or ``runner(plan, runs_dir, on_round) -> run folder``: tests)."""
     run = runner or run_plan
 
-    def dispatch(plans, runs_dir: Path, on_round):
+    def dispatch(plans, runs_dir: Path, on_round) -> Iterator[RunOutcome]:
         for plan in plans:
             try:
-                yield plan, run(plan, runs_dir, on_round), None
+                yield RunOutcome(plan, run(plan, runs_dir, on_round))
             except (SetupError, CapabilityError, BusyError) as e:
-                yield plan, None, f"{type(e).__name__}: {e}"
+                yield RunOutcome(plan, None, f"{type(e).__name__}: {e}")
     return dispatch
 
 
-def run_study(study: Study, results_root: Path, quiet: bool = False, runner=None, dispatch=None) -> tuple[Path, dict]:
+def run_study(study: Study, results_root: Path, quiet: bool = False, runner=None,
+              dispatch: Optional[Dispatch] = None) -> tuple[Path, dict]:
     """Run every cell of a checked study (:func:`plan_runs`: one fabric run per group of cells) and
     write the study folder: ``runs/`` (each fabric run's results folder; a cell's own folder is
     its round's), study.csv, study_fct.csv, comparison.json (rewritten after every run: an
@@ -728,9 +748,9 @@ def run_study(study: Study, results_root: Path, quiet: bool = False, runner=None
             reported.add(name)
             progress.advance(1, format_cell(cell_record(by_name[name], rdir, out)))
     try:
-        for plan, run_dir, error in dispatch(plans, runs_dir, on_round):
-            dirs = _round_dirs(run_dir) if run_dir is not None else {}
-            done = [cell_record(c, dirs.get(c.name), out, error) for c in plan.cells]
+        for o in dispatch(plans, runs_dir, on_round):
+            dirs = _round_dirs(o.run_dir) if o.run_dir is not None else {}
+            done = [cell_record(c, dirs.get(c.name), out, o.error) for c in o.plan.cells]
             cells = sorted(cells + done, key=lambda c: order[c["cell"]])
             result = write_study(out, study, cells)
             for c in done:

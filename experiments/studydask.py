@@ -28,6 +28,7 @@ import tarfile
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Iterator
 
 import yaml
 from distributed import Client, as_completed
@@ -36,6 +37,7 @@ from pydantic import BaseModel, ConfigDict
 from common.errors import CapabilityError, ScenarioError, SetupError
 from experiments import runner
 from experiments.scenario import validate
+from experiments.study import RunOutcome
 
 #: The worker resource a fabric run needs (one per machine).
 RESOURCE = "fabric"
@@ -148,7 +150,9 @@ class DaskDispatch:
                                  pure=False, key=f"fabriclab-preflight-{uuid.uuid4().hex[:8]}")
         return [(p, e) for p, e in zip(plans, fut.result()) if e is not None]
 
-    def __call__(self, plans, runs_dir: Path, on_round):
+    def __call__(self, plans, runs_dir: Path, on_round) -> Iterator[RunOutcome]:
+        """Submit every plan, then yield each :class:`~experiments.study.RunOutcome` as its task ends
+        (``on_round`` is not called: rounds finish on the workers)."""
         futures = {}
         for plan in plans:
             req = RemoteRun(name=plan.name, scenario=plan.scenario.to_data(), cells=tuple(c.name for c in plan.cells))
@@ -160,12 +164,12 @@ class DaskDispatch:
             try:
                 res = RemoteResult.model_validate(fut.result())
             except Exception as e:          # a worker that died or a task that raised: this run failed
-                yield plan, None, f"Dask task failed: {type(e).__name__}: {e}"
+                yield RunOutcome(plan, None, f"Dask task failed: {type(e).__name__}: {e}")
                 continue
             run_dir = unpack(res, runs_dir)
             error = None if res.exit_code in (0, 3) else \
                 f"exit {res.exit_code} on {res.host}: {res.stderr_tail.splitlines()[-1] if res.stderr_tail else ''}"
-            yield plan, run_dir, error
+            yield RunOutcome(plan, run_dir, error)
 
     def close(self) -> None:
         """Disconnect from the scheduler (it and the workers keep running)."""
