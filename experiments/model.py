@@ -274,36 +274,38 @@ class Dcqcn(Section):
     min_rate_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
 
 
-class Timely(Section):
+class DelayCc(Section):
+    """What the delay-based controllers' sections share (each absent field = its scaled default):
+    the time scale, the multiplicative-decrease factor beta and the rate floor."""
+    time_scale: Optional[_bounded(Number, 1e-3, 1e6)] = None
+    beta: Optional[_bounded(Number, 1e-6, 1.0)] = None
+    min_rate_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
+
+
+class Timely(DelayCc):
     """TIMELY parameters (Mittal et al., SIGCOMM 2015, Algorithm 1); absent = the reference
     defaults scaled to the host link rate (common.timely.TimelyParams.scaled)."""
-    time_scale: Optional[_bounded(Number, 1e-3, 1e6)] = None
     ewma_alpha: Optional[_bounded(Number, 1e-6, 1.0)] = None
     t_low_s: Optional[_bounded(Number, 1e-6, 60)] = None
     t_high_s: Optional[_bounded(Number, 1e-6, 60)] = None
     #: delta, added per completion event (an ACK with an RTT sample)
     additive_increment_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
-    beta: Optional[_bounded(Number, 1e-6, 1.0)] = None
     #: completions of negative gradient before hyperactive increase (N)
     hai_threshold: Optional[Annotated[int, Field(ge=1, le=1000)]] = None
-    min_rate_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
     #: the gradient's normaliser; default: the smallest RTT sample the queue pair has seen
     min_rtt_s: Optional[_bounded(Number, 1e-6, 60)] = None
 
 
-class Swift(Section):
+class Swift(DelayCc):
     """Swift-like parameters (Kumar et al., SIGCOMM 2020; rate-based here: common.swift);
     absent = the defaults scaled to the host link rate (common.swift.SwiftParams.scaled)."""
-    time_scale: Optional[_bounded(Number, 1e-3, 1e6)] = None
     #: the delay above the base round trip the controller aims for
     target_queue_s: Optional[_bounded(Number, 1e-6, 60)] = None
     #: the base round trip; default: the smallest RTT sample the queue pair has seen
     base_rtt_s: Optional[_bounded(Number, 1e-6, 60)] = None
     #: additive increase per round trip of acknowledged data
     ai_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
-    beta: Optional[_bounded(Number, 1e-6, 1.0)] = None
     max_mdf: Optional[_bounded(Number, 1e-6, 0.999)] = None
-    min_rate_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
 
 
 #: A plug-in parameter's name.
