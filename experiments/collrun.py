@@ -466,7 +466,7 @@ def run_round(lf, state, coll: Collective, out: Path, sample_hz: float, quiet: b
 ROCE_COLUMNS = ("packets_sent", "retransmitted_packets", "timeouts", "cnps_received")
 
 
-def summarize(res: dict, out: Path) -> dict:
+def summarize(res: dict, out: Path, plots: bool = True) -> dict:
     """Write ``collective.csv`` (one row per size: T median over the iterations, algbw, busbw,
     the model's T and busbw, balance, exactness), ``collective_steps.csv`` (every rank's steps of
     every size) and the plots (step timeline of the largest size, busbw against size); returns
@@ -503,7 +503,7 @@ def summarize(res: dict, out: Path) -> dict:
     write_csv(out / "collective_steps.csv", ["size_bytes", "iteration", "rank", "host", "step", "phase", "chunk",
                                                "bytes", "start_s", "send_done_s", "recv_done_s", "end_s"], steps)
     good = [r for r in rows if r.get("busbw_bps")]
-    if good:
+    if good and plots:
         big = max(good, key=lambda r: r["size_bytes"])
         first = [s for s in steps if s["size_bytes"] == big["size_bytes"] and s["iteration"] == 0]
         if first:

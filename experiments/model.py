@@ -367,6 +367,9 @@ class Measurement(Section):
     sampler: Literal["auto", "bpf", "netlink"] = "auto"
     post_s: _bounded(Number, 0, 10) = 0.5
     warmup_s: _bounded(Number, 0, 600) = 1.0
+    #: draw each round's PNG plots as it ends (false: skip them, e.g. in a study of many short
+    #: cells; ``python -m experiments plot DIR`` draws them later from the CSVs)
+    plots: bool = True
 
 
 # --- rounds as written -----------------------------------------------------------------------

@@ -53,7 +53,7 @@ class Collective(Workload):
         env = self.ctx.env
         return {"scenario": self.ctx.sc.name, "round": rec.round.name if self.ctx.multi else None,
                 "datapath": env["datapath"], "kernel": env["kernel"], "timings_s": rec.timings_s,
-                "collective": collrun.summarize(rec.raw, rec.dir)}
+                "collective": collrun.summarize(rec.raw, rec.dir, plots=self.ctx.sc.measurement.plots)}
 
     def format_round(self, summary: dict, rdir: Path) -> str:
         """The folder and experiments.collrun.format_line."""

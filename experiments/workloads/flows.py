@@ -117,18 +117,22 @@ class KernelFlows(Workload):
 
     def after_summary(self, rec: RoundRecord, summary: dict) -> None:
         """The round's plots (experiments.plot.plot_all): queue_depth.png, throughput.png,
-        queue_cdf.png, fct_cdf.png, and the PFC and RoCE plots when the summary has those sections."""
-        plot.plot_all(rec.dir)
+        queue_cdf.png, fct_cdf.png, and the PFC and RoCE plots when the summary has those sections;
+        none when the scenario's ``measurement.plots`` is false."""
+        if self.ctx.sc.measurement.plots:
+            plot.plot_all(rec.dir)
 
     def format_round(self, summary: dict, rdir: Path) -> str:
         """experiments.analysis.format_summary."""
         return analysis.format_summary(summary, rdir)
 
     def finish_run(self, done: list[tuple[RoundRecord, dict]]) -> None:
-        """rounds.json, rounds.csv and the rounds' plots, side by side."""
+        """rounds.json, rounds.csv and the rounds' plots, side by side (unless ``measurement.plots``
+        is false)."""
         out = self.ctx.out
         analysis.write_rounds(out, [s for _, s in done], [rec.dir for rec, _ in done])
-        plot.plot_rounds(out)
+        if self.ctx.sc.measurement.plots:
+            plot.plot_rounds(out)
         if not self.ctx.quiet:
             print(analysis.format_rounds(out))
 
