@@ -764,6 +764,13 @@ def run_study(study: Study, results_root: Path, quiet: bool = False, runner=None
     return out, result
 
 
+def _short_interval(pair: dict, result: dict) -> Optional[float]:
+    """The level a pair's intervals reach when it is below the study's interval level (too few
+    seeds: the signed-rank interval is then [min, max]), else None."""
+    got, want = pair.get("ci_achieved"), result.get("simultaneous_confidence") or result.get("confidence")
+    return got if got is not None and want is not None and got < want - 1e-9 else None
+
+
 def format_comparison(result: dict, out: Path) -> str:
     """The study's verdicts for the terminal: per pair of variants and sweep point, each metric's
     medians, ratio with its CI and the verdict."""
@@ -774,6 +781,7 @@ def format_comparison(result: dict, out: Path) -> str:
     def g(x):
         return "-" if x is None else f"{x:.4g}"
     head = None
+    lowest = None
     for p in result["pairs"]:
         sweep = " ".join(f"{k}={v}" for k, v in p["sweep"].items())
         h = f"{p['a']} (A) vs {p['b']} (B){' at ' + sweep if sweep else ''}:"
@@ -782,9 +790,16 @@ def format_comparison(result: dict, out: Path) -> str:
             lines += [h, f"  {'metric':<24} {'A median':>10} {'B median':>10} {'unit':<8} {'B/A [CI]':<24} "
                          f"{'p':>7}  verdict"]
         verdict = p["verdict"].replace("A ", f"{p['a']} ").replace("B ", f"{p['b']} ")
-        ratio = f"{g(p['ratio'])} [{g(p['ratio_ci_low'])}, {g(p['ratio_ci_high'])}]"
+        short = _short_interval(p, result)
+        if short is not None:
+            lowest = min(lowest or short, short)
+        ratio = f"{g(p['ratio'])} [{g(p['ratio_ci_low'])}, {g(p['ratio_ci_high'])}]{'*' if short else ''}"
         lines.append(f"  {p['metric']:<24} {g(p['a_median']):>10} {g(p['b_median']):>10} "
                      f"{result['metrics'][p['metric']]['unit']:<8} {ratio:<24} {g(p['p_adjusted']):>7}  {verdict}")
+    if lowest is not None:
+        lines.append(f"* too few seeds for a {100 * result['simultaneous_confidence']:.4g}% interval: the widest "
+                     f"they allow, [min, max] of the per-seed values, holds at {100 * lowest:.4g}% (and no verdict "
+                     "can say a difference: see seeds_needed in comparison.json)")
     lines += format_bottlenecks(result["bottlenecks"])
     paths = result["paths"]
     if paths["checked"]:

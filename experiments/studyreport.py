@@ -747,14 +747,27 @@ def _pair_table(st: Study, pairs: list, conf: float) -> str:
             f'<tr><td>{_e(_metric_title(st, m))}<br><span class="muted">{_e(note)}</span></td>'
             + _cell(pr.get("a_median"), sa.get("ci_low"), sa.get("ci_high"), u)
             + _cell(pr.get("b_median"), sb.get("ci_low"), sb.get("ci_high"), u)
-            + _cell(pr.get("diff_median"), pr.get("diff_ci_low"), pr.get("diff_ci_high"), u)
-            + _cell(pr.get("ratio"), pr.get("ratio_ci_low"), pr.get("ratio_ci_high"), "", "&times;")
+            + _cell(pr.get("diff_median"), pr.get("diff_ci_low"), pr.get("diff_ci_high"), u,
+                    "*" if _short(pr, conf) else "")
+            + _cell(pr.get("ratio"), pr.get("ratio_ci_low"), pr.get("ratio_ci_high"), "",
+                    "&times;" + ("*" if _short(pr, conf) else ""))
             + f'<td class="n">{_e(fmt_p(pr.get("p_wilcoxon")))}</td>'
               f'<td class="n">{_e(fmt_p(pr.get("p_adjusted")))}</td>'
               f'<td class="{cls}">{_e(text)}</td><td class="n">{_e(pr.get("n", "-"))}</td>'
               f'<td class="n">{_e(needed) if needed is not None else "-"}</td></tr>')
     out.append("</table>")
+    short = [_short(pr, conf) for pr in pairs if _short(pr, conf)]
+    if short:
+        out.append(f'<p class="muted">* too few seeds for a {_pct(conf)} interval: the difference\'s and '
+                   f"the ratio's are the widest the seeds allow, [min, max] of the per-seed values, at "
+                   f"{_pct(min(short))}; no verdict can say a difference (see seeds needed).</p>")
     return "".join(out)
+
+
+def _short(pr: dict, level: float) -> float | None:
+    """The level a pair's intervals reach when below ``level`` (too few seeds), else None."""
+    got = _num(pr.get("ci_achieved"))
+    return got if got is not None and got < level - 1e-9 else None
 
 
 def _interval_level(st: Study) -> float:

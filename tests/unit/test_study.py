@@ -262,3 +262,20 @@ def test_rate_controllers_and_plugins_share_one_roce_fabric():
     assert len(runs) == 1 and len(runs[0].cells) == 6
     assert [r.roce_mode for r in runs[0].scenario.rounds[:3]] == ["dcqcn", "timely", s.cells[2].scenario.rounds[0].roce_mode]
     assert s.cells[2].scenario.rounds[0].roce_mode.startswith("plugin:")
+
+
+def test_intervals_short_of_the_level_are_marked_with_the_level_they_reach(tmp_path):
+    from experiments.study import format_comparison
+    from experiments.studystats import compare_paired, simultaneous_confidence
+    level = simultaneous_confidence(0.95, 8)
+    five = compare_paired([1, 2, 3, 4, 5], [2, 4, 6, 8, 10], "lower", confidence=level).as_dict()
+    ten = compare_paired(list(range(1, 11)), [2 * x for x in range(1, 11)], "lower", confidence=level).as_dict()
+    assert five["ci_achieved"] == pytest.approx(1 - 2 / 32) and ten["ci_achieved"] >= level
+    result = {"study": "s", "seeds": [1, 2, 3, 4, 5], "simultaneous_confidence": level, "confidence": 0.95,
+              "metrics": {"drops": {"unit": "packets"}}, "bottlenecks": [], "paths": {"checked": 0},
+              "cells": [], "pairs": [{**five, "a": "x", "b": "y", "metric": "drops", "sweep": {}},
+                                     {**ten, "a": "x", "b": "z", "metric": "drops", "sweep": {}}]}
+    text = format_comparison(result, tmp_path)
+    rows = [ln for ln in text.splitlines() if ln.strip().startswith("drops")]
+    assert "]*" in rows[0] and "]*" not in rows[1], rows
+    assert "holds at 93.75%" in text and "99.38% interval" in text
