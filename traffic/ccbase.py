@@ -26,10 +26,14 @@ class RateController:
             ``plugin:<name>``).
         params: the algorithm's parameters (a dataclass such as common.dcqcn.DcqcnParams, a
             mapping, or None), recorded with the QP's results.
+        wants_rtt_samples: whether the controller reads the RTT samples :meth:`on_ack` gets. If
+            so (the default), a QP slowed below ``ack_every`` frames per half the responder's
+            coalescing delay asks for an ACK on every packet, so the samples keep coming.
     """
     #: The registry name (a scenario's ``roce.mode``).
     name = "controller"
     params = None
+    wants_rtt_samples = True
 
     @classmethod
     def from_job(cls, job: dict) -> "RateController":

@@ -25,6 +25,7 @@ __all__ = ["RateController", "FixedRate", "Dcqcn", "Timely", "Swift", "RATE_CONT
 
 class FixedRate(RateController):
     """Open loop: the job's ``rate_mbps`` (default its ``line_rate_mbps``), never changed."""
+    wants_rtt_samples = False       # its rate never depends on a round trip
     name = "none"
 
     def __init__(self, rate_bps: float):
@@ -50,6 +51,7 @@ class Dcqcn(RateController):
     """DCQCN's reaction point (common.dcqcn.ReactionPoint): starts at line rate, cuts on CNPs,
     recovers on its timer and byte counter. Source: Zhu et al., "Congestion Control for
     Large-Scale RDMA Deployments", SIGCOMM 2015."""
+    wants_rtt_samples = False       # its rate never depends on a round trip
     name = "dcqcn"
 
     def __init__(self, params: DcqcnParams):

@@ -198,10 +198,13 @@ class SenderQp:
         self.ackreq_seqs: set[int] = set()
         self.ack_every = job.get("ack_every", 16)
         # below this rate the responder's count (ack_every packets) takes longer than half its
-        # coalescing delay, so its ACKs would come from the timer and carry no RTT sample: each packet
-        # then asks for an ACK (the BTH AckReq bit), so a slowed controller still hears round trips
+        # coalescing delay: its ACKs come late or from its timer, with no RTT sample, and at a crawl
+        # after the local ACK timeout, whose resends Karn's rule leaves unsampled too. A controller
+        # that reads round trips then has each packet ask for an ACK (the BTH AckReq bit), so it
+        # still hears them; DCQCN and a fixed rate keep the responder's count
         ack_delay_s = job.get("ack_delay_s") or job.get("rto_s", 0.1) / 8
-        self.ask_below_bps = self.ack_every * (self.req.mtu_bytes + roce.OVERHEAD_BYTES) * 8 / (ack_delay_s / 2)
+        self.ask_below_bps = (self.ack_every * (self.req.mtu_bytes + roce.OVERHEAD_BYTES) * 8 / (ack_delay_s / 2)
+                              if self.cc.wants_rtt_samples else 0.0)
         self.last_ack_seq = self.req.acked_seq
         self.rtt_samples = array.array("d")
         self.payloads: dict[int, memoryview] = {}     # sequence number -> its payload (data messages)

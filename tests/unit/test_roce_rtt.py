@@ -131,3 +131,13 @@ def test_a_slow_queue_pair_asks_for_every_ack_so_its_controller_still_hears_roun
     qp.sent(len(frame), 1.0)
     ack(qp, 1, 1.05)                    # 2 packets, fewer than ack_every, but PSN 1 asked: a sample
     assert qp.cc.acks[-1] == (1.05, 0.05, 2 * MTU)
+
+
+def test_dcqcn_and_a_fixed_rate_keep_the_responders_count_however_slow():
+    for job in ({**JOB, "mode": "none", "rate_mbps": 0.01}, {**JOB, "mode": "dcqcn"}):
+        q = SenderQp({"flow_id": 0, "qpn": 0x11, "udp_sport": 50000, "peer": PEER}, job, "02:00:00:00:00:01",
+                     "10.0.0.1")
+        q.start(0.0, 0.0)
+        q.post_data(bytes(4 * MTU), 0.0)
+        frame, _ = q.next_frame(0.0)
+        assert q.ask_below_bps == 0.0 and not q.pending_ackreq and not asks(frame), job["mode"]
