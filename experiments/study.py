@@ -546,6 +546,8 @@ def format_bottlenecks(rows: list[dict]) -> list[str]:
     if within:
         lines.append("bottleneck differs from the same seed's first variant: "
                      + ", ".join(f"{r['cell']} at {r['bottleneck']}" for r in within))
+    elif moved:
+        lines.append("bottleneck: each seed's is the same in every variant (the seeds' traffic differs)")
     return lines
 
 

@@ -279,3 +279,13 @@ def test_intervals_short_of_the_level_are_marked_with_the_level_they_reach(tmp_p
     rows = [ln for ln in text.splitlines() if ln.strip().startswith("drops")]
     assert "]*" in rows[0] and "]*" not in rows[1], rows
     assert "holds at 93.75%" in text and "99.38% interval" in text
+
+
+def test_a_bottleneck_that_varies_by_seed_but_not_by_variant_is_said_to():
+    from experiments.study import format_bottlenecks
+    rows = [{"cell": f"{v}-s{s}", "bottleneck": port, "usual": "leaf1-eth1", "moved": port != "leaf1-eth1",
+             "differs_in_seed": False}
+            for s, port in ((1, "leaf1-eth1"), (2, "leaf2-eth3")) for v in ("cubic", "bbr")]
+    lines = format_bottlenecks(rows)
+    assert lines[0] == "bottleneck: leaf1-eth1 in 2 of 4 cells; moved to leaf2-eth3 (2)"
+    assert lines[1] == "bottleneck: each seed's is the same in every variant (the seeds' traffic differs)"
