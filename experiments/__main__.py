@@ -46,10 +46,10 @@ def main(argv=None) -> int:
     r.add_argument("--quiet", action="store_true")
     r.add_argument("--accept-unfaithful", action="store_true",
                    help="a failed fidelity check does not fail the run (exit 0); every output says so")
-    c = sub.add_parser("check", help="validate a scenario file")
+    c = sub.add_parser("check", help="validate a scenario, comparison or study file (exit 2 naming the bad key)")
     c.add_argument("scenario")
     sub.add_parser("clean", help="remove state left by a killed run")
-    p = sub.add_parser("plot", help="redraw the plots of a results folder")
+    p = sub.add_parser("plot", help="redraw the plots of a results folder, or a study folder's plots and report.html")
     p.add_argument("results_dir")
     sch = sub.add_parser("schema", help="print the scenario's JSON Schema (editors complete and check YAML with it)")
     sch.add_argument("--markdown", action="store_true", help="the scenario-key reference instead (docs/scenario-keys.md)")
@@ -88,9 +88,12 @@ def main(argv=None) -> int:
                 plans = studies.plan_runs(s)
                 for note in s.notes:
                     print(f"fabriclab: note: {note}")
-                print(f"fabriclab: {args.scenario} is a valid study: {len(s.variants)} variants x {len(s.points)} "
-                      f"sweep points x {len(s.seeds)} seeds = {len(s.cells)} cells on {len(plans)} fabric runs "
-                      "(run it with: python -m experiments study FILE)")
+                def n(k, word):
+                    return f"{k} {word}{'' if k == 1 else 's'}"
+                print(f"fabriclab: {args.scenario} is a valid study: {n(len(s.variants), 'variant')} x "
+                      f"{n(len(s.points), 'sweep point')} x {n(len(s.seeds), 'seed')} = {n(len(s.cells), 'cell')} "
+                      f"on {n(len(plans), 'fabric run')} (what this kernel offers is checked when it runs: "
+                      f"sudo python -m experiments study {args.scenario})")
                 return 0
             if args.cmd == "check" and isinstance(data, dict) and "fabrics" in data:     # a comparison file
                 from experiments import compare
@@ -98,7 +101,7 @@ def main(argv=None) -> int:
                 for _fabric, _traffic, sc in cmp["runs"]:
                     check_against_fabric(sc)
                 print(f"fabriclab: {args.scenario} is a valid comparison of {len(cmp['runs'])} runs "
-                      "(run it with: python -m experiments compare FILE)")
+                      f"(run it with: sudo python -m experiments compare {args.scenario})")
                 return 0
             sc = validate(data)
         except ScenarioError as e:

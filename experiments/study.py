@@ -59,6 +59,7 @@ from common.errors import BusyError, CapabilityError, ScenarioError, SetupError
 from experiments.metrics import METRICS, measure
 from experiments.tables import write_csv
 from experiments.model import MAX_ROUNDS, NAME, ROUND_COLLECTIVE_KEYS, Scenario, Section, _round_data
+from common.params import quote
 from experiments.scenario import _scenario_error, read_yaml_file, validate
 
 #: Most cells one study may have (each is a round of traffic, seconds to minutes).
@@ -91,11 +92,31 @@ class StudyFile(Section):
                 raise ValueError(f"unknown metric {m!r} (known: {', '.join(METRICS)})")
         return v
 
-    @field_validator("seeds")
+    @field_validator("seeds", mode="before")
     @classmethod
-    def _distinct_seeds(cls, v):
-        if isinstance(v, list) and len(set(v)) != len(v):
+    def _seeds(cls, v):
+        def whole(x):
+            return isinstance(x, int) and not isinstance(x, bool)
+        if whole(v):
+            if not 1 <= v <= MAX_SEEDS:
+                raise ValueError(f"a count of seeds must be from 1 to {MAX_SEEDS}, got {v}")
+            return v
+        if not isinstance(v, list) or not v:
+            raise ValueError(f"expected a count of seeds (1..{MAX_SEEDS}) or a list of seeds, got {quote(v)}")
+        if len(v) > MAX_SEEDS:
+            raise ValueError(f"at most {MAX_SEEDS} seeds, got {len(v)}")
+        for i, x in enumerate(v):
+            if not (whole(x) and 0 <= x <= 2**31 - 1):
+                raise ValueError(f"seeds[{i}] must be an integer from 0 to {2**31 - 1}, got {quote(x)}")
+        if len(set(v)) != len(v):
             raise ValueError("seeds must be distinct")
+        return v
+
+    @field_validator("base", mode="before")
+    @classmethod
+    def _base(cls, v):
+        if not isinstance(v, (str, dict)):
+            raise ValueError(f"expected a scenario file's path or a scenario mapping, got {quote(v)}")
         return v
 
     @field_validator("sweep")
@@ -224,7 +245,7 @@ def load_base(base: Union[str, dict], source: Optional[Path]) -> dict:
         try:
             data = read_yaml_file(path)
         except ScenarioError as e:
-            raise ScenarioError("base", f"{base}: {e}") from None
+            raise ScenarioError("base", f"{base}: {e.detail}") from None
     else:
         data = base
     if not isinstance(data, dict):
@@ -804,6 +825,9 @@ def format_comparison(result: dict, out: Path) -> str:
                      "can say a difference: see seeds_needed in comparison.json)")
     lines += format_bottlenecks(result["bottlenecks"])
     paths = result["paths"]
+    if not paths["checked"] and len(result["variants"]) > 1:
+        lines.append("paths: not traced in these runs (kernel TCP and UDP flows are traced, up to 256 per round): "
+                     "the seeds fix the ports, but the same paths in every variant are not verified")
     if paths["checked"]:
         lines.append(f"paths: every seed put each flow on the same path in every variant ({paths['checked']} "
                      "seed x sweep points)" if paths["same"] else

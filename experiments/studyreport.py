@@ -840,7 +840,24 @@ def _bottleneck_section(st: Study) -> str:
     items = "".join(f"<li>cell {_e(b.get('cell'))} ({_e(b.get('variant'))}, seed {_e(b.get('seed'))}): "
                     f"the bottleneck was <b>{_e(b.get('bottleneck'))}</b>, usually "
                     f"{_e(b.get('usual'))}</li>" for b in moved)
-    return f"<h2>Bottlenecks that moved</h2><ul>{items}</ul>"
+    within = [b for b in st.cmp.get("bottlenecks") or [] if b.get("differs_in_seed")]
+    note = ("" if within else "<p>Each seed's bottleneck was the same in every variant: it moved with the "
+            "seeds' traffic, not with the variants.</p>")
+    return f"<h2>Bottlenecks that moved</h2>{note}<ul>{items}</ul>"
+
+
+def _paths_section(st: Study) -> str:
+    paths = st.cmp.get("paths") or {}
+    if paths.get("checked"):
+        if paths.get("same"):
+            return (f"<h2>Paths</h2><p>Every seed put each flow on the same path in every variant "
+                    f"({_e(paths['checked'])} seed and sweep points checked).</p>")
+        items = "".join(f"<li>seed {_e(d.get('seed'))}, flow {_e(d.get('flow_id'))}: {_e(d.get('paths'))}</li>"
+                        for d in paths.get("differing") or [])
+        return f"<h2>Paths that differed between variants of one seed</h2><ul>{items}</ul>"
+    return ("<h2>Paths</h2><p>Not traced in these runs (kernel TCP and UDP flows are traced, up to 256 per "
+            "round): the seeds fix the source ports, but the same paths in every variant are not "
+            "verified.</p>")
 
 
 def _failed_section(st: Study) -> str:
@@ -875,6 +892,7 @@ def write_html(st: Study, plots: dict) -> Path:
     parts.append(_shape_section(st))
     parts.append(_comparison_section(st))
     parts.append(_bottleneck_section(st))
+    parts.append(_paths_section(st))
     parts.append(_failed_section(st))
     parts.append("<h2>Plots</h2>")
     parts.append(_plot_group("Each metric per variant", how["metric"],

@@ -71,6 +71,28 @@ def test_errors_name_the_study_key(over, key):
     assert e.value.key == key or e.value.key.startswith(key), (e.value.key, key)
 
 
+@pytest.mark.parametrize("over, message", [
+    ({"seeds": 0}, "a count of seeds must be from 1 to 1000, got 0"),
+    ({"seeds": [1, -1]}, "seeds[1] must be an integer from 0 to 2147483647, got -1"),
+    ({"seeds": True}, "expected a count of seeds (1..1000) or a list of seeds, got True"),
+    ({"seeds": [1, 1]}, "seeds must be distinct"),
+    ({"base": [1, 2]}, "expected a scenario file's path or a scenario mapping, got [1, 2]"),
+])
+def test_seeds_and_base_errors_say_what_is_wrong_under_their_own_key(over, message):
+    with pytest.raises(ScenarioError) as e:
+        st.expand(study(**over))
+    assert (e.value.key, e.value.detail) == (next(iter(over)), message)
+
+
+def test_a_missing_base_file_is_one_error_under_base(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("name: s\nbase: nowhere/b.yaml\nvariants: {a: {}}\n")
+    with pytest.raises(ScenarioError) as e:
+        st.load_study(f)
+    assert e.value.key == "base" and e.value.detail.startswith(f"nowhere/b.yaml: cannot read {tmp_path}/nowhere/b.yaml")
+    assert "scenario key" not in e.value.detail
+
+
 def test_a_base_file_is_read_relative_to_the_study_and_loses_its_rounds(tmp_path):
     f = tmp_path / "s.yaml"
     f.write_text(f"name: s\nbase: {INCAST.relative_to(REPO)}\nvariants: {{a: {{}}}}\nseeds: 1\n")
@@ -271,7 +293,8 @@ def test_intervals_short_of_the_level_are_marked_with_the_level_they_reach(tmp_p
     five = compare_paired([1, 2, 3, 4, 5], [2, 4, 6, 8, 10], "lower", confidence=level).as_dict()
     ten = compare_paired(list(range(1, 11)), [2 * x for x in range(1, 11)], "lower", confidence=level).as_dict()
     assert five["ci_achieved"] == pytest.approx(1 - 2 / 32) and ten["ci_achieved"] >= level
-    result = {"study": "s", "seeds": [1, 2, 3, 4, 5], "simultaneous_confidence": level, "confidence": 0.95,
+    result = {"study": "s", "seeds": [1, 2, 3, 4, 5], "variants": ["x", "y", "z"], "simultaneous_confidence": level,
+              "confidence": 0.95,
               "metrics": {"drops": {"unit": "packets"}}, "bottlenecks": [], "paths": {"checked": 0},
               "cells": [], "pairs": [{**five, "a": "x", "b": "y", "metric": "drops", "sweep": {}},
                                      {**ten, "a": "x", "b": "z", "metric": "drops", "sweep": {}}]}
@@ -279,6 +302,7 @@ def test_intervals_short_of_the_level_are_marked_with_the_level_they_reach(tmp_p
     rows = [ln for ln in text.splitlines() if ln.strip().startswith("drops")]
     assert "]*" in rows[0] and "]*" not in rows[1], rows
     assert "holds at 93.75%" in text and "99.38% interval" in text
+    assert "paths: not traced in these runs" in text
 
 
 def test_a_bottleneck_that_varies_by_seed_but_not_by_variant_is_said_to():

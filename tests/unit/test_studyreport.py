@@ -184,6 +184,21 @@ def test_study_without_a_sweep(tmp_path):
     assert "Failed cells" not in text and "incomplete" not in text
     assert ">0.031</td><td class=\"n\">0.094<" in text                  # p, Holm-adjusted p
     assert "Pantheon" in text
+    assert "<h2>Paths</h2><p>Not traced in these runs" in text          # comparison.json has no paths check
+
+
+def test_the_paths_section_says_what_was_checked(tmp_path):
+    study = tmp_path / "study"
+    make_study(study)
+    cmp = json.loads((study / "comparison.json").read_text())
+    for paths, says in (({"checked": 6, "same": True, "differing": []},
+                         "Every seed put each flow on the same path in every variant (6 seed"),
+                        ({"checked": 6, "same": False, "differing": [{"seed": 2, "flow_id": 3, "sweep": {},
+                                                                      "paths": {"a": "h1>s1>h2"}}]},
+                         "Paths that differed between variants of one seed")):
+        (study / "comparison.json").write_text(json.dumps({**cmp, "paths": paths}))
+        sr.write_report(study)
+        assert says in (study / "report.html").read_text()
 
 
 def test_study_with_a_sweep_a_failed_cell_and_an_unmeasured_metric(tmp_path):
