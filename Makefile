@@ -22,7 +22,7 @@ help:
 	@echo "sudo make allreduce                       ring AllReduce of real arrays, rack-local vs spread ranks on a 3:1 Spine-Leaf"
 	@echo "sudo make k-sweep                         ECN K sweep: the incast at K = 5..65 packets on one fabric"
 	@echo "sudo make compare [COMPARISON=file.yaml]  same traffic on Fat-Tree k=4 and 3:1 Spine-Leaf, side-by-side plots"
-	@echo "sudo make study [STUDY=file.yaml]  variants x seeds, compared per seed (paired statistics, report.html)"
+	@echo "sudo make study [STUDY=file.yaml]          variants x seeds, compared per seed (paired statistics, report.html)"
 	@echo "make draw [SCENARIO=file.yaml]            draw the scenario's fabric to $(RESULTS)/topology.png (no root)"
 	@echo "sudo make test                            install what is missing, run the whole test suite (host lane)"
 	@echo "make test-times                           table of test -> seconds for each lane's last run"

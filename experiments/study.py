@@ -394,9 +394,34 @@ def _same_round(a, b) -> bool:
     return a.model_copy(update={"name": b.name}) == b
 
 
+def _chunks(cells: list[Cell], max_rounds: int) -> list[list[Cell]]:
+    """``cells`` (seed-major) in consecutive runs of at most ``max_rounds``, cut between seeds so
+    that a seed's variants share one fabric run and drift alike; a seed with more cells than
+    ``max_rounds`` is cut within itself."""
+    seeds: list[list[Cell]] = []
+    for c in cells:
+        if seeds and seeds[-1][0].seed == c.seed:
+            seeds[-1].append(c)
+        else:
+            seeds.append([c])
+    out: list[list[Cell]] = []
+    cur: list[Cell] = []
+    for group in seeds:
+        if len(cur) + len(group) > max_rounds and cur:
+            out.append(cur)
+            cur = []
+        while len(group) > max_rounds:
+            out.append(group[:max_rounds])
+            group = group[max_rounds:]
+        cur += group
+    if cur:
+        out.append(cur)
+    return out
+
+
 def plan_runs(study: Study, max_rounds: int = MAX_ROUNDS) -> list[RunPlan]:
     """The study's fabric runs: cells with one :func:`fabric_signature` together (in the study's
-    cell order, at most ``max_rounds`` per run), each group checked: a cell whose round in the
+    cell order, at most ``max_rounds`` per run, cut between seeds: :func:`_chunks`), each group checked: a cell whose round in the
     group's scenario differs from its own resolved round runs alone (with the reason).
     """
     groups: dict[str, list[Cell]] = {}
@@ -404,8 +429,7 @@ def plan_runs(study: Study, max_rounds: int = MAX_ROUNDS) -> list[RunPlan]:
         groups.setdefault(fabric_signature(c.scenario), []).append(c)
     runs: list[RunPlan] = []
     for cells in groups.values():
-        for i in range(0, len(cells), max_rounds):
-            chunk = cells[i:i + max_rounds]
+        for chunk in _chunks(cells, max_rounds):
             name = f"{study.name[:48]}-run{len(runs) + 1}"
             try:
                 sc = _group_scenario(name, chunk)

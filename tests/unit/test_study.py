@@ -313,3 +313,14 @@ def test_a_bottleneck_that_varies_by_seed_but_not_by_variant_is_said_to():
     lines = format_bottlenecks(rows)
     assert lines[0] == "bottleneck: leaf1-eth1 in 2 of 4 cells; moved to leaf2-eth3 (2)"
     assert lines[1] == "bottleneck: each seed's is the same in every variant (the seeds' traffic differs)"
+
+
+def test_a_large_group_is_cut_between_seeds_so_each_seeds_variants_share_a_fabric():
+    wide = base(topology={"kind": "spineleaf", "spines": 2, "leaves": 2, "hosts_per_leaf": 4, "host_rate_mbps": 10,
+                          "uplink_rate_mbps": 10})
+    s = st.expand(study(base=wide, sweep={"traffic.senders": [1, 2, 3, 4, 5]}, variants={"a": {}}, seeds=10))
+    runs = st.plan_runs(s)
+    assert [len(r.cells) for r in runs] == [30, 20]
+    assert [sorted({c.seed for c in r.cells}) for r in runs] == [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10]]
+    big = st.expand(study(base=wide, sweep={"traffic.senders": [1, 2, 3, 4, 5, 6, 7]}, seeds=3))   # 14 a seed
+    assert [len(r.cells) for r in st.plan_runs(big, max_rounds=10)] == [10, 4, 10, 4, 10, 4]
