@@ -56,10 +56,10 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgre
                            TimeRemainingColumn)
 
 from common.errors import BusyError, CapabilityError, ScenarioError, SetupError
+from common.params import quote
 from experiments.metrics import METRICS, measure
 from experiments.tables import write_csv
 from experiments.model import MAX_ROUNDS, NAME, ROUND_COLLECTIVE_KEYS, Scenario, Section, _round_data
-from common.params import quote
 from experiments.scenario import _scenario_error, read_yaml_file, validate
 
 #: Most cells one study may have (each is a round of traffic, seconds to minutes).
@@ -421,8 +421,9 @@ def _chunks(cells: list[Cell], max_rounds: int) -> list[list[Cell]]:
 
 def plan_runs(study: Study, max_rounds: int = MAX_ROUNDS) -> list[RunPlan]:
     """The study's fabric runs: cells with one :func:`fabric_signature` together (in the study's
-    cell order, at most ``max_rounds`` per run, cut between seeds: :func:`_chunks`), each group checked: a cell whose round in the
-    group's scenario differs from its own resolved round runs alone (with the reason).
+    cell order, at most ``max_rounds`` per run, cut between seeds: :func:`_chunks`), each group
+    checked: a cell whose round in the group's scenario differs from its own resolved round runs
+    alone (with the reason).
     """
     groups: dict[str, list[Cell]] = {}
     for c in study.cells:
