@@ -53,7 +53,10 @@ def test_timely_and_swift_share_a_four_to_one_incast_fairly_with_a_bounded_queue
           # lossless, as TIMELY and RoCE are deployed: neither controller reacts to loss, and on a
           # lossy port the line-rate start overflows the buffer, go-back-N resends whole windows,
           # Karn's rule leaves almost no RTT sample and the incast collapses (8 samples in 120 s)
-          "priorities": {"dscp": {26: 3, 0: 0}}, "pfc": {"enabled": True, "lossless": [3], "xoff_packets": 40, "xon_packets": 36},
+          # XOFF at 60 of the 100 frames, above the queue the controllers hold (at XOFF 40 the
+          # Swift-like queue's p95 reached 43 in 1 run of 10, and its Jain fell to 0.80)
+          "priorities": {"dscp": {26: 3, 0: 0}},
+          "pfc": {"enabled": True, "lossless": [3], "xoff_packets": 60, "xon_packets": 56},
           "traffic": {"pattern": "incast", "transport": "roce", "receiver": "h1",
                       "sender_hosts": ["h5", "h9", "h6", "h10"], "response_bytes": 2_000_000, "timeout_s": 60},
           "roce": {"mtu_bytes": 1024},
@@ -96,22 +99,24 @@ def test_timely_and_swift_share_a_four_to_one_incast_fairly_with_a_bounded_queue
         assert t1 > 3, t1                       # 8 MB through 10 Mbit/s: ~6.5 s if shared, the window ~3 s
         assert q["samples"] >= 0.8 * 200 * (t1 / 2), q
         # bounds from 10 runs beside a CPU load (make test-repeat N=10 K=test_timely_and_swift,
-        # 2026-12-04), min / median / max: TIMELY Jain 0.943/0.979/0.998, utilisation 0.708/0.770/
-        # 0.803, queue p95 4/5/6 packets, RTT median 1.0/1.4/1.9 ms; Swift-like Jain 0.798/0.953/
-        # 0.997, utilisation 0.939/0.956/0.968, queue p95 9/18/43, RTT median 6.5/8.6/14.5 ms
+        # 2026-12-04), min / median / max: TIMELY Jain 0.910/0.975/0.996, utilisation 0.700/0.752/
+        # 0.824, queue p95 5/5/6 packets, RTT median 0.76/0.99/1.22 ms; Swift-like Jain 0.880/0.973/
+        # 0.996, utilisation 0.941/0.952/0.963, queue p95 16/22.5/30 packets, RTT median 9.1/12.2/
+        # 15.4 ms. Jain reached 0.95 in 7 (TIMELY) and 8 (Swift-like) of the 10 runs
         if mode == "timely":
-            # fair, below t_low (5 ms here: it only adds, and on the noisy gradient sometimes
-            # cuts), so the port is not kept full: TIMELY has no fixed point (Zhu et al., CoNEXT 2016)
-            assert jain >= 0.9, rates
+            # fair in most runs, below t_low (5 ms here: it only adds there, but samples above it
+            # still cut), so the port is not kept full: TIMELY has no fixed point (Zhu et al.,
+            # CoNEXT 2016)
+            assert jain >= 0.85, rates
             assert util >= 0.65, q
             assert q95 <= 15, q
             assert 0.0003 <= rtt <= 0.005, r["rtt_s"]
         else:
-            # the port kept busy at its delay target (base RTT + 5 ms); fairness converges by AIMD,
-            # slower (0.5% of the line per round trip), so the last half is less even
-            assert jain >= 0.75, rates
+            # the port kept busy at its delay target (base RTT + 5 ms), the queue below XOFF;
+            # fairness converges by AIMD, more slowly (0.5% of the line per round trip)
+            assert jain >= 0.8, rates
             assert util >= 0.9, q
-            assert q95 <= 60, q
+            assert q95 <= 50, q
             assert 0.002 <= rtt <= 0.03, r["rtt_s"]
         # the delay signal: every controller heard round trips all along
         assert r["rtt_s"]["samples"] >= 4 * 2_000_000 / 1024 / 16 / 2, r["rtt_s"]
