@@ -16,6 +16,7 @@ marker's own estimate.
 """
 from __future__ import annotations
 
+import bisect
 import math
 
 from common.ecn import EcnProfile
@@ -46,6 +47,38 @@ def drain_share(packets: list, rate_bps: float) -> float:
     return frames * 8 / ((t[-1] - t[0]) * 1e-9) / rate_bps
 
 
+def queue_ahead_bytes(packets: list, rate_bps: float) -> list[float]:
+    """Per packet (rows as :func:`queue_seen_bytes`) the bytes queued ahead of it, counted rather
+    than timed: in one FIFO that every recorded flow crosses, what a packet found queued is the
+    packets that left before it but after it arrived. Its arrival at the port is its send time
+    plus its flow's idle delay less its own service time at ``rate_bps`` (the idle delay is the
+    way there, its service and the way on), and "left" is its receive time, the way on being the
+    same for every packet; so with r(q) and s(q) the receive and send times::
+
+        ahead(p) = sum of lengths of q received before p with r(q) > s(p) + idle(p) - service(p)
+
+    A port whose dequeue stalls (a timer that fires late: the VM lane's emulated CPU drains a
+    10 Mbit/s port at 0.95-0.97 of its rate) lengthens every wait behind the stall, which
+    :func:`queue_seen_bytes` then reads as a longer queue; this count does not move. What still
+    scatters it is the timestamps' own jitter around the arrival (measured by
+    :func:`reckoning_noise_bytes`). Packets received at the same instant count in receive order."""
+    base: dict = {}
+    for p in packets:
+        base[p[0]] = min(base.get(p[0], p[3] - p[2]), p[3] - p[2])
+    order = sorted(range(len(packets)), key=lambda i: (packets[i][3], i))
+    recv = [packets[i][3] for i in order]
+    cum = [0]
+    for i in order:
+        cum.append(cum[-1] + packets[i][5])
+    out = [0.0] * len(packets)
+    for pos, i in enumerate(order):
+        p = packets[i]
+        arrived = p[2] + base[p[0]] - p[5] * 8 / rate_bps * 1e9
+        first = bisect.bisect_right(recv, arrived, 0, pos)
+        out[i] = float(cum[pos] - cum[first])
+    return out
+
+
 def reckoning_noise_bytes(packets: list, rate_bps: float, q: float = 99) -> float:
     """The delay reckoning's own noise: the ``q``-th percentile of the backlog it computes for
     packets that crossed an idle port (a run below the port's rate), in bytes."""
@@ -53,8 +86,9 @@ def reckoning_noise_bytes(packets: list, rate_bps: float, q: float = 99) -> floa
     return seen[min(len(seen) - 1, int(len(seen) * q / 100))] if seen else 0.0
 
 
-def step_check(packets: list, rate_bps: float, k_bytes: int, guard_bytes: float) -> dict:
-    """Marks of a step profile against the queue each packet found.
+def step_check(packets: list, rate_bps: float, k_bytes: int, guard_bytes: float, reckon=None) -> dict:
+    """Marks of a step profile against the queue each packet found, as ``reckon(packets,
+    rate_bps)`` gives it (default :func:`queue_seen_bytes`; :func:`queue_ahead_bytes` counts it).
 
     Packets that found more than K + guard are "above", less than K - guard
     "below"; the band around K is the reckoning's own uncertainty (one
@@ -64,7 +98,7 @@ def step_check(packets: list, rate_bps: float, k_bytes: int, guard_bytes: float)
     below_ce, band, band_ce, not_ect (packets that arrived Not-ECT), and
     below_ce_queue_bytes: the reckoned backlog of each CE packet below K.
     """
-    q = queue_seen_bytes(packets, rate_bps)
+    q = (reckon or queue_seen_bytes)(packets, rate_bps)
     out = {"above": 0, "above_ce": 0, "below": 0, "below_ce": 0, "band": 0, "band_ce": 0, "not_ect": 0,
            "below_ce_queue_bytes": [], "max_queue_bytes": max(q) if q else 0.0}
     for p, qb in zip(packets, q):

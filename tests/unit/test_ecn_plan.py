@@ -265,3 +265,38 @@ def test_ecn_line_in_the_terminal_summary():
                                "bottleneck_counters": {"marked": 12}, "ce_received": {"packets": 11},
                                "queue_after_first_rtt": {"median_packets": 18.0, "p99_packets": 40.0}})
     assert line.startswith("ECN: bpf marker; bottleneck step K=30280 B") and "12 CE marked" in line
+
+
+def _fifo(arrivals_ns, rate_bps, stall=None, way_there_ns=50_000, way_on_ns=30_000, length=1514):
+    """Rows of packets sent at ``arrivals_ns`` (flow = index % 2) through one FIFO at ``rate_bps``
+    whose dequeue stands still over ``stall`` (start, end ns), with the true backlog each found."""
+    service = length * 8 / rate_bps * 1e9
+    rows, backlog, free_at, departures = [], [], 0.0, []
+    for i, t in enumerate(arrivals_ns):
+        at = t + way_there_ns
+        backlog.append(sum(length for d in departures if d > at))
+        start = max(at, free_at)
+        if stall and start < stall[1] and start + service > stall[0]:
+            start = max(start, stall[1])
+        free_at = start + service
+        departures.append(free_at)
+        rows.append([i % 2, i, int(t), int(free_at + way_on_ns), 2, length])
+    return rows, backlog
+
+
+def test_queue_ahead_counts_what_a_stall_lengthens():
+    rate = 10e6
+    service = 1514 * 8 / rate * 1e9
+    sends = [0.0, 3 * service] + [6 * service + i * service / 1.2 for i in range(200)]   # idle, then 1.2x
+    rows, truth = _fifo(sends, rate, stall=(100 * service, 106 * service))     # at about 16 queued
+    counted = marking.queue_ahead_bytes(rows, rate)
+    assert counted == pytest.approx(truth, abs=1)
+    timed = marking.queue_seen_bytes(rows, rate)
+    worst = max(t - b for t, b in zip(timed, truth))
+    assert worst > 5 * 1514          # the stall's six frame times read as six more frames queued
+    ks = [b >= 20 * 1514 for b in truth]
+    exact = [r[:4] + [3 if k else 2] + r[5:] for r, k in zip(rows, ks)]    # a marker exact at K = 20
+    res = marking.step_check(exact, rate, 20 * 1514, 1514, reckon=marking.queue_ahead_bytes)
+    assert res["frac_above_ce"] == 1.0 and res["below_ce"] == 0 and res["above"] > 20
+    # timed, the stall puts packets that found less than K above it, unmarked
+    assert marking.step_check(exact, rate, 20 * 1514, 1514)["frac_above_ce"] < 1.0
