@@ -4,7 +4,8 @@ overrides with a check, the range checks and the record.
 
 Each parameter set is a frozen dataclass with a ``validate()`` that raises ValueError naming the
 field; :class:`CcParams` gives it ``as_dict`` and :meth:`CcParams.finish` (overrides, then the
-check); :func:`scales` turns a host link's rate into (rate_scale, time_scale)."""
+check); :func:`scales` turns a host link's rate into (rate_scale, time_scale), :func:`time_scale_for`
+into the time scale alone."""
 from __future__ import annotations
 
 import math
@@ -26,10 +27,9 @@ def default_time_scale(line_rate_bps: float) -> float:
     return TIME_SCALE_REFERENCE_RATE_BPS / line_rate_bps / TIME_SCALE_DIVISOR
 
 
-def scales(line_rate_bps: float, time_scale: float | None, reference_rate_bps: float) -> tuple[float, float]:
-    """``(rate_scale, time_scale)`` for a host link of ``line_rate_bps`` against an algorithm's
-    reference links of ``reference_rate_bps``: rate_scale = reference / line rate (dimensionless);
-    time_scale as given, or :func:`default_time_scale` when None.
+def time_scale_for(line_rate_bps: float, time_scale: float | None) -> float:
+    """The time scale of a host link of ``line_rate_bps``: ``time_scale`` as given, or
+    :func:`default_time_scale` when None.
 
     Raises:
         ValueError: ``line_rate_bps`` or ``time_scale`` not a positive finite number (named).
@@ -39,6 +39,18 @@ def scales(line_rate_bps: float, time_scale: float | None, reference_rate_bps: f
     ts = default_time_scale(line_rate_bps) if time_scale is None else time_scale
     if not (isinstance(ts, (int, float)) and ts > 0 and math.isfinite(ts)):
         raise ValueError(f"time_scale must be > 0, not {ts}")
+    return ts
+
+
+def scales(line_rate_bps: float, time_scale: float | None, reference_rate_bps: float) -> tuple[float, float]:
+    """``(rate_scale, time_scale)`` for a host link of ``line_rate_bps`` against an algorithm's
+    reference links of ``reference_rate_bps``: rate_scale = reference / line rate (dimensionless);
+    time_scale from :func:`time_scale_for`.
+
+    Raises:
+        ValueError: ``line_rate_bps`` or ``time_scale`` not a positive finite number (named).
+    """
+    ts = time_scale_for(line_rate_bps, time_scale)
     return reference_rate_bps / line_rate_bps, ts
 
 
@@ -52,11 +64,8 @@ def require_positive(params, names) -> None:
 
 
 class CcParams:
-    """Mixin of a rate controller's frozen parameter dataclass (it defines ``validate``)."""
-
-    def validate(self) -> None:             # pragma: no cover - each parameter set has its own
-        """Raise ValueError naming the first field out of range."""
-        raise NotImplementedError
+    """Mixin of a rate controller's frozen parameter dataclass, which defines ``validate()``
+    (raising ValueError naming the first field out of range)."""
 
     def finish(self, overrides: dict):
         """These parameters with ``overrides`` (field -> value) replacing any of them, checked.

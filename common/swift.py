@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from common.ccparams import CcParams, require_positive, scales
+from common.ccparams import CcParams, require_positive, time_scale_for
 
 #: The reference the target's 50 us stands for (Swift's 100 Gbit/s fabric; only the time scale
 #: derived from the host rate stretches it).
@@ -76,7 +76,7 @@ class SwiftParams(CcParams):
         Raises:
             ValueError: a bad value, naming the field.
         """
-        _, ts = scales(line_rate_bps, time_scale, line_rate_bps)
+        ts = time_scale_for(line_rate_bps, time_scale)
         p = cls(line_rate_bps=line_rate_bps, target_queue_s=REFERENCE_TARGET_QUEUE_S * ts, base_rtt_s=None,
                 ai_bps=0.005 * line_rate_bps, beta=0.8, max_mdf=0.5, min_rate_bps=0.01 * line_rate_bps,
                 time_scale=ts)

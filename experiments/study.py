@@ -789,16 +789,24 @@ def run_study(study: Study, results_root: Path, quiet: bool = False, runner=None
     by_name = {c.name: c for c in study.cells}
     order = {c.name: i for i, c in enumerate(study.cells)}
     reported: set = set()
+    built: dict[str, tuple[Path, dict]] = {}     # cell -> (its round's folder, its record) as analysed
     result: dict = {}
 
     def on_round(name: str, rdir: Path, _summary: dict) -> None:
         if name in by_name and name not in reported:
             reported.add(name)
-            progress.advance(1, format_cell(cell_record(by_name[name], rdir, out)))
+            built[name] = (rdir, cell_record(by_name[name], rdir, out))
+            progress.advance(1, format_cell(built[name][1]))
+
+    def record(c: Cell, rdir: Optional[Path], error: Optional[str]) -> dict:
+        seen = built.get(c.name)
+        if error is None and seen is not None and rdir is not None and seen[0] == rdir:
+            return seen[1]
+        return cell_record(c, rdir, out, error)
     try:
         for o in dispatch(plans, runs_dir, on_round):
             dirs = _round_dirs(o.run_dir) if o.run_dir is not None else {}
-            done = [cell_record(c, dirs.get(c.name), out, o.error) for c in o.plan.cells]
+            done = [record(c, dirs.get(c.name), o.error) for c in o.plan.cells]
             cells = sorted(cells + done, key=lambda c: order[c["cell"]])
             result = write_study(out, study, cells)
             for c in done:
@@ -812,16 +820,10 @@ def run_study(study: Study, results_root: Path, quiet: bool = False, runner=None
     return out, result
 
 
-def _short_interval(pair: dict, result: dict) -> Optional[float]:
-    """The level a pair's intervals reach when it is below the study's interval level (too few
-    seeds: the signed-rank interval is then [min, max]), else None."""
-    got, want = pair.get("ci_achieved"), result.get("simultaneous_confidence") or result.get("confidence")
-    return got if got is not None and want is not None and got < want - 1e-9 else None
-
-
 def format_comparison(result: dict, out: Path) -> str:
     """The study's verdicts for the terminal: per pair of variants and sweep point, each metric's
     medians, ratio with its CI and the verdict."""
+    from experiments import studystats     # scipy: only when there is a comparison to print
     lines = ["", f"== fabriclab study: {result['study']} ({len(result['seeds'])} seeds; intervals "
                  f"{100 * result['simultaneous_confidence']:.2f}% each, "
                  f"{100 * result['confidence']:.0f}% over all metrics; p Wilcoxon, Holm-adjusted) =="]
@@ -838,7 +840,7 @@ def format_comparison(result: dict, out: Path) -> str:
             lines += [h, f"  {'metric':<24} {'A median':>10} {'B median':>10} {'unit':<8} {'B/A [CI]':<24} "
                          f"{'p':>7}  verdict"]
         verdict = p["verdict"].replace("A ", f"{p['a']} ").replace("B ", f"{p['b']} ")
-        short = _short_interval(p, result)
+        short = studystats.short_interval(p, studystats.interval_level(result))
         if short is not None:
             lowest = min(lowest or short, short)
         ratio = f"{g(p['ratio'])} [{g(p['ratio_ci_low'])}, {g(p['ratio_ci_high'])}]{'*' if short else ''}"
@@ -849,14 +851,9 @@ def format_comparison(result: dict, out: Path) -> str:
                      f"they allow, [min, max] of the per-seed values, holds at {100 * lowest:.4g}% (and no verdict "
                      "can say a difference: see seeds_needed in comparison.json)")
     lines += format_bottlenecks(result["bottlenecks"])
-    paths = result["paths"]
-    if not paths["checked"] and len(result["variants"]) > 1:
-        lines.append("paths: not traced in these runs (kernel TCP and UDP flows are traced, up to 256 per round): "
-                     "the seeds fix the ports, but the same paths in every variant are not verified")
-    if paths["checked"]:
-        lines.append(f"paths: every seed put each flow on the same path in every variant ({paths['checked']} "
-                     "seed x sweep points)" if paths["same"] else
-                     f"paths: {len(paths['differing'])} flows took different paths in different variants of one seed")
+    paths = studystats.paths_sentence(result["paths"], len(result["variants"]))
+    if paths:
+        lines.append(f"paths: {paths}")
     bad = [c for c in result["cells"] if c["status"] != "ok"]
     for c in bad:
         lines.append(f"cell {c['cell']}: {c['status']}: {c['error']}")

@@ -32,6 +32,8 @@ import numpy as np  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Ellipse  # noqa: E402
 
+from experiments import studystats  # noqa: E402
+
 DPI = 110
 #: Figure width (inches): 880 px at :data:`DPI`, readable at 800 px.
 FIG_W = 8.0
@@ -748,15 +750,15 @@ def _pair_table(st: Study, pairs: list, conf: float) -> str:
             + _cell(pr.get("a_median"), sa.get("ci_low"), sa.get("ci_high"), u)
             + _cell(pr.get("b_median"), sb.get("ci_low"), sb.get("ci_high"), u)
             + _cell(pr.get("diff_median"), pr.get("diff_ci_low"), pr.get("diff_ci_high"), u,
-                    "*" if _short(pr, conf) else "")
+                    "*" if studystats.short_interval(pr, conf) else "")
             + _cell(pr.get("ratio"), pr.get("ratio_ci_low"), pr.get("ratio_ci_high"), "",
-                    "&times;" + ("*" if _short(pr, conf) else ""))
+                    "&times;" + ("*" if studystats.short_interval(pr, conf) else ""))
             + f'<td class="n">{_e(fmt_p(pr.get("p_wilcoxon")))}</td>'
               f'<td class="n">{_e(fmt_p(pr.get("p_adjusted")))}</td>'
               f'<td class="{cls}">{_e(text)}</td><td class="n">{_e(pr.get("n", "-"))}</td>'
               f'<td class="n">{_e(needed) if needed is not None else "-"}</td></tr>')
     out.append("</table>")
-    short = [_short(pr, conf) for pr in pairs if _short(pr, conf)]
+    short = [studystats.short_interval(pr, conf) for pr in pairs if studystats.short_interval(pr, conf)]
     if short:
         out.append(f'<p class="muted">* too few seeds for a {_pct(conf)} interval: the difference\'s and '
                    f"the ratio's are the widest the seeds allow, [min, max] of the per-seed values, at "
@@ -764,16 +766,9 @@ def _pair_table(st: Study, pairs: list, conf: float) -> str:
     return "".join(out)
 
 
-def _short(pr: dict, level: float) -> float | None:
-    """The level a pair's intervals reach when below ``level`` (too few seeds), else None."""
-    got = _num(pr.get("ci_achieved"))
-    return got if got is not None and got < level - 1e-9 else None
-
-
 def _interval_level(st: Study) -> float:
-    """The level of each interval comparison.json gives: the simultaneous (Bonferroni) level when
-    it says one, else its confidence."""
-    return _num(st.cmp.get("simultaneous_confidence")) or _num(st.cmp.get("confidence")) or 0.95
+    """The level of each interval comparison.json gives (:func:`experiments.studystats.interval_level`)."""
+    return studystats.interval_level(st.cmp)
 
 
 def _pct(level: float) -> str:
@@ -848,16 +843,14 @@ def _bottleneck_section(st: Study) -> str:
 
 def _paths_section(st: Study) -> str:
     paths = st.cmp.get("paths") or {}
-    if paths.get("checked"):
-        if paths.get("same"):
-            return (f"<h2>Paths</h2><p>Every seed put each flow on the same path in every variant "
-                    f"({_e(paths['checked'])} seed and sweep points checked).</p>")
+    text = studystats.paths_sentence(paths, len(st.variants))
+    if not text:
+        return ""
+    if paths.get("checked") and not paths.get("same"):
         items = "".join(f"<li>seed {_e(d.get('seed'))}, flow {_e(d.get('flow_id'))}: {_e(d.get('paths'))}</li>"
                         for d in paths.get("differing") or [])
-        return f"<h2>Paths that differed between variants of one seed</h2><ul>{items}</ul>"
-    return ("<h2>Paths</h2><p>Not traced in these runs (kernel TCP and UDP flows are traced, up to 256 per "
-            "round): the seeds fix the source ports, but the same paths in every variant are not "
-            "verified.</p>")
+        return f"<h2>Paths that differed between variants of one seed</h2><p>{_e(text)}.</p><ul>{items}</ul>"
+    return f"<h2>Paths</h2><p>{_e(text[0].upper() + text[1:])}.</p>"
 
 
 def _failed_section(st: Study) -> str:

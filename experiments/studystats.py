@@ -534,3 +534,41 @@ def adjust_family(pairs: Sequence[PairStat], confidence: float = 0.95) -> list[P
     adjusted = holm([p.p_wilcoxon for p in pairs])
     return [replace(p, p_adjusted=q, verdict=_verdict(q, p.diff_ci_low, p.diff_ci_high, p.better, alpha))
             for p, q in zip(pairs, adjusted)]
+
+
+# What a study's comparison.json says, in the words both the terminal summary (experiments.study)
+# and report.html (experiments.studyreport) use.
+
+def interval_level(comparison: dict) -> float:
+    """The level of each interval in a study's ``comparison`` (comparison.json as a dict): the
+    simultaneous (Bonferroni) level where it gives one, else its confidence, else 0.95."""
+    for key in ("simultaneous_confidence", "confidence"):
+        v = comparison.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            return float(v)
+    return 0.95
+
+
+def short_interval(pair: dict, level: float) -> float | None:
+    """The level a pair's intervals reach (its ``ci_achieved``) when that is below ``level``, the
+    level asked for (too few seeds: the signed-rank interval is then [min, max] of the per-seed
+    values); None when the intervals hold at ``level`` or the pair gives no level."""
+    got = pair.get("ci_achieved")
+    if not isinstance(got, (int, float)) or isinstance(got, bool) or not math.isfinite(got):
+        return None
+    return float(got) if got < level - 1e-9 else None
+
+
+def paths_sentence(paths: dict, variants: int) -> str | None:
+    """One sentence on whether each seed put each flow on the same path in every variant, from a
+    study's ``paths`` record (``{"checked", "same", "differing"}``, experiments.study.paths_paired);
+    None when there is nothing to say (nothing traced and only one variant)."""
+    if paths.get("checked"):
+        if paths.get("same"):
+            return (f"every seed put each flow on the same path in every variant ({paths['checked']} seed x "
+                    "sweep points checked)")
+        return f"{len(paths.get('differing') or [])} flows took different paths in different variants of one seed"
+    if variants > 1:
+        return ("not traced in these runs (kernel TCP and UDP flows are traced, up to 256 per round): the seeds "
+                "fix the source ports, but the same paths in every variant are not verified")
+    return None

@@ -15,7 +15,7 @@ import json
 import pytest
 import yaml
 
-from .conftest import ROOT, assert_clean, cpu_bound_fidelity_failures, run_cli
+from .conftest import ROOT, assert_clean, run_accepting_cpu_shortfall
 
 pytestmark = pytest.mark.lane("host", reason="24 hosts at 50% load is about 330 Mbit/s of switch hops: more than "
                                              "the emulated CPU forwards")
@@ -34,11 +34,7 @@ def test_poisson_websearch_arrivals_complete_at_the_load_with_slowdown_at_least_
     # a test of the workload and its analysis, not of the shapers' timing: a port's rate shortfall
     # on a busy host is accepted (and printed); any other failed self-check (the data plane not
     # keeping up with the offered load: fidelity.forwarding) fails it
-    p = run_cli("run", str(path), "--results", str(results), "--accept-unfaithful", timeout=600)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    (top,) = [d for d in results.iterdir() if d.is_dir()]
-    for line in cpu_bound_fidelity_failures(top):
-        print("accepted:", line)
+    p, top = run_accepting_cpu_shortfall(path, results, timeout=600)
     assert "poisson: 440 flows of " in p.stdout and "arriving over" in p.stdout
     s = json.loads((top / "summary.json").read_text())
     env = json.loads((top / "environment.json").read_text())
