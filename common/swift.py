@@ -37,9 +37,10 @@ Defaults and scaling (:meth:`SwiftParams.scaled`):
 - ``ai_bps``: 0.5% of the line per round trip (fabriclab's choice). Swift's ``ai`` of one
   packet per round trip is about 1% of a 100 Gbit/s fabric's window (tens of microseconds of
   round trip, 4 kB packets); one packet would be a fifth of the emulated window here (a 10 Mbit/s
-  line carries 5 kB in a 4 ms round trip). The emulated QP hears back once per ``ack_every``
-  packets (16 KB: 13 round trips at a quarter of 10 Mbit/s), and each ACK brings the increase of
-  all the round trips it covers, so a smaller share per round trip keeps each step modest.
+  line carries 5 kB in a 4 ms round trip). Each ACK brings the increase of the round trips' worth
+  of data it covers; the emulated QP asks for an ACK on every packet (traffic.ratecontrol.Swift,
+  ``ack_every_packets = 1``: Swift reacts per ACK, and its transport acknowledges every packet),
+  so each step is a fraction of ``ai_bps``.
 - ``min_rate_bps``: 1% of the line (as common.timely; one ACK per 16 KB).
 """
 from __future__ import annotations

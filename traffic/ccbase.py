@@ -27,13 +27,20 @@ class RateController:
         params: the algorithm's parameters (a dataclass such as common.dcqcn.DcqcnParams, a
             mapping, or None), recorded with the QP's results.
         wants_rtt_samples: whether the controller reads the RTT samples :meth:`on_ack` gets. If
-            so (the default), a QP slowed below ``ack_every`` frames per half the responder's
-            coalescing delay asks for an ACK on every packet, so the samples keep coming.
+            so (the default) and ``ack_every_packets`` is None, a QP slowed below ``ack_every``
+            frames per half the responder's coalescing delay asks for an ACK on every packet, so
+            the samples keep coming.
+        ack_every_packets: how often the controller wants to hear from the responder: every this
+            many packets ask for an ACK (the BTH AckReq bit; 1: every packet, as Swift's transport
+            acknowledges; an ACK asked for is sent at once, so it always carries a sample); None
+            (the default) leaves it to the responder's count (the job's ``ack_every``, 16), as a
+            RoCE NIC coalesces ACKs. A plug-in's value is checked when it loads (1 to 65536).
     """
     #: The registry name (a scenario's ``roce.mode``).
     name = "controller"
     params = None
     wants_rtt_samples = True
+    ack_every_packets: int | None = None
 
     @classmethod
     def from_job(cls, job: dict) -> "RateController":

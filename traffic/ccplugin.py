@@ -186,6 +186,10 @@ def load_plugin(path, params: dict | None = None) -> type[RateController]:
     if cls.rate_bps is RateController.rate_bps:
         raise PluginError(path, f"class {cls.__name__} has no rate_bps (a method rate_bps(self) returning "
                                 "the rate in bit/s the queue pair may send at)")
+    every = cls.ack_every_packets
+    if every is not None and not (isinstance(every, int) and not isinstance(every, bool) and 1 <= every <= 65536):
+        raise PluginError(path, f"class {cls.__name__}'s ack_every_packets must be None (the responder's count) "
+                                f"or an integer from 1 to 65536 (ask for an ACK every that many packets), not {every!r}")
     _try_sample(cls, str(path), str(resolved), params)
     _LOADED[key] = cls
     _TRIED.add(tried)

@@ -201,10 +201,17 @@ class SenderQp:
         # coalescing delay: its ACKs come late or from its timer, with no RTT sample, and at a crawl
         # after the local ACK timeout, whose resends Karn's rule leaves unsampled too. A controller
         # that reads round trips then has each packet ask for an ACK (the BTH AckReq bit), so it
-        # still hears them; DCQCN and a fixed rate keep the responder's count
+        # still hears them; DCQCN and a fixed rate keep the responder's count, and a controller
+        # that names its own cadence (ack_every_packets) gets exactly that at any rate
         ack_delay_s = job.get("ack_delay_s") or job.get("rto_s", 0.1) / 8
         self.ask_below_bps = (self.ack_every * (self.req.mtu_bytes + roce.OVERHEAD_BYTES) * 8 / (ack_delay_s / 2)
-                              if self.cc.wants_rtt_samples else 0.0)
+                              if self.cc.wants_rtt_samples and self.cc.ack_every_packets is None else 0.0)
+        # a controller that wants its ACKs more often than the responder's count asks for them
+        self.ask_every = self.cc.ack_every_packets
+        if self.ask_every is not None and not (isinstance(self.ask_every, int) and not isinstance(self.ask_every, bool)
+                                               and self.ask_every >= 1):
+            raise ValueError(f"{type(self.cc).__name__}.ack_every_packets must be an integer >= 1 or None, "
+                             f"not {self.ask_every!r}")
         self.last_ack_seq = self.req.acked_seq
         self.rtt_samples = array.array("d")
         self.payloads: dict[int, memoryview] = {}     # sequence number -> its payload (data messages)
@@ -284,7 +291,8 @@ class SenderQp:
         pkt = self.req.next_packet(now_s)
         if pkt is None:
             return None, (self.req.rto_s if self.req.outstanding_packets else math.inf)
-        ask = pkt.ackreq or self.bucket.rate_bps < self.ask_below_bps
+        ask = (pkt.ackreq or self.bucket.rate_bps < self.ask_below_bps
+               or (self.ask_every is not None and pkt.seq % self.ask_every == self.ask_every - 1))
         self.pending = self.tmpl.patch(pkt.opcode, pkt.psn, ask, pkt.payload_bytes,
                                        payload=self.payloads.get(pkt.seq) if self.payloads else None)
         self.pending_payload = pkt.payload_bytes

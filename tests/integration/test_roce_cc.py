@@ -95,25 +95,26 @@ def test_timely_and_swift_share_a_four_to_one_incast_fairly_with_a_bounded_queue
         assert t1 > 3, t1                       # 8 MB through 10 Mbit/s: ~6.5 s if shared, the window ~3 s
         assert q["samples"] >= 0.8 * 200 * (t1 / 2), q
         # bounds from 10 runs beside a CPU load (make test-repeat N=10 K=test_timely_and_swift,
-        # 2026-12-04), min / median / max: TIMELY Jain 0.910/0.975/0.996, utilisation 0.700/0.752/
-        # 0.824, queue p95 5/5/6 packets, RTT median 0.76/0.99/1.22 ms; Swift-like Jain 0.880/0.973/
-        # 0.996, utilisation 0.941/0.952/0.963, queue p95 16/22.5/30 packets, RTT median 9.1/12.2/
-        # 15.4 ms. Jain reached 0.95 in 7 (TIMELY) and 8 (Swift-like) of the 10 runs
+        # 2026-12-04, the Swift-like QPs asking for an ACK on every packet), min / median / max:
+        # TIMELY Jain 0.905/0.968/0.988 (0.95 reached in 8 of 10), utilisation 0.728/0.780/0.810,
+        # queue p95 4/5/5.6 packets, RTT median 1.08/1.13/1.25 ms; Swift-like Jain 0.991/0.9965/
+        # 0.9996 (1-in-1000 bound 0.982), utilisation 0.952/0.956/0.959, queue p95 9/10/10 packets,
+        # RTT median 5.6/6.2/6.7 ms
         if mode == "timely":
             # fair in most runs, below t_low (5 ms here: it only adds there, but samples above it
-            # still cut), so the port is not kept full: TIMELY has no fixed point (Zhu et al.,
-            # CoNEXT 2016)
+            # still cut), so the port is not kept full: TIMELY has no unique fixed point (Zhu et
+            # al., CoNEXT 2016), so its shares can settle apart; 0.85 is its 1-in-1000 bound
             assert jain >= 0.85, rates
             assert util >= 0.65, q
             assert q95 <= 15, q
             assert 0.0003 <= rtt <= 0.005, r["rtt_s"]
         else:
-            # the port kept busy at its delay target (base RTT + 5 ms), the queue below XOFF;
-            # fairness converges by AIMD, more slowly (0.5% of the line per round trip)
-            assert jain >= 0.8, rates
+            # fair shares, the port kept busy at its delay target (base RTT + 5 ms), the queue
+            # far below XOFF
+            assert jain >= 0.95, rates
             assert util >= 0.9, q
-            assert q95 <= 50, q
-            assert 0.002 <= rtt <= 0.03, r["rtt_s"]
+            assert q95 <= 25, q
+            assert 0.003 <= rtt <= 0.015, r["rtt_s"]
         # the delay signal: every controller heard round trips all along
         assert r["rtt_s"]["samples"] >= 4 * 2_000_000 / 1024 / 16 / 2, r["rtt_s"]
     rounds = _rows(top / "rounds.csv")

@@ -57,6 +57,10 @@ BROKEN = [
     ("a cut to zero on a CNP", GOOD.replace("max(self.floor, self.rate / 2)", "0.0"),
      "rate_bps() returned 0.0 for a sample job after an ACK and a CNP"),
     ("an import that fails", "import no_such_module_here\n", "raised ModuleNotFoundError while loading"),
+    ("ack_every_packets zero", GOOD.replace('name = "halver"', 'name = "halver"\n        ack_every_packets = 0'),
+     "class Halver's ack_every_packets must be None (the responder's count) or an integer from 1 to 65536"),
+    ("ack_every_packets text", GOOD.replace('name = "halver"', 'name = "halver"\n        ack_every_packets = "1"'),
+     "ack_every_packets must be None"),
     ("from_job that raises", GOOD.replace('job["cc_params"].get("floor_mbps", 1)', 'job["cc_params"]["floor"]'),
      "from_job raised KeyError: 'floor' on a sample job"),
 ]

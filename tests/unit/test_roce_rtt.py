@@ -141,3 +141,31 @@ def test_dcqcn_and_a_fixed_rate_keep_the_responders_count_however_slow():
         q.post_data(bytes(4 * MTU), 0.0)
         frame, _ = q.next_frame(0.0)
         assert q.ask_below_bps == 0.0 and not q.pending_ackreq and not asks(frame), job["mode"]
+
+
+def test_a_controller_that_wants_every_nth_ack_asks_for_it(monkeypatch):
+    class EveryThird(Listener):
+        name = "every-third"
+        ack_every_packets = 3
+
+    class Zero(Listener):
+        name = "zero"
+        ack_every_packets = 0
+
+    monkeypatch.setitem(ratecontrol.RATE_CONTROLLERS, "every-third", EveryThird)
+    monkeypatch.setitem(ratecontrol.RATE_CONTROLLERS, "zero", Zero)
+    q = SenderQp({"flow_id": 0, "qpn": 0x11, "udp_sport": 50000, "peer": PEER}, {**JOB, "mode": "every-third"},
+                 "02:00:00:00:00:01", "10.0.0.1")
+    q.start(0.0, 0.0)
+    q.post_data(bytes(7 * MTU + 10), 0.0)          # 8 packets, the last asking anyway (message end)
+    got = []
+    for i in range(8):
+        frame, _ = q.next_frame(0.001 * i)
+        got.append(asks(frame))
+        q.sent(len(frame), 0.001 * i)
+    assert got == [False, False, True, False, False, True, False, True]
+    # Swift asks on every packet; a bad value is refused when the QP is made, naming the class
+    assert ratecontrol.Swift.ack_every_packets == 1 and ratecontrol.Timely.ack_every_packets is None
+    with pytest.raises(ValueError, match="Zero.ack_every_packets must be an integer >= 1"):
+        SenderQp({"flow_id": 0, "qpn": 0x11, "udp_sport": 50000, "peer": PEER}, {**JOB, "mode": "zero"},
+                 "02:00:00:00:00:01", "10.0.0.1")
