@@ -80,8 +80,9 @@ def main(argv=None) -> int:
     if args.cmd in ("run", "check", "draw"):
         try:
             data = read_yaml_file(args.scenario)
-            if args.cmd == "check" and isinstance(data, dict) and "variants" in data:    # a study file
-                from experiments import study as studies
+            if args.cmd == "check":
+                from experiments import study as studies     # a study file is checked as one
+            if args.cmd == "check" and studies.is_study(data):
                 s = studies.expand(data, source=Path(args.scenario).resolve())
                 for c in s.cells:
                     check_against_fabric(c.scenario)
@@ -153,8 +154,12 @@ def main(argv=None) -> int:
             for r in json.loads((d / "rounds.json").read_text())["rounds"]:
                 paths += plot.plot_all(d / r["folder"])
             paths += plot.plot_rounds(d)
-        else:
+        elif (d / "summary.json").exists():
             paths = plot.plot_all(d)
+        else:
+            print(f"fabriclab: {d}: not a results folder (no summary.json, rounds.json or study.json in it)",
+                  file=sys.stderr)
+            return 2
         for path in paths:
             print(path)
         return 0

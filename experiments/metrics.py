@@ -50,9 +50,11 @@ def _get(d: dict, *path):
 
 
 def _fct(q: str) -> Callable[[dict], Optional[float]]:
+    """The ``q`` (median, p99) completion time: of the RoCE messages in a RoCE round (its
+    ``flows`` section then times each queue pair, all its messages together), else of the flows."""
     def f(s: dict) -> Optional[float]:
-        v = _get(s, "flows", f"fct_{q}_s")
-        return v if v is not None else _get(s, "roce", "message_fct_s", "median" if q == "median" else q)
+        v = _get(s, "roce", "message_fct_s", q)
+        return v if v is not None else _get(s, "flows", f"fct_{q}_s")
     return f
 
 

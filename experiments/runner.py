@@ -264,8 +264,9 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
     if failed:
         if not accept_unfaithful:
             raise UnfaithfulRun(failed, out)
-        print(f"fabriclab: WARNING: {len(failed)} fidelity check(s) failed; accepted (--accept-unfaithful), "
-              "every round's summary.json says fidelity.accepted_unfaithful", file=sys.stderr)
+        print(f"fabriclab: WARNING: {len(failed)} fidelity check(s) failed and were accepted (as --accept-unfaithful "
+              "and every study ask: a study marks such cells unfaithful); the summary.json of each round that "
+              "failed says fidelity.accepted_unfaithful", file=sys.stderr)
     return out
 
 

@@ -318,8 +318,10 @@ def load_study(path: str | Path) -> Study:
 
 
 def is_study(data: Any) -> bool:
-    """Whether parsed YAML data is a study file (it has ``variants``)."""
-    return isinstance(data, dict) and "variants" in data
+    """Whether parsed YAML data is a study file: it has ``variants``, or a ``base`` without the
+    ``fabrics`` of a comparison file (no scenario has a base), so that a study with a misspelt
+    ``variants`` is checked as the study it is."""
+    return isinstance(data, dict) and ("variants" in data or ("base" in data and "fabrics" not in data))
 
 
 # --- which cells share a fabric -----------------------------------------------------------------

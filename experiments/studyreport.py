@@ -810,14 +810,17 @@ def _comparison_section(st: Study) -> str:
 
 def _shape_section(st: Study) -> str:
     ok = [c for c in st.cells if c.get("status") == "ok"]
-    failed = [c for c in st.cells if c.get("status") != "ok"]
+    unfaithful = [c for c in st.cells if c.get("status") == "unfaithful"]
+    failed = [c for c in st.cells if c.get("status") not in ("ok", "unfaithful")]
     sweep = "none"
     if st.sweep_keys:
         vals = {k: list(dict.fromkeys(p[i] for p in st.points)) for i, k in enumerate(st.sweep_keys)}
         sweep = "; ".join(f"{k}: " + ", ".join(_fmt_sweep(v) for v in vs) for k, vs in vals.items())
     rows = [("variants", ", ".join(st.variants) or "none"), ("sweep", sweep),
             ("seeds", ", ".join(str(s) for s in st.seeds) or "none"),
-            ("cells", f"{len(st.cells)}: {len(ok)} ok, {len(failed)} failed")]
+            ("cells", f"{len(st.cells)}: {len(ok)} ok"
+                      + (f", {len(unfaithful)} unfaithful (a fidelity check failed; counted as missing)"
+                         if unfaithful else "") + f", {len(failed)} failed")]
     out = ['<h2>Study</h2><dl class="shape">'] + [f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows] + ["</dl>"]
     if st.cmp.get("complete") is False:
         out.append('<p class="warn">This study is incomplete: not every cell has run.</p>')
@@ -857,14 +860,15 @@ def _failed_section(st: Study) -> str:
     failed = [c for c in st.cells if c.get("status") != "ok"]
     if not failed:
         return ""
-    head = "<tr><th>cell</th><th>variant</th>" + ("<th>sweep</th>" if st.sweep_keys else "") + \
+    head = "<tr><th>cell</th><th>status</th><th>variant</th>" + ("<th>sweep</th>" if st.sweep_keys else "") + \
            "<th>seed</th><th>folder</th><th>error</th></tr>"
     rows = "".join(
-        f"<tr><td>{_e(c.get('cell'))}</td><td>{_e(c.get('variant'))}</td>"
+        f"<tr><td>{_e(c.get('cell'))}</td><td>{_e(c.get('status'))}</td><td>{_e(c.get('variant'))}</td>"
         + (f"<td>{_e(st.point_label(st.point_of(c.get('sweep'))))}</td>" if st.sweep_keys else "")
         + f"<td>{_e(c.get('seed'))}</td><td>{_e(c.get('dir'))}</td>"
           f"<td><pre>{_e(c.get('error') or 'no error recorded')}</pre></td></tr>" for c in failed)
-    return f"<h2>Failed cells</h2><table>{head}{rows}</table>"
+    return (f"<h2>Cells that failed or were unfaithful</h2><p>Their values count as missing in the "
+            f"comparison.</p><table>{head}{rows}</table>")
 
 
 def write_html(st: Study, plots: dict) -> Path:

@@ -151,6 +151,18 @@ def test_check_on_a_comparison_checks_every_run_of_it(tmp_path):
 def test_plot_of_a_missing_folder_is_one_line(tmp_path):
     res, _ = cli("plot", str(tmp_path / "nowhere"))
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and "no such results folder" in res.stderr
+    (tmp_path / "elsewhere").mkdir()             # a folder, but no results in it
+    res, _ = cli("plot", str(tmp_path / "elsewhere"))
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0, res.stderr
+    assert "not a results folder (no summary.json, rounds.json or study.json in it)" in res.stderr
+
+
+def test_a_study_with_a_misspelt_variants_is_checked_as_a_study(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("name: s\nbase: {name: b}\nvariant: {a: {}}\nseeds: 2\n")
+    res, _ = cli("check", str(f))
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0, res.stderr
+    assert "'variant': unknown key" in res.stderr and "variants" in res.stderr, res.stderr
 
 
 def test_a_study_with_a_bad_variant_key_is_refused_before_anything_starts(tmp_path):

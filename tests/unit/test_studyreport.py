@@ -181,7 +181,7 @@ def test_study_without_a_sweep(tmp_path):
     text = _check_html(study, cmp)
     assert text.count("data:image/png;base64,") == len(paths) - 1
     assert "s2-eth3" in text and "usually s1-eth1" in text               # the bottleneck that moved
-    assert "Failed cells" not in text and "incomplete" not in text
+    assert "Cells that failed" not in text and "incomplete" not in text
     assert ">0.031</td><td class=\"n\">0.094<" in text                  # p, Holm-adjusted p
     assert "Pantheon" in text
     assert "<h2>Paths</h2><p>Not traced in these runs" in text          # comparison.json has no paths check
@@ -218,6 +218,21 @@ def test_study_with_a_sweep_a_failed_cell_and_an_unmeasured_metric(tmp_path):
     assert "Not measured in any cell" in text and "ECN marks (ecn_marks)" in text
     for k in ("ecn.k_packets=5", "ecn.k_packets=20", "ecn.k_packets=65"):
         assert f"<h3>{k}</h3>" in text
+
+
+def test_an_unfaithful_cell_is_counted_and_listed_as_such(tmp_path):
+    study = tmp_path / "study"
+    metrics = {m: METRICS[m] for m in ("fct_median_s", "jain_index")}
+    make_study(study, metrics=metrics)
+    cmp = json.loads((study / "comparison.json").read_text())
+    cmp["cells"][0].update(status="unfaithful", error="spine2-eth1: sent 0.965 of its 10 Mbit/s while backlogged")
+    (study / "comparison.json").write_text(json.dumps(cmp))
+    sr.write_report(study)
+    text = (study / "report.html").read_text()
+    n = len(cmp["cells"])
+    assert f"{n}: {n - 1} ok, 1 unfaithful (a fidelity check failed; counted as missing), 0 failed" in text
+    assert "<h2>Cells that failed or were unfaithful</h2>" in text and "<td>unfaithful</td>" in text
+    assert "sent 0.965 of its 10 Mbit/s" in text
 
 
 def test_study_without_fct_rows_or_study_csv(tmp_path):
