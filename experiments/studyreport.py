@@ -758,7 +758,7 @@ def _pair_table(st: Study, pairs: list, conf: float) -> str:
               f'<td class="{cls}">{_e(text)}</td><td class="n">{_e(pr.get("n", "-"))}</td>'
               f'<td class="n">{_e(needed) if needed is not None else "-"}</td></tr>')
     out.append("</table>")
-    short = [studystats.short_interval(pr, conf) for pr in pairs if studystats.short_interval(pr, conf)]
+    short = [x for x in (studystats.short_interval(pr, conf) for pr in pairs) if x]
     if short:
         out.append(f'<p class="muted">* too few seeds for a {_pct(conf)} interval: the difference\'s and '
                    f"the ratio's are the widest the seeds allow, [min, max] of the per-seed values, at "

@@ -22,13 +22,19 @@ import math
 from common.ecn import EcnProfile
 
 
+def _idle_delay_ns(packets: list) -> dict:
+    """Per flow (rows as :func:`queue_seen_bytes`) its smallest one-way delay in the run, in ns."""
+    base: dict = {}
+    for p in packets:
+        base[p[0]] = min(base.get(p[0], p[3] - p[2]), p[3] - p[2])
+    return base
+
+
 def queue_seen_bytes(packets: list, rate_bps: float) -> list[float]:
     """Per packet (rows ``[flow, seq, t_send_ns, t_recv_ns, ecn, length]``) the backlog it found, in bytes.
 
     The idle delay is taken per flow (senders on other leaves cross more hops)."""
-    base: dict = {}
-    for p in packets:
-        base[p[0]] = min(base.get(p[0], p[3] - p[2]), p[3] - p[2])
+    base = _idle_delay_ns(packets)
     return [(p[3] - p[2] - base[p[0]]) * 1e-9 * rate_bps / 8 for p in packets]
 
 
@@ -62,9 +68,7 @@ def queue_ahead_bytes(packets: list, rate_bps: float) -> list[float]:
     :func:`queue_seen_bytes` then reads as a longer queue; this count does not move. What still
     scatters it is the timestamps' own jitter around the arrival (measured by
     :func:`reckoning_noise_bytes`). Packets received at the same instant count in receive order."""
-    base: dict = {}
-    for p in packets:
-        base[p[0]] = min(base.get(p[0], p[3] - p[2]), p[3] - p[2])
+    base = _idle_delay_ns(packets)
     order = sorted(range(len(packets)), key=lambda i: (packets[i][3], i))
     recv = [packets[i][3] for i in order]
     cum = [0]
