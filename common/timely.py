@@ -159,15 +159,22 @@ class TimelyState:
             kind, rate = "t_low", self.rate_bps + p.additive_increment_bps
         elif rtt_s > p.t_high_s:
             kind, rate = "t_high", self.rate_bps * (1 - p.beta * (1 - p.t_high_s / rtt_s))
-        elif g <= 0:
-            hai = self.negative_count >= p.hai_threshold
-            kind = "hai" if hai else "increase"
-            rate = self.rate_bps + (p.hai_factor if hai else 1) * p.additive_increment_bps
         else:
-            kind, rate = "decrease", self.rate_bps * (1 - p.beta * g)
+            kind, rate = self.between_thresholds(rtt_s, g)
         if rate < self.rate_bps:
             self.decreases += 1
         self.rate_bps = min(max(rate, p.min_rate_bps), p.line_rate_bps)
         if self.record:
             self.events.append((now_s, kind, self.rate_bps, rtt_s, g))
         return kind
+
+    def between_thresholds(self, rtt_s: float, g: float) -> tuple[str, float]:
+        """Algorithm 1's last lines, for an RTT sample ``rtt_s`` between T_low and T_high with
+        normalised gradient ``g``: ``("increase" | "hai", rate + N delta)`` when ``g <= 0``, else
+        ``("decrease", rate (1 - beta g))``; the rate before the clamp to [min rate, line rate]."""
+        p = self.params
+        if g <= 0:
+            hai = self.negative_count >= p.hai_threshold
+            return ("hai" if hai else "increase",
+                    self.rate_bps + (p.hai_factor if hai else 1) * p.additive_increment_bps)
+        return "decrease", self.rate_bps * (1 - p.beta * g)

@@ -259,53 +259,20 @@ Traffic = create_model("Traffic", __base__=_TrafficBase, __doc__=_TrafficBase.__
 PATTERN_KEYS = {key: cls.NAME for cls in PATTERNS.values() for key in cls.PARAMS}
 
 
-class Dcqcn(Section):
-    """DCQCN parameters (names as in Zhu et al., SIGCOMM 2015); absent = the paper's NIC defaults
-    scaled to the host link rate (common.dcqcn.DcqcnParams.scaled)."""
-    time_scale: Optional[_bounded(Number, 1e-3, 1e6)] = None
-    g: Optional[_bounded(Number, 1e-6, 1.0)] = None
-    alpha_timer_s: Optional[_bounded(Number, 1e-6, 60)] = None
-    cnp_interval_s: Optional[_bounded(Number, 0.0, 60)] = None
-    timer_s: Optional[_bounded(Number, 1e-6, 60)] = None
-    byte_counter_bytes: Optional[_bounded(Number, 1, 1e12)] = None
-    fast_recovery_stages: Optional[Annotated[int, Field(ge=1, le=1000)]] = None
-    rate_ai_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
-    rate_hai_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
-    min_rate_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
+def _controller_model(name: str, cls) -> type[Section]:
+    """The model of ``roce.<name>``, a registered rate controller's own keys (``cls.PARAMS``);
+    absent keys take the controller's defaults scaled to the host link rate (``params_cls.scaled``)."""
+    doc = (cls.__doc__ or name).split(". ")[0].strip()
+    model = create_model(f"{cls.__name__}Params", __base__=Section,
+                         __doc__=f"roce.{name}: {doc}; absent keys = the defaults scaled to the host link rate",
+                         **{key: field_of(spec) for key, spec in cls.PARAMS.items()})
+    model.model_config["title"] = f"roce.{name}"
+    return model
 
 
-class DelayCc(Section):
-    """What the delay-based controllers' sections share (each absent field = its scaled default):
-    the time scale, the multiplicative-decrease factor beta and the rate floor."""
-    time_scale: Optional[_bounded(Number, 1e-3, 1e6)] = None
-    beta: Optional[_bounded(Number, 1e-6, 1.0)] = None
-    min_rate_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
-
-
-class Timely(DelayCc):
-    """TIMELY parameters (Mittal et al., SIGCOMM 2015, Algorithm 1); absent = the reference
-    defaults scaled to the host link rate (common.timely.TimelyParams.scaled)."""
-    ewma_alpha: Optional[_bounded(Number, 1e-6, 1.0)] = None
-    t_low_s: Optional[_bounded(Number, 1e-6, 60)] = None
-    t_high_s: Optional[_bounded(Number, 1e-6, 60)] = None
-    #: delta, added per completion event (an ACK with an RTT sample)
-    additive_increment_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
-    #: completions of negative gradient before hyperactive increase (N)
-    hai_threshold: Optional[Annotated[int, Field(ge=1, le=1000)]] = None
-    #: the gradient's normaliser; default: the smallest RTT sample the queue pair has seen
-    min_rtt_s: Optional[_bounded(Number, 1e-6, 60)] = None
-
-
-class Swift(DelayCc):
-    """Swift-like parameters (Kumar et al., SIGCOMM 2020; rate-based here: common.swift);
-    absent = the defaults scaled to the host link rate (common.swift.SwiftParams.scaled)."""
-    #: the delay above the base round trip the controller aims for
-    target_queue_s: Optional[_bounded(Number, 1e-6, 60)] = None
-    #: the base round trip; default: the smallest RTT sample the queue pair has seen
-    base_rtt_s: Optional[_bounded(Number, 1e-6, 60)] = None
-    #: additive increase per round trip of acknowledged data
-    ai_mbps: Optional[_bounded(Number, 1e-6, 1000)] = None
-    max_mdf: Optional[_bounded(Number, 1e-6, 0.999)] = None
+#: ``{mode: the model of its roce.<mode> section}``, every registered rate controller with keys.
+CONTROLLER_MODELS: dict[str, type[Section]] = {name: _controller_model(name, cls)
+                                               for name, cls in RATE_CONTROLLERS.items() if cls.PARAMS}
 
 
 #: A plug-in parameter's name.
@@ -322,9 +289,9 @@ class Cc(Section):
                       Field(max_length=64)] = {}
 
 
-class Roce(Section):
+class _RoceBase(Section):
     """RoCEv2 queue pairs and their rate controller (traffic.ratecontrol.RATE_CONTROLLERS, or a
-    plug-in: ``cc``)."""
+    plug-in: ``cc``); each registered controller's parameters in its own section, ``roce.<mode>``."""
     mode: Literal[tuple(RATE_CONTROLLERS)] = "dcqcn"
     #: mode none: the fixed rate; default the host link rate
     rate_mbps: Optional[_bounded(Number, 0.01, 1000)] = None
@@ -334,11 +301,13 @@ class Roce(Section):
     rto_s: Optional[_bounded(Number, 0.001, 60)] = None
     cnp_dscp: Annotated[int, Field(ge=0, le=63)] = 48
     pcap_hosts: Optional[list[Annotated[str, Field(pattern=f"^(?:{HOST})$")]]] = None
-    dcqcn: Dcqcn = Dcqcn()
-    timely: Timely = Timely()
-    swift: Swift = Swift()
     #: a plug-in rate controller for every round that does not set its own mode (instead of ``mode``)
     cc: Optional[Cc] = None
+
+
+#: The ``roce`` section: the common keys and one section per registered controller with keys.
+Roce = create_model("Roce", __base__=_RoceBase, __doc__=_RoceBase.__doc__,
+                    **{name: (m, m()) for name, m in CONTROLLER_MODELS.items()})
 
 
 class Collective(Section):

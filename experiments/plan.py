@@ -6,7 +6,7 @@ from __future__ import annotations
 from common.ecn import port_profiles
 from common.errors import ScenarioError
 from experiments.model import Scenario
-from experiments.scenario import dcqcn_params, swift_params, timely_params, topology_of
+from experiments.scenario import all_controller_params, topology_of
 from traffic.patterns import flow_plan
 
 
@@ -21,7 +21,7 @@ def check_against_fabric(sc: Scenario):
 
     Raises:
         ScenarioError: naming the key (``traffic.pattern``, ``ecn.ports.<name>``, ``rounds[i].ecn.ports...``,
-            ``roce.dcqcn.<key>``, ``roce.timely.<key>``, ``roce.swift.<key>``).
+            ``roce.<mode>.<key>`` of any registered rate controller).
     """
     fabric = build_fabric(sc)
     fabric_map = fabric.to_map()
@@ -34,6 +34,5 @@ def check_against_fabric(sc: Scenario):
     profiles = [port_profiles(r.ecn, fabric_map, key=f"rounds[{i}].ecn" if sc.multi_round else "ecn")
                 for i, r in enumerate(rounds)]
     if sc.traffic.transport == "roce" or any(r.collective.transport == "roce" for r in rounds):
-        for params in (dcqcn_params, timely_params, swift_params):
-            params(sc)            # overrides that contradict each other: named before anything starts
+        all_controller_params(sc)   # overrides that contradict each other: named before anything starts
     return fabric, fabric_map, plan, rounds, profiles

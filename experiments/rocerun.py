@@ -19,10 +19,8 @@ from common.dcqcn import DcqcnParams
 from common.dcqcn_fluid import fixed_point
 from common.ecn import EcnProfile
 from common.roce import OVERHEAD_BYTES
-from common.swift import SwiftParams
-from common.timely import TimelyParams
 from experiments.live import Agents
-from experiments.scenario import dcqcn_params, swift_params, timely_params
+from experiments.scenario import all_controller_params
 from experiments.tables import FLOW_COLUMNS, percentile, write_csv
 from traffic.patterns import message_schedule
 from traffic.ratecontrol import RATE_CONTROLLERS
@@ -38,20 +36,21 @@ def default_rto_s(buffer_bytes: int, rate_bps: float, hops: int = 4) -> float:
 
 
 def host_jobs(lf, flows: list[dict], out: Path, deadline_unix_s: float, mode: str, line_rate_mbps: float,
-              rate_mbps: float | None = None, dcqcn: DcqcnParams | None = None, dscp: int = 26,
+              rate_mbps: float | None = None, controllers: dict | None = None, dscp: int = 26,
               cnp_dscp: int = 48, mtu_bytes: int = 1024, ack_every: int = 16, rto_s: float = 0.3,
-              sample_interval_s: float = 0.05, pcap_hosts: tuple = (), timely: TimelyParams | None = None,
-              swift: SwiftParams | None = None, cc_plugin: str | None = None,
+              sample_interval_s: float = 0.05, pcap_hosts: tuple = (), cc_plugin: str | None = None,
               cc_params: dict | None = None) -> dict[str, dict]:
     """The ``roce`` job of every host that sends or receives one of ``flows``.
 
     Args:
         flows: ``[{"flow_id", "src", "dst", "bytes" | "messages": [{"at_s", "bytes"}] |
             "duration_s" (+ "message_bytes")}]``.
-        mode: a registered rate controller (traffic.ratecontrol.RATE_CONTROLLERS: ``dcqcn``,
-            ``timely``, ``swift`` with their parameters from ``dcqcn``, ``timely``, ``swift``,
-            scaled defaults when None; ``none`` at ``rate_mbps``), or ``plugin:<name>`` with
-            ``cc_plugin`` (the plug-in file's absolute path) and its ``cc_params``.
+        mode: a registered rate controller (traffic.ratecontrol.RATE_CONTROLLERS; ``none`` at
+            ``rate_mbps``), or ``plugin:<name>`` with ``cc_plugin`` (the plug-in file's absolute
+            path) and its ``cc_params``.
+        controllers: ``{mode: parameters}`` (each registered controller's ``params_cls``); a
+            controller not in it gets its defaults scaled to ``line_rate_mbps``. Every job
+            carries every registered controller's parameters, as a dict under its name.
         pcap_hosts: hosts whose interface is captured to ``<out>/<host>.pcap``.
 
     Raises:
@@ -62,9 +61,9 @@ def host_jobs(lf, flows: list[dict], out: Path, deadline_unix_s: float, mode: st
     if mode == "none" and not rate_mbps:
         raise ValueError("roce mode none needs rate_mbps")
     line_bps = line_rate_mbps * 1e6
-    params = dcqcn or DcqcnParams.scaled(line_bps)
-    cc = {"timely": (timely or TimelyParams.scaled(line_bps)).as_dict(),
-          "swift": (swift or SwiftParams.scaled(line_bps)).as_dict()}
+    given = dict(controllers or {})
+    cc = {m: (given.get(m) or c.params_cls.scaled(line_bps)).as_dict()
+          for m, c in RATE_CONTROLLERS.items() if c.params_cls is not None}
     if cc_plugin is not None:
         cc.update(cc_plugin=str(cc_plugin), cc_params=dict(cc_params or {}))
     jobs: dict[str, dict] = {}
@@ -75,7 +74,7 @@ def host_jobs(lf, flows: list[dict], out: Path, deadline_unix_s: float, mode: st
             jobs[h] = {"role": "roce", "ifname": lf.fabric.host_attachment(h).b_intf, "mac": n.mac, "ip": n.ip,
                        "out": str(Path(out) / f"{h}.roce.json"), "deadline_unix_s": deadline_unix_s,
                        "mode": mode, "line_rate_mbps": line_rate_mbps, "rate_mbps": rate_mbps,
-                       "dcqcn": params.as_dict(), **cc, "dscp": dscp, "cnp_dscp": cnp_dscp, "mtu_bytes": mtu_bytes,
+                       **cc, "dscp": dscp, "cnp_dscp": cnp_dscp, "mtu_bytes": mtu_bytes,
                        "ack_every": ack_every, "rto_s": rto_s, "sample_interval_s": sample_interval_s,
                        "pcap": str(Path(out) / f"{h}.pcap") if h in pcap_hosts else None,
                        "send": [], "receive": []}
@@ -178,7 +177,7 @@ def scenario_job_args(sc: Scenario, mode: str, sample_interval_s: float = 0.05,
     (a round's ``roce_mode``; with its ``roce_plugin``, the plug-in's file and parameters)."""
     r, host_mbps = sc.roce, sc.topology.host_rate_mbps
     return {"mode": mode, "line_rate_mbps": host_mbps, "rate_mbps": r.rate_mbps or host_mbps,
-            "dcqcn": dcqcn_params(sc), "timely": timely_params(sc), "swift": swift_params(sc),
+            "controllers": all_controller_params(sc),
             "cc_plugin": plugin.path if plugin is not None else None,
             "cc_params": dict(plugin.params) if plugin is not None else None,
             "dscp": sc.traffic.dscp, "cnp_dscp": r.cnp_dscp,
@@ -194,8 +193,7 @@ def collective_job_args(sc: Scenario, mode: str, plugin: RocePlugin | None = Non
     traffic section's DSCP: the lossless class's default, 26, as for RoCE traffic."""
     a = scenario_job_args(sc, mode, plugin=plugin)
     a.pop("pcap_hosts")
-    for k in ("dcqcn", "timely", "swift"):
-        a[k] = a[k].as_dict()
+    a.update({m: p.as_dict() for m, p in a.pop("controllers").items()})
     if plugin is None:
         del a["cc_plugin"], a["cc_params"]
     a["dscp"] = 26

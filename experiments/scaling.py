@@ -15,7 +15,7 @@ over the RTT) are the real fabric's.
 How a key scales follows from its unit: ``*_mbps`` divided by s; ``*_us``, ``*_ms``, ``*_s``
 multiplied by s (rounded to the key's integer unit where the section wants an integer). A key of
 another unit is refused (it does not scale: give it in its own section). The RoCE rate
-controllers' ``time_scale`` (``roce.dcqcn``, ``roce.timely``, ``roce.swift``) is s unless given. The derived values go into the scenario's own
+controllers' ``time_scale`` (``roce.<mode>`` of each registered controller that has one) is s unless given. The derived values go into the scenario's own
 sections before it is parsed, so every layer reads them as if written there; ``environment.json``
 records both (``scale.real``, ``scale.emulated``).
 
@@ -28,6 +28,7 @@ import copy
 from typing import Any
 
 from common.errors import ScenarioError
+from traffic.ratecontrol import RATE_CONTROLLERS
 
 #: The sections of the real fabric a scale section may describe.
 SCALED_SECTIONS = ("topology", "links", "hosts", "roce")
@@ -36,9 +37,9 @@ INTEGER_KEYS = {("links", "delay_us"), ("links", "jitter_us"), ("hosts", "rto_mi
 #: Unit suffixes that are times (multiplied by the factor) and rates (divided by it).
 TIME_SUFFIXES = ("_us", "_ms", "_s")
 RATE_SUFFIXES = ("_mbps",)
-#: The ``roce`` sections whose ``time_scale`` a scale factor sets (common.dcqcn, common.timely,
-#: common.swift: each stretches its times by it).
-TIME_SCALED_CONTROLLERS = ("dcqcn", "timely", "swift")
+#: The ``roce`` sections whose ``time_scale`` a scale factor sets: every registered rate
+#: controller that declares one (each stretches its times by it).
+TIME_SCALED_CONTROLLERS = tuple(m for m, c in RATE_CONTROLLERS.items() if "time_scale" in c.PARAMS)
 #: Largest factor accepted (a 400 Gbit/s link at 1 Mbit/s is 4e5).
 MAX_FACTOR = 1e6
 
@@ -88,8 +89,8 @@ def _derive(section: str, real: Any, own: Any, factor: float, path: str, out: di
 def apply_scale(data: dict) -> dict:
     """A scenario file's data with its ``scale`` section applied: the real fabric's rates and times
     scaled into the emulated sections (returned as a new mapping; ``data`` is not changed), and
-    the ``time_scale`` of ``roce.dcqcn``, ``roce.timely`` and ``roce.swift`` set to the factor
-    unless given. Data without ``scale`` is returned as is.
+    the ``time_scale`` of every registered rate controller's section
+    (:data:`TIME_SCALED_CONTROLLERS`) set to the factor unless given. Data without ``scale`` is returned as is.
 
     Raises:
         ScenarioError: a bad factor, an unknown section, a key that does not scale, or a key given

@@ -19,8 +19,6 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from common.dcqcn import DcqcnParams
-from common.swift import SwiftParams
-from common.timely import TimelyParams
 from common.ecn import EcnSettings, resolve_ecn
 from common.errors import ScenarioError
 from common.params import quote
@@ -33,6 +31,7 @@ from experiments.model import (DEFAULT_BLOCK_BYTES, DEFAULT_BLOCKS, DEFAULT_BUFF
 from topologies import TOPOLOGIES
 from traffic.ccplugin import PLUGIN_PREFIX, PluginError, load_plugin
 from traffic.patterns import PATTERNS
+from traffic.ratecontrol import RATE_CONTROLLERS
 
 #: Most links a fabric may have. Bring-up here grows about as links^1.5 (a k=8 Fat-Tree, 384 links:
 #: 82 s on a 2-core machine), so 1024 links is several minutes; every link is two veth interfaces
@@ -431,12 +430,20 @@ MAX_VALUES = 100_000
 MAX_DEPTH = 32
 
 
-def _scaled_params(sc: Scenario, section: str, cls):
-    """``cls.scaled`` (a frozen parameter dataclass of common/) for the host link rate, with the
-    keys of ``roce.<section>`` given replacing the scaled values (``*_mbps`` keys in bit/s,
-    ``time_scale`` passed as such). Raises ScenarioError naming ``roce.<section>.<key>`` when the
-    result is inconsistent."""
-    given = getattr(sc.roce, section).model_dump()
+def controller_params(sc: Scenario, mode: str):
+    """The parameters of the registered rate controller ``mode`` (its ``params_cls``, a frozen
+    dataclass of common/): the defaults scaled to the host link rate, with the keys of
+    ``roce.<mode>`` given replacing them (``*_mbps`` keys in bit/s, ``time_scale`` passed as
+    such).
+
+    Raises:
+        KeyError: ``mode`` is not a registered controller with parameters.
+        ScenarioError: naming ``roce.<mode>.<key>`` when the result is inconsistent.
+    """
+    cls = RATE_CONTROLLERS[mode].params_cls
+    if cls is None:
+        raise KeyError(f"rate controller {mode!r} has no parameters")
+    given = getattr(sc.roce, mode).model_dump()
     d = {k: v for k, v in given.items() if v is not None}
     ts = d.pop("time_scale", None)
     over = {(k[:-5] + "_bps" if k.endswith("_mbps") else k): (v * 1e6 if k.endswith("_mbps") else v)
@@ -446,28 +453,20 @@ def _scaled_params(sc: Scenario, section: str, cls):
     except ValueError as e:
         name = str(e).split(" ")[0]
         key = next((k for k in given if k.replace("_mbps", "_bps") == name), name)
-        raise ScenarioError(f"roce.{section}.{key}", str(e)) from None
+        raise ScenarioError(f"roce.{mode}.{key}", str(e)) from None
+
+
+def all_controller_params(sc: Scenario) -> dict:
+    """``{mode: controller_params(sc, mode)}`` for every registered rate controller with
+    parameters (each QP's job carries them all; its mode picks one). Raises ScenarioError as
+    :func:`controller_params`."""
+    return {mode: controller_params(sc, mode) for mode, c in RATE_CONTROLLERS.items() if c.params_cls is not None}
 
 
 def dcqcn_params(sc: Scenario) -> DcqcnParams:
-    """The scenario's DCQCN parameters: the scaled NIC defaults for the host link rate, with the
-    ``roce.dcqcn`` keys given replacing them (``*_mbps`` keys in bit/s). Raises ScenarioError
-    naming ``roce.dcqcn.<key>`` when the result is inconsistent."""
-    return _scaled_params(sc, "dcqcn", DcqcnParams)
-
-
-def timely_params(sc: Scenario) -> TimelyParams:
-    """The scenario's TIMELY parameters: the reference defaults scaled to the host link rate
-    (common.timely), with the ``roce.timely`` keys given replacing them. Raises ScenarioError
-    naming ``roce.timely.<key>`` when the result is inconsistent."""
-    return _scaled_params(sc, "timely", TimelyParams)
-
-
-def swift_params(sc: Scenario) -> SwiftParams:
-    """The scenario's Swift-like parameters: the defaults scaled to the host link rate
-    (common.swift), with the ``roce.swift`` keys given replacing them. Raises ScenarioError
-    naming ``roce.swift.<key>`` when the result is inconsistent."""
-    return _scaled_params(sc, "swift", SwiftParams)
+    """The scenario's DCQCN parameters (:func:`controller_params` of ``dcqcn``), which DCQCN's
+    fluid model (experiments.fluid) also reads. Raises ScenarioError naming ``roce.dcqcn.<key>``."""
+    return controller_params(sc, "dcqcn")
 
 
 def _plugin(key: str, cc, cache: dict) -> RocePlugin:

@@ -39,6 +39,13 @@ class RateController:
     #: The registry name (a scenario's ``roce.mode``).
     name = "controller"
     params = None
+    #: A registered controller's own scenario keys, the section ``roce.<name>``:
+    #: ``{key: common.params.F}`` (``*_mbps`` keys reach ``params_cls`` in bit/s as ``*_bps``).
+    #: Empty: no section. A plug-in's parameters are ``roce.cc.params`` instead.
+    PARAMS: dict = {}
+    #: A registered controller's parameter set (common.ccparams.CcParams: ``scaled(line_rate_bps,
+    #: time_scale, **overrides)``), built from its section; None without one.
+    params_cls: type | None = None
     wants_rtt_samples = True
     ack_every_packets: int | None = None
 

@@ -2,25 +2,47 @@
 (traffic.roce.SenderQp) paces its frames at :meth:`RateController.rate_bps` and reports every
 frame sent, every CNP and every ACK (with its RTT sample) to its controller; it never asks which
 algorithm it runs. A new congestion-control algorithm is one class here plus one entry in
-:data:`RATE_CONTROLLERS` (its name is the scenario's ``roce.mode``), or one class in a file of
+:data:`RATE_CONTROLLERS` (its name is the scenario's ``roce.mode``; its ``PARAMS``, the keys of
+the scenario's ``roce.<name>`` section, built into ``params_cls``), or one class in a file of
 the user's own, named by the scenario's ``roce.cc.plugin`` (traffic.ccplugin loads it). The
 interface, :class:`RateController`, is defined in traffic.ccbase and imported from here.
 
 Registered:
 - ``dcqcn``: the DCQCN reaction point (common.dcqcn.ReactionPoint; Zhu et al., SIGCOMM 2015).
 - ``timely``: TIMELY's RTT-gradient control (common.timely; Mittal et al., SIGCOMM 2015).
+- ``patched_timely``: Patched TIMELY (common.patched_timely; Zhu et al., CoNEXT 2016, section 4.3).
 - ``swift``: a Swift-like delay-target control, rate-based (common.swift; Kumar et al., SIGCOMM 2020).
 - ``none``: a fixed rate (the job's ``rate_mbps``, default the line rate): open loop, no reaction.
 """
 from __future__ import annotations
 
 from common.dcqcn import DcqcnParams, ReactionPoint
+from common.params import F
+from common.patched_timely import PatchedTimelyParams, PatchedTimelyState
 from common.swift import SwiftParams, SwiftState
 from common.timely import TimelyParams, TimelyState
 from traffic.ccbase import RateController
 from traffic.ccplugin import PLUGIN_PREFIX, load_plugin
 
-__all__ = ["RateController", "FixedRate", "Dcqcn", "Timely", "Swift", "RATE_CONTROLLERS", "for_job", "PLUGIN_PREFIX"]
+__all__ = ["RateController", "FixedRate", "Dcqcn", "Timely", "PatchedTimely", "Swift", "RATE_CONTROLLERS",
+           "for_job", "PLUGIN_PREFIX"]
+
+
+def _number(lo: float, hi: float) -> F:
+    """An optional number key within [lo, hi] (absent: the scaled default)."""
+    return F((int, float), None, lo=lo, hi=hi)
+
+
+def _integer(lo: int, hi: int) -> F:
+    """An optional integer key within [lo, hi] (absent: the scaled default)."""
+    return F((int,), None, lo=lo, hi=hi)
+
+
+#: The emulation's time scale for a controller's times (common.ccparams.default_time_scale).
+TIME_SCALE = {"time_scale": _number(1e-3, 1e6)}
+#: What the delay-based controllers' sections share: the time scale, the multiplicative-decrease
+#: factor beta and the rate floor.
+DELAY_PARAMS = {**TIME_SCALE, "beta": _number(1e-6, 1.0), "min_rate_mbps": _number(1e-6, 1000)}
 
 
 class FixedRate(RateController):
@@ -53,6 +75,12 @@ class Dcqcn(RateController):
     Large-Scale RDMA Deployments", SIGCOMM 2015."""
     wants_rtt_samples = False       # its rate never depends on a round trip
     name = "dcqcn"
+    params_cls = DcqcnParams
+    PARAMS = {**TIME_SCALE, "g": _number(1e-6, 1.0), "alpha_timer_s": _number(1e-6, 60),
+              "cnp_interval_s": _number(0.0, 60), "timer_s": _number(1e-6, 60),
+              "byte_counter_bytes": _number(1, 1e12), "fast_recovery_stages": _integer(1, 1000),
+              "rate_ai_mbps": _number(1e-6, 1000), "rate_hai_mbps": _number(1e-6, 1000),
+              "min_rate_mbps": _number(1e-6, 1000)}
 
     def __init__(self, params: DcqcnParams):
         self.params = params
@@ -146,6 +174,12 @@ class Timely(DelayBased):
     Control for the Datacenter", SIGCOMM 2015."""
     name = "timely"
     params_cls, state_cls = TimelyParams, TimelyState
+    #: delta is ``additive_increment_mbps`` (added per completion event: an ACK with an RTT sample);
+    #: ``hai_threshold`` the completions of negative gradient before hyperactive increase (N);
+    #: ``min_rtt_s`` the gradient's normaliser (absent: the smallest RTT sample the QP has seen).
+    PARAMS = {**DELAY_PARAMS, "ewma_alpha": _number(1e-6, 1.0), "t_low_s": _number(1e-6, 60),
+              "t_high_s": _number(1e-6, 60), "additive_increment_mbps": _number(1e-6, 1000),
+              "hai_threshold": _integer(1, 1000), "min_rtt_s": _number(1e-6, 60)}
 
     @staticmethod
     def sample(state, now_s: float, rtt_s: float, acked_bytes: int) -> None:
@@ -157,6 +191,19 @@ class Timely(DelayBased):
         return {"min_rtt_seen_s": self.state.min_rtt_s}
 
 
+class PatchedTimely(Timely):
+    """Patched TIMELY (common.patched_timely.PatchedTimelyState): TIMELY whose decrease between
+    T_low and T_high follows the absolute RTT against RTT_ref, weighted by a continuous function
+    of the gradient, so that flows sharing a bottleneck converge to one fair rate. CNPs are
+    ignored. Source: Zhu et al., "ECN or Delay: Lessons Learnt from Analysis of DCQCN and
+    TIMELY", CoNEXT 2016, section 4.3."""
+    name = "patched_timely"
+    params_cls, state_cls = PatchedTimelyParams, PatchedTimelyState
+    #: TIMELY's keys but ``hai_threshold`` (the patch has no hyperactive increase), and
+    #: ``rtt_ref_s``, the error's reference RTT (absent: ``t_low_s``, as in the paper).
+    PARAMS = {**{k: v for k, v in Timely.PARAMS.items() if k != "hai_threshold"}, "rtt_ref_s": _number(1e-6, 60)}
+
+
 class Swift(DelayBased):
     """A Swift-like delay-target controller, rate-based (common.swift.SwiftState): starts at line
     rate; below the delay target it adds ``ai_bps`` per round trip of acknowledged data, at or
@@ -165,6 +212,11 @@ class Swift(DelayBased):
     Datacenter", SIGCOMM 2020 (the simplifications are listed in common.swift)."""
     name = "swift"
     params_cls, state_cls = SwiftParams, SwiftState
+    #: ``target_queue_s``: the delay above the base round trip aimed for; ``base_rtt_s``: the base
+    #: round trip (absent: the smallest RTT sample seen); ``ai_mbps``: the additive increase per
+    #: round trip of acknowledged data.
+    PARAMS = {**DELAY_PARAMS, "target_queue_s": _number(1e-6, 60), "base_rtt_s": _number(1e-6, 60),
+              "ai_mbps": _number(1e-6, 1000), "max_mdf": _number(1e-6, 0.999)}
     #: Swift reacts to every ACK, and its transport acknowledges every packet: each asks for one.
     #: With the responder's count (an ACK per 16 packets) the QPs near a fair share flipped
     #: between that and an ACK per packet (traffic.roce's rule for slowed QPs): a QP below it
@@ -184,7 +236,7 @@ class Swift(DelayBased):
 
 
 #: Registered rate controllers by ``roce.mode``.
-RATE_CONTROLLERS: dict[str, type[RateController]] = {c.name: c for c in (Dcqcn, Timely, Swift, FixedRate)}
+RATE_CONTROLLERS: dict[str, type[RateController]] = {c.name: c for c in (Dcqcn, Timely, PatchedTimely, Swift, FixedRate)}
 
 
 def for_job(job: dict) -> RateController:

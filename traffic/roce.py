@@ -8,8 +8,9 @@ thread:
   frames built once per QP with scapy and patched per packet
   (common.roce.FrameTemplate). Each sender QP is paced by a token bucket on the
   monotonic clock at the rate its rate controller gives (traffic.ratecontrol, by ``mode``:
-  DCQCN's reaction point for ``dcqcn``, TIMELY for ``timely``, a Swift-like controller for
-  ``swift``, a fixed rate for ``none``; or the plug-in class in the file ``cc_plugin`` names).
+  DCQCN's reaction point for ``dcqcn``, TIMELY for ``timely``, Patched TIMELY for
+  ``patched_timely``, a Swift-like controller for ``swift``, a fixed rate for ``none``; or the
+  plug-in class in the file ``cc_plugin`` names).
   Every ACK that acknowledges new data gives the controller the bytes it acknowledged and, when
   it can be trusted, an RTT sample: its arrival minus the send time of the newest packet it
   covers (SenderQp.acked). A send the host
@@ -27,10 +28,12 @@ thread:
 Job (JSON)::
 
   {"role": "roce", "ifname", "mac", "ip", "out", "deadline_unix_s",
-   "mode": "dcqcn" | "timely" | "swift" | "none" | "plugin:<name>", "line_rate_mbps", "rate_mbps" (mode none),
+   "mode": a registered controller (traffic.ratecontrol.RATE_CONTROLLERS) | "plugin:<name>",
+   "line_rate_mbps", "rate_mbps" (mode none),
    "dcqcn": {DcqcnParams fields} (mode dcqcn; scaled defaults when absent; its cnp_interval_s
    also sets the receivers' notification point in every mode),
-   "timely": {TimelyParams fields}, "swift": {SwiftParams fields} (likewise),
+   and likewise under each other registered controller's name its ``params_cls`` fields
+   ("timely": {TimelyParams fields}, "swift": {SwiftParams fields}, ...),
    "cc_plugin": absolute path of a rate-controller plug-in or absent, "cc_params": {name: number},
    "dscp", "cnp_dscp", "mtu_bytes", "ack_every", "ack_delay_s" (default rto_s / 8: a quiet
    responder acknowledges what it holds), "rto_s", "sample_interval_s",

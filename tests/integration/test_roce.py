@@ -96,7 +96,7 @@ def test_two_dcqcn_senders_converge_to_a_fair_share_with_the_queue_between_kmin_
     flows = [{"flow_id": i, "src": h, "dst": "h1", "duration_s": RUN_S} for i, h in enumerate(("h2", "h3"))]
     params = DcqcnParams.scaled(RATE_MBPS * 1e6, time_scale=TIME_SCALE)   # T = K = 5.5 ms, N = 5 ms (x2 VM)
     lf, kind = fabric
-    recs, q = run_flows(lf, tmp_path, "dcqcn", flows, RUN_S, mode="dcqcn", line_rate_mbps=RATE_MBPS, dcqcn=params,
+    recs, q = run_flows(lf, tmp_path, "dcqcn", flows, RUN_S, mode="dcqcn", line_rate_mbps=RATE_MBPS, controllers={"dcqcn": params},
                         rto_s=rocerun.default_rto_s(100 * FRAME_BYTES, RATE_MBPS * 1e6))
     for r in recs:
         if r["tx"]:

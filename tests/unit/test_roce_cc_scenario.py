@@ -15,8 +15,9 @@ from common.timely import TimelyParams
 from experiments import analysis, rocerun
 from experiments.model import RocePlugin
 from experiments.plan import check_against_fabric
-from experiments.scenario import swift_params, timely_params, validate
+from experiments.scenario import controller_params, validate
 from experiments.workloads import roce as roce_workload
+from traffic.ratecontrol import RATE_CONTROLLERS
 
 REPO = Path(__file__).resolve().parents[2]
 AIMD = REPO / "docs" / "examples" / "aimd_cc.py"
@@ -37,7 +38,7 @@ def test_timely_and_swift_are_modes_for_the_scenario_and_per_round():
 def test_their_sections_override_the_scaled_defaults_and_contradictions_are_named():
     sc = validate(roce(roce={"timely": {"t_high_s": 0.08, "additive_increment_mbps": 0.2},
                              "swift": {"time_scale": 200, "ai_mbps": 0.1, "base_rtt_s": 0.004}}))
-    t, s = timely_params(sc), swift_params(sc)
+    t, s = controller_params(sc, "timely"), controller_params(sc, "swift")
     assert t == TimelyParams.scaled(10e6, t_high_s=0.08, additive_increment_bps=0.2e6)
     assert s == SwiftParams.scaled(10e6, time_scale=200, ai_bps=0.1e6, base_rtt_s=0.004)
     assert s.target_queue_s == pytest.approx(10e-3)
@@ -112,7 +113,9 @@ def test_jobs_carry_the_plugin_and_every_controllers_parameters():
     rnd = sc.rounds[0]
     args = rocerun.scenario_job_args(sc, rnd.roce_mode, plugin=rnd.roce_plugin)
     assert args["cc_plugin"] == str(AIMD) and args["cc_params"] == {"step_fraction": 0.1}
-    assert args["timely"] == TimelyParams.scaled(10e6) and args["swift"] == SwiftParams.scaled(10e6)
+    assert args["controllers"]["timely"] == TimelyParams.scaled(10e6)
+    assert args["controllers"]["swift"] == SwiftParams.scaled(10e6)
+    assert set(args["controllers"]) == {m for m, c in RATE_CONTROLLERS.items() if c.params_cls is not None}
     coll = rocerun.collective_job_args(sc, rnd.roce_mode, rnd.roce_plugin)
     assert coll["cc_plugin"] == str(AIMD) and coll["timely"] == TimelyParams.scaled(10e6).as_dict()
     plain = rocerun.collective_job_args(sc, "swift")
@@ -127,7 +130,7 @@ def test_jobs_carry_the_plugin_and_every_controllers_parameters():
     assert jobs["h5"]["cc_params"] == {"step_fraction": 0.1} and jobs["h5"]["swift"]["beta"] == 0.8
     swift = rocerun.host_jobs(lf, flows, Path("/tmp/x"), 0.0, mode="swift", line_rate_mbps=10)
     assert "cc_plugin" not in swift["h5"] and swift["h5"]["timely"] == TimelyParams.scaled(10e6).as_dict()
-    with pytest.raises(ValueError, match="roce mode must be one of dcqcn, timely, swift, none or a plug-in"):
+    with pytest.raises(ValueError, match="roce mode must be one of dcqcn, timely, patched_timely, swift, none or a plug-in"):
         rocerun.host_jobs(lf, flows, Path("/tmp/x"), 0.0, mode="plugin:aimd", line_rate_mbps=10)
 
 

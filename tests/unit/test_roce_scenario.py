@@ -8,7 +8,7 @@ import pytest
 from common.dcqcn_fluid import fixed_point
 from common.errors import ScenarioError
 from common.stats import jain_index
-from experiments.scenario import load_scenario, validate
+from experiments.scenario import dcqcn_params, load_scenario, validate
 from experiments.workloads import roce as roce_workload
 from experiments.workloads.flows import KernelFlows
 from experiments import rocerun
@@ -60,12 +60,12 @@ def test_incast_flows_carry_the_message_schedule():
 
 
 def test_dcqcn_parameters_from_the_scenario():
-    p = rocerun.dcqcn_params(validate(roce()))
+    p = dcqcn_params(validate(roce()))
     assert p.line_rate_bps == 10e6 and p.time_scale == 100
-    p = rocerun.dcqcn_params(validate({**roce(), "roce": {"dcqcn": {"time_scale": 50, "rate_ai_mbps": 0.05}}}))
+    p = dcqcn_params(validate({**roce(), "roce": {"dcqcn": {"time_scale": 50, "rate_ai_mbps": 0.05}}}))
     assert p.timer_s == pytest.approx(55e-6 * 50) and p.rate_ai_bps == pytest.approx(50e3)
     with pytest.raises(ScenarioError) as e:
-        rocerun.dcqcn_params(validate({**roce(), "roce": {"dcqcn": {"min_rate_mbps": 50}}}))
+        dcqcn_params(validate({**roce(), "roce": {"dcqcn": {"min_rate_mbps": 50}}}))
     assert e.value.key == "roce.dcqcn.min_rate_mbps"
     args = rocerun.scenario_job_args(validate(roce()), "none")
     assert args["mode"] == "none" and args["rate_mbps"] == 10 and args["dscp"] == 26 and args["rto_s"] > 0
@@ -124,7 +124,7 @@ def fluid_of(data, mode="dcqcn", measured=None):
     _, fabric_map, plan, _, profiles = check_against_fabric(sc)
     port = rocerun.shared_port(rocerun.scenario_flows(sc, plan), fabric_map)
     prof = profiles[0].get(port["intf"]) if port else None
-    return port, rocerun.fluid_fixed_point(mode, rocerun.dcqcn_params(sc), port, prof, sc.roce.mtu_bytes, measured)
+    return port, rocerun.fluid_fixed_point(mode, dcqcn_params(sc), port, prof, sc.roce.mtu_bytes, measured)
 
 
 def test_long_flows_into_one_receiver_get_the_fluid_fixed_point_of_its_port(tmp_path):
@@ -133,11 +133,11 @@ def test_long_flows_into_one_receiver_get_the_fluid_fixed_point_of_its_port(tmp_
                                      "p99_bytes": 30000.0, "median_packets": 14.0, "p99_packets": 28.0})
     assert port["receiver"] == "h1" and port["n_flows"] == 3 and port["rate_bps"] == 10e6
     assert block["port"] == port["intf"] and block["n_flows"] == 3 and block["packet_bytes"] == 1024 + 58
-    ref = fixed_point(rocerun.dcqcn_params(validate(roce())), 3, 10e6, 3028, 60560, 0.2, 1082)
+    ref = fixed_point(dcqcn_params(validate(roce())), 3, 10e6, 3028, 60560, 0.2, 1082)
     assert block["p_mark"] == ref.p_mark and block["queue_packets"] == ref.queue_packets
     assert block["rate_bps"] == pytest.approx(10e6 / 3) and 3028 < block["queue_bytes"] < 60560
     assert block["measured_queue_median_packets"] == 14.0 and block["measured_window_s"] == [0.5, 3.0]
-    summary = rocerun.add_to_summary(tmp_path, {}, [], "dcqcn", rocerun.dcqcn_params(validate(roce())), 1,
+    summary = rocerun.add_to_summary(tmp_path, {}, [], "dcqcn", dcqcn_params(validate(roce())), 1,
                                      fluid=block)
     assert summary["roce"]["fluid_fixed_point"] is block
     line = rocerun.format_line(summary)
@@ -163,7 +163,7 @@ def test_long_flows_into_one_receiver_get_the_fluid_fixed_point_of_its_port(tmp_
 def test_no_fluid_fixed_point_where_it_does_not_apply(data, mode, tmp_path):
     _, block = fluid_of(data, mode)
     assert block is None
-    summary = rocerun.add_to_summary(tmp_path, {}, [], mode, rocerun.dcqcn_params(validate(data)), 1, fluid=block)
+    summary = rocerun.add_to_summary(tmp_path, {}, [], mode, dcqcn_params(validate(data)), 1, fluid=block)
     assert "fluid_fixed_point" not in summary["roce"] and "fluid" not in rocerun.format_line(summary)
 
 
