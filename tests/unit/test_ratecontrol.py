@@ -1,5 +1,5 @@
 """RoCE rate controllers (traffic.ratecontrol): the registry the scenario's roce.mode reads, the
-two registered algorithms, and a new algorithm plugged in without touching the sender QP."""
+registered algorithms, and a new algorithm plugged in without touching the sender QP."""
 import pytest
 
 from common import roce
@@ -9,7 +9,9 @@ from common.timely import TimelyParams, TimelyState
 from common.errors import ScenarioError
 from experiments.scenario import validate
 from traffic import ratecontrol
-from traffic.ratecontrol import RATE_CONTROLLERS, Dcqcn, FixedRate, RateController, Swift, Timely, for_job
+from common.patched_timely import PatchedTimelyParams, PatchedTimelyState
+from traffic.ratecontrol import (RATE_CONTROLLERS, Dcqcn, FixedRate, PatchedTimely, RateController, Swift, Timely,
+                                  for_job)
 from traffic.roce import SenderQp
 
 JOB = {"line_rate_mbps": 10, "mtu_bytes": 256}
@@ -50,8 +52,10 @@ def test_dcqcn_is_the_reaction_point_of_common_dcqcn():
 
 
 @pytest.mark.parametrize("mode, cls, params, state", [("timely", Timely, TimelyParams, TimelyState),
+                                                       ("patched_timely", PatchedTimely, PatchedTimelyParams,
+                                                        PatchedTimelyState),
                                                        ("swift", Swift, SwiftParams, SwiftState)])
-def test_timely_and_swift_are_their_models_fed_by_ack_samples(mode, cls, params, state):
+def test_delay_based_controllers_are_their_models_fed_by_ack_samples(mode, cls, params, state):
     cc = for_job({**JOB, "mode": mode})
     assert isinstance(cc, cls) and cc.params == params.scaled(10e6)
     own = for_job({**JOB, "mode": mode, mode: {**params.scaled(10e6).as_dict(), "beta": 0.5}})
@@ -64,7 +68,7 @@ def test_timely_and_swift_are_their_models_fed_by_ack_samples(mode, cls, params,
     for t, rtt in samples:
         cc.on_ack(t, rtt, 16384)
         if rtt is not None:                                    # an ACK without a sample changes nothing
-            ref.on_rtt(rtt, t) if mode == "timely" else ref.on_ack(t, rtt, 16384)
+            ref.on_ack(t, rtt, 16384) if mode == "swift" else ref.on_rtt(rtt, t)
         assert cc.rate_bps() == ref.rate_bps
     assert cc.rate_bps() < 10e6
     rec = cc.record()

@@ -220,3 +220,19 @@ def test_a_plugin_that_raised_in_a_collective_agent_ends_the_run_too(tmp_path):
         coll_workload._raise_plugin_failure(tmp_path / "agents")
     assert str(e.value) == f"RoCE agent on h2: {err}"
     assert rocerun.plugin_failures(tmp_path / "agents") == []          # the RoCE workload's files only
+
+
+def test_every_registered_controller_with_keys_has_its_section_its_parameters_and_the_scale():
+    """The registry is the one list: each controller's PARAMS become roce.<mode>, its params_cls
+    the parameters every job carries, and a scale section sets each one's time_scale."""
+    sc = validate(roce(roce={"patched_timely": {"rtt_ref_s": 0.006, "beta": 0.05}}))
+    with_keys = {m: c for m, c in RATE_CONTROLLERS.items() if c.PARAMS}
+    assert set(with_keys) == {"dcqcn", "timely", "patched_timely", "swift"}
+    for mode, cls in with_keys.items():
+        assert set(type(getattr(sc.roce, mode)).model_fields) == set(cls.PARAMS)
+        if mode != "patched_timely":
+            assert controller_params(sc, mode) == cls.params_cls.scaled(10e6), mode
+    p = controller_params(sc, "patched_timely")
+    assert (p.rtt_ref_s, p.beta) == (0.006, 0.05) and p.t_low_s == TimelyParams.scaled(10e6).t_low_s
+    scaled = validate(roce(scale={"factor": 250}))
+    assert all(getattr(scaled.roce, m).time_scale == 250 for m in with_keys)
