@@ -1,5 +1,5 @@
 """What the RoCE rate controllers' parameter sets share (common.dcqcn, common.timely,
-common.swift): the emulation's default time scale, the scales a host link's rate implies,
+common.patched_timely, common.swift): the emulation's default time scale, the scales a host link's rate implies,
 overrides with a check, the range checks and the record.
 
 Each parameter set is a frozen dataclass with a ``validate()`` that raises ValueError naming the

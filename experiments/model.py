@@ -28,7 +28,7 @@ from common.pfc import PfcConfig, config_sections
 from common.units import FRAME_BYTES, shaper_burst_bytes
 from topologies import TOPOLOGIES
 from traffic.patterns import PATTERNS
-from traffic.ratecontrol import RATE_CONTROLLERS
+from traffic.ratecontrol import RATE_CONTROLLERS, has_params
 
 #: A name of a scenario or a round (results folders are named after it).
 NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
@@ -272,7 +272,7 @@ def _controller_model(name: str, cls) -> type[Section]:
 
 #: ``{mode: the model of its roce.<mode> section}``, every registered rate controller with keys.
 CONTROLLER_MODELS: dict[str, type[Section]] = {name: _controller_model(name, cls)
-                                               for name, cls in RATE_CONTROLLERS.items() if cls.PARAMS}
+                                               for name, cls in RATE_CONTROLLERS.items() if has_params(cls)}
 
 
 #: A plug-in parameter's name.

@@ -23,7 +23,7 @@ from experiments.live import Agents
 from experiments.scenario import all_controller_params
 from experiments.tables import FLOW_COLUMNS, percentile, write_csv
 from traffic.patterns import message_schedule
-from traffic.ratecontrol import RATE_CONTROLLERS
+from traffic.ratecontrol import RATE_CONTROLLERS, has_params
 from experiments.model import RocePlugin, Scenario
 
 SENDER_QPN, RECEIVER_QPN, SPORT_BASE = 0x100, 0x200, 49152
@@ -63,7 +63,7 @@ def host_jobs(lf, flows: list[dict], out: Path, deadline_unix_s: float, mode: st
     line_bps = line_rate_mbps * 1e6
     given = dict(controllers or {})
     cc = {m: (given.get(m) or c.params_cls.scaled(line_bps)).as_dict()
-          for m, c in RATE_CONTROLLERS.items() if c.params_cls is not None}
+          for m, c in RATE_CONTROLLERS.items() if has_params(c)}
     if cc_plugin is not None:
         cc.update(cc_plugin=str(cc_plugin), cc_params=dict(cc_params or {}))
     jobs: dict[str, dict] = {}

@@ -28,7 +28,7 @@ import copy
 from typing import Any
 
 from common.errors import ScenarioError
-from traffic.ratecontrol import RATE_CONTROLLERS
+from traffic.ratecontrol import RATE_CONTROLLERS, has_params
 
 #: The sections of the real fabric a scale section may describe.
 SCALED_SECTIONS = ("topology", "links", "hosts", "roce")
@@ -39,7 +39,7 @@ TIME_SUFFIXES = ("_us", "_ms", "_s")
 RATE_SUFFIXES = ("_mbps",)
 #: The ``roce`` sections whose ``time_scale`` a scale factor sets: every registered rate
 #: controller that declares one (each stretches its times by it).
-TIME_SCALED_CONTROLLERS = tuple(m for m, c in RATE_CONTROLLERS.items() if "time_scale" in c.PARAMS)
+TIME_SCALED_CONTROLLERS = tuple(m for m, c in RATE_CONTROLLERS.items() if has_params(c) and "time_scale" in c.PARAMS)
 #: Largest factor accepted (a 400 Gbit/s link at 1 Mbit/s is 4e5).
 MAX_FACTOR = 1e6
 

@@ -31,7 +31,7 @@ from experiments.model import (DEFAULT_BLOCK_BYTES, DEFAULT_BLOCKS, DEFAULT_BUFF
 from topologies import TOPOLOGIES
 from traffic.ccplugin import PLUGIN_PREFIX, PluginError, load_plugin
 from traffic.patterns import PATTERNS
-from traffic.ratecontrol import RATE_CONTROLLERS
+from traffic.ratecontrol import RATE_CONTROLLERS, has_params
 
 #: Most links a fabric may have. Bring-up here grows about as links^1.5 (a k=8 Fat-Tree, 384 links:
 #: 82 s on a 2-core machine), so 1024 links is several minutes; every link is two veth interfaces
@@ -340,7 +340,7 @@ def _resolve_rounds(f: ScenarioFile, ecn: EcnSettings, pfc: PfcConfig | None, co
     has one, named after it. Each round's ``ecn`` keys (profile, layers, ports) and ``hosts`` keys
     replace the scenario's for that round; its ``pfc: {enabled}`` turns PFC on or off (the
     scenario's other PFC settings hold); its ``roce: {mode}`` or ``roce: {cc: {plugin}}`` sets the
-    RoCE rate controller (A/B runs of dcqcn against none, timely, swift or a plug-in), its ``seed`` the seed of its random choices (rounds that differ only in
+    RoCE rate controller (A/B runs of dcqcn against none, timely, patched_timely, swift or a plug-in), its ``seed`` the seed of its random choices (rounds that differ only in
     their seed repeat an experiment); its ``collective`` keys (experiments.model.ROUND_COLLECTIVE_KEYS) replace the
     scenario's. Each round's ``traffic`` is the file's section here; :func:`_resolve_round_traffic`
     replaces it with the checked one (and the round's own keys) once the traffic is checked.
@@ -440,9 +440,9 @@ def controller_params(sc: Scenario, mode: str):
         KeyError: ``mode`` is not a registered controller with parameters.
         ScenarioError: naming ``roce.<mode>.<key>`` when the result is inconsistent.
     """
-    cls = RATE_CONTROLLERS[mode].params_cls
-    if cls is None:
+    if not has_params(RATE_CONTROLLERS[mode]):
         raise KeyError(f"rate controller {mode!r} has no parameters")
+    cls = RATE_CONTROLLERS[mode].params_cls
     given = getattr(sc.roce, mode).model_dump()
     d = {k: v for k, v in given.items() if v is not None}
     ts = d.pop("time_scale", None)
@@ -460,7 +460,7 @@ def all_controller_params(sc: Scenario) -> dict:
     """``{mode: controller_params(sc, mode)}`` for every registered rate controller with
     parameters (each QP's job carries them all; its mode picks one). Raises ScenarioError as
     :func:`controller_params`."""
-    return {mode: controller_params(sc, mode) for mode, c in RATE_CONTROLLERS.items() if c.params_cls is not None}
+    return {mode: controller_params(sc, mode) for mode, c in RATE_CONTROLLERS.items() if has_params(c)}
 
 
 def dcqcn_params(sc: Scenario) -> DcqcnParams:

@@ -25,7 +25,7 @@ from traffic.ccbase import RateController
 from traffic.ccplugin import PLUGIN_PREFIX, load_plugin
 
 __all__ = ["RateController", "FixedRate", "Dcqcn", "Timely", "PatchedTimely", "Swift", "RATE_CONTROLLERS",
-           "for_job", "PLUGIN_PREFIX"]
+           "for_job", "has_params", "PLUGIN_PREFIX"]
 
 
 def _number(lo: float, hi: float) -> F:
@@ -123,7 +123,7 @@ class Dcqcn(RateController):
 
 
 class DelayBased(RateController):
-    """The shape TIMELY and the Swift-like controller share: a parameter set (``params_cls``, from
+    """The shape TIMELY, Patched TIMELY and the Swift-like controller share: a parameter set (``params_cls``, from
     the job's section named like the mode, else scaled to the job's line rate) and a state machine
     (``state_cls``, whose ``rate_bps`` the queue pair paces at) fed one RTT sample at a time by
     ``sample(state, now_s, rtt_s, acked_bytes)``; CNPs are ignored (delay is the only signal)."""
@@ -237,6 +237,23 @@ class Swift(DelayBased):
 
 #: Registered rate controllers by ``roce.mode``.
 RATE_CONTROLLERS: dict[str, type[RateController]] = {c.name: c for c in (Dcqcn, Timely, PatchedTimely, Swift, FixedRate)}
+
+
+def has_params(cls: type[RateController]) -> bool:
+    """Whether a registered controller has a ``roce.<name>`` section and a parameter set (its
+    ``PARAMS`` and ``params_cls`` come together; :func:`_check_registry`)."""
+    return cls.params_cls is not None
+
+
+def _check_registry() -> None:
+    """Every registered controller declares both ``PARAMS`` and ``params_cls`` or neither.
+    Raises TypeError naming the controller (at import: a registration mistake, not a user's)."""
+    for name, cls in RATE_CONTROLLERS.items():
+        if bool(cls.PARAMS) != (cls.params_cls is not None):
+            raise TypeError(f"rate controller {name}: PARAMS and params_cls must be given together")
+
+
+_check_registry()
 
 
 def for_job(job: dict) -> RateController:

@@ -1,5 +1,6 @@
 """RoCEv2 messages over reliable-connection queue pairs (``traffic.transport: roce``): one agent
-per host, the round's rate controller (DCQCN, TIMELY, Swift-like, a fixed rate, or a plug-in)
+per host, the round's rate controller (traffic.ratecontrol's registry: DCQCN, TIMELY, Patched
+TIMELY, Swift-like, a fixed rate; or a plug-in)
 and seed; the flows' rows, and the ``roce`` section with message completion times, CNPs,
 retransmissions and RTT samples. A plug-in that raises in an agent ends the run (RunError)."""
 from __future__ import annotations

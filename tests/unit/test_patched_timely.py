@@ -54,6 +54,9 @@ def test_scaling_is_timelys_with_beta_compounded_over_the_events_one_stands_for(
     assert PatchedTimelyParams.scaled(10e6, beta=0.02).beta == 0.02          # an override wins
     ref = PatchedTimelyParams.scaled(REFERENCE_RATE_BPS, time_scale=1.0)
     assert ref.beta == pytest.approx(REFERENCE_BETA)                           # the paper's, unscaled
+    # a longer time scale means fewer reference events per emulated one: k = 1000 / 500 = 2
+    assert PatchedTimelyParams.scaled(10e6, time_scale=500).beta == pytest.approx(1 - (1 - REFERENCE_BETA) ** 2)
+    assert PatchedTimelyParams.scaled(10e6, time_scale=2000).beta == pytest.approx(REFERENCE_BETA)   # k >= 1
 
 
 def _fluid(state_cls, params, start_bps, seconds=60.0, dt_s=1e-3, base_rtt_s=4e-3, seg_bytes=16384):

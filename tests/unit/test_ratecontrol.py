@@ -105,3 +105,12 @@ def test_a_new_algorithm_is_one_class_and_one_registry_entry(monkeypatch):
     q.on_feedback(roce.Bth(opcode=roce.CNP, becn=True, dqpn=0x11, ackreq=False, psn=0, payload_bytes=0, syndrome=None), 0.02)
     assert q.rate_bps() == 2.5e6 and q.bucket.rate_bps == 2.5e6
     assert q.record()["cnps_received"] == 2 and q.record()["mode"] == "halving"
+
+
+def test_a_controller_registered_with_keys_but_no_parameter_set_is_refused(monkeypatch):
+    class Half(RateController):
+        name = "half"
+        PARAMS = {"gain": ratecontrol.F((int, float), None, lo=0, hi=1)}
+    monkeypatch.setitem(RATE_CONTROLLERS, "half", Half)
+    with pytest.raises(TypeError, match="rate controller half: PARAMS and params_cls must be given together"):
+        ratecontrol._check_registry()
