@@ -1,5 +1,5 @@
 """Studies on real fabrics: the A/A study (the same variant twice, 15 seeds) reports no
-difference, the seed puts every flow on the same path in every variant and pairing narrows the
+difference, the seed puts every flow on the same path in both variants and pairing narrows the
 spread of the differences, and a study run through a local Dask scheduler and one worker gives
 the same cells, files and paths as the same study run here.
 
@@ -35,12 +35,16 @@ def test_aa_study_shows_no_difference_and_pairing_narrows_the_spread(tmp_path, f
     # 99.9% over all metrics: a correct build then reports a false difference in about 1 run in 1000
     # (at the shipped 95% it would be up to 1 in 20, by design). 15 seeds, not the shipped 10: at
     # 99.9% over 11 metrics a difference needs Holm's p < 0.001 / 11, and only from 15 seeds all one
-    # way (Wilcoxon's p = 2 / 2**15) can a real difference reach it, so the test can fail
+    # way (Wilcoxon's p = 2 / 2**15) can a real difference reach it, so the test can fail.
+    # The A/A pair alone (the shipped ECN variant left out: 30 cells, not 45, for the host lane's
+    # budget); that the statistics see a real difference is tests/unit/test_studystats.py's, on
+    # known samples, and the ECN queue's tenth of drop-tail's is the Dask test's, below
     data["confidence"] = 0.999
     data["seeds"] = 15
+    data["variants"] = {k: v for k, v in data["variants"].items() if k in ("a", "a-again")}
     data["base"]["name"] = "aa-test"
     data["base"]["traffic"].update(start_delay_s=0.2)
-    data["base"]["measurement"].update(post_s=0.2, plots=False)   # 45 short cells: no round plots
+    data["base"]["measurement"].update(post_s=0.2, plots=False)   # 30 short cells: no round plots
     f = tmp_path / "aa.yaml"
     f.write_text(yaml.safe_dump(data))
     r = run_cli("study", str(f), "--results", str(tmp_path / "res"), "--accept-unfaithful", timeout=900)
@@ -48,7 +52,7 @@ def test_aa_study_shows_no_difference_and_pairing_narrows_the_spread(tmp_path, f
     assert r.returncode == 0, r.stderr[-2000:]
     out = _study_dir(tmp_path / "res")
     res = json.loads((out / "comparison.json").read_text())
-    assert len(res["cells"]) == 45 and all(c["status"] != "failed" for c in res["cells"])
+    assert len(res["cells"]) == 30 and all(c["status"] != "failed" for c in res["cells"])
     figure("unfaithful_cells", sum(c["status"] == "unfaithful" for c in res["cells"]))
 
     aa = [p for p in res["pairs"] if (p["a"], p["b"]) == ("a", "a-again")]
@@ -62,31 +66,21 @@ def test_aa_study_shows_no_difference_and_pairing_narrows_the_spread(tmp_path, f
     fct = next(p for p in aa if p["metric"] == "fct_median_s")
     figure("aa_fct_median_ratio", fct["ratio"])
 
-    # every seed put every flow on the same path in all three variants
+    # every seed put every flow on the same path in both variants
     assert res["paths"]["checked"] == 15 and res["paths"]["same"], res["paths"]
     (first,) = out.glob("runs/*/rounds/*-a-s1/flows.csv")       # seed 1 of variant a, whichever run had it
     rows = list(csv.DictReader(open(first)))
     assert all(r["path"].startswith(r["src"] + ">") for r in rows)
 
-    # ECN against the same seed: the paired differences spread less than unpaired ones would
-    ecn = next(p for p in res["pairs"] if (p["a"], p["b"], p["metric"]) == ("a", "ecn-k10", "fct_median_s"))
-    figure("ecn_fct_median_diff_std_paired_s", ecn["diff_std"])
-    figure("ecn_fct_median_diff_std_unpaired_s", ecn["unpaired_diff_std"])
-    assert ecn["diff_std"] < ecn["unpaired_diff_std"], ecn
-    q = next(p for p in res["pairs"] if (p["a"], p["b"], p["metric"]) == ("a", "ecn-k10", "queue_median_packets"))
-    figure("ecn_queue_median_ratio", q["ratio"])
-    figure("ecn_queue_median_p_adjusted", q["p_adjusted"])
-    figure("ecn_queue_median_p_wilcoxon", q["p_wilcoxon"])
-    # the test can see a real difference: ECN's queue is a tenth of drop-tail's (ratio 0.098-0.116
-    # over 10 runs beside a CPU load) with p far below 0.01 (adjusted 7.9e-4 to 9.8e-4, so unadjusted
-    # below 1e-4). Not the verdict at 99.9% over 13 metrics: that needs all 15 seeds one way (2 /
-    # 2^15), and in 1 run of 10 one seed went the other way (+6 packets), so the interval at that
-    # level was [min, max] and included 0: the statistics were right, the check was too strict
-    assert q["p_wilcoxon"] < 0.01 and q["ratio"] < 0.3 and q["diff_median"] < 0, q
+    # the same seed, the same placement: the A/A pair's paired differences spread less than
+    # unpaired ones (seed i against seed j), where ECMP placement differs
+    figure("aa_fct_median_diff_std_paired_s", fct["diff_std"])
+    figure("aa_fct_median_diff_std_unpaired_s", fct["unpaired_diff_std"])
+    assert fct["diff_std"] < fct["unpaired_diff_std"], fct
 
     rows = list(csv.DictReader(open(out / "study.csv")))
     assert {"study", "cell", "variant", "seed", "metric", "value", "unit"} <= set(rows[0])
-    assert len({r["cell"] for r in rows}) == 45
+    assert len({r["cell"] for r in rows}) == 30
     assert (out / "report.html").is_file()
     assert not list((out / "runs").glob("*/rounds/*/*.png"))  # measurement.plots: false: no round plots
     assert_clean(str(f))
