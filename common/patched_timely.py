@@ -30,7 +30,7 @@ below T_high (10 T_low).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from common.ccparams import scales
 from common.timely import REFERENCE_RATE_BPS, TimelyParams, TimelyState
@@ -53,14 +53,16 @@ class PatchedTimelyParams(TimelyParams):
     def scaled(cls, line_rate_bps: float, time_scale: float | None = None, **overrides) -> "PatchedTimelyParams":
         """TIMELY's scaling (common.timely.TimelyParams.scaled) with beta compounded over the ``k``
         reference completion events one emulated event stands for (module docstring);
-        ``overrides`` replace any scaled value.
+        ``overrides`` replace any scaled value; ``rtt_ref_s`` not given becomes the resulting
+        ``t_low_s`` (so results record the value in force).
 
         Raises:
             ValueError: a bad value, naming the field.
         """
         rs, ts = scales(line_rate_bps, time_scale, REFERENCE_RATE_BPS)
         k = max(1.0, rs / ts)
-        return super().scaled(line_rate_bps, time_scale, **{"beta": 1 - (1 - REFERENCE_BETA) ** k, **overrides})
+        p = super().scaled(line_rate_bps, time_scale, **{"beta": 1 - (1 - REFERENCE_BETA) ** k, **overrides})
+        return p if p.rtt_ref_s is not None else replace(p, rtt_ref_s=p.t_low_s)   # recorded as resolved
 
     @property
     def reference_rtt_s(self) -> float:

@@ -69,8 +69,10 @@ from scipy import stats
 
 #: The power :func:`compare_paired` sizes ``seeds_needed`` for.
 POWER = 0.8
-#: The verdicts: with a preferred direction, and without one (``better=None``).
-VERDICTS = ("A better", "B better", "A higher", "B higher", "no difference")
+#: The verdict of a pair with fewer than two seeds measured in both variants: nothing to compare.
+NO_DATA = "no data"
+#: The verdicts: with a preferred direction, and without one (``better=None``), and with no data.
+VERDICTS = ("A better", "B better", "A higher", "B higher", "no difference", NO_DATA)
 BETTER = ("lower", "higher", None)
 
 
@@ -145,7 +147,9 @@ class PairStat:
         better: the metric's preferred direction, "lower", "higher" or None (none).
         confidence: the level of the two intervals (and of ``seeds_needed``).
 
-    Everything but the three medians is None when n < 2 (and the verdict is "no difference").
+    Everything but the three medians is None when n < 2, and the verdict is then "no data"
+    (:data:`NO_DATA`: no seed, or one, measured in both variants; a study whose cells were all
+    left out must not read as "no difference").
     """
     n: int
     a_median: float | None
@@ -441,7 +445,7 @@ def compare_paired(a: Sequence[float | None], b: Sequence[float | None], better:
     n = int(xa.size)
     d = xb - xa
     none = dict(diff_ci_low=None, diff_ci_high=None, ratio=None, ratio_ci_low=None, ratio_ci_high=None,
-                p_wilcoxon=None, p_adjusted=None, verdict="no difference", seeds_needed=None, diff_std=None,
+                p_wilcoxon=None, p_adjusted=None, verdict=NO_DATA, seeds_needed=None, diff_std=None,
                 unpaired_diff_std=None, better=better, confidence=c)
     if n == 0:
         return PairStat(n=0, a_median=None, b_median=None, diff_median=None, **none)
@@ -524,7 +528,7 @@ def adjust_family(pairs: Sequence[PairStat], confidence: float = 0.95) -> list[P
     Returns:
         New PairStats in the same order: ``p_adjusted`` from :func:`holm` over the ``p_wilcoxon``
         values, and the verdict "better"/"higher" only where ``p_adjusted < 1 - confidence`` and
-        the pair's own interval of the median difference excludes 0. The intervals and
+        the pair's own interval of the median difference excludes 0 ("no data" below 2 seeds). The intervals and
         ``seeds_needed`` are unchanged (they stay at the level each pair was computed at).
 
     Raises:
@@ -532,7 +536,8 @@ def adjust_family(pairs: Sequence[PairStat], confidence: float = 0.95) -> list[P
     """
     alpha = 1 - _check_confidence(confidence)
     adjusted = holm([p.p_wilcoxon for p in pairs])
-    return [replace(p, p_adjusted=q, verdict=_verdict(q, p.diff_ci_low, p.diff_ci_high, p.better, alpha))
+    return [replace(p, p_adjusted=q, verdict=NO_DATA if p.n < 2 else
+                    _verdict(q, p.diff_ci_low, p.diff_ci_high, p.better, alpha))
             for p, q in zip(pairs, adjusted)]
 
 
@@ -569,6 +574,7 @@ def paths_sentence(paths: dict, variants: int) -> str | None:
                     "sweep points checked)")
         return f"{len(paths.get('differing') or [])} flows took different paths in different variants of one seed"
     if variants > 1:
-        return ("not traced in these runs (kernel TCP and UDP flows are traced, up to 256 per round): the seeds "
-                "fix the source ports, but the same paths in every variant are not verified")
+        return ("not traced in these runs (the flows of kernel TCP and of the udp transport are traced, up to 256 "
+                "per round; RoCE queue pairs are not): the seeds fix the source ports, but the same paths in "
+                "every variant are not verified")
     return None

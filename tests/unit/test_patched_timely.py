@@ -38,7 +38,7 @@ def test_rtt_ref_defaults_to_t_low_and_can_be_set():
     st = PatchedTimelyState(PatchedTimelyParams(**{**P.as_dict(), "rtt_ref_s": 4.0}))
     # error (2 - 4) / 4 = -1/2 at weight 1/2: 5 + 1000 (1 + 0.125), clamped to the line
     assert st.on_rtt(2.0, 1.0) == "increase" and st.rate_bps == 1000
-    assert P.reference_rtt_s == 1.0
+    assert P.reference_rtt_s == 1.0 and P.rtt_ref_s is None                    # None: T_low
     with pytest.raises(ValueError, match="rtt_ref_s"):
         PatchedTimelyParams(**{**P.as_dict(), "rtt_ref_s": 0.0}).validate()
 
@@ -50,7 +50,8 @@ def test_scaling_is_timelys_with_beta_compounded_over_the_events_one_stands_for(
     assert p.beta == pytest.approx(1 - (1 - REFERENCE_BETA) ** 10) and p.beta == pytest.approx(0.0772, abs=1e-4)
     for f in ("t_low_s", "t_high_s", "additive_increment_bps", "ewma_alpha", "min_rate_bps", "time_scale"):
         assert getattr(p, f) == getattr(t, f), f
-    assert p.rtt_ref_s is None and p.reference_rtt_s == p.t_low_s
+    assert p.rtt_ref_s == p.reference_rtt_s == p.t_low_s                      # resolved, as recorded
+    assert PatchedTimelyParams.scaled(10e6, t_low_s=0.004).rtt_ref_s == 0.004   # follows a given T_low
     assert PatchedTimelyParams.scaled(10e6, beta=0.02).beta == 0.02          # an override wins
     ref = PatchedTimelyParams.scaled(REFERENCE_RATE_BPS, time_scale=1.0)
     assert ref.beta == pytest.approx(REFERENCE_BETA)                           # the paper's, unscaled

@@ -187,14 +187,16 @@ def test_summarize_variant_degenerate():
 
 def test_compare_paired_degenerate():
     empty = compare_paired([], [], "lower")
-    assert empty.n == 0 and empty.a_median is None and empty.verdict == "no difference"
+    assert empty.n == 0 and empty.a_median is None and empty.verdict == "no data"
     one = compare_paired([1.0, None], [3.0, 2.0], "higher")
     assert (one.n, one.a_median, one.b_median, one.diff_median) == (1, 1.0, 3.0, 2.0)
     assert all(getattr(one, f) is None for f in ("diff_ci_low", "diff_ci_high", "ratio", "ratio_ci_low",
                                                  "ratio_ci_high", "p_wilcoxon", "p_adjusted", "seeds_needed",
                                                  "diff_std", "unpaired_diff_std"))
-    assert one.verdict == "no difference"
+    assert one.verdict == "no data"
     zeros = compare_paired([0.0] * 8, [0.0] * 8, "lower", n_resamples=NR)
+    # a family where some metrics had no data keeps saying so after the adjustment
+    assert [p.verdict for p in adjust_family([empty, one, zeros])] == ["no data", "no data", "no difference"]
     assert (zeros.ratio, zeros.ratio_ci_low, zeros.ratio_ci_high) == (1.0, 1.0, 1.0)
     assert (zeros.p_wilcoxon, zeros.verdict, zeros.diff_ci_low, zeros.diff_ci_high) == (1.0, "no difference", 0, 0)
     for d in (empty, one, zeros):
