@@ -80,9 +80,10 @@ def main(argv=None) -> int:
     if args.cmd in ("run", "check", "draw"):
         try:
             data = read_yaml_file(args.scenario)
+            studies = None
             if args.cmd == "check":
                 from experiments import study as studies     # a study file is checked as one
-            if args.cmd == "check" and studies.is_study(data):
+            if studies is not None and studies.is_study(data):
                 s = studies.expand(data, source=Path(args.scenario).resolve())
                 for c in s.cells:
                     check_against_fabric(c.scenario)
