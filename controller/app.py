@@ -41,7 +41,9 @@ from common.errors import FAULT_ENV
 from controller.oferrors import describe_error
 from controller.ofp import (CONFIG_DISPATCHER, HANDSHAKE_DISPATCHER, MAIN_DISPATCHER, BaseApp, arp, ether_types, ethernet, nicira_ext,
                             ofp_event, ofproto_v1_3, packet, set_ev_cls)
+from controller.faultports import FaultPorts
 from controller.pfcports import PfcPorts, share_gil_realtime
+from controller.portstats import read_ports
 from controller.rest import ControlApi, serve
 from controller.routing import compute_routes, hash_basis
 from controller.tables import Multipath, Output, SetReg, ToController, port_sets_of, switch_flows
@@ -78,9 +80,11 @@ class FabricController(BaseApp):
         self.ecn = None
         self.pfc = None
         self.rest = None
+        self.faults = FaultPorts(self.fabric)
         if self.config.get("rest_port") is not None:
             api = ControlApi(self._status, lambda: self.ecn, lambda: self.pfc,
-                             has_ecn=bool(self.config.get("ecn_plan")), has_pfc=bool(self.config.get("pfc_plan")))
+                             has_ecn=bool(self.config.get("ecn_plan")), has_pfc=bool(self.config.get("pfc_plan")),
+                             faults=self.faults, ports=lambda: read_ports(self.fabric, self.faults.live_rx_errors))
             try:
                 self.rest = serve(api, "127.0.0.1", self.config["rest_port"])
                 LOG.info("REST API on http://127.0.0.1:%d/fabriclab/", self.rest.server_address[1])

@@ -24,6 +24,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_NEWQDISC, tcmsg
+from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime
 
 from common.errors import SetupError
 from common.units import shaper_burst_bytes
@@ -1057,3 +1058,173 @@ def attach_bpf_classifier(ifname: str, prog_fd: int, name: str, pref: int, ingre
                    parent=CLSACT_INGRESS if ingress else CLSACT_EGRESS, classid=1, direct_action=True, prio=pref)
     except NetlinkError as e:
         raise SetupError(f"tc refused the BPF filter {name} on {ifname}: {e}") from None
+
+
+# --- faults: a port's shaping rate, its link state, its counters -------------------------------
+
+@dataclass(frozen=True)
+class HtbClass:
+    """An HTB class's parameters as the kernel holds them (``TCA_HTB_PARMS``).
+
+    Attributes:
+        rate_bps, ceil_bps: guaranteed and ceiling rates in bit/s.
+        buffer_ticks, cbuffer_ticks: burst and cburst as the kernel stores them (psched ticks).
+        burst_bytes, cburst_bytes: the bursts in bytes that give those ticks at those rates.
+        quantum: bytes per round among siblings; prio: the class's priority.
+    """
+    rate_bps: int
+    ceil_bps: int
+    buffer_ticks: int
+    cbuffer_ticks: int
+    burst_bytes: int
+    cburst_bytes: int
+    quantum: int
+    prio: int
+
+
+def _burst_for_ticks(rate_bps: int, ticks: int) -> int:
+    """The burst in bytes that pyroute2's HTB encoder turns into exactly ``ticks`` at ``rate_bps``
+    (its ``calc_xmittime`` truncates: the inverse is searched near the real quotient)."""
+    rate_Bps = rate_bps / 8
+    guess = max(1, round(ticks * 1_000_000 / max(1, calc_xmittime(rate_Bps, 1_000_000))))
+    for b in sorted(range(max(1, guess - 64), guess + 64), key=lambda b: abs(b - guess)):
+        if calc_xmittime(rate_Bps, b) == ticks:
+            return b
+    return guess
+
+
+def htb_class(ifname: str, netns_pid: int | None = None, classid: int = HTB_CLASS) -> HtbClass:
+    """The parameters of ``ifname``'s HTB class ``classid`` (default ``1:1``, every shaped port's
+    link-rate class).
+
+    Raises:
+        SetupError: the interface or the class is missing.
+    """
+    try:
+        with _ipr(netns_pid) as ipr:
+            idx = _link_index(ipr, ifname)
+            for m in ipr.get_classes(index=idx):
+                if m["handle"] == classid and m.get_attr("TCA_KIND") == "htb":
+                    p = m.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_PARMS")
+                    rate64 = m.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_RATE64")
+                    ceil64 = m.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_CEIL64")
+                    rate = (rate64 or p["rate"]) * 8
+                    ceil = (ceil64 or p["ceil"]) * 8
+                    return HtbClass(rate, ceil, p["buffer"], p["cbuffer"], _burst_for_ticks(rate, p["buffer"]),
+                                    _burst_for_ticks(ceil, p["cbuffer"]), p["quantum"], p["prio"])
+    except NetlinkError as e:
+        raise SetupError(f"tc on {ifname}: cannot read its classes ({e})") from None
+    raise SetupError(f"tc on {ifname}: no HTB class {_tc_handle(classid)} (is the port shaped?)")
+
+
+def set_htb_class(ifname: str, cls: HtbClass, netns_pid: int | None = None, classid: int = HTB_CLASS,
+                  parent: int = HTB_ROOT) -> HtbClass:
+    """Change ``ifname``'s HTB class ``classid`` to ``cls`` (rate, ceil, bursts, quantum, prio);
+    returns the class as the kernel holds it afterwards.
+
+    Raises:
+        SetupError: the interface is missing or the kernel refused the change (its message).
+    """
+    try:
+        with _ipr(netns_pid) as ipr:
+            idx = _link_index(ipr, ifname)
+            ipr.tc("change-class", "htb", idx, classid, parent=parent, rate=f"{cls.rate_bps}bit",
+                   ceil=f"{cls.ceil_bps}bit", burst=cls.burst_bytes, cburst=cls.cburst_bytes,
+                   quantum=cls.quantum, prio=cls.prio)
+    except NetlinkError as e:
+        raise SetupError(f"tc on {ifname}: kernel refused the class change ({e})") from None
+    return htb_class(ifname, netns_pid, classid)
+
+
+def set_link_up(ifname: str, up: bool, netns_pid: int | None = None) -> None:
+    """Set ``ifname`` administratively up or down (``ip link set dev IF up|down``). A veth's peer
+    loses its carrier while it is down.
+
+    Raises:
+        SetupError: the interface is missing or the kernel refused.
+    """
+    try:
+        with _ipr(netns_pid) as ipr:
+            ipr.link("set", index=_link_index(ipr, ifname, "link"), state="up" if up else "down")
+    except NetlinkError as e:
+        raise SetupError(f"link {ifname}: kernel refused to set it {'up' if up else 'down'} ({e})") from None
+
+
+#: The link statistics a port counter reads (struct rtnl_link_stats64's names).
+LINK_STATS = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_errors", "tx_errors", "rx_dropped",
+              "tx_dropped")
+
+
+def link_counters(names: set[str] | None = None, netns_pid: int | None = None) -> dict[str, dict]:
+    """Every interface's (or those in ``names``) counters and state in one netlink dump:
+    ``{ifname: {"index", "operstate", "up" (administratively), "carrier", and LINK_STATS}}``.
+
+    Raises:
+        SetupError: the namespace cannot be read.
+    """
+    out: dict[str, dict] = {}
+    try:
+        with _ipr(netns_pid) as ipr:
+            for m in ipr.get_links():
+                name = m.get_attr("IFLA_IFNAME")
+                if names is not None and name not in names:
+                    continue
+                st = m.get_attr("IFLA_STATS64") or m.get_attr("IFLA_STATS") or {}
+                out[name] = {"index": m["index"], "operstate": m.get_attr("IFLA_OPERSTATE"),
+                             "up": bool(m["flags"] & 1), "carrier": bool(m.get_attr("IFLA_CARRIER")),
+                             **{k: int(st.get(k, 0)) for k in LINK_STATS}}
+    except NetlinkError as e:
+        raise SetupError(f"link counters: {e}") from None
+    return out
+
+
+def root_qdisc_stats(names: set[str] | None = None, netns_pid: int | None = None) -> dict[str, dict]:
+    """Each interface's root qdisc (or those of ``names``): ``{ifname: {"kind", "drops", "backlog_bytes",
+    "backlog_packets", "packets", "bytes"}}`` in one dump (the root HTB's drops count its leaves').
+
+    Raises:
+        SetupError: the namespace cannot be read.
+    """
+    out: dict[str, dict] = {}
+    try:
+        with _ipr(netns_pid) as ipr:
+            index_name = {m["index"]: m.get_attr("IFLA_IFNAME") for m in ipr.get_links()}
+            for m in ipr.get_qdiscs():
+                name = index_name.get(m["index"])
+                if m["parent"] != 0xFFFFFFFF or name is None or (names is not None and name not in names):
+                    continue
+                st = m.get_attr("TCA_STATS2")
+                basic = st.get_attr("TCA_STATS_BASIC") if st else None
+                queue = st.get_attr("TCA_STATS_QUEUE") if st else None
+                out[name] = {"kind": m.get_attr("TCA_KIND"), "drops": int(queue["drops"]) if queue else 0,
+                             "backlog_bytes": int(queue["backlog"]) if queue else 0,
+                             "backlog_packets": int(queue["qlen"]) if queue else 0,
+                             "packets": int(basic["packets"]) if basic else 0,
+                             "bytes": int(basic["bytes"]) if basic else 0}
+    except NetlinkError as e:
+        raise SetupError(f"qdisc counters: {e}") from None
+    return out
+
+
+def htb_ceilings_mbps(names: set[str], netns_pid: int | None = None, classid: int = HTB_CLASS) -> dict[str, float]:
+    """``{ifname: ceiling of its HTB class classid in Mbit/s}`` for the interfaces in ``names``
+    that have one, in one dump of the namespace's classes.
+
+    Raises:
+        SetupError: the namespace cannot be read.
+    """
+    out: dict[str, float] = {}
+    try:
+        with _ipr(netns_pid) as ipr:
+            index_name = {m["index"]: m.get_attr("IFLA_IFNAME") for m in ipr.get_links()}
+            for idx, name in index_name.items():
+                if name not in names:
+                    continue
+                for m in ipr.get_classes(index=idx):
+                    if m["handle"] == classid and m.get_attr("TCA_KIND") == "htb":
+                        opts = m.get_attr("TCA_OPTIONS")
+                        ceil = opts.get_attr("TCA_HTB_CEIL64") or opts.get_attr("TCA_HTB_PARMS")["ceil"]
+                        out[name] = ceil * 8 / 1e6
+    except NetlinkError as e:
+        raise SetupError(f"class rates: {e}") from None
+    return out

@@ -15,6 +15,8 @@ import signal
 import sys
 import tempfile
 
+from controller.faultports import remove_everywhere
+
 
 def main(argv=None) -> int:
     """Parse arguments, configure the framework and run the app until killed (exit 0 on SIGTERM)."""
@@ -37,6 +39,7 @@ def main(argv=None) -> int:
         # os-ken's own shutdown path raises on SystemExit (HubThread has no kill());
         # the controller holds no state worth flushing beyond its log.
         logging.getLogger("fabriclab.controller").info("stopping on SIGTERM")
+        remove_everywhere()
         logging.shutdown()
         os._exit(0)
     signal.signal(signal.SIGTERM, _stop)

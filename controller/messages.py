@@ -5,10 +5,16 @@ parsed once from its JSON body, with the key named when it is wrong. Pure: no I/
 - :class:`PfcStart` ``{"host_pids": {host: pid}}``: install PFC and start the pauser.
 - :class:`PfcChange` ``{"enabled": bool}`` or ``{"xoff_bytes", "xon_bytes", "cap_bytes"}``:
   PFC on or off, or new thresholds and buffer.
+- :class:`HostsRegister` ``{"host_pids": {host: pid}}``: the hosts' namespaces (faults on hosts'
+  interfaces reach them there).
+- :class:`FaultsAdd` ``{"faults": [fault, ...]}``: faults to schedule (controller.faults).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from common.errors import ScenarioError
+from controller.faults import FaultSpec, parse_fault
 
 
 class MessageError(ValueError):
@@ -50,6 +56,48 @@ class EcnChange:
         return cls(ports=dict(ports))
 
 
+def _host_pids(body, what: str) -> dict:
+    body = _mapping(body, what, {"host_pids"})
+    pids = body.get("host_pids")
+    if not isinstance(pids, dict):
+        raise MessageError(f"{what}.host_pids: expected an object of host -> pid, got {pids!r}")
+    for name in pids:
+        _int(pids, name, f"{what}.host_pids", minimum=1)
+    return dict(pids)
+
+
+@dataclass(frozen=True)
+class HostsRegister:
+    """The hosts' namespaces: ``host_pids`` maps host name -> the pid of its namespace's shell."""
+    host_pids: dict
+
+    @classmethod
+    def from_json(cls, body) -> "HostsRegister":
+        """Parse ``{"host_pids": {name: pid}}``. Raises MessageError naming the key."""
+        return cls(host_pids=_host_pids(body, "hosts"))
+
+
+@dataclass(frozen=True)
+class FaultsAdd:
+    """Faults to schedule, each checked against the fabric (controller.faults.parse_fault)."""
+    faults: tuple[FaultSpec, ...]
+
+    @classmethod
+    def from_json(cls, body, fabric_map: dict) -> "FaultsAdd":
+        """Parse ``{"faults": [{"kind": ..., ...}, ...]}`` or one fault object. Raises
+        MessageError naming the key (``faults[1].link``)."""
+        if isinstance(body, dict) and "kind" in body:
+            body = {"faults": [body]}
+        body = _mapping(body, "faults", {"faults"})
+        items = body.get("faults")
+        if not isinstance(items, list) or not items:
+            raise MessageError(f"faults: expected a non-empty list of faults, got {items!r}")
+        try:
+            return cls(faults=tuple(parse_fault(fabric_map, d, f"faults[{i}]") for i, d in enumerate(items)))
+        except ScenarioError as e:
+            raise MessageError(f"{e.key}: {e.detail}") from None
+
+
 @dataclass(frozen=True)
 class PfcStart:
     """Install PFC on every port and start the pauser; ``host_pids`` maps host name -> the pid of
@@ -59,13 +107,7 @@ class PfcStart:
     @classmethod
     def from_json(cls, body) -> "PfcStart":
         """Parse ``{"host_pids": {name: pid}}``. Raises MessageError naming the key."""
-        body = _mapping(body, "pfc.start", {"host_pids"})
-        pids = body.get("host_pids")
-        if not isinstance(pids, dict):
-            raise MessageError(f"pfc.start.host_pids: expected an object of host -> pid, got {pids!r}")
-        for name in pids:
-            _int(pids, name, "pfc.start.host_pids", minimum=1)
-        return cls(host_pids=dict(pids))
+        return cls(host_pids=_host_pids(body, "pfc.start"))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,11 @@ run does not have, 405 for a method a path does not take, 409 before the switche
 - ``PUT /fabriclab/pfc`` ``{"enabled": bool}`` or ``{"xoff_bytes", "xon_bytes", "cap_bytes"}``.
 - ``POST /fabriclab/pfc/start`` ``{"host_pids": {host: pid}}``: install PFC, start the pauser.
 - ``GET /fabriclab/pfc/report``: pauses, storms, reaction latencies, counters, occupancy.
+- ``POST /fabriclab/hosts`` ``{"host_pids": {host: pid}}``: the hosts' namespaces (for faults on hosts).
+- ``GET /fabriclab/ports``: every switch port's counters (controller.portstats).
+- ``GET /fabriclab/faults``: every fault's record; ``POST /fabriclab/faults`` ``{"faults": [...]}``
+  (or one fault): schedule faults, times from now (controller.messages.FaultsAdd); ``DELETE
+  /fabriclab/faults``: end them all, answer their records.
 
 The server is the standard library's, one request at a time on its own thread (the runner's
 requests are sequential; a change takes effect before its answer). :class:`ControlClient` is the
@@ -35,7 +40,7 @@ from typing import Callable
 
 from common.ecn import profile_spec
 from common.errors import ScenarioError, SetupError
-from controller.messages import EcnChange, MessageError, PfcChange, PfcStart
+from controller.messages import EcnChange, FaultsAdd, HostsRegister, MessageError, PfcChange, PfcStart
 
 LOG = logging.getLogger("fabriclab.controller.rest")
 #: Ryu's REST apps listen on 8080; fabriclab takes it when it is free (another port otherwise).
@@ -59,11 +64,15 @@ class ControlApi:
         ecn: () -> the ECN port manager (controller.ecnports.EcnPorts), None before the switches
             are configured; ``has_ecn``/``has_pfc``: whether this run has that plan at all.
         pfc: () -> the PFC part (controller.pfcports.PfcPorts), likewise.
+        faults: the fault manager (controller.faultports.FaultPorts), or None (404).
+        ports: () -> every switch port's counters (controller.portstats.read_ports), or None (404).
     """
 
-    def __init__(self, status: Callable[[], dict], ecn: Callable, pfc: Callable, has_ecn: bool, has_pfc: bool):
+    def __init__(self, status: Callable[[], dict], ecn: Callable, pfc: Callable, has_ecn: bool, has_pfc: bool,
+                 faults=None, ports: Callable | None = None):
         self.status, self._ecn, self._pfc = status, ecn, pfc
         self.has_ecn, self.has_pfc = has_ecn, has_pfc
+        self._faults, self._ports = faults, ports
         self.lock = threading.Lock()
         self.routes = {
             ("GET", "/status"): lambda body: self.status(),
@@ -73,7 +82,34 @@ class ControlApi:
             ("GET", "/pfc"): self.get_pfc, ("PUT", "/pfc"): self.put_pfc,
             ("POST", "/pfc/start"): lambda body: {"record": self.pfc().start(PfcStart.from_json(body).host_pids)},
             ("GET", "/pfc/report"): lambda body: self.pfc().report(),
+            ("POST", "/hosts"): self.post_hosts,
+            ("GET", "/ports"): lambda body: {"ports": self._need(self._ports, "port counters")()},
+            ("GET", "/faults"): lambda body: {"faults": self.faults().records()},
+            ("POST", "/faults"): self.post_faults,
+            ("DELETE", "/faults"): lambda body: {"removed": self.faults().remove_all()},
         }
+
+    @staticmethod
+    def _need(part, what: str):
+        if part is None:
+            raise HttpError(404, f"this controller has no {what}")
+        return part
+
+    def faults(self):
+        """The fault manager (HttpError 404 without one)."""
+        return self._need(self._faults, "fault manager")
+
+    def post_hosts(self, body) -> dict:
+        """Register the hosts' namespaces (:class:`HostsRegister`); ``hosts``: how many."""
+        msg = HostsRegister.from_json(body)
+        self.faults().set_hosts(msg.host_pids)
+        return {"hosts": len(msg.host_pids)}
+
+    def post_faults(self, body) -> dict:
+        """Schedule the faults of a :class:`FaultsAdd` (times from now); ``ids``: theirs."""
+        f = self.faults()
+        msg = FaultsAdd.from_json(body, f.fabric_map)
+        return {"ids": f.add(list(msg.faults))}
 
     def ecn(self):
         """The ECN part (HttpError 404 without an ECN plan, 409 before the switches are configured)."""
