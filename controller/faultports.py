@@ -27,7 +27,7 @@ from typing import Callable
 from common.errors import ScenarioError, SetupError
 from controller import dataplane
 from controller.faultbpf import XdpFrameDrop
-from controller.faults import FAULTS, FaultSpec, FrameDrop, LinkFlap, RateLimit
+from controller.faults import FAULTS, FaultSpec, FrameDrop, LinkFlap, RateLimit, check_clashes, slot
 
 LOG = logging.getLogger("fabriclab.controller.faults")
 
@@ -40,11 +40,6 @@ def remove_everywhere(timeout_s: float = 5.0) -> None:
     stays up, as under ``mn --custom``, leaves the fabric as it was)."""
     for m in list(MANAGERS):
         m.remove_all(timeout_s)
-
-
-def _slot(a) -> tuple[str, str]:
-    """What an action occupies: its interface and its mechanism."""
-    return a.intf, {FrameDrop: "frame drop", RateLimit: "rate", LinkFlap: "link state"}[type(a)]
 
 
 class _Fault:
@@ -116,7 +111,7 @@ class FaultPorts:
     def busy(self) -> set[tuple[str, str]]:
         """``(interface, action kind)`` of every scheduled or active fault's actions."""
         with self.lock:
-            return {_slot(a) for f in self.faults if f.state in ("scheduled", "active") for a in f.actions}
+            return {slot(a) for f in self.faults if f.state in ("scheduled", "active") for a in f.actions}
 
     def add(self, specs: list[FaultSpec]) -> list[int]:
         """Schedule ``specs`` (times from now); their ids. Nothing is scheduled when one of them
@@ -126,15 +121,15 @@ class FaultPorts:
             ScenarioError: two such faults (naming the second), or a place not in the fabric.
         """
         with self.lock:
+            check_clashes(self.fabric_map, specs)
             busy = self.busy()
             planned = []
             for i, spec in enumerate(specs):
                 acts = FAULTS[spec.kind].actions(self.fabric_map, spec)
-                clash = sorted({_slot(a) for a in acts} & busy)
+                clash = sorted({slot(a) for a in acts} & busy)
                 if clash:
                     raise ScenarioError(f"faults[{i}]", f"another fault already acts on {clash[0][0]} "
                                         f"({clash[0][1]}): one such fault per interface at a time")
-                busy |= {_slot(a) for a in acts}
                 planned.append((spec, acts))
             t0 = self.clock()
             ids = []

@@ -26,6 +26,8 @@ from common.ecn import EcnSettings, settings_spec
 from common.params import _REQUIRED, F
 from common.pfc import PfcConfig, config_sections
 from common.units import FRAME_BYTES, shaper_burst_bytes
+from controller.faults import FAULTS, FaultSpec
+from controller.faults.base import LINK_PATTERN, NODE
 from topologies import TOPOLOGIES
 from traffic.patterns import PATTERNS
 from traffic.ratecontrol import RATE_CONTROLLERS, has_params
@@ -341,6 +343,50 @@ class Measurement(Section):
     plots: bool = True
 
 
+# --- faults: one model per registered injector, told apart by `kind` ---------------------------
+
+#: Latest a fault may start or stop, in seconds from its round's start.
+MAX_FAULT_S = 86400
+_PLACE = {"link": (Annotated[str, Field(pattern=f"^(?:{LINK_PATTERN})$")], ...),
+          "switch": (Annotated[str, Field(pattern=f"^(?:{NODE})$")], ...),
+          "host": (Annotated[str, Field(pattern=f"^(?:{HOST})$")], ...)}
+
+
+def _fault_model(kind: str, cls) -> type[Section]:
+    fields = {cls.TARGET: _PLACE[cls.TARGET], **{k: field_of(spec) for k, spec in cls.PARAMS.items()},
+              "start_s": (_bounded(Number, 0, MAX_FAULT_S), 0),
+              "stop_s": (Optional[_bounded(Number, 0, MAX_FAULT_S)], None)}
+    if cls.TARGET == "switch":
+        fields["ports"] = (Optional[Annotated[list[Annotated[int, Field(ge=1, le=65279)]], Field(min_length=1)]], None)
+    doc = (cls.__doc__ or kind).strip()
+    model = create_model(f"{cls.__name__}Fault", __base__=Section,
+                         __doc__=f"fault kind {kind}: {doc} (controller.faults.{cls.__module__.rsplit('.', 1)[-1]}); "
+                                 "start_s/stop_s: seconds from the round's start (stop_s absent: its end)",
+                         kind=(Literal[kind], ...), **fields)
+    doc = cls.__doc__.strip().rstrip(".")
+    model.model_config["title"] = f"{cls.TITLE}: {doc[0].lower()}{doc[1:]}"
+    return model
+
+
+#: ``{kind: the model of a fault of that kind}`` (from controller.faults.FAULTS).
+FAULT_MODELS: dict[str, type[Section]] = {kind: _fault_model(kind, cls) for kind, cls in FAULTS.items()}
+
+
+def _fault_kind(value: Any) -> str | None:
+    if isinstance(value, dict):
+        kind = value.get("kind")
+        return kind if isinstance(kind, str) else None
+    return getattr(value, "kind", None)
+
+
+Fault = Annotated[Union[tuple(Annotated[m, Tag(k)] for k, m in FAULT_MODELS.items())],
+                  Discriminator(_fault_kind, custom_error_type="fault_kind",
+                                custom_error_message=f"kind must be one of {', '.join(FAULT_MODELS)}")]
+#: Most faults one scenario or round may have.
+MAX_FAULTS = 64
+Faults = Annotated[list[Fault], Field(max_length=MAX_FAULTS)]
+
+
 # --- rounds as written -----------------------------------------------------------------------
 
 class _Override(Section):
@@ -421,6 +467,8 @@ class RoundFile(Section):
     seed: Optional[Annotated[int, Field(ge=0, le=2**31 - 1)]] = None
     collective: Optional[CollectiveOverride] = None
     traffic: Optional[TrafficOverride] = None
+    #: the round's faults instead of the scenario's ([]: none in this round)
+    faults: Optional[Faults] = None
 
 
 class ScenarioFile(Section):
@@ -443,6 +491,8 @@ class ScenarioFile(Section):
     ecn: _own("ecn") = None
     priorities: _own("priorities") = None
     pfc: _own("pfc") = None
+    #: faults injected in every round that does not give its own (controller.faults)
+    faults: Faults = []
     rounds: Optional[Annotated[list[RoundFile], Field(min_length=1, max_length=MAX_ROUNDS)]] = None
 
     @model_validator(mode="before")
@@ -490,6 +540,8 @@ class Round(Resolved):
             ``senders`` (and ``sender_hosts`` cut to the first ``senders``) and, in blocks mode,
             ``block_bytes`` replaced by the round's. The incast workloads (blocks, kernel flows,
             RoCEv2) plan the round's senders from it; other patterns run the scenario's one plan.
+        faults: the faults injected in this round (the round's own, else the scenario's),
+            checked against the fabric.
     """
     name: str
     ecn: EcnSettings
@@ -500,6 +552,7 @@ class Round(Resolved):
     seed: int
     collective: Collective
     traffic: Traffic
+    faults: tuple[FaultSpec, ...] = ()
 
 
 class Scenario(Resolved):
@@ -512,6 +565,8 @@ class Scenario(Resolved):
         ecn: marker and profiles, thresholds in bytes (common.ecn.resolve_ecn).
         pfc: priority classes and PFC, thresholds in bytes (common.pfc.parse_pfc); None when the
             scenario has neither section and no round turns PFC on (one FIFO per port).
+        faults: the scenario's faults (every round without its own injects them), checked
+            against the fabric (controller.faults.parse_fault).
         rounds: at least one round; a scenario without ``rounds`` has one named after it.
         multi_round: the file gave ``rounds`` (results per round under ``rounds/``).
     """
@@ -530,6 +585,7 @@ class Scenario(Resolved):
     measurement: Measurement
     ecn: EcnSettings
     pfc: Optional[PfcConfig]
+    faults: tuple[FaultSpec, ...] = ()
     rounds: tuple[Round, ...]
     multi_round: bool
 
@@ -545,6 +601,8 @@ class Scenario(Resolved):
             out["scale"] = self.scale.model_dump()
         out["ecn"] = settings_spec(self.ecn, marker=True)
         out["priorities"], out["pfc"] = config_sections(self.pfc) if self.pfc is not None else (None, None)
+        if self.faults:
+            out["faults"] = [f.to_data() for f in self.faults]
         out["rounds"] = [_round_data(r, self) for r in self.rounds] if self.multi_round else None
         if any(r.collective.kind for r in self.rounds):
             del out["traffic"]            # a collective scenario has none (its defaults are resolved again)
@@ -566,4 +624,5 @@ def _round_data(r: Round, sc: Scenario) -> dict:
             "roce": ({"cc": {"plugin": r.roce_plugin.path, "params": dict(r.roce_plugin.params)}}
                      if r.roce_plugin is not None else {"mode": r.roce_mode}), "seed": r.seed,
             **({"collective": coll} if coll is not None else {}),
-            **({"traffic": {k: getattr(r.traffic, k) for k in keys}} if keys else {})}
+            **({"traffic": {k: getattr(r.traffic, k) for k in keys}} if keys else {}),
+            **({"faults": [x.to_data() for x in r.faults]} if r.faults != sc.faults else {})}

@@ -23,9 +23,10 @@ from common.ecn import EcnSettings, resolve_ecn
 from common.errors import ScenarioError
 from common.params import quote
 from common.pfc import PfcConfig, parse_pfc
+from controller.faults import FaultSpec, check_clashes, parse_fault
 from common.units import FRAME_BYTES  # noqa: F401 (re-exported: the scenario's sizes)
 from experiments.scaling import apply_scale
-from experiments.model import (DEFAULT_BLOCK_BYTES, DEFAULT_BLOCKS, DEFAULT_BUFFER_PACKETS, NAME,  # noqa: F401 (NAME)
+from experiments.model import (DEFAULT_BLOCK_BYTES, DEFAULT_BLOCKS, DEFAULT_BUFFER_PACKETS, FAULT_MODELS, NAME,  # noqa: F401 (NAME)
                                PATTERN_KEYS, TOPOLOGY_MODELS, Collective, RocePlugin, Round, RoundFile, Scenario,
                                ScenarioFile, _kind_of)
 from topologies import TOPOLOGIES
@@ -73,6 +74,7 @@ def _key(loc: tuple) -> str:
     parts = list(loc)
     if len(parts) > 1 and parts[0] == "topology" and parts[1] in TOPOLOGY_MODELS:
         del parts[1]                                  # the union's tag: the user wrote no such key
+    parts = [p for i, p in enumerate(parts) if not _fault_tag(parts, i)]
     for part in parts:
         if isinstance(part, int):
             out += f"[{part}]"
@@ -82,6 +84,10 @@ def _key(loc: tuple) -> str:
             out += f".{part}" if out else part
     return out or "<top>"
 
+
+def _fault_tag(loc: list, i: int) -> bool:
+    """``loc[i]`` is a fault's union tag (``faults, 0, corrupt, link``): the user wrote no such key."""
+    return i >= 2 and loc[i] in FAULT_MODELS and isinstance(loc[i - 1], int) and loc[i - 2] == "faults"
 
 
 def _models_in(t: Any) -> list[type[BaseModel]]:
@@ -99,6 +105,9 @@ def _known_keys(model: type[BaseModel], loc: tuple) -> list[str]:
             continue                                  # an item of a list: the same models
         if i > 0 and loc[i - 1] == "topology" and part in TOPOLOGY_MODELS:
             models = [TOPOLOGY_MODELS[part]]          # the kind the user gave
+            continue
+        if _fault_tag(list(loc), i):
+            models = [FAULT_MODELS[part]]
             continue
         inner = [m2 for m in models if part in m.model_fields for m2 in _models_in(m.model_fields[part].annotation)]
         if inner:
@@ -202,10 +211,36 @@ def validate(data: Any) -> Scenario:
         t = t.model_copy(update={"senders": min(t.senders, n_hosts - 1)})
     t = _check_traffic(t, f.roce, builder)
     rounds = _resolve_round_traffic(f, t, rounds, n_hosts)
+    faults, rounds = _resolve_faults(f, builder, rounds)
     return Scenario(name=f.name, description=f.description, seed=f.seed, topology=f.topology, routing=f.routing,
                     queues=q, links=f.links, scale=f.scale, hosts=f.hosts, traffic=t, roce=roce, collective=collective,
-                    measurement=f.measurement, ecn=ecn, pfc=pfc, rounds=tuple(rounds),
+                    measurement=f.measurement, ecn=ecn, pfc=pfc, faults=faults, rounds=tuple(rounds),
                     multi_round=f.rounds is not None)
+
+
+def _resolve_faults(f: ScenarioFile, builder, rounds: list[Round]) -> tuple[tuple[FaultSpec, ...], list[Round]]:
+    """The scenario's faults and each round's (its own, else the scenario's), each checked against
+    the fabric (controller.faults.parse_fault: places, ports) and against the others of its round
+    (controller.faults.check_clashes).
+
+    Raises:
+        ScenarioError: naming ``faults[i].<key>`` or ``rounds[r].faults[i].<key>``.
+    """
+    given = [f.faults] + [r.faults for r in f.rounds or [] if r.faults is not None]
+    if not any(given):
+        return (), rounds
+    fmap = builder.build().to_map()
+
+    def parse(items, key: str) -> tuple[FaultSpec, ...]:
+        specs = tuple(parse_fault(fmap, m.model_dump(), f"{key}[{i}]") for i, m in enumerate(items))
+        check_clashes(fmap, specs, key)
+        return specs
+    base = parse(f.faults, "faults")
+    out = []
+    for i, r in enumerate(rounds):
+        own = f.rounds[i].faults if f.rounds is not None else None
+        out.append(r.model_copy(update={"faults": parse(own, f"rounds[{i}].faults") if own is not None else base}))
+    return base, out
 
 
 def _check_traffic(t, roce, builder):

@@ -41,7 +41,10 @@ SECTIONS = {
     "ecn": "ECN marking at switch egress ports (profile per port, layer or for all)",
     "priorities": "DSCP to priority classes and their scheduling",
     "pfc": "priority flow control for the lossless classes",
-    "rounds": "the same traffic several times on one fabric, changing ECN, hosts, PFC, RoCE mode, seed or the collective",
+    "faults": "faults injected into the fabric in every round that gives none of its own: a link's CRC errors, "
+              "rate or state, a switch's silent drops, a slow host",
+    "rounds": "the same traffic several times on one fabric, changing ECN, hosts, PFC, RoCE mode, seed, the "
+              "collective or the faults",
 }
 
 _KEEP = ("type", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "pattern", "default", "items",
@@ -259,6 +262,7 @@ def markdown(schema: dict | None = None) -> str:
     props = dict(s["properties"])
     topo = props.pop("topology")
     rnds = props.pop("rounds")
+    faults = props.get("faults")
     rows({k: v for k, v in props.items()}, "")
     lines += ["", "## topology", "", topo["description"] + "; `kind` picks the keys that apply.", ""]
     for b in topo["oneOf"]:
@@ -271,6 +275,20 @@ def markdown(schema: dict | None = None) -> str:
                 text, default = _describe(p)
                 lines.append(f"| `topology.{key}` | {text} | {default} |")
         lines.append("")
+    if faults is not None:
+        lines += ["## faults", "", faults["description"] + f" (at most {faults['maxItems']}); `kind` picks the keys "
+                  "that apply. A link is `a->b` (frames from a to b), `a<->b` (both directions) or, with parallel "
+                  "links, `a:PORT->b`; times are seconds from the round's start.", ""]
+        for b in faults["items"]["oneOf"]:
+            lines += [f"### kind `{b['properties']['kind']['const']}`: {b['title']}", "",
+                      "| key | type and range | default |", "|---|---|---|"]
+            for key, p in b["properties"].items():
+                if key != "kind":
+                    text, default = _describe(p)
+                    text = text.replace("|", "\\|")         # a pattern's alternatives, not a column
+                    lines.append(f"| `faults[i].{key}` | {text} | "
+                                 f"{default or ('required' if key in b.get('required', ()) else '')} |")
+            lines.append("")
     lines += ["## rounds", "", rnds["description"] + f" (1 to {rnds['maxItems']} rounds); each round:", "",
               "| key | type and range |", "|---|---|"]
     for key, p in rnds["items"]["properties"].items():

@@ -72,5 +72,32 @@ def check_place(fabric_map: dict, spec: FaultSpec, key: str = "faults[0]") -> tu
         raise ScenarioError(f"{key}.{'ports' if e.key == 'ports' else spec.target}", e.detail) from None
 
 
+#: The mechanism each action occupies on its interface (two faults may not hold one at once).
+MECHANISMS = {FrameDrop: "frame drop", RateLimit: "rate", LinkFlap: "link state"}
+
+
+def slot(action: Action) -> tuple[str, str]:
+    """What an action occupies: ``(interface, mechanism)``."""
+    return action.intf, MECHANISMS[type(action)]
+
+
+def check_clashes(fabric_map: dict, specs: list[FaultSpec] | tuple[FaultSpec, ...], key: str = "faults") -> None:
+    """Refuse two faults of ``specs`` that hold one interface's mechanism (two frame drops, two rates,
+    two link states) during overlapping times.
+
+    Raises:
+        ScenarioError: naming the second one (``<key>[i]``) and the interface.
+    """
+    held: list[tuple[tuple[str, str], float, float, int]] = []
+    for i, spec in enumerate(specs):
+        end = float("inf") if spec.stop_s is None else spec.stop_s
+        mine = {slot(a) for a in FAULTS[spec.kind].actions(fabric_map, spec)}
+        for s, start, stop, j in held:
+            if s in mine and spec.start_s < stop and start < end:
+                raise ScenarioError(f"{key}[{i}]", f"{key}[{j}] acts on {s[0]} ({s[1]}) at the same time: one such "
+                                    "fault per interface at a time")
+        held += [(s, spec.start_s, end, i) for s in mine]
+
+
 __all__ = ["FAULTS", "COMMON_KEYS", "Action", "Direction", "FaultSpec", "FrameDrop", "Injector", "LinkFlap",
-           "RateLimit", "parse_fault", "check_place", "host_record", "link_directions", "switch_ports"]
+           "RateLimit", "parse_fault", "check_place", "check_clashes", "slot", "MECHANISMS", "host_record", "link_directions", "switch_ports"]

@@ -2,8 +2,10 @@
 applies and summarises every registered feature in this order (PFC before ECN: the ECN marker
 is chosen knowing whether ports have per-priority queues; the userspace datapath's transmit
 count corrects the drops after PFC has added its cap drops, and the UDP accounting reads them
-after both); adding a feature (a fault injector,
-say) is one module under this package, plus its import and an entry in the tuple here."""
+after both; the port counters are read before the faults are taken back, and the faults
+summarise before the accounting and the fidelity checks read what they did); adding a feature (a
+fault injector is one of controller.faults instead) is one module under this package, plus its
+import and an entry in the tuple here."""
 from __future__ import annotations
 
 from experiments.features.accounting import Accounting
@@ -11,15 +13,18 @@ from experiments.features.base import Feature
 from experiments.features.cpu import CpuHeadroom
 from experiments.features.delay import LinkDelay
 from experiments.features.ecn import Ecn
+from experiments.features.faults import Faults
 from experiments.features.fidelity import Fidelity
 from experiments.features.hosts import HostTcp
 from experiments.features.ovstx import OvsTransmit
 from experiments.features.pfc import Pfc
+from experiments.features.ports import Ports
 from experiments.features.scaled import ScaledFabric
 from experiments.features.watch import ControlPlane
 
 #: Registered features by name, in the order the run loop calls them.
-FEATURES: dict[str, type[Feature]] = {f.name: f for f in (HostTcp, Pfc, LinkDelay, Ecn, OvsTransmit, Accounting,
-                                                          Fidelity, ControlPlane, CpuHeadroom, ScaledFabric)}
+FEATURES: dict[str, type[Feature]] = {f.name: f for f in (HostTcp, Pfc, LinkDelay, Ecn, Ports, Faults, OvsTransmit,
+                                                          Accounting, Fidelity, ControlPlane, CpuHeadroom,
+                                                          ScaledFabric)}
 
 __all__ = ["FEATURES", "Feature"]

@@ -73,7 +73,8 @@ def settled_read(pids: dict[str, int], read=read_hosts, clock=time.monotonic, sl
     return last, False
 
 
-def accounting_section(before: dict, after: dict, total_drops: int | None, settled: bool = True) -> dict:
+def accounting_section(before: dict, after: dict, total_drops: int | None, settled: bool = True,
+                       fault_drops: int = 0) -> dict:
     """The round's ``accounting`` section from the hosts' counters before and after it.
 
     Args:
@@ -82,6 +83,7 @@ def accounting_section(before: dict, after: dict, total_drops: int | None, settl
             userspace datapath's discards), or None when unknown.
         settled: whether the end counters were read once nothing more arrived (a gap without it
             may be frames still in flight).
+        fault_drops: frames the round's faults dropped (corrupt, drop), counted with the drops.
 
     Returns: ``{"udp_sent", "udp_arrived": {to_a_socket, to_no_socket, refused_by_socket},
     "udp_lost_in_network", "total_drops", "gap", "settled", "hosts_read", "warnings"}`` (datagrams).
@@ -92,13 +94,15 @@ def accounting_section(before: dict, after: dict, total_drops: int | None, settl
     arrived = {"to_a_socket": total("InDatagrams"), "to_no_socket": total("NoPorts"),
                "refused_by_socket": total("InErrors")}
     lost = sent - sum(arrived.values())
-    gap = lost - total_drops if total_drops is not None else None
+    counted = total_drops + fault_drops if total_drops is not None else None
+    gap = lost - counted if counted is not None else None
     warnings = []
     if gap is not None and gap > 0:
         warnings.append(f"accounting: {gap} UDP datagram(s) lost in no counter (sent {sent}, arrived "
-                        f"{sum(arrived.values())}, dropped where the run counts {total_drops})"
+                        f"{sum(arrived.values())}, dropped where the run counts {counted})"
                         + ("" if settled else f"; frames still arrived {SETTLE_MAX_S:g} s after the traffic"))
     return {"udp_sent": sent, "udp_arrived": arrived, "udp_lost_in_network": lost, "total_drops": total_drops,
+            **({"fault_drops": fault_drops} if fault_drops else {}),
             "gap": gap, "settled": settled, "hosts_read": len([h for h in after if h in before]),
             "warnings": warnings}
 
@@ -132,7 +136,7 @@ class Accounting(Feature):
         rec = rnd.features.get(self.name)
         if rec:
             summary["accounting"] = accounting_section(rec["before"], rec["after"], summary.get("total_drops"),
-                                                       rec.get("settled", True))
+                                                       rec.get("settled", True), summary.get("fault_dropped_frames", 0))
 
     def warnings(self, summary: dict) -> list[str]:
         """A loss no counter saw."""
@@ -144,4 +148,6 @@ class Accounting(Feature):
         if not a:
             return None
         return (f"accounting: {a['udp_sent']} UDP datagrams sent, {sum(a['udp_arrived'].values())} arrived, "
-                f"{a['udp_lost_in_network']} lost in the network, {a['total_drops']} counted as drops: gap {a['gap']}")
+                f"{a['udp_lost_in_network']} lost in the network, {a['total_drops']} counted as drops"
+                + (f" and {a['fault_drops']} as frames the faults dropped" if a.get("fault_drops") else "")
+                + f": gap {a['gap']}")

@@ -63,7 +63,8 @@ def port_figures(raw: dict, rate_mbps: float) -> dict:
             "gap_histogram": list(raw["bins"])}
 
 
-def serialisation_section(ports: dict, bottleneck: str | None, paused: frozenset = frozenset()) -> dict:
+def serialisation_section(ports: dict, bottleneck: str | None, paused: frozenset = frozenset(),
+                          faulted: frozenset = frozenset()) -> dict:
     """The round's ``fidelity.serialisation`` from per-port figures (:func:`port_figures`).
 
     Args:
@@ -72,6 +73,8 @@ def serialisation_section(ports: dict, bottleneck: str | None, paused: frozenset
         paused: interfaces whose transmitter was paused on purpose in the round (PFC): their
             rate is reported (``paused``: true) but not checked, since a paused port is
             backlogged and silent by design.
+        faulted: interfaces a fault slowed or took down in the round (a degraded link, a slow
+            host's NIC, a flapping link): reported (``fault``: true), not held to their nominal rate.
 
     Returns: ``bottleneck`` (its interface and figures), ``ports`` (figures without histograms of
     every port with at least :data:`MIN_GAPS` backlogged gaps), ``max_packet_bytes`` over all
@@ -85,14 +88,16 @@ def serialisation_section(ports: dict, bottleneck: str | None, paused: frozenset
         if f["max_packet_bytes"] > FRAME_BYTES:
             failures.append(f"{intf}: its qdisc saw a {f['max_packet_bytes']}-byte packet, longer than one "
                             f"{FRAME_BYTES}-byte frame (segmentation offload left on?)")
-        if f["backlogged_gaps"] >= MIN_GAPS and f["rate_share_backlogged"] < MIN_RATE_SHARE and intf not in paused:
+        if f["backlogged_gaps"] >= MIN_GAPS and f["rate_share_backlogged"] < MIN_RATE_SHARE and intf not in paused \
+                and intf not in faulted:
             lost_ms = 1000 * f["backlogged_s"] * (1 - f["rate_share_backlogged"])
             failures.append(f"{intf}: sent {f['rate_share_backlogged']:.3f} of its {f['rate_mbps']:g} Mbit/s "
                             f"while backlogged (below {MIN_RATE_SHARE}): the shaper did not keep the line busy "
                             f"({lost_ms:.0f} ms lost in {f['backlogged_s']:.2f} s of backlog; {f['stalls']} "
                             f"stall(s) of {STALL_FRAMES}+ frame times, the mark of a host without idle CPU)")
     return {"bottleneck": {"intf": bottleneck, **ports[bottleneck]} if bottleneck else None,
-            "ports": {i: {**{k: v for k, v in f.items() if k != "gap_histogram"}, "paused": i in paused}
+            "ports": {i: {**{k: v for k, v in f.items() if k != "gap_histogram"}, "paused": i in paused,
+                          **({"fault": True} if i in faulted else {})}
                       for i, f in sorted(ports.items()) if f["backlogged_gaps"] >= MIN_GAPS},
             "max_packet_bytes": max((f["max_packet_bytes"] for f in ports.values()), default=0),
             "min_gaps": MIN_GAPS, "min_rate_share": MIN_RATE_SHARE, "within": WITHIN,
@@ -233,7 +238,8 @@ class Fidelity(Feature):
         bn = (summary.get("bottleneck") or {}).get("intf")
         fid = summary.setdefault("fidelity", {})
         fid["serialisation"] = serialisation_section(rec["serialisation"], bn,
-                                                     frozenset(summary.get("paused_transmitters", ())))
+                                                     frozenset(summary.get("paused_transmitters", ())),
+                                                     frozenset(summary.get("fault_ports", ())))
         fwd = forwarding_check(summary)
         if fwd is not None:
             fid["forwarding"] = fwd
