@@ -9,6 +9,7 @@
     python -m experiments draw SCENARIO.yaml [--out PNG]   # draw the scenario's fabric (no root)
     python -m experiments compare [COMPARISON.yaml] [--results DIR]   # same traffic on several fabrics
     python -m experiments study STUDY.yaml [--results DIR]   # variants x seeds, compared per seed
+    python -m experiments ports [SWITCH] [--api URL] [--json]   # a running fabric's switch-port counters
 
 Exit codes: 0 success, 1 run failed, 2 bad input (scenario key, missing
 capability, not root), 3 a fidelity check failed (the results are written but
@@ -34,6 +35,26 @@ from experiments.state import clean_stale, describe_report
 SIGNAL_NAMES = {143: "SIGTERM", 129: "SIGHUP (the terminal closed)"}
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent / "scenarios" / "incast.yaml"
+
+
+def _ports(api: str, switch: str | None, as_json: bool) -> int:
+    """``ports``: print the counters (exit 1 when no controller answers, 2 for an unknown switch)."""
+    from controller import portstats, rest
+    api = api or f"http://127.0.0.1:{rest.DEFAULT_PORT}"
+    try:
+        rows = rest.ControlClient(api).call("GET", "/ports", timeout_s=1, what="ports")["ports"]
+    except SetupError as e:
+        print(f"fabriclab: no fabriclab controller answers at {api} ({e}); is a run going? Its first lines name "
+              "the controller's API", file=sys.stderr)
+        return 1
+    if switch is not None:
+        known = sorted({r["switch"] for r in rows})
+        if switch not in known:
+            print(f"fabriclab: no switch {switch!r} in this fabric (switches: {', '.join(known)})", file=sys.stderr)
+            return 2
+        rows = [r for r in rows if r["switch"] == switch]
+    print(json.dumps(rows, indent=1) if as_json else portstats.dump_ports_text(rows))
+    return 0
 
 
 def main(argv=None) -> int:
@@ -72,6 +93,13 @@ def main(argv=None) -> int:
     st.add_argument("--dask", metavar="SCHEDULER_ADDRESS", default=None,
                     help="run the fabric runs on a Dask cluster (tcp://HOST:PORT) whose workers each offer one "
                          "'fabric' resource (docs/studies.md); needs no root here")
+    po = sub.add_parser("ports", help="a running fabric's switch-port counters, ovs-ofctl dump-ports style (from "
+                                      "its controller's REST API; no root)")
+    po.add_argument("switch", nargs="?", default=None, help="one switch (default: all)")
+    po.add_argument("--api", default=None,
+                    help="the controller's REST API (a run's first lines name it; default http://127.0.0.1:8080, "
+                         "where the controller listens when the port is free)")
+    po.add_argument("--json", action="store_true", help="the counters as JSON instead")
     d = sub.add_parser("draw", help="draw a scenario's fabric as a PNG (layers on rows, rates, oversubscription)")
     d.add_argument("scenario")
     d.add_argument("--out", default="topology.png")
@@ -164,6 +192,8 @@ def main(argv=None) -> int:
         for path in paths:
             print(path)
         return 0
+    if args.cmd == "ports":
+        return _ports(args.api, args.switch, args.json)
     if args.cmd == "schema":
         from experiments import schema_export
         print(schema_export.markdown() if args.markdown else json.dumps(schema_export.scenario_schema(), indent=1))
