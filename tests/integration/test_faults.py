@@ -1,0 +1,245 @@
+"""Fault injectors on a real Fat-Tree k=4 (10 Mbit/s, real OVS, the real controller process and
+its REST API): each fault's effect measured with real packets against its setting, its counters,
+and the fabric after its removal identical to before (every qdisc and class, every interface's
+state and XDP program, every flow table).
+
+Traffic is constant-rate UDP (traffic.udp_probe) from h2 to h1, under one edge switch, so the
+path is fixed (no ECMP choice) and every frame of the flow crosses the faulted place. The VM lane
+(the stock kernel: Open vSwitch's kernel datapath) runs the corrupt-and-degrade test on a
+one-switch fabric (its emulated CPU brings a k=4 Fat-Tree up in too much of its time budget).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from controller import dataplane
+from controller.dataplane import PortQueue
+from experiments.fabric import REPO, LiveFabric
+from experiments.live import warm_up_reachability
+from experiments.scenario import FRAME_BYTES
+from experiments.state import RunState
+from tests import marking
+from topologies import FatTree, SpineLeaf
+
+from .conftest import assert_clean, chosen_datapath
+
+HOST_ONLY = pytest.mark.lane("host", reason="the VM lane runs the corrupt-and-degrade test, which covers the "
+                                            "kernel datapath's paths (XDP before the datapath, the HTB class)")
+
+
+@pytest.fixture(scope="module")
+def fabric(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("faults")
+    fab = (SpineLeaf(spines=1, leaves=1, hosts_per_leaf=2) if os.environ.get("FABRICLAB_LANE") == "vm"
+           else FatTree(k=4)).build()
+    with RunState("test-faults") as st:
+        with LiveFabric(fab, tmp / "run", st, datapath=chosen_datapath(),
+                        switch_queue=lambda r: PortQueue(r, buffer_packets=100),
+                        host_queue=lambda r: PortQueue(r, buffer_packets=1000)) as lf:
+            lf.api.call("POST", "/hosts", {"host_pids": {h.name: h.pid for h in lf.net.hosts}})
+            warm_up_reachability(lf)     # ovs-vswitchd opens its transmit socket at its first packet
+            buf = contextlib.nullcontext()
+            if lf.datapath == "user":    # as a run does: every queue can fill, so every drop is a qdisc's
+                buf = dataplane.OvsTxBuffer(len(fab.switch_interfaces()) * 102 * dataplane.FRAME_TRUESIZE_BYTES, st)
+            with buf:
+                yield lf, tmp
+    assert_clean(str(tmp / "run"))
+
+
+def _ns(lf, node: str) -> list[str]:
+    return [] if not lf.fabric.node(node).is_host else ["nsenter", "-t", str(lf.host(node).pid), "-n"]
+
+
+def snapshot(lf) -> dict:
+    """Everything a fault may change, as text: every interface's qdiscs and classes (no
+    counters), link flags and XDP program, in the root namespace and every host's; every switch's
+    flow table (no statistics)."""
+    out = {}
+    for node in [s.name for s in lf.fabric.switches] + [h.name for h in lf.fabric.hosts]:
+        ns = _ns(lf, node)
+        if node.startswith("h") or node == lf.fabric.switches[0].name:
+            for what in (["tc", "qdisc", "show"], ["tc", "class", "show"] if ns else None, ["ip", "-d", "link", "show"]):
+                if what:
+                    out[(node, " ".join(what))] = subprocess.run(ns + what, capture_output=True, text=True).stdout
+        if not ns:
+            out[(node, "flows")] = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", "--no-stats", node],
+                                                  capture_output=True, text=True).stdout
+    for s in lf.fabric.switches:
+        for p in lf.fabric_map["switches"][[x["name"] for x in lf.fabric_map["switches"]].index(s.name)]["ports"]:
+            out[(p["intf"], "class")] = subprocess.run(["tc", "-d", "class", "show", "dev", p["intf"]],
+                                                       capture_output=True, text=True).stdout
+    # link state: the `ip -d link` text holds the flags (UP, LOWER_UP) and any `prog/xdp`
+    return {k: re.sub(r"\s+(?:link-netnsid|alias).*", "", v) for k, v in out.items()}
+
+
+@pytest.fixture()
+def unchanged(fabric):
+    """The fabric after the test exactly as before it (and no fault left in the controller)."""
+    lf, _ = fabric
+    before = snapshot(lf)
+    yield
+    lf.api.call("DELETE", "/faults")
+    after = snapshot(lf)
+    changed = [k for k in before if before[k] != after.get(k)]
+    assert not changed, {k: (before[k], after.get(k)) for k in changed[:3]}
+    assert "xdp" not in "".join(v for (n, w), v in after.items() if w.startswith("ip"))
+
+
+def udp(lf, tmp, src: str, dst: str, rate_mbps: float, packets: int, tag: str, frame_bytes: int = FRAME_BYTES,
+        faults: list | None = None, start_in_s: float = 1.0) -> tuple[list, dict, float]:
+    """Constant-rate UDP from ``src`` to ``dst``; ``faults`` are posted to the controller just before
+    the start (``start_in_s`` ahead). Returns (receiver rows, the sender's report, the POST's
+    unix time)."""
+    out = tmp / f"rx-{tag}.json"
+    rx = lf.host(dst).popen([sys.executable, "-m", "traffic.udp_probe", "recv", "6000", "120", str(out)],
+                            cwd=str(REPO), stdout=subprocess.PIPE, text=True)
+    tx = None
+    try:
+        assert rx.stdout.readline().strip() == "READY"
+        posted = time.time()
+        if faults:
+            lf.api.call("POST", "/faults", {"faults": faults})
+        start = posted + start_in_s
+        tx = lf.host(src).popen([sys.executable, "-m", "traffic.udp_probe", "send", lf.fabric.node(dst).ip, "6000",
+                                 str(rate_mbps), str(packets), str(frame_bytes), "0", "0", str(start)],
+                                cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        text, err = tx.communicate(timeout=120)
+        assert f"sent {packets} " in text, text + err
+        assert rx.wait(60) == 0
+    finally:
+        for p in (tx, rx):
+            if p is not None and p.poll() is None:
+                p.kill()
+    return json.loads(out.read_text())["packets"], {"text": text}, posted
+
+
+def edge(lf) -> tuple[str, str, str]:
+    """h1's and h2's switch, and its ports toward h1 and toward h2 (interfaces)."""
+    a1, a2 = lf.fabric.host_attachment("h1"), lf.fabric.host_attachment("h2")
+    assert a1.a == a2.a
+    return a1.a, a1.a_intf, a2.a_intf
+
+
+def ports(lf) -> dict:
+    return {r["intf"]: r for r in lf.api.call("GET", "/ports")["ports"]}
+
+
+def within_binomial(dropped: int, n: int, p: float, sd: float = 4.0) -> bool:
+    """``dropped`` of ``n`` is within ``sd`` standard deviations of Binomial(n, p)."""
+    return abs(dropped - n * p) <= sd * math.sqrt(n * p * (1 - p))
+
+
+PACKETS = 4000
+
+
+def test_corrupt_and_degrade_act_on_their_link_and_leave_nothing_behind(fabric, unchanged, figure):
+    """A corrupt fault on h2's uplink (frames dropped on arrival at the edge switch's port, counted
+    as its receive errors) and a degrade fault on the edge's port toward h1 (half its rate), at once."""
+    lf, tmp = fabric
+    sw, to_h1, to_h2 = edge(lf)
+    p0 = ports(lf)
+    rows, _, _ = udp(lf, tmp, "h2", "h1", 7.0, PACKETS, "corrupt-degrade", faults=[
+        {"kind": "corrupt", "link": f"h2->{sw}", "frame_fraction": 0.05},
+        {"kind": "degrade", "link": f"{sw}->h1", "rate_fraction": 0.5}])
+    during = ports(lf)
+    recs = {r["kind"]: r for r in lf.api.call("DELETE", "/faults")["removed"]}
+    p1 = ports(lf)
+    corrupt, degrade = recs["corrupt"], recs["degrade"]
+    # the corrupt fault: the loss is its fraction, the port counts exactly the frames it dropped
+    errors = p1[to_h2]["rx_errors"] - p0[to_h2]["rx_errors"]
+    print(f"corrupt: {corrupt['frames_dropped']} of {corrupt['frames_seen']} frames "
+          f"({corrupt['drop_fraction_measured']:.4f}), port receive errors {errors}")
+    figure("corrupt_fraction", corrupt["drop_fraction_measured"])
+    assert errors == corrupt["frames_dropped"] and within_binomial(errors, corrupt["frames_seen"], 0.05)
+    assert corrupt["frames_seen"] >= PACKETS
+    assert sum(r["rx_errors"] - p0[i]["rx_errors"] for i, r in p1.items()) == errors      # nowhere else
+    # the degrade fault: the port drains at half its rate, shows it, and is put back
+    share = marking.drain_share([r for r in rows if r[3] > rows[0][3] + 0.5e9], 5e6)
+    print(f"degrade: the port toward h1 delivered {share:.4f} of 5 Mbit/s; port rate {during[to_h1]['rate_mbps']}"
+          f" Mbit/s during, {p1[to_h1]['rate_mbps']} after")
+    figure("degrade_drain_share", share)
+    assert abs(share - 1) <= 0.03
+    assert (during[to_h1]["rate_mbps"], p1[to_h1]["rate_mbps"]) == (5.0, 10.0)
+    assert degrade["rates"][to_h1]["restored"] is True
+    # what reached h1 is what was sent less the corrupted frames and the degraded port's queue drops
+    drops = p1[to_h1]["tx_dropped"] - p0[to_h1]["tx_dropped"]
+    print(f"h1 received {len(rows)} of {PACKETS}: {errors} frames corrupted, {drops} dropped at the degraded "
+          "port's queue")
+    others = corrupt["frames_seen"] - PACKETS       # frames of other kinds (ARP) the fault saw, and may have hit
+    assert PACKETS - errors - drops <= len(rows) <= PACKETS - errors - drops + others, (len(rows), errors, drops)
+
+
+@HOST_ONLY
+def test_a_switch_that_drops_silently_shows_only_missing_packets(fabric, unchanged, figure):
+    lf, tmp = fabric
+    p0 = ports(lf)
+    rows, _, _ = udp(lf, tmp, "h2", "h1", 4.0, PACKETS, "drop",
+                     faults=[{"kind": "drop", "switch": "p0e1", "ports": [2], "frame_fraction": 0.05}])
+    (rec,) = lf.api.call("DELETE", "/faults")["removed"]
+    p1 = ports(lf)
+    lost = PACKETS - len(rows)
+    print(f"drop: h1 missed {lost} of {PACKETS} ({lost / PACKETS:.4f}); the fault dropped {rec['frames_dropped']} of "
+          f"{rec['frames_seen']} frames")
+    figure("drop_fraction", lost / PACKETS)
+    assert within_binomial(lost, PACKETS, 0.05) and lost <= rec["frames_dropped"] <= lost + 5
+    for intf, r in p1.items():                 # no port counter the victim can read moved
+        assert r["rx_errors"] == p0[intf]["rx_errors"] and r["tx_dropped"] == p0[intf]["tx_dropped"], intf
+    assert p1["p0e1-eth2"]["rx_packets"] - p0["p0e1-eth2"]["rx_packets"] >= PACKETS   # received, then lost
+
+
+def loss_runs(rows: list, interval_s: float) -> list[tuple[float, float]]:
+    """The flow's outages as (first lost, first received again) send times in unix seconds: runs of
+    missing sequence numbers, each lost packet's send time reckoned from the pacing interval."""
+    by_seq = {r[1]: r[2] / 1e9 for r in rows}
+    seqs = sorted(by_seq)
+    out = []
+    for a, b in zip(seqs, seqs[1:]):
+        if b - a > 1:
+            out.append((by_seq[a] + interval_s, by_seq[b]))
+    return out
+
+
+@HOST_ONLY
+def test_a_flapping_link_is_down_when_its_schedule_says(fabric, unchanged, figure):
+    lf, tmp = fabric
+    frame, pps = 200, 2000
+    down_s, up_s, start_s = 0.3, 0.4, 1.3
+    rows, _, posted = udp(lf, tmp, "h2", "h1", frame * 8 * pps / 1e6, 6000, "flap", frame_bytes=frame, faults=[
+        {"kind": "flap", "link": "p0e1<->h1", "down_s": down_s, "up_s": up_s, "flaps": 2, "start_s": start_s}])
+    (rec,) = lf.api.call("DELETE", "/faults")["removed"]
+    runs = [(a - posted, b - posted) for a, b in loss_runs(rows, 1 / pps)]
+    want = [(start_s + i * (down_s + up_s), start_s + i * (down_s + up_s) + down_s) for i in range(2)]
+    print(f"flap: outages seen by the flow {[(round(a, 3), round(b, 3)) for a, b in runs]} s after the request, "
+          f"scheduled {want}; the controller's record {rec['flaps']}")
+    assert len(runs) == 2, runs
+    errors = [x - w for (a, b), (wa, wb) in zip(runs, want) for x, w in ((a, wa), (b, wb))]
+    figure("flap_worst_error_s", max(errors, key=abs))
+    assert all(abs(e) <= 0.05 for e in errors), (runs, want)
+    assert ports(lf)["p0e1-eth1"]["state"] == "up"
+
+
+@HOST_ONLY
+def test_a_slow_host_sends_at_its_fraction(fabric, unchanged, figure):
+    lf, tmp = fabric
+    p0 = ports(lf)
+    rows, _, _ = udp(lf, tmp, "h2", "h1", 6.0, 2000, "slow-host",
+                     faults=[{"kind": "slow_host", "host": "h2", "rate_fraction": 0.4}])
+    (rec,) = lf.api.call("DELETE", "/faults")["removed"]
+    share = marking.drain_share([r for r in rows if r[3] > rows[0][3] + 0.5e9], 4e6)
+    p1 = ports(lf)
+    print(f"slow host: h2 delivered {share:.4f} of 4 Mbit/s (0.4 of its 10); NIC class {rec['rates']}")
+    figure("slow_host_drain_share", share)
+    assert abs(share - 1) <= 0.03 and rec["rates"]["h2-eth0"]["restored"] is True
+    assert len(rows) == 2000                   # the host held its frames: nothing lost in the fabric
+    # the switches see only a slower sender: no errors, no drops, every port at its nominal rate
+    assert all(r["rx_errors"] == p0[i]["rx_errors"] and r["rate_mbps"] == r["nominal_mbps"] for i, r in p1.items())
