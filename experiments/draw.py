@@ -14,6 +14,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -44,7 +45,7 @@ def _ratio(r: Fraction) -> str:
     return f"{float(r):g}:1"
 
 
-def draw(fabric_map: dict, path: Path, title: str | None = None) -> Path:
+def draw(fabric_map: dict, path: Path, title: str | None = None, overlay: dict | None = None) -> Path:
     """Draw ``fabric_map`` (see topologies.spineleaf.Fabric.to_map) into ``path``; return it.
 
     Nodes sit on one row per layer (spines/core on top, hosts at the bottom; links between two
@@ -52,6 +53,9 @@ def draw(fabric_map: dict, path: Path, title: str | None = None) -> Path:
     each switch labelled with its name and, where it has uplinks, its
     oversubscription; every group of links between two layers is labelled
     with its rate (and the number of parallel links per pair if more than one).
+
+    ``overlay`` marks a diagnosis on the drawing: ``{"links": {frozenset({a, b}): (colour, width)},
+    "nodes": {name: colour}, "legend": [(colour, text), ...]}`` (experiments.diagnose).
 
     Raises:
         KeyError: a layer or node the map does not define.
@@ -73,10 +77,14 @@ def draw(fabric_map: dict, path: Path, title: str | None = None) -> Path:
     pair_count: dict[tuple[str, str], int] = defaultdict(int)
     layer_of = {n: layer for layer, ns in nodes.items() for n in ns}
     arc_top = 0.0
+    marked = (overlay or {}).get("links", {})
     for link in fabric_map["links"]:
         a, b = link["a"], link["b"]
         (xa, ya), (xb, yb) = pos[a], pos[b]
         lw = 0.4 + 1.6 * min(link["rate_mbps"], 100) / 100
+        if frozenset((a, b)) in marked:
+            colour, width = marked[frozenset((a, b))]
+            ax.plot([xa, xb], [ya, yb], color=colour, lw=width, alpha=0.9, zorder=2)
         if ya == yb:        # two switches of one layer (a Dragonfly's routers): an arc above the row
             t = np.linspace(0.0, 1.0, 24)
             rise = 0.12 * np.sqrt(abs(xb - xa))
@@ -110,6 +118,13 @@ def draw(fabric_map: dict, path: Path, title: str | None = None) -> Path:
                 lbl = n if n not in over else f"{n}\n{_ratio(over[n])}"
                 ax.annotate(lbl, pos[n], textcoords="offset points", xytext=(0, -14 if host else 9),
                             ha="center", va="top" if host else "bottom", fontsize=6 if host else 7, zorder=4)
+    for name, colour in ((overlay or {}).get("nodes") or {}).items():
+        if name in pos:
+            ax.scatter([pos[name][0]], [pos[name][1]], s=320, facecolors="none", edgecolors=colour, linewidths=2.5,
+                       zorder=5)
+    if overlay and overlay.get("legend"):
+        ax.legend(handles=[Line2D([0], [0], color=c, lw=3) for c, _ in overlay["legend"]],
+                  labels=[t for _, t in overlay["legend"]], loc="upper right", fontsize=7, frameon=False)
     for (upper, lower), rates in rate_groups.items():
         y = (len(rows) - 1 - rows.index(upper) + len(rows) - 1 - rows.index(lower)) / 2
         par = parallel[(upper, lower)]

