@@ -84,7 +84,8 @@ class FabricController(BaseApp):
         if self.config.get("rest_port") is not None:
             api = ControlApi(self._status, lambda: self.ecn, lambda: self.pfc,
                              has_ecn=bool(self.config.get("ecn_plan")), has_pfc=bool(self.config.get("pfc_plan")),
-                             faults=self.faults, ports=lambda: read_ports(self.fabric, self.faults.live_rx_errors))
+                             faults=self.faults, ports=lambda: read_ports(self.fabric, self.faults.live_rx_errors,
+                                                               self.faults.link_speeds))
             try:
                 self.rest = serve(api, "127.0.0.1", self.config["rest_port"])
                 LOG.info("REST API on http://127.0.0.1:%d/fabriclab/", self.rest.server_address[1])

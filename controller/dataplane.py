@@ -1157,7 +1157,8 @@ LINK_STATS = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_errors", "
 
 def link_counters(names: set[str] | None = None, netns_pid: int | None = None) -> dict[str, dict]:
     """Every interface's (or those in ``names``) counters and state in one netlink dump:
-    ``{ifname: {"index", "operstate", "up" (administratively), "carrier", and LINK_STATS}}``.
+    ``{ifname: {"index", "operstate", "up" (administratively), "carrier", "carrier_changes" (the
+    kernel's count of carrier transitions), and LINK_STATS}}``.
 
     Raises:
         SetupError: the namespace cannot be read.
@@ -1172,6 +1173,7 @@ def link_counters(names: set[str] | None = None, netns_pid: int | None = None) -
                 st = m.get_attr("IFLA_STATS64") or m.get_attr("IFLA_STATS") or {}
                 out[name] = {"index": m["index"], "operstate": m.get_attr("IFLA_OPERSTATE"),
                              "up": bool(m["flags"] & 1), "carrier": bool(m.get_attr("IFLA_CARRIER")),
+                             "carrier_changes": int(m.get_attr("IFLA_CARRIER_CHANGES") or 0),
                              **{k: int(st.get(k, 0)) for k in LINK_STATS}}
     except NetlinkError as e:
         raise SetupError(f"link counters: {e}") from None

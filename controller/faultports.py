@@ -269,6 +269,20 @@ class FaultPorts:
                         out[a.intf] = out.get(a.intf, 0) + f.drops[a.intf].counters()["dropped_packets"]
             return out
 
+    def link_speeds(self) -> dict[str, float]:
+        """``{interface: Mbit/s}`` of both ports of every link an active degrade fault slowed (the
+        speed a port reports for its link)."""
+        out: dict[str, float] = {}
+        with self.lock:
+            for f in self.faults:
+                if f.state != "active":
+                    continue
+                for a in f.actions:
+                    if isinstance(a, RateLimit) and a.link_peer is not None:
+                        for i in (a.intf, a.link_peer):
+                            out[i] = min(out.get(i, a.rate_mbps), a.rate_mbps)
+        return out
+
     def live_hidden_drops(self) -> dict[str, int]:
         """Frames dropped silently per interface (drop faults), removed and active."""
         with self.lock:

@@ -11,9 +11,11 @@ Where each figure comes from (one netlink dump each, root namespace, where the s
   switch counts a frame with a bad checksum as an error, not as received); a drop fault's frames
   stay in ``rx_packets``: the switch received them and lost them without a trace.
 - ``tx_dropped``: the port's queue drops, its root qdisc's drop counter (the egress buffer full).
-- ``rate_mbps``: the port's link-rate HTB class ``1:1`` as the kernel holds it now (lower than
-  ``nominal_mbps`` while a degrade fault acts); ``state``: ``up`` or ``down`` (the interface's
-  operational state).
+- ``rate_mbps``: the link's speed as the port reports it: its link-rate HTB class ``1:1`` as the
+  kernel holds it now, and the speed of a link a degrade fault slowed (both its ports report it,
+  as both ends of a link that trained down do); ``state``: ``up`` or ``down`` (the interface's
+  operational state); ``carrier_changes``: the kernel's count of the port's carrier transitions
+  (a flap is two).
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from controller import dataplane
 
 #: The columns of a port's counters, in order (ports.csv, the REST answer).
 COLUMNS = ("switch", "port", "intf", "peer", "rx_packets", "rx_bytes", "rx_errors", "tx_packets", "tx_bytes",
-           "tx_dropped", "rate_mbps", "nominal_mbps", "state")
+           "tx_dropped", "carrier_changes", "rate_mbps", "nominal_mbps", "state")
 
 
 def switch_ports(fabric_map: dict) -> list[dict]:
@@ -34,7 +36,8 @@ def switch_ports(fabric_map: dict) -> list[dict]:
             for s in fabric_map["switches"] for p in sorted(s["ports"], key=lambda p: p["port"])]
 
 
-def port_table(ports: list[dict], links: dict, qdiscs: dict, rates_mbps: dict, rx_errors: dict) -> list[dict]:
+def port_table(ports: list[dict], links: dict, qdiscs: dict, rates_mbps: dict, rx_errors: dict,
+               speeds: dict | None = None) -> list[dict]:
     """The counters of ``ports`` (from :func:`switch_ports`) from the raw readings (pure).
 
     Args:
@@ -42,6 +45,7 @@ def port_table(ports: list[dict], links: dict, qdiscs: dict, rates_mbps: dict, r
         qdiscs: ``{intf: root qdisc stats}`` (controller.dataplane.root_qdisc_stats).
         rates_mbps: ``{intf: the link-rate class's ceiling in Mbit/s}``; a port without one shows None.
         rx_errors: ``{intf: frames a corrupt fault dropped on arrival}`` (cumulative).
+        speeds: ``{intf: Mbit/s}`` of links a fault slowed (controller.faultports.FaultPorts.link_speeds).
 
     Returns:
         One dict per port with :data:`COLUMNS`; a port missing from ``links`` has None counters and
@@ -63,15 +67,24 @@ def port_table(ports: list[dict], links: dict, qdiscs: dict, rates_mbps: dict, r
                    "rx_bytes": max(0, int(ln["rx_bytes"] - err * mean)), "rx_errors": err + ln["rx_errors"],
                    "tx_packets": ln["tx_packets"], "tx_bytes": ln["tx_bytes"],
                    "tx_dropped": int(q.get("drops", 0)) + ln["tx_dropped"],
-                   "rate_mbps": rates_mbps.get(p["intf"]), "nominal_mbps": p["nominal_mbps"],
+                   "carrier_changes": ln.get("carrier_changes", 0),
+                   "rate_mbps": _speed(rates_mbps.get(p["intf"]), (speeds or {}).get(p["intf"])),
+                   "nominal_mbps": p["nominal_mbps"],
                    "state": "up" if ln["operstate"] == "UP" else "down"}
         out.append({"switch": p["switch"], "port": p["port"], "intf": p["intf"], "peer": p["peer"], **row})
     return out
 
 
-def read_ports(fabric_map: dict, rx_errors: Callable[[], dict] = dict) -> list[dict]:
+def _speed(shaped: float | None, link: float | None) -> float | None:
+    if shaped is None:
+        return link
+    return shaped if link is None else min(shaped, link)
+
+
+def read_ports(fabric_map: dict, rx_errors: Callable[[], dict] = dict, speeds: Callable[[], dict] = dict) -> list[dict]:
     """Every switch port's counters now (:func:`port_table` over one dump of links and of qdiscs
-    and each port's class). ``rx_errors``: () -> the fault manager's receive errors per interface.
+    and each port's class). ``rx_errors``: () -> the fault manager's receive errors per interface;
+    ``speeds``: () -> the speeds of links a fault slowed.
 
     Raises:
         SetupError: netlink refused a dump.
@@ -81,7 +94,7 @@ def read_ports(fabric_map: dict, rx_errors: Callable[[], dict] = dict) -> list[d
     links = dataplane.link_counters(names)
     qdiscs = dataplane.root_qdisc_stats(names)
     rates = dataplane.htb_ceilings_mbps(names)
-    return port_table(ports, links, qdiscs, rates, rx_errors())
+    return port_table(ports, links, qdiscs, rates, rx_errors(), speeds())
 
 
 def dump_ports_text(rows: list[dict], switch: str | None = None) -> str:
@@ -106,5 +119,6 @@ def dump_ports_text(rows: list[dict], switch: str | None = None) -> str:
             lines.append(f"  port {r['port']:>2} ({r['intf']}, to {r['peer']}): rx pkts={v('rx_packets')}, "
                          f"bytes={v('rx_bytes')}, errs={v('rx_errors')}")
             lines.append(f"           tx pkts={v('tx_packets')}, bytes={v('tx_bytes')}, drop={v('tx_dropped')}")
-            lines.append(f"           rate={rate} Mbit/s of {r['nominal_mbps']:g}, state={r['state']}")
+            lines.append(f"           rate={rate} Mbit/s of {r['nominal_mbps']:g}, state={r['state']}, "
+                         f"carrier changes={v('carrier_changes')}")
     return "\n".join(lines)

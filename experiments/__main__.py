@@ -10,6 +10,7 @@
     python -m experiments compare [COMPARISON.yaml] [--results DIR]   # same traffic on several fabrics
     python -m experiments study STUDY.yaml [--results DIR]   # variants x seeds, compared per seed
     python -m experiments ports [SWITCH] [--api URL] [--json]   # a running fabric's switch-port counters
+    python -m experiments diagnose [SCENARIO.yaml] [--inject random --seed N]   # find a hidden fault
 
 Exit codes: 0 success, 1 run failed, 2 bad input (scenario key, missing
 capability, not root), 3 a fidelity check failed (the results are written but
@@ -35,6 +36,7 @@ from experiments.state import clean_stale, describe_report
 SIGNAL_NAMES = {143: "SIGTERM", 129: "SIGHUP (the terminal closed)"}
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent / "scenarios" / "incast.yaml"
+DEFAULT_DIAGNOSE = Path(__file__).resolve().parent / "scenarios" / "diagnose-fattree.yaml"
 
 
 def _ports(api: str, switch: str | None, as_json: bool) -> int:
@@ -100,12 +102,27 @@ def main(argv=None) -> int:
                     help="the controller's REST API (a run's first lines name it; default http://127.0.0.1:8080, "
                          "where the controller listens when the port is free)")
     po.add_argument("--json", action="store_true", help="the counters as JSON instead")
+    dg = sub.add_parser("diagnose", help="troubleshoot a fabric with a fault it is not told about: is it the "
+                                         "network, which zone (bisection), which layer (port counters)")
+    dg.add_argument("scenario", nargs="?", default=str(DEFAULT_DIAGNOSE),
+                    help="the fabric and its faults (default: a k=4 Fat-Tree; with --inject random, its faults "
+                         "are replaced by one random fault)")
+    dg.add_argument("--inject", choices=["random"], default=None,
+                    help="inject one seeded random fault (kind, place, size) unseen; revealed after the verdict")
+    dg.add_argument("--seed", type=int, default=0, help="the random fault's seed (and the probes' order)")
+    dg.add_argument("--rate-fraction", type=float, default=0.6,
+                    help="each probe's rate as a share of its path's slowest link (default %(default)s)")
+    dg.add_argument("--results", default="results")
+    dg.add_argument("--quiet", action="store_true")
     d = sub.add_parser("draw", help="draw a scenario's fabric as a PNG (layers on rows, rates, oversubscription)")
     d.add_argument("scenario")
     d.add_argument("--out", default="topology.png")
     args = ap.parse_args(argv)
 
-    if args.cmd in ("run", "check", "draw"):
+    if args.cmd == "diagnose" and not 0.05 <= args.rate_fraction <= 0.95:
+        print(f"fabriclab: --rate-fraction must be within 0.05..0.95, got {args.rate_fraction}", file=sys.stderr)
+        return 2
+    if args.cmd in ("run", "check", "draw", "diagnose"):
         try:
             data = read_yaml_file(args.scenario)
             studies = None
@@ -145,6 +162,16 @@ def main(argv=None) -> int:
                 return 2
             print(f"fabriclab: {args.scenario} is valid (what this kernel offers is checked when it runs)")
             return 0
+        if args.cmd == "diagnose":
+            try:
+                check_against_fabric(sc)
+            except ScenarioError as e:
+                print(f"fabriclab: {e}", file=sys.stderr)
+                return 2
+            if args.inject is None and not sc.rounds[0].faults:
+                print(f"fabriclab: {args.scenario} has no faults: give it a faults section, or --inject random",
+                      file=sys.stderr)
+                return 2
         if args.cmd == "draw":
             from experiments import draw
             print(draw.draw(build_fabric(sc).to_map(), Path(args.out), title=sc.name))
@@ -232,6 +259,11 @@ def main(argv=None) -> int:
             from experiments import compare
             compare.run_comparison(cmp, Path(args.results), quiet=args.quiet,
                                    accept_unfaithful=args.accept_unfaithful)
+        elif args.cmd == "diagnose":
+            from experiments import diagnose
+            _out, record = diagnose.diagnose(sc, Path(args.results), inject=args.inject, seed=args.seed,
+                                             rate_fraction=args.rate_fraction, quiet=args.quiet)
+            return 0 if record.get("matched", True) else 1
         elif args.cmd == "study":
             studies.preflight(the_study, studies.plan_runs(the_study))
             out, result = studies.run_study(the_study, Path(args.results), quiet=args.quiet)

@@ -378,7 +378,7 @@ def verdict(culprits: set, outcomes: list[Outcome], delta: list[dict], switches:
         culprits: the suspects left after the rounds (one element when localisation succeeded).
         outcomes: every probe outcome of the diagnosis.
         delta: the switch ports' counters over the diagnosis (controller.portstats rows, counters
-            as differences; rate, state and ``link_flaps`` as read at the end).
+            as differences, ``carrier_changes`` among them; rate and state as read at the end).
         switches: the fabric's switch names.
 
     Returns: the :class:`Verdict`; ``culprit`` None when the suspects are not one element.
@@ -431,12 +431,12 @@ def verdict(culprits: set, outcomes: list[Outcome], delta: list[dict], switches:
         return Verdict(f"{a}->{b}", "corrupt", "physical",
                        tuple(why + [f"{b}'s port toward {a} counted {rx['rx_errors']} receive errors: frames "
                                     "damaged on the wire (CRC)"]))
-    flaps = [r for r in ends if r.get("link_flaps") or r.get("state") != "up"]
+    flaps = [r for r in ends if r.get("carrier_changes") or r.get("state") != "up"]
     if flaps:
         r = flaps[0]
         return Verdict(f"{a}<->{b}", "flap", "physical",
-                       tuple(why + [f"{r['switch']}'s port toward {r['peer']} lost its carrier "
-                                    f"{r.get('link_flaps') or 0} times"
+                       tuple(why + [f"{r['switch']}'s port toward {r['peer']} changed carrier "
+                                    f"{r.get('carrier_changes') or 0} times (a flap is two)"
                                     + ("" if r.get("state") == "up" else ", and is down now")]))
     slowed = [r for r in ends if r["rate_mbps"] is not None and r["rate_mbps"] < r["nominal_mbps"] * 0.999]
     if slowed:

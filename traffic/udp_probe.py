@@ -8,7 +8,7 @@ marking tests.
     t_send_ns, t_recv_ns, ecn, length_bytes], ...]}``. ``t_recv_ns`` is the
     kernel's receive timestamp (SO_TIMESTAMPNS), ``ecn`` the IP ECN field of
     the arriving packet (IP_RECVTOS), ``length_bytes`` the Ethernet frame's length.
-``python -m traffic.udp_probe send DST_IP PORT RATE_MBPS PACKETS FRAME_BYTES TOS FLOW START_AT_UNIX_S [WARMUP]``
+``python -m traffic.udp_probe send DST_IP PORT RATE_MBPS PACKETS FRAME_BYTES TOS FLOW START_AT_UNIX_S [WARMUP [SPORT]]``
     prints READY, sends WARMUP packets (default 0) at a quarter of the rate,
     flagged with :data:`WARMUP_FLAG` in their flow field (so the switches'
     flow caches hold this 5-tuple before the measurement: on Open vSwitch's
@@ -16,7 +16,8 @@ marking tests.
     milliseconds under an emulated CPU), waits until START_AT, then sends PACKETS datagrams whose
     Ethernet frames are FRAME_BYTES long, paced at RATE_MBPS (of frames) on
     the monotonic clock, every one with IP TOS byte TOS (2 = ECT(0) on every
-    packet, the first included: case T4), through one socket. Each payload
+    packet, the first included: case T4), through one socket (bound to source port SPORT when
+    given: the 5-tuple, and so the ECMP path, is then the caller's choice). Each payload
     carries (flow, seq, t_send_ns). Prints ``sent N achieved_mbps X``.
 
 All hosts of a Mininet fabric share one kernel clock, so t_recv - t_send is
@@ -73,10 +74,14 @@ def recv(port: int, deadline_s: float, out: str) -> None:
 
 
 def send(dst: str, port: int, rate_mbps: float, packets: int, frame_bytes: int, tos: int, flow: int,
-         start_at: float, warmup: int = 0) -> None:
-    """Send ``packets`` frames of ``frame_bytes`` at ``rate_mbps`` with TOS ``tos`` (see the module docstring)."""
+         start_at: float, warmup: int = 0, sport: int = 0) -> None:
+    """Send ``packets`` frames of ``frame_bytes`` at ``rate_mbps`` with TOS ``tos``, from source port
+    ``sport`` (0: the kernel's choice) (see the module docstring)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+    if sport:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("0.0.0.0", sport))
     s.connect((dst, port))
     payload = bytearray(frame_bytes - ETH_IP_UDP_BYTES)
     gap_s = frame_bytes * 8 / (rate_mbps * 1e6)
@@ -120,7 +125,7 @@ def main(argv: list[str]) -> int:
             recv(int(argv[1]), float(argv[2]), argv[3])
         elif argv[0] == "send":
             send(argv[1], int(argv[2]), float(argv[3]), int(argv[4]), int(argv[5]), int(argv[6]), int(argv[7]),
-                 float(argv[8]), int(argv[9]) if len(argv) > 9 else 0)
+                 float(argv[8]), int(argv[9]) if len(argv) > 9 else 0, int(argv[10]) if len(argv) > 10 else 0)
         else:
             raise ValueError(argv[0])
     except (IndexError, ValueError) as e:

@@ -58,11 +58,14 @@ class FrameDrop:
 
 @dataclass(frozen=True)
 class RateLimit:
-    """Shape ``intf``'s transmitter (of ``node``) at ``rate_mbps`` instead of ``nominal_mbps``."""
+    """Shape ``intf``'s transmitter (of ``node``) at ``rate_mbps`` instead of ``nominal_mbps``.
+    ``link_peer``: the interface at the link's other end when the link itself runs slower (it
+    trained down: both ports report the lower speed); None when only the sender is slow."""
     node: str
     intf: str
     rate_mbps: float
     nominal_mbps: float
+    link_peer: str | None = None
 
 
 @dataclass(frozen=True)

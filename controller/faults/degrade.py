@@ -16,9 +16,10 @@ class Degrade(Injector):
 
     @classmethod
     def actions(cls, fabric_map: dict, spec: FaultSpec) -> tuple[RateLimit, ...]:
-        """A :class:`RateLimit` on each direction's transmitting interface."""
+        """A :class:`RateLimit` on each direction's transmitting interface; the link's speed, as
+        both its ports report it, is the lower rate."""
         f = float(spec.params["rate_fraction"])
-        return tuple(RateLimit(d.tx_node, d.tx_intf, d.rate_mbps * f, d.rate_mbps)
+        return tuple(RateLimit(d.tx_node, d.tx_intf, d.rate_mbps * f, d.rate_mbps, link_peer=d.rx_intf)
                      for d in link_directions(fabric_map, spec.place))
 
     @classmethod

@@ -12,7 +12,7 @@ from experiments.features.base import Feature
 from experiments.tables import write_csv
 
 #: The counters that are differences over the round.
-DELTAS = ("rx_packets", "rx_bytes", "rx_errors", "tx_packets", "tx_bytes", "tx_dropped")
+DELTAS = ("rx_packets", "rx_bytes", "rx_errors", "tx_packets", "tx_bytes", "tx_dropped", "carrier_changes")
 #: ports.csv's columns.
 COLUMNS = ("round",) + PORT_COLUMNS
 

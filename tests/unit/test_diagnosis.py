@@ -119,7 +119,7 @@ def ports_rows(fmap, **changes):
     for s in fmap["switches"]:
         for p in s["ports"]:
             r = {"switch": s["name"], "port": p["port"], "intf": p["intf"], "peer": p["peer"], "rx_errors": 0,
-                 "tx_dropped": 0, "rate_mbps": 10.0, "nominal_mbps": 10.0, "state": "up", "link_flaps": 0}
+                 "tx_dropped": 0, "rate_mbps": 10.0, "nominal_mbps": 10.0, "state": "up", "carrier_changes": 0}
             r.update(changes.get(p["intf"], {}))
             rows.append(r)
     return rows
@@ -129,7 +129,7 @@ def ports_rows(fmap, **changes):
     ({"c1-eth1": {"rx_errors": 40}}, "corrupt", "p0a1->c1", "physical"),
     ({"p0a1-eth3": {"rate_mbps": 3.0, "tx_dropped": 200}, "c1-eth1": {"rate_mbps": 3.0}}, "degrade", "p0a1->c1",
      "physical"),
-    ({"p0a1-eth3": {"link_flaps": 4}}, "flap", "p0a1<->c1", "physical"),
+    ({"p0a1-eth3": {"carrier_changes": 4}}, "flap", "p0a1<->c1", "physical"),
     ({}, "drop", "c1", "switch"),
 ])
 def test_the_counters_name_the_layer(changes, kind, culprit, layer):

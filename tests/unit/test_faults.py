@@ -47,8 +47,8 @@ def test_each_injector_acts_where_its_fault_is():
     corrupt = parse_fault(MAP, {"kind": "corrupt", "link": "p0a1->c1", "frame_fraction": 0.02})
     assert FAULTS["corrupt"].actions(MAP, corrupt) == (FrameDrop("c1", "c1-eth1", 0.02, "rx_errors"),)
     degrade = parse_fault(MAP, {"kind": "degrade", "link": "p0a1<->c1", "rate_fraction": 0.3})
-    assert FAULTS["degrade"].actions(MAP, degrade) == (RateLimit("p0a1", "p0a1-eth3", 3.0, 10.0),
-                                                        RateLimit("c1", "c1-eth1", 3.0, 10.0))
+    assert FAULTS["degrade"].actions(MAP, degrade) == (RateLimit("p0a1", "p0a1-eth3", 3.0, 10.0, "c1-eth1"),
+                                                        RateLimit("c1", "c1-eth1", 3.0, 10.0, "p0a1-eth3"))
     drop = parse_fault(MAP, {"kind": "drop", "switch": "p0a1", "ports": [1, 3]})
     assert [(a.intf, a.counter) for a in FAULTS["drop"].actions(MAP, drop)] == [("p0a1-eth1", "none"),
                                                                               ("p0a1-eth3", "none")]
@@ -140,6 +140,7 @@ def test_faults_are_applied_taken_back_and_recorded():
     corrupt, slow = recs
     assert (corrupt["frames_seen"], corrupt["frames_dropped"], corrupt["drop_fraction_measured"]) == (1000, 100, 0.1)
     assert slow["rates"]["h3-eth0"]["applied_mbps"] == 5.0 and slow["rates"]["h3-eth0"]["restored"] is True
+    assert fp.link_speeds() == {}                           # a slow host's link keeps its speed
     assert 0.15 < slow["removed_at_s"] < 0.35 and corrupt["layer"] == "physical" and slow["layer"] == "host"
     assert ("xdp", "h1-eth0", 0.1, 1001) in [c[1:] for c in plane.calls]
     assert fp.live_rx_errors() == {"h1-eth0": 100}          # a port's counter outlives the fault
@@ -179,10 +180,11 @@ def test_the_rest_routes_add_list_and_remove_faults():
     api = ControlApi(dict, lambda: None, lambda: None, False, False, faults=fp, ports=lambda: [{"intf": "x"}])
     code, out = api.handle("POST", "/fabriclab/faults", {"kind": "degrade", "link": "p0a1->c1"})
     assert (code, out) == (200, {"ids": [1]})
+    time.sleep(0.05)
+    assert fp.link_speeds() == {"p0a1-eth3": 5.0, "c1-eth1": 5.0}     # both ports of the link report it
     code, out = api.handle("POST", "/fabriclab/faults", {"faults": [{"kind": "degrade", "link": "p0a1->c9"}]})
     assert code == 400 and out["error"] == "faults[0].link: no node 'c9' in this fabric"
     assert api.handle("GET", "/fabriclab/ports", None) == (200, {"ports": [{"intf": "x"}]})
-    time.sleep(0.05)
     assert [f["state"] for f in api.handle("GET", "/fabriclab/faults", None)[1]["faults"]] == ["active"]
     code, out = api.handle("DELETE", "/fabriclab/faults", None)
     assert code == 200 and out["removed"][0]["rates"]["p0a1-eth3"]["restored"] is True
@@ -202,7 +204,8 @@ def test_port_counters_count_corrupted_frames_as_errors_not_as_received():
     link = {"operstate": "UP", "rx_packets": 1000, "rx_bytes": 1_000_000, "tx_packets": 10, "tx_bytes": 900,
             "rx_errors": 0, "tx_errors": 0, "rx_dropped": 0, "tx_dropped": 0}
     links = {"p0e1-eth1": link, "p0e1-eth2": dict(link, operstate="DOWN")}
-    rows = port_table(ports, links, {"p0e1-eth1": {"drops": 7}}, {"p0e1-eth1": 5.0}, {"p0e1-eth1": 50})
+    rows = port_table(ports, links, {"p0e1-eth1": {"drops": 7}}, {"p0e1-eth1": 10.0}, {"p0e1-eth1": 50},
+                      {"p0e1-eth1": 5.0})
     r1, r2, r3 = rows[:3]
     assert (r1["rx_packets"], r1["rx_bytes"], r1["rx_errors"], r1["tx_dropped"]) == (950, 950_000, 50, 7)
     assert (r1["rate_mbps"], r1["nominal_mbps"], r1["state"], r2["state"], r3["state"]) == \
