@@ -13,7 +13,7 @@ K ?=
 LOAD ?= 1
 VM ?= 0
 
-.PHONY: allreduce study help test-times test-repeat test-repeat-args setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-watch bench-sampler bench-forwarding bench-ovstx bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
+.PHONY: allreduce study diagnose bench-diagnose help test-times test-repeat test-repeat-args setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-watch bench-sampler bench-forwarding bench-ovstx bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
 
 help:
 	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast, drop-tail / ECN / PFC / ECN+PFC), results in $(RESULTS)/"
@@ -23,6 +23,7 @@ help:
 	@echo "sudo make k-sweep                         ECN K sweep: the incast at K = 5..65 packets on one fabric"
 	@echo "sudo make compare [COMPARISON=file.yaml]  same traffic on Fat-Tree k=4 and 3:1 Spine-Leaf, side-by-side plots"
 	@echo "sudo make study [STUDY=file.yaml]          variants x seeds, compared per seed (paired statistics, report.html)"
+	@echo "sudo make diagnose [SEED=n]                a hidden random fault on a k=4 Fat-Tree, found by bisection, then revealed"
 	@echo "make draw [SCENARIO=file.yaml]            draw the scenario's fabric to $(RESULTS)/topology.png (no root)"
 	@echo "sudo make test                            install what is missing, run the whole test suite (host lane)"
 	@echo "make test-times                           table of test -> seconds for each lane's last run"
@@ -33,6 +34,7 @@ help:
 	@echo "sudo make bench-ecn                       forwarding throughput of a port with the ECN marker on vs off"
 	@echo "sudo make bench-pfc                       PFC reaction latency (XOFF -> upstream paused) during incasts, vs a bare gate change"
 	@echo "sudo make bench-roce                      RoCEv2 sender packets/s (1 KB payloads) beside scapy's sendp, same run"
+	@echo "sudo make bench-diagnose                  time to diagnosis of hidden faults on Fat-Tree k=4 and k=6"
 	@echo "sudo make bench-collective                16-rank ring AllReduce busbw vs 16 plain flows on the same connections (Fat-Tree k=4)"
 	@echo "make bpf                                  compile the BPF programs (ECN marker, PFC accounting, queue sampler, checks) to build/ (setup does it)"
 	@echo "sudo make bench-fabric                    bring-up and teardown per phase, growth with the ports (Fat-Tree k=4,6,8; Spine-Leaf 4x8)"
@@ -77,6 +79,11 @@ compare: check-root setup
 STUDY ?= experiments/studies/ecn-vs-droptail.yaml
 study: check-root setup
 	$(PY) -m experiments study $(STUDY) --results $(RESULTS)
+
+# The troubleshooter on a hidden random fault (docs/faults.md); exit 1 when its verdict is wrong.
+SEED ?= 0
+diagnose: check-root setup
+	$(PY) -m experiments diagnose --inject random --seed $(SEED) --results $(RESULTS)
 
 draw:
 	@test -x $(PY) || { echo "fabriclab: no .venv yet: run sudo make setup first" >&2; exit 2; }
@@ -129,6 +136,9 @@ bench-roce: check-root setup
 
 bench-collective: check-root setup
 	$(PY) bench/bench_collective.py
+
+bench-diagnose: check-root setup
+	$(PY) bench/bench_diagnose.py
 
 clean: check-root
 	@if [ -x $(PY) ]; then $(PY) -m experiments clean; else echo "fabriclab: nothing to clean (no .venv)"; fi

@@ -156,12 +156,12 @@ class LiveProbes:
                 text, err = p.communicate(timeout=self.probe_s * 10 + 60)
                 if "achieved_mbps" not in text:
                     raise SetupError(f"probe sender {f.src}->{f.dst} failed: {(text + err).strip()[-300:]}")
-                sent = int(text.split("sent")[1].split()[0])
                 achieved = float(text.split("achieved_mbps")[1])
                 rp, out = rx[i]
                 rp.wait(self.probe_s + 40)
                 rows = [r for r in json.loads(out.read_text())["packets"] if r[0] == i]
-                outcomes.append(D.Outcome(f, rate, sent, len({r[1] for r in rows}), achieved,
+                # every sequence number was tried: one the host could not send (its link down) is lost
+                outcomes.append(D.Outcome(f, rate, packets, len({r[1] for r in rows}), achieved,
                                           tuple(_loss_runs(rows, FRAME_BYTES * 8 / (rate * 1e6)))))
             return outcomes
         finally:

@@ -82,13 +82,16 @@ def send(dst: str, port: int, rate_mbps: float, packets: int, frame_bytes: int, 
     if sport:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("0.0.0.0", sport))
-    s.connect((dst, port))
+    to = (dst, port)          # not connected: a sender whose link is down (a flap) keeps going
     payload = bytearray(frame_bytes - ETH_IP_UDP_BYTES)
     gap_s = frame_bytes * 8 / (rate_mbps * 1e6)
     print("READY", flush=True)
     for seq in range(warmup):
         HEADER.pack_into(payload, 0, flow | WARMUP_FLAG, seq, time.time_ns())
-        s.send(payload)
+        try:
+            s.sendto(payload, to)
+        except OSError:
+            pass
         time.sleep(4 * gap_s)
     delay = start_at - time.time()
     if delay > 0:
@@ -109,7 +112,7 @@ def send(dst: str, port: int, rate_mbps: float, packets: int, frame_bytes: int, 
         due = max(due + gap_s, now + 0.6 * gap_s)
         HEADER.pack_into(payload, 0, flow, seq, time.time_ns())
         try:
-            s.send(payload)
+            s.sendto(payload, to)
             sent += 1
         except OSError as e:   # a full host queue (ENOBUFS): counted, never silent
             print(f"send error seq {seq}: {e}", file=sys.stderr)
