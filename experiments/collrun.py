@@ -223,7 +223,8 @@ def check_results(recs: list[dict | None], kind: str, elements: int, init: str =
 def timings(recs: list[dict], kind: str, elements: int) -> list[dict]:
     """Per iteration: total time T (first rank's begin -> last rank's end), algbw/busbw (bit/s),
     per-step balance (slowest rank's step time / fastest's) and the overall balance (slowest
-    rank's time / fastest's). Raises ValueError when a rank has no timings."""
+    rank's time / fastest's), and which rank was slowest in each step (``slowest_rank_per_step``)
+    and overall (``slowest_rank``). Raises ValueError when a rank has no timings."""
     n = len(recs)
     size = 4 * elements
     out = []
@@ -233,14 +234,17 @@ def timings(recs: list[dict], kind: str, elements: int) -> list[dict]:
         end = max(i["end_unix_s"] for i in its)
         per_rank = [i["end_unix_s"] - i["begin_unix_s"] for i in its]
         steps = len(its[0]["steps"])
-        step_balance = []
+        step_balance, slowest = [], []
         for s in range(steps):
             d = [i["steps"][s][7] - i["steps"][s][4] for i in its]
             step_balance.append(max(d) / min(d) if min(d) > 0 else None)
+            slowest.append(max(range(n), key=lambda r: d[r]))
         t = end - begin
         out.append({"iteration": it, "time_s": t, **C.bandwidths(kind, n, size, t), "rank_time_s": per_rank,
                     "balance": max(per_rank) / min(per_rank) if min(per_rank) > 0 else None,
-                    "step_balance": step_balance, "begin_unix_s": begin, "end_unix_s": end})
+                    "step_balance": step_balance, "slowest_rank_per_step": slowest,
+                    "slowest_rank": max(range(n), key=lambda r: per_rank[r]),
+                    "begin_unix_s": begin, "end_unix_s": end})
     return out
 
 
@@ -388,7 +392,8 @@ ALPHA_PROBE_ELEMENTS_PER_RANK = 4
 
 
 def run_round(lf, state, coll: Collective, out: Path, sample_hz: float, quiet: bool = True, say=print,
-              seed: int = 0, roce_args: dict | None = None, sampler_method: str = "auto") -> dict:
+              seed: int = 0, roce_args: dict | None = None, sampler_method: str = "auto",
+              capacity_mbps: dict | None = None) -> dict:
     """Run one round's collective on a live fabric: a small run for alpha, then every size of
     ``coll`` (``sizes_bytes`` or ``size_bytes``), each ``repeat`` times, with the queue sampler on.
 
@@ -398,6 +403,8 @@ def run_round(lf, state, coll: Collective, out: Path, sample_hz: float, quiet: b
         sampler_method: the queue sampler's reader (``measurement.sampler``: auto, bpf, netlink).
         roce_args: the RoCE queue pairs' settings (experiments.rocerun.collective_job_args) for
             ``transport: roce``.
+        capacity_mbps: link directions a fault slowed for the round (``{"a>b": Mbit/s}``,
+            controller.faults.capacity_overrides): the models' B uses them.
 
     Returns ``{"hosts", "alpha_s", "rate_bps" (B: hash-ECMP bottleneck x TCP_PAYLOAD_FRACTION),
     "link_rate_bps" (that bottleneck link's rate), "rate_ideal_ecmp_bps",
@@ -414,6 +421,8 @@ def run_round(lf, state, coll: Collective, out: Path, sample_hz: float, quiet: b
     ra = roce_args or {}
     frac = payload_fraction(transport, ra.get("mtu_bytes", 1024))
     fmap = lf.fabric.to_map()
+    if capacity_mbps:
+        fmap["capacity_mbps"] = dict(capacity_mbps)
     link_rate = bottleneck_rate_bps(fmap, hosts, kind, "hash")
     label = {"tcp": "TCP", "roce": "RoCE"}[transport]
     model = f"hash-ECMP, {label} payload"
@@ -425,7 +434,8 @@ def run_round(lf, state, coll: Collective, out: Path, sample_hz: float, quiet: b
     res = {"hosts": hosts, "kind": kind, "ranks": n, "placement": "list" if coll.hosts else coll.placement,
            "transport": transport, "payload_fraction": frac,
            "rate_bps": rate, "link_rate_bps": link_rate, "rate_model": model,
-           "rate_ideal_ecmp_bps": bottleneck_rate_bps(fmap, hosts, kind, "ecmp") * frac, "runs": []}
+           "rate_ideal_ecmp_bps": bottleneck_rate_bps(fmap, hosts, kind, "ecmp") * frac,
+           "capacity_mbps": dict(capacity_mbps or {}), "runs": []}
     sampler = start_sampler(lf, state, out, sample_hz, sampler_method)
     try:
         probe_el = max(n * ALPHA_PROBE_ELEMENTS_PER_RANK, 4)
@@ -462,6 +472,20 @@ def run_round(lf, state, coll: Collective, out: Path, sample_hz: float, quiet: b
     return res
 
 
+def stragglers(iterations: list[dict], hosts: list[str], top: int = 2) -> str:
+    """The ranks most often slowest in a step, over ``iterations`` (:func:`timings`), as
+    ``"3:h4 18/30, 4:h5 9/30"`` (rank:host, steps it was slowest in / steps): where the balance
+    points. Empty without iterations."""
+    counts: dict[int, int] = {}
+    total = 0
+    for it in iterations:
+        for r in it.get("slowest_rank_per_step", []):
+            counts[r] = counts.get(r, 0) + 1
+            total += 1
+    best = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+    return ", ".join(f"{r}:{hosts[r]} {c}/{total}" for r, c in best)
+
+
 #: collective.csv's columns from the RoCE transport (empty for TCP): totals over the size's iterations.
 ROCE_COLUMNS = ("packets_sent", "retransmitted_packets", "timeouts", "cnps_received")
 
@@ -487,6 +511,8 @@ def summarize(res: dict, out: Path, plots: bool = True) -> dict:
                "measured_over_traced_model": t / traced_t if t and traced_t else None,
                "traced_error": r.get("traced_error"), "alpha_s": res["alpha_s"], "rate_bps": rate,
                "balance": float(np.median([i["balance"] for i in its])) if its else None,
+               "step_balance_max": max((b for i in its for b in i["step_balance"] if b is not None), default=None),
+               "stragglers": stragglers(its, res["hosts"]),
                **{k: (r.get("roce") or {}).get(k) for k in ROCE_COLUMNS}}
         if t:
             row.update(C.bandwidths(kind, n, r["size_bytes"], t))
@@ -498,7 +524,8 @@ def summarize(res: dict, out: Path, plots: bool = True) -> dict:
                 steps.append({"size_bytes": r["size_bytes"], **s})
     cols = ["size_bytes", "ranks", "kind", "placement", "exact", "transfers", "expected_transfers", "time_s",
             "algbw_bps", "busbw_bps", "model_time_s", "model_busbw_bps", "measured_over_model", "traced_rate_bps",
-            "traced_model_time_s", "measured_over_traced_model", "alpha_s", "rate_bps", "balance", *ROCE_COLUMNS]
+            "traced_model_time_s", "measured_over_traced_model", "alpha_s", "rate_bps", "balance", "step_balance_max",
+            "stragglers", *ROCE_COLUMNS]
     write_csv(out / "collective.csv", cols, rows)
     write_csv(out / "collective_steps.csv", ["size_bytes", "iteration", "rank", "host", "step", "phase", "chunk",
                                                "bytes", "start_s", "send_done_s", "recv_done_s", "end_s"], steps)
@@ -526,8 +553,10 @@ def format_line(c: dict) -> str:
         if r.get("busbw_bps"):
             traced = (f", traced paths {r['traced_model_time_s']:.3f} at B {r['traced_rate_bps'] / 1e6:.2f}"
                       if r.get("traced_model_time_s") else "")
+            bal = (f", balance {r['balance']:.2f} (worst step {r['step_balance_max']:.2f}; slowest ranks "
+                   f"{r['stragglers']})" if r.get("balance") and r.get("step_balance_max") else "")
             parts.append(f"{r['size_bytes']} B: T {r['time_s']:.3f} s (model {r['model_time_s']:.3f}{traced}), "
-                         f"busbw {r['busbw_bps'] / 1e6:.2f} Mbit/s")
+                         f"busbw {r['busbw_bps'] / 1e6:.2f} Mbit/s{bal}")
         else:
             parts.append(f"{r['size_bytes']} B: FAILED")
     ideal = c.get("rate_ideal_ecmp_bps")

@@ -49,6 +49,11 @@ SPORTS = range(20000, 20064)
 #: switches it crosses): the userspace datapath's one ovs-vswitchd thread forwards 300-500 Mbit/s
 #: of switch hops in all (docs/scaling.md); a round kept well below it loses nothing to the emulator.
 BUDGET_MBPS = {"user": 120.0, "kernel": 1000.0}
+#: The senders' common start, after the receivers are ready: time for every sender to start (a
+#: Python process each, on 2 cores).
+START_S, START_PER_FLOW_S = 0.3, 0.08
+#: A receiver ends this long after its flow's last datagram (the flow is over: it sends no more).
+RECEIVER_IDLE_S = 0.3
 #: Warm-up datagrams each probe sends first (at a quarter of its rate; not counted): ARP and the
 #: switches' flow caches settle before the measured ones.
 WARMUP = 5
@@ -129,7 +134,7 @@ class LiveProbes:
             for i, f in enumerate(flows):
                 out = rdir / f"rx-{i}.json"
                 p = self.lf.host(f.dst).popen([sys.executable, "-m", "traffic.udp_probe", "recv", str(PROBE_PORT),
-                                               str(self.probe_s + 30), str(out)],
+                                               str(self.probe_s + 30), str(out), str(RECEIVER_IDLE_S)],
                                               cwd=str(REPO), stdout=subprocess.PIPE, text=True)
                 self.state.add_process(p.pid, f"probe receiver {f.dst}")
                 procs.append(p)
@@ -137,7 +142,7 @@ class LiveProbes:
             for p, _ in rx.values():
                 if p.stdout.readline().strip() != "READY":
                     raise SetupError("a probe receiver did not start")
-            start = time.time() + 1.0
+            start = time.time() + START_S + START_PER_FLOW_S * len(flows)
             tx = {}
             for i, f in enumerate(flows):
                 rate = self.rate_mbps(f)

@@ -146,11 +146,16 @@ def max_min_on_paths(fabric_map: dict, paths: list[dict]) -> list[float]:
 
 
 def _progressive_filling(fabric_map: dict, fracs: list[dict]) -> list[float]:
-    """Max-min fair rates of flows given each flow's fraction on every directed link."""
+    """Max-min fair rates of flows given each flow's fraction on every directed link. A map's
+    ``capacity_mbps`` (``{"a>b": Mbit/s}``: a direction a fault slowed, controller.faults.capacity_overrides)
+    replaces that direction's rate."""
     cap: dict[tuple[str, str], float] = {}
     for link in fabric_map["links"]:
         cap[(link["a"], link["b"])] = cap.get((link["a"], link["b"]), 0.0) + link["rate_mbps"]
         cap[(link["b"], link["a"])] = cap.get((link["b"], link["a"]), 0.0) + link["rate_mbps"]
+    for key, mbps in (fabric_map.get("capacity_mbps") or {}).items():
+        a, b = key.split(">")
+        cap[(a, b)] = float(mbps)
     rate = [0.0] * len(fracs)
     active = set(range(len(fracs)))
     left = dict(cap)

@@ -2,9 +2,9 @@
 (run inside Mininet hosts with popen): the measurement behind the ECN
 marking tests.
 
-``python -m traffic.udp_probe recv PORT DEADLINE_S OUT.json``
+``python -m traffic.udp_probe recv PORT DEADLINE_S OUT.json [IDLE_S]``
     prints READY, records every datagram until DEADLINE_S seconds pass or
-    1 s passes without one after the first measured (not warm-up) one: ``{"packets": [[flow, seq,
+    IDLE_S (default 1) seconds pass without one after the first measured (not warm-up) one: ``{"packets": [[flow, seq,
     t_send_ns, t_recv_ns, ecn, length_bytes], ...]}``. ``t_recv_ns`` is the
     kernel's receive timestamp (SO_TIMESTAMPNS), ``ecn`` the IP ECN field of
     the arriving packet (IP_RECVTOS), ``length_bytes`` the Ethernet frame's length.
@@ -39,7 +39,7 @@ SO_TIMESTAMPNS = 35
 IP_RECVTOS = 13
 
 
-def recv(port: int, deadline_s: float, out: str) -> None:
+def recv(port: int, deadline_s: float, out: str, idle_s: float = 1.0) -> None:
     """Record every datagram on ``port`` (see the module docstring)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 2**20)
@@ -51,7 +51,7 @@ def recv(port: int, deadline_s: float, out: str) -> None:
     end = time.monotonic() + deadline_s
     last = None
     rows = []
-    while time.monotonic() < end and (last is None or time.monotonic() - last < 1.0):
+    while time.monotonic() < end and (last is None or time.monotonic() - last < idle_s):
         try:
             data, anc, _flags, _addr = s.recvmsg(65536, 256)
         except socket.timeout:
@@ -125,7 +125,7 @@ def main(argv: list[str]) -> int:
     """CLI entry (see the module docstring); exit 2 on bad arguments."""
     try:
         if argv[0] == "recv":
-            recv(int(argv[1]), float(argv[2]), argv[3])
+            recv(int(argv[1]), float(argv[2]), argv[3], float(argv[4]) if len(argv) > 4 else 1.0)
         elif argv[0] == "send":
             send(argv[1], int(argv[2]), float(argv[3]), int(argv[4]), int(argv[5]), int(argv[6]), int(argv[7]),
                  float(argv[8]), int(argv[9]) if len(argv) > 9 else 0, int(argv[10]) if len(argv) > 10 else 0)

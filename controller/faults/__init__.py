@@ -99,5 +99,25 @@ def check_clashes(fabric_map: dict, specs: list[FaultSpec] | tuple[FaultSpec, ..
         held += [(s, spec.start_s, end, i) for s in mine]
 
 
+def capacity_overrides(fabric_map: dict, specs) -> dict[str, float]:
+    """``{"a>b": Mbit/s}``: the link directions ``specs`` slow for a whole round (a degraded link, a
+    slow host's uplink; faults that start at 0 and never stop), for the fluid and alpha-beta models
+    (experiments.fluid reads a map's ``capacity_mbps``). A fault with a schedule changes the rate
+    mid-round and is left out."""
+    ends = {}
+    for l in fabric_map["links"]:
+        ends[l["a_intf"]] = (l["a"], l["b"])
+        ends[l["b_intf"]] = (l["b"], l["a"])
+    out: dict[str, float] = {}
+    for spec in specs:
+        if spec.start_s > 0 or spec.stop_s is not None:
+            continue
+        for a in FAULTS[spec.kind].actions(fabric_map, spec):
+            if isinstance(a, RateLimit) and a.intf in ends:
+                key = ">".join(ends[a.intf])
+                out[key] = min(out.get(key, a.rate_mbps), a.rate_mbps)
+    return out
+
+
 __all__ = ["FAULTS", "COMMON_KEYS", "Action", "Direction", "FaultSpec", "FrameDrop", "Injector", "LinkFlap",
-           "RateLimit", "parse_fault", "check_place", "check_clashes", "slot", "MECHANISMS", "host_record", "link_directions", "switch_ports"]
+           "RateLimit", "parse_fault", "check_place", "check_clashes", "capacity_overrides", "slot", "MECHANISMS", "host_record", "link_directions", "switch_ports"]

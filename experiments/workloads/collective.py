@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.errors import RunError, SetupError
+from controller.faults import capacity_overrides
 from experiments import collrun, rocerun
 from experiments.context import RoundRecord
 from experiments.tables import write_csv
@@ -41,7 +42,8 @@ class Collective(Workload):
         try:
             res = collrun.run_round(lf, state, coll, rec.dir / "agents", self.ctx.sc.measurement.sample_hz,
                                     self.ctx.quiet, say=self.ctx.say, seed=rec.round.seed, roce_args=roce_args,
-                                    sampler_method=self.ctx.sc.measurement.sampler)
+                                    sampler_method=self.ctx.sc.measurement.sampler,
+                                    capacity_mbps=capacity_overrides(self.ctx.fabric_map, rec.round.faults))
         except SetupError:
             _raise_plugin_failure(rec.dir / "agents")
             raise

@@ -221,3 +221,24 @@ def test_fault_threads_end_with_the_manager():
     fp.add([parse_fault(MAP, {"kind": "degrade", "link": "p0a1->c1"})])
     fp.remove_all()
     assert not [t for t in threading.enumerate() if t.name.startswith("fabriclab-fault-")]
+
+
+def test_a_round_long_rate_fault_lowers_the_models_capacity():
+    from controller.faults import capacity_overrides
+    from experiments import fluid
+    specs = [parse_fault(MAP, {"kind": "degrade", "link": "p0e1->h1", "rate_fraction": 0.3}),
+             parse_fault(MAP, {"kind": "slow_host", "host": "h3", "rate_fraction": 0.5}),
+             parse_fault(MAP, {"kind": "degrade", "link": "c1->p0a1", "rate_fraction": 0.5, "start_s": 1})]
+    caps = capacity_overrides(MAP, specs)
+    assert caps == {"p0e1>h1": 3.0, "h3>p0e2": 5.0}            # the scheduled one is left out
+    fmap = dict(MAP, capacity_mbps=caps)
+    assert fluid.max_min_rates(fmap, [("h2", "h1")]) == [pytest.approx(3.0)]
+    assert fluid.max_min_rates(fmap, [("h1", "h2")]) == [pytest.approx(10.0)]     # the other direction
+    assert fluid.max_min_rates(MAP, [("h2", "h1")]) == [pytest.approx(10.0)]
+
+
+def test_the_stragglers_are_the_ranks_most_often_slowest():
+    from experiments.collrun import stragglers
+    its = [{"slowest_rank_per_step": [3, 3, 4, 3, 0, 3]}, {"slowest_rank_per_step": [4, 3, 4, 3, 3, 3]}]
+    assert stragglers(its, [f"h{i + 1}" for i in range(8)]) == "3:h4 8/12, 4:h5 3/12"
+    assert stragglers([], ["h1"]) == ""
