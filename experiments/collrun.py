@@ -220,11 +220,17 @@ def check_results(recs: list[dict | None], kind: str, elements: int, init: str =
             "errors": errors}
 
 
+#: The collectives whose every step sends rank r's chunk to rank r+1 (common.collectives.ring_schedule).
+RING_KINDS = ("allreduce", "reduce_scatter", "all_gather")
+
+
 def timings(recs: list[dict], kind: str, elements: int) -> list[dict]:
     """Per iteration: total time T (first rank's begin -> last rank's end), algbw/busbw (bit/s),
     per-step balance (slowest rank's step time / fastest's) and the overall balance (slowest
     rank's time / fastest's), and which rank was slowest in each step (``slowest_rank_per_step``)
-    and overall (``slowest_rank``). Raises ValueError when a rank has no timings."""
+    and overall (``slowest_rank``); for a ring, which transfer r -> r+1 took longest in each step
+    (``slowest_transfer_per_step``: r, from both ranks starting the step to r+1 holding the chunk).
+    Raises ValueError when a rank has no timings."""
     n = len(recs)
     size = 4 * elements
     out = []
@@ -234,15 +240,21 @@ def timings(recs: list[dict], kind: str, elements: int) -> list[dict]:
         end = max(i["end_unix_s"] for i in its)
         per_rank = [i["end_unix_s"] - i["begin_unix_s"] for i in its]
         steps = len(its[0]["steps"])
-        step_balance, slowest = [], []
+        step_balance, slowest, slow_link = [], [], []
+        ring = kind in RING_KINDS and n > 1
         for s in range(steps):
             d = [i["steps"][s][7] - i["steps"][s][4] for i in its]
             step_balance.append(max(d) / min(d) if min(d) > 0 else None)
             slowest.append(max(range(n), key=lambda r: d[r]))
+            if ring:        # rank r's transfer to r+1: from both ranks starting the step to r+1 holding it
+                tr = [its[(r + 1) % n]["steps"][s][6] - max(its[r]["steps"][s][4], its[(r + 1) % n]["steps"][s][4])
+                      for r in range(n)]
+                slow_link.append(max(range(n), key=lambda r: tr[r]))
         t = end - begin
         out.append({"iteration": it, "time_s": t, **C.bandwidths(kind, n, size, t), "rank_time_s": per_rank,
                     "balance": max(per_rank) / min(per_rank) if min(per_rank) > 0 else None,
                     "step_balance": step_balance, "slowest_rank_per_step": slowest,
+                    "slowest_transfer_per_step": slow_link if ring else None,
                     "slowest_rank": max(range(n), key=lambda r: per_rank[r]),
                     "begin_unix_s": begin, "end_unix_s": end})
     return out
@@ -473,16 +485,21 @@ def run_round(lf, state, coll: Collective, out: Path, sample_hz: float, quiet: b
 
 
 def stragglers(iterations: list[dict], hosts: list[str], top: int = 2) -> str:
-    """The ranks most often slowest in a step, over ``iterations`` (:func:`timings`), as
-    ``"3:h4 18/30, 4:h5 9/30"`` (rank:host, steps it was slowest in / steps): where the balance
-    points. Empty without iterations."""
+    """Where the balance points, over ``iterations`` (:func:`timings`): for a ring, the transfers
+    most often slowest in a step, ``"3:h4->4:h5 40/60"`` (sender rank:host -> receiver, steps /
+    steps), which names the ranks on either side of a slow link or a slow sender; otherwise the
+    ranks most often slowest, ``"3:h4 18/60"``. Empty without iterations."""
     counts: dict[int, int] = {}
     total = 0
+    ring = all(it.get("slowest_transfer_per_step") for it in iterations) and bool(iterations)
+    n = len(hosts)
     for it in iterations:
-        for r in it.get("slowest_rank_per_step", []):
+        for r in (it["slowest_transfer_per_step"] if ring else it.get("slowest_rank_per_step", [])):
             counts[r] = counts.get(r, 0) + 1
             total += 1
     best = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+    if ring:
+        return ", ".join(f"{r}:{hosts[r]}->{(r + 1) % n}:{hosts[(r + 1) % n]} {c}/{total}" for r, c in best)
     return ", ".join(f"{r}:{hosts[r]} {c}/{total}" for r, c in best)
 
 

@@ -239,6 +239,9 @@ def test_a_round_long_rate_fault_lowers_the_models_capacity():
 
 def test_the_stragglers_are_the_ranks_most_often_slowest():
     from experiments.collrun import stragglers
+    hosts = [f"h{i + 1}" for i in range(8)]
     its = [{"slowest_rank_per_step": [3, 3, 4, 3, 0, 3]}, {"slowest_rank_per_step": [4, 3, 4, 3, 3, 3]}]
-    assert stragglers(its, [f"h{i + 1}" for i in range(8)]) == "3:h4 8/12, 4:h5 3/12"
+    assert stragglers(its, hosts) == "3:h4 8/12, 4:h5 3/12"
+    ring = [dict(i, slowest_transfer_per_step=[7, 7, 7, 2]) for i in its]
+    assert stragglers(ring, hosts) == "7:h8->0:h1 6/8, 2:h3->3:h4 2/8"
     assert stragglers([], ["h1"]) == ""
