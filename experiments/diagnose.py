@@ -11,7 +11,7 @@ Open vSwitch's own tables give its 5-tuple (experiments.collrun.traced_path), so
 steered over a chosen link. Only then is the injected fault revealed and the verdict checked.
 
 Results: ``diagnosis.json`` (the verdict, the evidence chain: every probe with its figures, the
-rounds, the time, the truth and whether it matched), ``probes.csv``, ``ports.csv`` (the switch
+rounds, the time, the truth and whether it matched), ``probes.csv``, ``port_counters.csv`` (the switch
 ports' counters over the diagnosis), ``diagnosis.png`` (the fabric with the probed links, the
 exonerated ones and the culprit).
 """
@@ -259,7 +259,7 @@ def diagnose(sc: Scenario, results_root: Path, inject: str | None = None, seed: 
                      rate_fraction, probe_s)
     (out / "diagnosis.json").write_text(json.dumps(record, indent=1))
     _csv(out / "probes.csv", probe_rows(loc.steps))
-    _csv(out / "ports.csv", delta)
+    _csv(out / "port_counters.csv", delta)
     draw_diagnosis(fmap, loc, v, out / "diagnosis.png", sc.name)
     for line in report_lines(record):
         say(line)

@@ -1,7 +1,7 @@
 """Port counters (every round): every switch port's counters read from the controller
 (``GET /fabriclab/ports``, controller.portstats) as the round starts and as it ends, written as
-the round's ``ports.csv`` (frames and bytes received and sent, receive errors and queue drops
-over the round; the rate and state at its end), and the summary's ``ports`` section: the ports
+the round's ``port_counters.csv`` (frames and bytes received and sent, receive errors and queue drops
+over the round; the rate and state at its end), and the summary's ``port_counters`` section: the ports
 with receive errors, the ports below their nominal rate, the ports down. A student reads the same
 counters during a run with ``python -m experiments ports`` (``ovs-ofctl dump-ports`` style)."""
 from __future__ import annotations
@@ -13,12 +13,12 @@ from experiments.tables import write_csv
 
 #: The counters that are differences over the round.
 DELTAS = ("rx_packets", "rx_bytes", "rx_errors", "tx_packets", "tx_bytes", "tx_dropped", "carrier_changes")
-#: ports.csv's columns.
+#: port_counters.csv's columns.
 COLUMNS = ("round",) + PORT_COLUMNS
 
 
 def port_rows(round_name: str, before: list[dict], after: list[dict]) -> list[dict]:
-    """ports.csv's rows: the counters of :data:`DELTAS` over the round (after - before; None when
+    """port_counters.csv's rows: the counters of :data:`DELTAS` over the round (after - before; None when
     either side lacks it), rate and state as at the end."""
     first = {r["intf"]: r for r in before}
     rows = []
@@ -32,7 +32,7 @@ def port_rows(round_name: str, before: list[dict], after: list[dict]) -> list[di
 
 
 def ports_section(rows: list[dict]) -> dict:
-    """The summary's ``ports``: ``rx_errors`` / ``tx_dropped`` (totals over the switch ports),
+    """The summary's ``port_counters``: ``rx_errors`` / ``tx_dropped`` (totals over the switch ports),
     ``with_rx_errors`` ``{intf: n}``, ``below_nominal`` ``{intf: [rate, nominal]}``, ``down`` [intf]."""
     return {"ports": len(rows),
             "rx_errors": sum(r["rx_errors"] or 0 for r in rows),
@@ -65,18 +65,18 @@ class Ports(Feature):
                 "after": lf.api.call("GET", "/ports", timeout_s=30, what="port counters")["ports"]}
 
     def summarize(self, rnd: RoundRecord, summary: dict) -> None:
-        """``ports.csv`` and the summary's ``ports`` section."""
+        """``port_counters.csv`` and the summary's ``port_counters`` section."""
         rec = rnd.features.get(self.name)
         if not rec:
             return
         rows = port_rows(rnd.round.name, rec["before"], rec["after"])
-        write_csv(rnd.dir / "ports.csv", COLUMNS, rows)
-        summary["ports"] = ports_section(rows)
+        write_csv(rnd.dir / "port_counters.csv", COLUMNS, rows)
+        summary["port_counters"] = ports_section(rows)
 
     def report(self, summary: dict) -> str | None:
         """``ports: receive errors on c1-eth1 (146); below nominal p0a1-eth3 (3 of 10 Mbit/s); down: none``,
         only when a port shows something."""
-        p = summary.get("ports")
+        p = summary.get("port_counters")
         if not p or not (p["with_rx_errors"] or p["below_nominal"] or p["down"]):
             return None
         parts = []

@@ -28,7 +28,7 @@ def test_a_hidden_fault_is_found_and_revealed(tmp_path, seed, kind, figure):
     out = r.stdout
     assert out.index("step 3, which layer") < out.index("the hidden fault was")
     assert rec["verdict"]["why"] and rec["evidence"] and rec["step1"]["network_ok"] is False
-    for f in ("probes.csv", "ports.csv", "diagnosis.png"):
+    for f in ("probes.csv", "port_counters.csv", "diagnosis.png"):
         assert (folder / f).stat().st_size > 0
     figure("diagnosis_s", rec["seconds"])
     figure("probe_rounds", rec["probe_rounds"])
