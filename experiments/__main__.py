@@ -112,6 +112,9 @@ def main(argv=None) -> int:
     dg.add_argument("--seed", type=int, default=0, help="the random fault's seed (and the probes' order)")
     dg.add_argument("--rate-fraction", type=float, default=0.6,
                     help="each probe's rate as a share of its path's slowest link (default %(default)s)")
+    dg.add_argument("--by-hand", action="store_true",
+                    help="a lab: you troubleshoot (iperf3 in the hosts, the ports' counters) and type your answer; "
+                         "it is checked against the hidden fault")
     dg.add_argument("--results", default="results")
     dg.add_argument("--quiet", action="store_true")
     d = sub.add_parser("draw", help="draw a scenario's fabric as a PNG (layers on rows, rates, oversubscription)")
@@ -262,7 +265,8 @@ def main(argv=None) -> int:
         elif args.cmd == "diagnose":
             from experiments import diagnose
             _out, record = diagnose.diagnose(sc, Path(args.results), inject=args.inject, seed=args.seed,
-                                             rate_fraction=args.rate_fraction, quiet=args.quiet)
+                                             rate_fraction=args.rate_fraction, quiet=args.quiet,
+                                             ask=input if args.by_hand else None)
             return 0 if record.get("matched", True) else 1
         elif args.cmd == "study":
             studies.preflight(the_study, studies.plan_runs(the_study))

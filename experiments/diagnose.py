@@ -209,10 +209,49 @@ def probe_rows(steps: list[D.Step]) -> list[dict]:
     return rows
 
 
+def parse_answer(text: str) -> D.Verdict:
+    """A student's answer, ``KIND PLACE`` (``corrupt p0a1->c1``, ``degrade h3->p0e2``, ``drop c2``,
+    ``flap p0e1<->h1``, ``slow_host h7``), as a verdict.
+
+    Raises:
+        ValueError: not two words, or a kind that is not a registered fault (named).
+    """
+    parts = text.split()
+    if len(parts) != 2:
+        raise ValueError(f"expected KIND PLACE, e.g. 'corrupt p0a1->c1', got {text.strip()!r}")
+    kind, place = parts
+    if kind not in FAULTS:
+        raise ValueError(f"unknown kind {kind!r}: one of {', '.join(FAULTS)}")
+    return D.Verdict(place, kind, FAULTS[kind].LAYER, ("the student's answer",))
+
+
+def by_hand(lf, fmap: dict, ask, say) -> D.Verdict | None:
+    """The lab's mode: tell the student how to probe the fabric themselves, then read their answer
+    with ``ask(prompt) -> str`` (None when they gave none: end of input)."""
+    pids = ", ".join(f"{h.name}: {h.pid}" for h in lf.net.hosts)
+    say(f"the fabric is up with a hidden fault; its controller: {lf.rest_url}/fabriclab/")
+    say(f"run a command in a host (iperf3, ping): sudo mnexec -a PID COMMAND, with the hosts' PIDs {pids}")
+    say("read every switch port's counters: .venv/bin/python -m experiments ports [SWITCH]")
+    say("when you know, answer KIND PLACE (kinds: " + ", ".join(FAULTS) + "; e.g. 'corrupt p0a1->c1', "
+        "'drop c2', 'flap p0e1<->h1', 'slow_host h7')")
+    for _ in range(3):
+        try:
+            text = ask("your answer> ")
+        except EOFError:
+            return None
+        try:
+            return parse_answer(text)
+        except ValueError as e:
+            say(str(e))
+    return None
+
+
 def diagnose(sc: Scenario, results_root: Path, inject: str | None = None, seed: int = 0, rate_fraction: float = 0.6,
              probe_s: float = 2.0, budget_mbps: float | None = None, reveal: bool = True, quiet: bool = False,
-             platform=PLATFORM) -> tuple[Path, dict]:
+             platform=PLATFORM, ask=None) -> tuple[Path, dict]:
     """Bring ``sc``'s fabric up, inject its faults (or a random one) unseen, troubleshoot, reveal.
+    With ``ask`` (``input``, say), the student troubleshoots instead (:func:`by_hand`) and their
+    answer is checked.
 
     Returns: (the results folder, the diagnosis record written as ``diagnosis.json``).
 
@@ -246,6 +285,11 @@ def diagnose(sc: Scenario, results_root: Path, inject: str | None = None, seed: 
                     say(f"{'a hidden fault is' if len(specs) == 1 else f'{len(specs)} hidden faults are'} in the "
                         "fabric; the troubleshooter is not told where")
                 t0 = time.monotonic()
+                if ask is not None:
+                    answer = by_hand(lf, fmap, ask, say)
+                    took = time.monotonic() - t0
+                    lf.api.call("DELETE", "/faults", what="diagnose")
+                    return out, _answer_record(out, fmap, faults, answer, took, inject, seed, say)
                 before = lf.api.call("GET", "/ports", what="diagnose")["ports"]
                 probes = LiveProbes(lf, state, out / "probes", rate_fraction, probe_s)
                 loc = D.localise(fmap, _saying(probes.run, say), probes.flows_through, probes.flows_between,
@@ -264,6 +308,20 @@ def diagnose(sc: Scenario, results_root: Path, inject: str | None = None, seed: 
     for line in report_lines(record):
         say(line)
     return out, record
+
+
+def _answer_record(out: Path, fmap: dict, truth: list[dict], answer: D.Verdict | None, took: float, inject, seed,
+                   say) -> dict:
+    """The by-hand mode's record (``diagnosis.json``) and its last lines: the truth and the check."""
+    rec = {"mode": "by hand", "inject": inject, "seed": seed, "seconds": round(took, 1),
+           "answer": asdict(answer) if answer else None, "truth": truth,
+           "truth_description": "; ".join(FAULTS[f["kind"]].describe(parse_fault(fmap, f)) for f in truth),
+           "matched": bool(answer) and len(truth) == 1 and D.matches(answer, truth[0])}
+    (out / "diagnosis.json").write_text(json.dumps(rec, indent=1))
+    say(f"the hidden fault was: {rec['truth_description']}; your answer "
+        + ("(none)" if answer is None else f"'{answer.kind} {answer.culprit}' ")
+        + ("MATCHES" if rec["matched"] else "does NOT match") + f" ({took:.0f} s)")
+    return rec
 
 
 def _saying(run, say):

@@ -32,6 +32,7 @@ from topologies import FatTree, SpineLeaf
 
 from .conftest import assert_clean, chosen_datapath
 
+VM_LANE = os.environ.get("FABRICLAB_LANE") == "vm"
 HOST_ONLY = pytest.mark.lane("host", reason="the VM lane runs the corrupt-and-degrade test, which covers the "
                                             "kernel datapath's paths (XDP before the datapath, the HTB class)")
 
@@ -39,8 +40,7 @@ HOST_ONLY = pytest.mark.lane("host", reason="the VM lane runs the corrupt-and-de
 @pytest.fixture(scope="module")
 def fabric(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("faults")
-    fab = (SpineLeaf(spines=1, leaves=1, hosts_per_leaf=2) if os.environ.get("FABRICLAB_LANE") == "vm"
-           else FatTree(k=4)).build()
+    fab = (SpineLeaf(spines=1, leaves=1, hosts_per_leaf=2) if VM_LANE else FatTree(k=4)).build()
     with RunState("test-faults") as st:
         with LiveFabric(fab, tmp / "run", st, datapath=chosen_datapath(),
                         switch_queue=lambda r: PortQueue(r, buffer_packets=100),
@@ -146,10 +146,14 @@ def test_corrupt_and_degrade_act_on_their_link_and_leave_nothing_behind(fabric, 
     as its receive errors) and a degrade fault on the edge's port toward h1 (half its rate), at once."""
     lf, tmp = fabric
     sw, to_h1, to_h2 = edge(lf)
+    # the VM lane's emulated CPU paces one sender at about 5 Mbit/s: there the port is degraded
+    # further, so that the sender still overloads it
+    send_mbps, fraction = (4.5, 0.3) if VM_LANE else (7.0, 0.5)
+    degraded = 10 * fraction
     p0 = ports(lf)
-    rows, _, _ = udp(lf, tmp, "h2", "h1", 7.0, PACKETS, "corrupt-degrade", faults=[
+    rows, _, _ = udp(lf, tmp, "h2", "h1", send_mbps, PACKETS, "corrupt-degrade", faults=[
         {"kind": "corrupt", "link": f"h2->{sw}", "frame_fraction": 0.05},
-        {"kind": "degrade", "link": f"{sw}->h1", "rate_fraction": 0.5}])
+        {"kind": "degrade", "link": f"{sw}->h1", "rate_fraction": fraction}])
     during = ports(lf)
     recs = {r["kind"]: r for r in lf.api.call("DELETE", "/faults")["removed"]}
     p1 = ports(lf)
@@ -164,13 +168,13 @@ def test_corrupt_and_degrade_act_on_their_link_and_leave_nothing_behind(fabric, 
     assert corrupt["frames_seen"] >= PACKETS
     assert sum(r["rx_errors"] - p0[i]["rx_errors"] for i, r in p1.items()) == errors      # nowhere else
     # the degrade fault: the port drains at half its rate, shows it, and is put back
-    share = marking.drain_share([r for r in rows if r[3] > rows[0][3] + 0.5e9], 5e6)
-    print(f"degrade: the port toward h1 delivered {share:.4f} of 5 Mbit/s; port rate {during[to_h1]['rate_mbps']}"
-          f" Mbit/s during, {p1[to_h1]['rate_mbps']} after")
+    share = marking.drain_share([r for r in rows if r[3] > rows[0][3] + 0.5e9], degraded * 1e6)
+    print(f"degrade: the port toward h1 delivered {share:.4f} of {degraded:g} Mbit/s; port rate "
+          f"{during[to_h1]['rate_mbps']} Mbit/s during, {p1[to_h1]['rate_mbps']} after")
     # 10 runs beside a CPU load: 0.9998 / 1.000 / 1.000 (the issue's bound: within 3%)
     figure("degrade_drain_share", share)
     assert abs(share - 1) <= 0.03
-    assert (during[to_h1]["rate_mbps"], p1[to_h1]["rate_mbps"]) == (5.0, 10.0)
+    assert (during[to_h1]["rate_mbps"], p1[to_h1]["rate_mbps"]) == (pytest.approx(degraded), 10.0)
     assert degrade["rates"][to_h1]["restored"] is True
     # what reached h1 is what was sent less the corrupted frames and the degraded port's queue drops
     drops = p1[to_h1]["tx_dropped"] - p0[to_h1]["tx_dropped"]

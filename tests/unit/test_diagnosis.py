@@ -170,3 +170,23 @@ def test_random_faults_cover_every_kind_with_detectable_sizes():
             lo, hi = D.RANDOM_SIZES[f["kind"]]
             assert lo <= size <= hi
     assert math.ceil(math.log2(96)) == D.rounds_bound(96) == 7
+
+
+def test_diagnose_refuses_a_fabric_without_a_fault_to_find(tmp_path, capsys):
+    from experiments.__main__ import main
+    p = tmp_path / "healthy.yaml"
+    p.write_text("name: healthy\ntopology: {kind: fattree, k: 4}\n")
+    assert main(["diagnose", str(p)]) == 2
+    assert "has no faults: give it a faults section, or --inject random" in capsys.readouterr().err
+    assert main(["diagnose", str(p), "--rate-fraction", "1.5"]) == 2
+    assert "--rate-fraction must be within" in capsys.readouterr().err
+
+
+def test_a_students_answer_is_read_as_a_verdict():
+    from experiments.diagnose import parse_answer
+    v = parse_answer("corrupt p0a1->c1\n")
+    assert (v.kind, v.culprit, v.layer) == ("corrupt", "p0a1->c1", "physical")
+    assert D.matches(parse_answer("slow_host h7"), {"kind": "slow_host", "host": "h7"})
+    for bad, why in (("corrupt", "expected KIND PLACE"), ("broken p0a1->c1", "unknown kind 'broken'")):
+        with pytest.raises(ValueError, match=why):
+            parse_answer(bad)
