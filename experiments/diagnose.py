@@ -133,8 +133,11 @@ class LiveProbes:
         try:
             for i, f in enumerate(flows):
                 out = rdir / f"rx-{i}.json"
+                # a receiver that gets nothing (a sender whose link is down) ends at this deadline; a
+                # slow host's probe may take up to 4 times its time
+                deadline = START_S + START_PER_FLOW_S * len(flows) + 4 * self.probe_s + 2
                 p = self.lf.host(f.dst).popen([sys.executable, "-m", "traffic.udp_probe", "recv", str(PROBE_PORT),
-                                               str(self.probe_s + 30), str(out), str(RECEIVER_IDLE_S)],
+                                               f"{deadline:.1f}", str(out), str(RECEIVER_IDLE_S)],
                                               cwd=str(REPO), stdout=subprocess.PIPE, text=True)
                 self.state.add_process(p.pid, f"probe receiver {f.dst}")
                 procs.append(p)
