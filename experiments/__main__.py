@@ -153,6 +153,8 @@ def main(argv=None) -> int:
                 print(f"fabriclab: {args.scenario} is a valid comparison of {len(cmp['runs'])} runs "
                       f"(run it with: sudo python -m experiments compare {args.scenario})")
                 return 0
+            if args.cmd == "diagnose" and isinstance(data, dict) and "traffic" not in data:
+                data = {**data, "traffic": {"senders": 1}}    # the probes are its traffic: none is needed
             sc = validate(data)
         except ScenarioError as e:
             print(f"fabriclab: {e}", file=sys.stderr)
