@@ -190,3 +190,16 @@ def test_a_students_answer_is_read_as_a_verdict():
     for bad, why in (("corrupt", "expected KIND PLACE"), ("broken p0a1->c1", "unknown kind 'broken'")):
         with pytest.raises(ValueError, match=why):
             parse_answer(bad)
+
+
+def test_a_spine_that_probes_cannot_tell_from_its_links_is_judged_by_the_counters():
+    fmap = SpineLeaf(spines=2, leaves=2, hosts_per_leaf=2).build().to_map()
+    loc, _ = localise(fmap, ("switch", "spine2"))
+    assert loc.suspects == {("switch", "spine2"), D.cable("leaf1", "spine2"), D.cable("leaf2", "spine2")}
+    sw = {s["name"] for s in fmap["switches"]}
+    clean = ports_rows(fmap)
+    assert (D.verdict(loc.suspects, loc.outcomes, clean, sw).kind,
+            D.verdict(loc.suspects, loc.outcomes, clean, sw).culprit) == ("drop", "spine2")
+    port = next(r["intf"] for r in clean if r["switch"] == "spine2" and r["peer"] == "leaf1")
+    v = D.verdict(loc.suspects, loc.outcomes, ports_rows(fmap, **{port: {"rx_errors": 30}}), sw)
+    assert (v.kind, v.culprit) == ("corrupt", "leaf1->spine2"), v
