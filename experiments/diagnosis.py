@@ -410,16 +410,16 @@ def verdict(culprits: set, outcomes: list[Outcome], delta: list[dict], switches:
             # a switch and links that touch it: every probe through the switch crossed them too (a
             # spine of a 2-leaf fabric), so probes cannot tell them apart; the counters can
             x = sws[0][1]
-            for e in sorted(c for c in culprits if c[0] != "switch"):
+            links = [c for c in sorted(culprits) if c[0] != "switch"]
+            named = ", ".join(describe(c) for c in links)
+            for e in links:
                 v = verdict({e}, outcomes, delta, switches)
                 if v.kind in ("corrupt", "flap", "degrade"):
                     return Verdict(v.culprit, v.kind, v.layer,
-                                   (f"the probes could not tell {x} from its links {', '.join(describe(c) for c in sorted(culprits) if c[0] != 'switch')}",)
-                                   + v.why[1:])
+                                   (f"the probes could not tell {x} from its links {named}",) + v.why[1:])
             return Verdict(x, "drop", "switch",
-                           (f"every lossy probe crossed {x} and its links "
-                            + ", ".join(describe(c) for c in sorted(culprits) if c[0] != "switch")
-                            + ", which no probe can cross apart from it",
+                           (f"every lossy probe crossed {x} and its links {named}, which no probe can cross "
+                            "apart from it",
                             f"none of those links' ports counted receive errors, carrier changes or a lower rate: "
                             f"frames vanish inside {x}"))
         return Verdict(None, None, None, (f"{len(culprits)} suspects left: "
