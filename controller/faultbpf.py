@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import socket
 import struct
+import threading
 from pathlib import Path
 
 from common.errors import SetupError
@@ -50,6 +51,7 @@ class XdpFrameDrop:
     def __init__(self, ifname: str, fraction: float, netns_pid: int | None = None):
         self.ifname, self.netns_pid, self.fraction = ifname, netns_pid, fraction
         self._last = {"seen_packets": 0, "seen_bytes": 0, "dropped_packets": 0, "dropped_bytes": 0}
+        self._lock = threading.Lock()    # the REST API reads counters while the schedule may close it
         self.lib = Libbpf(f"fault on {ifname}")
         L = self.lib.lib
         for fname, args in (("bpf_xdp_attach", [ctypes.c_int, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p]),
@@ -102,6 +104,10 @@ class XdpFrameDrop:
 
     def counters(self) -> dict:
         """``{"seen_packets", "seen_bytes", "dropped_packets", "dropped_bytes"}`` since attaching."""
+        with self._lock:
+            return self._read()
+
+    def _read(self) -> dict:
         if self.obj is None:
             return dict(self._last)
         key = ctypes.c_uint32(0)
@@ -112,15 +118,16 @@ class XdpFrameDrop:
 
     def close(self) -> None:
         """Read the counters a last time, detach the program and unload it."""
-        if self.obj is None:
-            return
-        try:
-            self.counters()
-        finally:
+        with self._lock:
+            if self.obj is None:
+                return
             try:
-                if self.ifindex is not None:
-                    dataplane.in_netns(self.netns_pid, lambda: self.lib.lib.bpf_xdp_detach(
-                        self.ifindex, XDP_FLAGS_SKB_MODE, None))
+                self._read()
             finally:
-                self.lib.lib.bpf_object__close(self.obj)
-                self.obj = None
+                try:
+                    if self.ifindex is not None:
+                        dataplane.in_netns(self.netns_pid, lambda: self.lib.lib.bpf_xdp_detach(
+                            self.ifindex, XDP_FLAGS_SKB_MODE, None))
+                finally:
+                    obj, self.obj = self.obj, None
+                    self.lib.lib.bpf_object__close(obj)
