@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 
-from common.errors import CapabilityError
+from common.errors import CapabilityError, SetupError
 from controller.faults import FAULTS, FrameDrop, LinkFlap, RateLimit
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
@@ -117,7 +117,10 @@ class Faults(Feature):
         """End every fault still on; their records."""
         if not rnd.round.faults:
             return None
-        removed = lf.api.call("DELETE", "/faults", timeout_s=60, what="faults")["removed"]
+        try:
+            removed = lf.api.call("DELETE", "/faults", timeout_s=60, what="faults")["removed"]
+        except SetupError as e:      # the controller died: the fabric goes down with the run
+            return {"origin_unix_s": self._t0, "records": [], "error": str(e)}
         return {"origin_unix_s": self._t0, "records": removed}
 
     def summarize(self, rnd: RoundRecord, summary: dict) -> None:
@@ -126,6 +129,8 @@ class Faults(Feature):
         rec = rnd.features.get(self.name)
         if not rec:
             return
+        if rec.get("error"):
+            summary["faults_error"] = f"the faults' records could not be read: {rec['error']}"
         rows = fault_rows(rnd.round.name, rec["records"])
         write_csv(rnd.dir / "faults.csv", COLUMNS, rows)
         summary["faults"] = [{k: r[k] for k in COLUMNS if k not in ("round", "params")} for r in rows]
@@ -143,7 +148,7 @@ class Faults(Feature):
 
     def failures(self, summary: dict) -> list[str]:
         """A fault that failed, or a port whose class was not put back exactly."""
-        out = []
+        out = [summary["faults_error"]] if summary.get("faults_error") else []
         for f in summary.get("faults") or []:
             if f["state"] == "failed" or f["error"]:
                 out.append(f"fault {f['description']}: {f['error']}")

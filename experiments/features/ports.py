@@ -6,6 +6,7 @@ with receive errors, the ports below their nominal rate, the ports down. A stude
 counters during a run with ``python -m experiments ports`` (``ovs-ofctl dump-ports`` style)."""
 from __future__ import annotations
 
+from common.errors import SetupError
 from controller.portstats import COLUMNS as PORT_COLUMNS
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
@@ -49,20 +50,29 @@ class Ports(Feature):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self.before: list[dict] = []
+        self.before: list[dict] | None = None
 
     def restore(self) -> None:
         """Nothing to restore: the counters are in each round's round.json."""
 
     def before_round(self, lf, rnd: RoundRecord) -> dict:
         """The counters as the round starts."""
-        self.before = lf.api.call("GET", "/ports", timeout_s=30, what="port counters")["ports"]
+        self.before = self._read(lf)
         return {}
 
     def after_round(self, lf, rnd: RoundRecord) -> dict | None:
-        """The counters as it ends (before the faults are taken back: a degraded port shows its rate)."""
-        return {"before": self.before,
-                "after": lf.api.call("GET", "/ports", timeout_s=30, what="port counters")["ports"]}
+        """The counters as it ends (before the faults are taken back: a degraded port shows its rate);
+        None when the controller cannot answer (the control-plane check names a dead controller)."""
+        after = self._read(lf)
+        return {"before": self.before, "after": after} if self.before is not None and after is not None else None
+
+    @staticmethod
+    def _read(lf) -> list[dict] | None:
+        """Every switch port's counters from the controller, or None when it does not answer."""
+        try:
+            return lf.api.call("GET", "/ports", timeout_s=30, what="port counters")["ports"]
+        except SetupError:
+            return None
 
     def summarize(self, rnd: RoundRecord, summary: dict) -> None:
         """``port_counters.csv`` and the summary's ``port_counters`` section."""
