@@ -1180,6 +1180,11 @@ def link_counters(names: set[str] | None = None, netns_pid: int | None = None) -
     return out
 
 
+def _index_names(ipr: IPRoute) -> dict[int, str]:
+    """``{ifindex: ifname}`` of every interface in ``ipr``'s namespace."""
+    return {m["index"]: m.get_attr("IFLA_IFNAME") for m in ipr.get_links()}
+
+
 def root_qdisc_stats(names: set[str] | None = None, netns_pid: int | None = None) -> dict[str, dict]:
     """Each interface's root qdisc (or those of ``names``): ``{ifname: {"kind", "drops", "backlog_bytes",
     "backlog_packets", "packets", "bytes"}}`` in one dump (the root HTB's drops count its leaves').
@@ -1190,7 +1195,7 @@ def root_qdisc_stats(names: set[str] | None = None, netns_pid: int | None = None
     out: dict[str, dict] = {}
     try:
         with _ipr(netns_pid) as ipr:
-            index_name = {m["index"]: m.get_attr("IFLA_IFNAME") for m in ipr.get_links()}
+            index_name = _index_names(ipr)
             for m in ipr.get_qdiscs():
                 name = index_name.get(m["index"])
                 if m["parent"] != 0xFFFFFFFF or name is None or (names is not None and name not in names):
@@ -1210,7 +1215,7 @@ def root_qdisc_stats(names: set[str] | None = None, netns_pid: int | None = None
 
 def htb_ceilings_mbps(names: set[str], netns_pid: int | None = None, classid: int = HTB_CLASS) -> dict[str, float]:
     """``{ifname: ceiling of its HTB class classid in Mbit/s}`` for the interfaces in ``names``
-    that have one, in one dump of the namespace's classes.
+    that have one (one class dump per interface, one socket for all).
 
     Raises:
         SetupError: the namespace cannot be read.
@@ -1218,8 +1223,7 @@ def htb_ceilings_mbps(names: set[str], netns_pid: int | None = None, classid: in
     out: dict[str, float] = {}
     try:
         with _ipr(netns_pid) as ipr:
-            index_name = {m["index"]: m.get_attr("IFLA_IFNAME") for m in ipr.get_links()}
-            for idx, name in index_name.items():
+            for idx, name in _index_names(ipr).items():
                 if name not in names:
                     continue
                 for m in ipr.get_classes(index=idx):

@@ -90,8 +90,6 @@ class FaultPorts:
         self.lock = threading.RLock()
         #: cumulative receive errors per interface (corrupt faults' dropped frames)
         self.rx_errors: dict[str, int] = {}
-        #: cumulative frames dropped silently per interface (drop faults): in no port counter
-        self.hidden_drops: dict[str, int] = {}
         self._next = 1
         MANAGERS.append(self)
 
@@ -243,9 +241,9 @@ class FaultPorts:
                     d = f.drops[a.intf]
                     d.close()
                     c = d.counters()
-                    book = self.rx_errors if a.counter == "rx_errors" else self.hidden_drops
-                    with self.lock:
-                        book[a.intf] = book.get(a.intf, 0) + c["dropped_packets"]
+                    if a.counter == "rx_errors":     # a drop fault's frames show in no port counter
+                        with self.lock:
+                            self.rx_errors[a.intf] = self.rx_errors.get(a.intf, 0) + c["dropped_packets"]
                 elif isinstance(a, RateLimit) and a.intf in f.rates:
                     before = dataplane.HtbClass(**f.rates[a.intf]["before"])
                     after = self.dp.set_htb_class(a.intf, before, pid)
@@ -282,17 +280,6 @@ class FaultPorts:
                         for i in (a.intf, a.link_peer):
                             out[i] = min(out.get(i, a.rate_mbps), a.rate_mbps)
         return out
-
-    def live_hidden_drops(self) -> dict[str, int]:
-        """Frames dropped silently per interface (drop faults), removed and active."""
-        with self.lock:
-            out = dict(self.hidden_drops)
-            for f in self.faults:
-                for a in f.actions:
-                    if isinstance(a, FrameDrop) and a.counter == "none" and a.intf in f.drops \
-                            and f.drops[a.intf].obj is not None:
-                        out[a.intf] = out.get(a.intf, 0) + f.drops[a.intf].counters()["dropped_packets"]
-            return out
 
 
 class DataPlane:
