@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 import pytest
 
@@ -123,6 +124,27 @@ def test_a_receiver_drains_what_is_still_queued_so_the_kernel_counts_it():
         for _ in range(3):
             tx.sendto(b"x" * 100, rx.getsockname())
         assert drain(rx) == 3 and drain(rx) == 0
+    finally:
+        rx.close()
+        tx.close()
+
+
+@pytest.mark.parametrize("bound", ["127.0.0.1", "0.0.0.0"])
+def test_a_drained_socket_takes_no_new_datagram_so_none_is_freed_uncounted_at_its_close(bound):
+    """Between the last read and the close nothing can be queued: once draining, the socket refuses
+    new datagrams (the kernel counts them as NoPorts) and still hands over what was queued."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.bind((bound, 0))
+        to = ("127.0.0.1", rx.getsockname()[1])
+        tx.sendto(b"queued", to)
+        time.sleep(0.01)
+        assert drain(rx) == 1
+        tx.sendto(b"late", to)
+        time.sleep(0.01)
+        with pytest.raises(BlockingIOError):
+            rx.recv(2048)
     finally:
         rx.close()
         tx.close()
