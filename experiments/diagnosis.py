@@ -422,6 +422,8 @@ def verdict(culprits: set, outcomes: list[Outcome], delta: list[dict], switches:
                             "apart from it",
                             f"none of those links' ports counted receive errors, carrier changes or a lower rate: "
                             f"frames vanish inside {x}"))
+        if not culprits:
+            return Verdict(None, None, None, ("every element some probe crossed was cleared by a healthy probe",))
         return Verdict(None, None, None, (f"{len(culprits)} suspects left: "
                                           + ", ".join(describe(e) for e in sorted(culprits)[:6]),))
     (e,) = culprits

@@ -104,6 +104,9 @@ def test_a_healthy_fabric_ends_after_the_survey():
     loc, log = localise(fmap, None)
     assert loc.network_ok and loc.suspects == set() and all(s.step == "survey" for s in loc.steps)
     assert {f.src for r in log for f in r} == {h["name"] for h in fmap["hosts"]}     # every host probed
+    v = D.verdict(loc.suspects, loc.outcomes, ports_rows(fmap), {s["name"] for s in fmap["switches"]})
+    assert (v.culprit, v.kind) == (None, None) and v.why == ("every element some probe crossed was cleared by a "
+                                                             "healthy probe",)
 
 
 def test_a_slow_host_shows_only_on_its_own_probes():
