@@ -173,7 +173,7 @@ def main(argv=None) -> int:
             except ScenarioError as e:
                 print(f"fabriclab: {e}", file=sys.stderr)
                 return 2
-            if args.inject is None and not sc.rounds[0].faults:
+            if args.inject is None and not any(r.faults for r in sc.rounds):
                 print(f"fabriclab: {args.scenario} has no faults: give it a faults section, or --inject random",
                       file=sys.stderr)
                 return 2

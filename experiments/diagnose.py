@@ -206,10 +206,11 @@ def _loss_runs(rows: list, interval_s: float) -> list[tuple[float, float]]:
 
 def hidden_faults(sc: Scenario, fabric_map: dict, inject: str | None, seed: int) -> list[dict]:
     """The faults to inject unseen: one seeded random fault (``inject == "random"``), or the
-    scenario's own (its first round's)."""
+    scenario's own (those of its first round that has any; none on a healthy scenario)."""
     if inject == "random":
         return [D.random_fault(fabric_map, seed)]
-    return [f.to_data() for f in sc.rounds[0].faults]
+    faulty = next((r for r in sc.rounds if r.faults), None)
+    return [f.to_data() for f in faulty.faults] if faulty else []
 
 
 def probe_rows(steps: list[D.Step]) -> list[dict]:
@@ -336,9 +337,14 @@ def _answer_record(out: Path, fmap: dict, truth: list[dict], answer: D.Verdict |
            "matched": bool(answer) and len(truth) == 1 and D.matches(answer, truth[0])}
     (out / "diagnosis.json").write_text(json.dumps(rec, indent=1))
     say(f"the hidden fault was: {rec['truth_description']}; your answer "
-        + ("(none)" if answer is None else f"'{answer.kind} {answer.culprit}' ")
+        + ("(none) " if answer is None else f"'{answer.kind} {answer.culprit}' ")
         + ("MATCHES" if rec["matched"] else "does NOT match") + f" ({took:.0f} s)")
     return rec
+
+
+def _n(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless one: ``1 flow``, ``2 flows``."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _saying(run, say):
@@ -348,7 +354,7 @@ def _saying(run, say):
         n[0] += 1
         outs = run(flows)
         bad = [o for o in outs if D.symptom(o) != "ok"]
-        say(f"probe round {n[0]}: {len(flows)} flows, {len(bad)} unhealthy"
+        say(f"probe round {n[0]}: {_n(len(flows), 'flow')}, {len(bad)} unhealthy"
             + (": " + ", ".join(f"{o.flow.src}->{o.flow.dst} {D.symptom(o)} ({o.loss:.1%} lost, "
                                 f"{o.achieved_mbps:.2f}/{o.rate_mbps:.2f} Mbit/s sent)" for o in bad[:4]) if bad else ""))
         return outs
@@ -401,8 +407,8 @@ def report_lines(rec: dict) -> list[str]:
     s1, s2, v = rec["step1"], rec["step2"], rec["verdict"]
     lines = [f"step 1, is it the network: {s1['verdict']} ({s1['probes']} probes delivered "
              f"{s1['delivered_over_expected']:.4f} of what they sent)",
-             f"step 2, which zone: {s2['suspects_after_survey']} suspects after the survey, "
-             f"{s2['bisection_rounds']} bisection rounds (ceil(log2) of the suspects: {s2['bound_rounds']}; of the "
+             f"step 2, which zone: {_n(s2['suspects_after_survey'], 'suspect')} after the survey, "
+             f"{_n(s2['bisection_rounds'], 'bisection round')} (ceil(log2) of the suspects: {s2['bound_rounds']}; of the "
              f"{s2['directed_links']} directed links: {s2['log2_links']}); left: "
              f"{', '.join(s2['suspects_left']) or 'none'}"]
     if v["culprit"]:

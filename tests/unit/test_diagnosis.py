@@ -206,3 +206,18 @@ def test_a_spine_that_probes_cannot_tell_from_its_links_is_judged_by_the_counter
     port = next(r["intf"] for r in clean if r["switch"] == "spine2" and r["peer"] == "leaf1")
     v = D.verdict(loc.suspects, loc.outcomes, ports_rows(fmap, **{port: {"rx_errors": 30}}), sw)
     assert (v.kind, v.culprit) == ("corrupt", "leaf1->spine2"), v
+
+
+def test_the_hidden_faults_are_those_of_the_first_round_that_has_any():
+    from pathlib import Path
+
+    from experiments.diagnose import build_fabric, hidden_faults
+    from experiments.scenario import read_yaml_file, validate
+    root = Path(__file__).resolve().parents[2]
+    sc = validate(read_yaml_file(root / "experiments/scenarios/lossy-incast.yaml"))
+    assert not sc.rounds[0].faults          # healthy first, then the lossy round
+    fmap = build_fabric(sc).to_map()
+    (f,) = hidden_faults(sc, fmap, None, 0)
+    assert (f["kind"], f["link"]) == ("corrupt", "leaf1->h1")
+    healthy = validate({"name": "healthy", "topology": {"kind": "fattree", "k": 4}})
+    assert hidden_faults(healthy, fmap, None, 0) == []
