@@ -144,6 +144,12 @@ def _scenario_error(err: ValidationError, model: type[BaseModel], prefix: tuple 
         return ScenarioError("topology", f"expected a mapping, got {type(given).__name__}")
     if kind == "topology_kind":
         return ScenarioError("topology.kind", f"must be one of {', '.join(TOPOLOGY_MODELS)}; got {quote(_kind_of(given))}")
+    if kind == "fault_kind" and not isinstance(given, dict):
+        return ScenarioError(key, f"expected a mapping, got {type(given).__name__}")
+    if kind == "fault_kind":
+        if "kind" not in given:
+            return ScenarioError(f"{key}.kind", "is required")
+        return ScenarioError(f"{key}.kind", f"must be one of {', '.join(FAULT_MODELS)}; got {quote(given['kind'])}")
     if kind in ("greater_than_equal", "less_than_equal"):
         op, bound = (">=", first["ctx"]["ge"]) if kind == "greater_than_equal" else ("<=", first["ctx"]["le"])
         return ScenarioError(key, f"must be {op} {bound}, got {quote(given)}")

@@ -60,7 +60,20 @@ BAD = [
     ("a watchdog action", {"name": "t", "pfc": {"watchdog": {"timeout_s": 1, "action": "panic"}}},
      "pfc.watchdog.action"),
     ("a RoCE mode", {"name": "t", "roce": {"mode": "fast"}}, "roce.mode"),
+    ("a fault's kind", {"name": "t", "faults": [{"kind": "melt", "link": "leaf1->h1"}]}, "faults[0].kind"),
+    ("a fault without a kind", {"name": "t", "faults": [{"link": "leaf1->h1"}]}, "faults[0].kind"),
+    ("a fault that is not a mapping", {"name": "t", "rounds": [{"name": "a", "faults": [3]}]}, "rounds[0].faults[0]"),
 ]
+
+
+@pytest.mark.parametrize("fault, message", [
+    ({"kind": "melt", "link": "leaf1->h1"}, "must be one of corrupt, degrade, drop, flap, slow_host; got 'melt'"),
+    ({"link": "leaf1->h1"}, "is required"),
+])
+def test_a_faults_kind_is_named_with_what_was_given(fault, message):
+    with pytest.raises(ScenarioError) as e:
+        validate({"name": "t", "faults": [fault]})
+    assert str(e.value).endswith(message) and "{" not in str(e.value), str(e.value)       # not the whole fault
 
 
 @pytest.mark.parametrize("what, data, key", BAD, ids=[b[0] for b in BAD])
