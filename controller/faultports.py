@@ -45,8 +45,8 @@ def remove_everywhere(timeout_s: float = 5.0) -> None:
 class _Fault:
     """One fault: its spec, actions, schedule thread and record."""
 
-    def __init__(self, fid: int, spec: FaultSpec, actions: tuple, t0: float):
-        self.id, self.spec, self.actions, self.t0 = fid, spec, actions, t0
+    def __init__(self, fid: int, spec: FaultSpec, actions: tuple, t0: float, hidden: bool = False):
+        self.id, self.spec, self.actions, self.t0, self.hidden = fid, spec, actions, t0, hidden
         self.cancel = threading.Event()
         self.thread: threading.Thread | None = None
         self.state = "scheduled"
@@ -111,9 +111,10 @@ class FaultPorts:
         with self.lock:
             return {slot(a) for f in self.faults if f.state in ("scheduled", "active") for a in f.actions}
 
-    def add(self, specs: list[FaultSpec]) -> list[int]:
+    def add(self, specs: list[FaultSpec], hidden: bool = False) -> list[int]:
         """Schedule ``specs`` (times from now); their ids. Nothing is scheduled when one of them
         acts on an interface the way another fault (added earlier or in the same call) does.
+        ``hidden`` faults are left out of :meth:`records` until :meth:`remove_all` reveals them.
 
         Raises:
             ScenarioError: two such faults (naming the second), or a place not in the fabric.
@@ -132,7 +133,7 @@ class FaultPorts:
             t0 = self.clock()
             ids = []
             for spec, acts in planned:
-                f = _Fault(self._next, spec, acts, t0)
+                f = _Fault(self._next, spec, acts, t0, hidden)
                 self._next += 1
                 self.faults.append(f)
                 f.thread = threading.Thread(target=self._run, args=(f,), name=f"fabriclab-fault-{f.id}", daemon=True)
@@ -141,9 +142,14 @@ class FaultPorts:
             return ids
 
     def records(self) -> list[dict]:
-        """Every fault's record, oldest first."""
+        """Every fault's record but the hidden ones', oldest first."""
         with self.lock:
-            return [f.record() for f in self.faults]
+            return [f.record() for f in self.faults if not f.hidden]
+
+    def hidden_count(self) -> int:
+        """How many hidden faults are scheduled or active (their records wait for the removal)."""
+        with self.lock:
+            return sum(f.hidden for f in self.faults)
 
     def remove_all(self, timeout_s: float = 30.0) -> list[dict]:
         """End every fault now (those not started never start), wait until each is taken back,

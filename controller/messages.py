@@ -79,21 +79,27 @@ class HostsRegister:
 
 @dataclass(frozen=True)
 class FaultsAdd:
-    """Faults to schedule, each checked against the fabric (controller.faults.parse_fault)."""
+    """Faults to schedule, each checked against the fabric (controller.faults.parse_fault);
+    ``hidden`` ones are left out of ``GET /fabriclab/faults`` (a lab's hidden fault) until removed."""
     faults: tuple[FaultSpec, ...]
+    hidden: bool = False
 
     @classmethod
     def from_json(cls, body, fabric_map: dict) -> "FaultsAdd":
-        """Parse ``{"faults": [{"kind": ..., ...}, ...]}`` or one fault object. Raises
-        MessageError naming the key (``faults[1].link``)."""
+        """Parse ``{"faults": [{"kind": ..., ...}, ...], "hidden": false}`` or one fault object.
+        Raises MessageError naming the key (``faults[1].link``)."""
         if isinstance(body, dict) and "kind" in body:
             body = {"faults": [body]}
-        body = _mapping(body, "faults", {"faults"})
+        body = _mapping(body, "faults", {"faults", "hidden"})
+        hidden = body.get("hidden", False)
+        if not isinstance(hidden, bool):
+            raise MessageError(f"faults.hidden: expected true or false, got {hidden!r}")
         items = body.get("faults")
         if not isinstance(items, list) or not items:
             raise MessageError(f"faults: expected a non-empty list of faults, got {items!r}")
         try:
-            return cls(faults=tuple(parse_fault(fabric_map, d, f"faults[{i}]") for i, d in enumerate(items)))
+            return cls(faults=tuple(parse_fault(fabric_map, d, f"faults[{i}]") for i, d in enumerate(items)),
+                       hidden=hidden)
         except ScenarioError as e:
             raise MessageError(f"{e.key}: {e.detail}") from None
 

@@ -18,9 +18,10 @@ run does not have, 405 for a method a path does not take, 409 before the switche
 - ``GET /fabriclab/pfc/report``: pauses, storms, reaction latencies, counters, occupancy.
 - ``POST /fabriclab/hosts`` ``{"host_pids": {host: pid}}``: the hosts' namespaces (for faults on hosts).
 - ``GET /fabriclab/ports``: every switch port's counters (controller.portstats).
-- ``GET /fabriclab/faults``: every fault's record; ``POST /fabriclab/faults`` ``{"faults": [...]}``
-  (or one fault): schedule faults, times from now (controller.messages.FaultsAdd); ``DELETE
-  /fabriclab/faults``: end them all, answer their records.
+- ``GET /fabriclab/faults``: every fault's record but hidden ones (``hidden``: how many);
+  ``POST /fabriclab/faults`` ``{"faults": [...], "hidden": false}`` (or one fault): schedule
+  faults, times from now (controller.messages.FaultsAdd); ``DELETE /fabriclab/faults``: end them
+  all, answer their records (hidden ones too).
 
 The server is the standard library's, one request at a time on its own thread (the runner's
 requests are sequential; a change takes effect before its answer). :class:`ControlClient` is the
@@ -84,7 +85,7 @@ class ControlApi:
             ("GET", "/pfc/report"): lambda body: self.pfc().report(),
             ("POST", "/hosts"): self.post_hosts,
             ("GET", "/ports"): lambda body: {"ports": self._need(self._ports, "port counters")()},
-            ("GET", "/faults"): lambda body: {"faults": self.faults().records()},
+            ("GET", "/faults"): lambda body: {"faults": self.faults().records(), "hidden": self.faults().hidden_count()},
             ("POST", "/faults"): self.post_faults,
             ("DELETE", "/faults"): lambda body: {"removed": self.faults().remove_all()},
         }
@@ -109,7 +110,7 @@ class ControlApi:
         """Schedule the faults of a :class:`FaultsAdd` (times from now); ``ids``: theirs."""
         f = self.faults()
         msg = FaultsAdd.from_json(body, f.fabric_map)
-        return {"ids": f.add(list(msg.faults))}
+        return {"ids": f.add(list(msg.faults), hidden=msg.hidden)}
 
     def ecn(self):
         """The ECN part (HttpError 404 without an ECN plan, 409 before the switches are configured)."""

@@ -299,7 +299,8 @@ def diagnose(sc: Scenario, results_root: Path, inject: str | None = None, seed: 
             with platform.tx_buffer(sc, fabric, env, state, 1):
                 lf.api.call("POST", "/hosts", {"host_pids": {h.name: h.pid for h in lf.net.hosts}}, what="diagnose")
                 if specs:
-                    lf.api.call("POST", "/faults", {"faults": [s.to_data() for s in specs]}, what="diagnose")
+                    lf.api.call("POST", "/faults", {"faults": [s.to_data() for s in specs], "hidden": True},
+                                what="diagnose")
                     say(f"{'a hidden fault is' if len(specs) == 1 else f'{len(specs)} hidden faults are'} in the "
                         "fabric; the troubleshooter is not told where")
                 t0 = time.monotonic()

@@ -193,6 +193,19 @@ def test_the_rest_routes_add_list_and_remove_faults():
     assert bare.handle("GET", "/fabriclab/faults", None)[0] == 404
 
 
+def test_a_hidden_fault_is_left_out_of_the_list_until_its_removal_reveals_it():
+    fp, plane = manager()
+    api = ControlApi(dict, lambda: None, lambda: None, False, False, faults=fp, ports=lambda: [])
+    assert api.handle("POST", "/fabriclab/faults", {"faults": [{"kind": "drop", "switch": "c1"}], "hidden": True})[0] == 200
+    api.handle("POST", "/fabriclab/faults", {"kind": "degrade", "link": "p0a1->c1"})
+    time.sleep(0.05)
+    code, out = api.handle("GET", "/fabriclab/faults", None)
+    assert code == 200 and [f["kind"] for f in out["faults"]] == ["degrade"] and out["hidden"] == 1
+    assert sorted(f["kind"] for f in api.handle("DELETE", "/fabriclab/faults", None)[1]["removed"]) == ["degrade", "drop"]
+    code, out = api.handle("POST", "/fabriclab/faults", {"faults": [{"kind": "drop", "switch": "c1"}], "hidden": "yes"})
+    assert code == 400 and out["error"] == "faults.hidden: expected true or false, got 'yes'"
+
+
 def test_a_faults_message_takes_one_fault_or_a_list():
     assert len(FaultsAdd.from_json({"kind": "drop", "switch": "c1"}, MAP).faults) == 1
     with pytest.raises(MessageError, match="faults: expected a non-empty list"):
