@@ -143,13 +143,14 @@ class FaultPorts:
 
     def records(self) -> list[dict]:
         """Every fault's record but the hidden ones', oldest first."""
-        with self.lock:
-            return [f.record() for f in self.faults if not f.hidden]
+        return self.listing()["faults"]
 
-    def hidden_count(self) -> int:
-        """How many hidden faults are scheduled or active (their records wait for the removal)."""
+    def listing(self) -> dict:
+        """``{"faults": records but the hidden ones', oldest first, "hidden": how many are held
+        back}``, read at one instant (until :meth:`remove_all` reveals them)."""
         with self.lock:
-            return sum(f.hidden for f in self.faults)
+            return {"faults": [f.record() for f in self.faults if not f.hidden],
+                    "hidden": sum(f.hidden for f in self.faults)}
 
     def remove_all(self, timeout_s: float = 30.0) -> list[dict]:
         """End every fault now (those not started never start), wait until each is taken back,

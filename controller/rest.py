@@ -85,7 +85,7 @@ class ControlApi:
             ("GET", "/pfc/report"): lambda body: self.pfc().report(),
             ("POST", "/hosts"): self.post_hosts,
             ("GET", "/ports"): lambda body: {"ports": self._need(self._ports, "port counters")()},
-            ("GET", "/faults"): lambda body: {"faults": self.faults().records(), "hidden": self.faults().hidden_count()},
+            ("GET", "/faults"): lambda body: self.faults().listing(),
             ("POST", "/faults"): self.post_faults,
             ("DELETE", "/faults"): lambda body: {"removed": self.faults().remove_all()},
         }

@@ -184,8 +184,10 @@ class LiveProbes:
 
 
 def _delivered_mbps(rows: list) -> float | None:
-    """The rate the receiver got a flow's frames at (Mbit/s of frames, first to last arrival);
-    None with fewer than 10 frames."""
+    """The rate the receiver got a flow's frames at, in Mbit/s of frames: the bytes after the first
+    arrival over the time from the first arrival to the last. ``rows``: the probe receiver's
+    ``[flow, seq, t_send_ns, t_recv_ns, ecn, length_bytes]`` in arrival order. None with fewer than
+    10 frames or no time between them."""
     if len(rows) < 10:
         return None
     t = sorted(r[3] for r in rows)
