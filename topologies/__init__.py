@@ -16,9 +16,10 @@ What a registered class provides (SpineLeaf, FatTree and Dragonfly are the examp
 """
 from topologies.dragonfly import Dragonfly
 from topologies.fattree import FatTree
+from topologies.rail import RailOptimized
 from topologies.spineleaf import MAX_IFNAME_LEN, Fabric, LinkSpec, Node, SpineLeaf
 
 #: kind -> builder class.
-TOPOLOGIES = {cls.KIND: cls for cls in (SpineLeaf, FatTree, Dragonfly)}
+TOPOLOGIES = {cls.KIND: cls for cls in (SpineLeaf, FatTree, Dragonfly, RailOptimized)}
 
-__all__ = ["TOPOLOGIES", "SpineLeaf", "FatTree", "Dragonfly", "Fabric", "Node", "LinkSpec", "MAX_IFNAME_LEN"]
+__all__ = ["TOPOLOGIES", "SpineLeaf", "FatTree", "Dragonfly", "RailOptimized", "Fabric", "Node", "LinkSpec", "MAX_IFNAME_LEN"]

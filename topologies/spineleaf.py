@@ -41,6 +41,8 @@ class Node:
         group: for hosts, the block whose traffic leaves it only through the
             fabric's upper layers or global links: the leaf (Spine-Leaf), the pod
             (Fat-Tree) or the group (Dragonfly).
+        server: for hosts that are one GPU's NIC of a multi-GPU server (a rail-optimised
+            fabric), the server's name; None when the host is a whole server.
     """
 
     name: str
@@ -50,6 +52,7 @@ class Node:
     ip: str | None = None
     leaf: str | None = None
     group: str | None = None
+    server: str | None = None
 
     @property
     def is_host(self) -> bool:
@@ -245,10 +248,11 @@ class Fabric:
             {"version": 1, "kind": str, "params": {...}, "layers": [top, ..., "host"],
              "switches": [{"name", "dpid", "layer",
                            "ports": [{"port", "intf", "peer", "peer_port", "rate_mbps"}]}],
-             "hosts": [{"name", "mac", "ip", "switch", "switch_port", "intf", "rate_mbps"}],
+             "hosts": [{"name", "mac", "ip", "switch", "switch_port", "intf", "rate_mbps"[, "server"]}],
              "links": [{"a", "a_port", "a_intf", "b", "b_port", "b_intf", "rate_mbps"[, "cost"]}]}
 
-        A link's ``cost`` is written only where it is not 1 (older maps have none).
+        A link's ``cost`` is written only where it is not 1 (older maps have none); a host's
+        ``server`` only where the host is one GPU of a multi-GPU server.
         """
         switches = []
         for sw in self.switches:
@@ -267,7 +271,8 @@ class Fabric:
         for h in self.hosts:
             att = self.host_attachment(h.name)
             hosts.append({"name": h.name, "mac": h.mac, "ip": h.ip, "switch": att.a,
-                          "switch_port": att.a_port, "intf": att.b_intf, "rate_mbps": att.rate_mbps})
+                          "switch_port": att.a_port, "intf": att.b_intf, "rate_mbps": att.rate_mbps,
+                          **({"server": h.server} if h.server else {})})
         links = [{"a": l.a, "a_port": l.a_port, "a_intf": l.a_intf, "b": l.b,
                   "b_port": l.b_port, "b_intf": l.b_intf, "rate_mbps": l.rate_mbps,
                   **({"cost": l.cost} if l.cost != 1 else {})}
