@@ -4,6 +4,7 @@ alpha-beta model (formulas and sources: :mod:`common.collectives`)."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from common import collectives as C
+from common import hierarchical as H
 from common.errors import SetupError
 from common.roce import OVERHEAD_BYTES
 from controller.dataplane import ovs_trace_output_port
@@ -20,7 +22,7 @@ from experiments.live import Agents, start_sampler, stop_sampler
 from experiments.model import Collective
 from experiments.rocerun import SPORT_BASE
 from experiments.tables import write_csv
-from traffic.collective import initial_array
+from traffic.collective import initial_array, server_layout
 
 #: Rank r listens on BASE_PORT + r.
 BASE_PORT = 17000
@@ -63,6 +65,40 @@ def place_ranks(fabric, n: int, placement="local") -> list[str]:
     return out
 
 
+def rank_hosts(fabric, coll: Collective) -> list[str]:
+    """The host of every rank of ``coll`` (rank order): ``hosts`` as listed; with
+    ``gpus_per_server`` G, the hosts of ranks/G servers (:func:`place_ranks`), each running G
+    consecutive ranks; else one rank per host (:func:`place_ranks`).
+
+    Raises:
+        ValueError: as :func:`place_ranks`.
+    """
+    if coll.hosts:
+        return list(coll.hosts)
+    g = coll.gpus_per_server or 1
+    return [h for h in place_ranks(fabric, coll.ranks // g, coll.placement) for _ in range(g)] if g > 1 \
+        else place_ranks(fabric, coll.ranks, coll.placement)
+
+
+def rank_servers(fabric, hosts: list[str]) -> list[str]:
+    """The server of every rank on ``hosts``: the host's server on a fabric whose hosts are GPUs
+    of servers (:attr:`topologies.spineleaf.Node.server`, a rail-optimised fabric), else the
+    host itself (a server with one NIC and its ranks as GPUs)."""
+    return [fabric.node(h).server or h for h in hosts]
+
+
+def layout(hosts: list[str], servers: list[str] | None = None) -> list[list[int]]:
+    """Ranks grouped by server (:func:`traffic.collective.server_layout`; ``servers`` None: by host)."""
+    return server_layout([{"rank": r, "host": h, "server": (servers or hosts)[r]} for r, h in enumerate(hosts)])
+
+
+def schedule(hosts: list[str], kind: str, elements: int, algorithm: str = "ring",
+             servers: list[str] | None = None) -> list[list[H.Move]]:
+    """The moves of ``kind`` by ``algorithm`` for ranks on ``hosts`` (:func:`common.hierarchical.moves`).
+    Raises ValueError as that does."""
+    return H.moves(algorithm, kind, layout(hosts, servers), elements)
+
+
 def _racks(fabric) -> dict[str, list[str]]:
     """Hosts per rack (their leaf or edge switch), in position order."""
     out: dict[str, list[str]] = {}
@@ -77,11 +113,16 @@ SEND_QPN, RECV_QPN = 0x1000, 0x8000
 TRANSPORTS = ("tcp", "roce")
 
 
-def roce_qps(n: int, kind: str) -> list[dict]:
+def roce_qps(n: int, kind: str, algorithm: str = "ring", servers: list[str] | None = None) -> list[dict]:
     """One RoCE queue pair per (source rank, destination rank) pair of ``kind``'s schedule on ``n``
-    ranks, in sorted order: ``[{"id", "src_rank", "dst_rank", "send_qpn", "recv_qpn", "udp_sport"}]``.
+    ranks whose ranks are on different servers (``servers``: each rank's; None: all different;
+    ranks of one server use the NVLink channel), in sorted order:
+    ``[{"id", "src_rank", "dst_rank", "send_qpn", "recv_qpn", "udp_sport"}]``.
     Raises ValueError for an unknown kind or more pairs than UDP source ports above 49152."""
-    pairs = sorted({(t.src, t.dst) for step in C.ring_schedule(n, kind) for t in step})
+    where = servers or list(range(n))
+    steps = (C.ring_schedule(n, kind) if algorithm == "ring"
+             else H.moves(algorithm, kind, layout(list(map(str, range(n))), list(map(str, where))), n))
+    pairs = sorted({(t.src, t.dst) for step in steps for t in step if where[t.src] != where[t.dst]})
     if len(pairs) > 65536 - SPORT_BASE:
         raise ValueError(f"{len(pairs)} queue pairs: more than the {65536 - SPORT_BASE} UDP source ports")
     return [{"id": i, "src_rank": s, "dst_rank": d, "send_qpn": SEND_QPN + i, "recv_qpn": RECV_QPN + i,
@@ -96,28 +137,32 @@ def payload_fraction(transport: str, mtu_bytes: int = 1024) -> float:
 
 def host_jobs(lf, hosts: list[str], kind: str, elements: int, out: Path, deadline_unix_s: float,
               init: str = "seeded", seed: int = 0, repeat: int = 1, dscp: int = 0,
-              stream: bool = False, transport: str = "tcp", roce: dict | None = None) -> dict[str, dict]:
+              stream: bool = False, transport: str = "tcp", roce: dict | None = None,
+              algorithm: str = "ring", nvlink_ratio: float = 12.0) -> dict[str, dict]:
     """The ``collective`` job of every host that runs a rank (``hosts[r]`` runs rank r).
     ``stream``: the benchmark's baseline, the same bytes on the same connections without the
     ring's step dependency (traffic.collective.Rank._stream_iteration). ``transport`` ``roce``:
     RoCEv2 queue pairs (:func:`roce_qps`) with ``roce``'s settings (traffic.roce job fields:
     ``mode``, ``line_rate_mbps``, ``dcqcn``, ``dscp``, ``rto_s``, ...; each host's interface and
-    addresses are added).
+    addresses are added). ``algorithm``: ``ring`` or ``hierarchical`` (common.hierarchical).
+    Ranks of one server (:func:`rank_servers`) exchange over the NVLink channel
+    (traffic.nvlink, pipes in ``out``/nvlink) at ``nvlink_ratio`` x their NIC's rate.
 
     Raises:
         ValueError: an unknown kind or transport, roce without its settings, or fewer elements
             than ranks (a chunk would be empty).
     """
     n = len(hosts)
-    C.ring_schedule(n, kind)
-    C.chunk_bounds(elements, n)
+    servers = rank_servers(lf.fabric, hosts)
+    schedule(hosts, kind, elements, algorithm, servers)      # raises for a bad kind, algorithm or size
     if transport not in TRANSPORTS:
         raise ValueError(f"collective transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
     if transport == "roce" and not roce:
         raise ValueError("collective transport roce needs its roce settings")
-    ranks = [{"rank": r, "host": h, "ip": lf.fabric.node(h).ip, "mac": lf.fabric.node(h).mac, "port": BASE_PORT + r}
-             for r, h in enumerate(hosts)]
-    qps = roce_qps(n, kind) if transport == "roce" else None
+    ranks = [{"rank": r, "host": h, "ip": lf.fabric.node(h).ip, "mac": lf.fabric.node(h).mac, "port": BASE_PORT + r,
+              "server": servers[r]} for r, h in enumerate(hosts)]
+    qps = roce_qps(n, kind, algorithm, servers) if transport == "roce" else None
+    nic_mbps = min(lf.fabric.host_attachment(h).rate_mbps for h in hosts)
     jobs: dict[str, dict] = {}
     for r, h in enumerate(hosts):
         j = jobs.get(h)
@@ -125,7 +170,9 @@ def host_jobs(lf, hosts: list[str], kind: str, elements: int, out: Path, deadlin
             j = jobs[h] = {"role": "collective", "kind": kind, "ranks": ranks, "local_ranks": [],
                            "elements": elements, "init": init, "seed": seed, "repeat": repeat, "dscp": dscp,
                            "out": str(Path(out) / f"{h}.collective.json"), "out_dir": str(out),
-                           "deadline_unix_s": deadline_unix_s, "stream": stream, "transport": transport}
+                           "deadline_unix_s": deadline_unix_s, "stream": stream, "transport": transport,
+                           "algorithm": algorithm,
+                           "nvlink": {"rate_bps": nvlink_ratio * nic_mbps * 1e6, "dir": str(Path(out) / "nvlink")}}
             if qps is not None:
                 node = lf.fabric.node(h)
                 j["qps"] = [c for c in qps if h in (hosts[c["src_rank"]], hosts[c["dst_rank"]])]   # its own
@@ -192,15 +239,18 @@ def drop_arrays(recs: list[dict | None]) -> None:
             Path(rec["array"]).unlink(missing_ok=True)
 
 
-def check_results(recs: list[dict | None], kind: str, elements: int, init: str = "seeded", seed: int = 0) -> dict:
-    """Compare every rank's final array with the reference (:func:`common.collectives.simulate` on
-    the same inputs; for AllReduce that is numpy's element-wise sum, exact for these
-    integer-valued float32 inputs). Returns ``{"exact": bool, "ranks_exact": [bool, ...],
-    "transfers": chunk transfers received over the last iteration, "expected_transfers",
-    "errors": [...]}``."""
+def check_results(recs: list[dict | None], kind: str, elements: int, init: str = "seeded", seed: int = 0,
+                  algorithm: str = "ring", hosts: list[str] | None = None, servers: list[str] | None = None) -> dict:
+    """Compare every rank's final array with the reference (the schedule run on the same inputs
+    by :func:`common.hierarchical.simulate_moves`; for AllReduce that is numpy's element-wise
+    sum, exact for these integer-valued float32 inputs, whatever the algorithm). ``hosts`` and
+    ``servers`` give the layout the hierarchical algorithm ran on. Returns ``{"exact": bool,
+    "ranks_exact": [bool, ...], "transfers": chunk transfers received over the last iteration,
+    "expected_transfers", "errors": [...]}``."""
     n = len(recs)
     inputs = [initial_array(r, elements, init, seed) for r in range(n)]
-    want, count = C.simulate(inputs, kind)
+    want, count = H.simulate_moves(inputs, schedule(hosts or [str(r) for r in range(n)], kind, elements,
+                                                    algorithm, servers))
     ok, transfers, errors = [], 0, []
     for r, rec in enumerate(recs):
         if rec is None or rec.get("error") or rec.get("array") is None:
@@ -224,7 +274,7 @@ def check_results(recs: list[dict | None], kind: str, elements: int, init: str =
 RING_KINDS = ("allreduce", "reduce_scatter", "all_gather")
 
 
-def timings(recs: list[dict], kind: str, elements: int) -> list[dict]:
+def timings(recs: list[dict], kind: str, elements: int, algorithm: str = "ring") -> list[dict]:
     """Per iteration: total time T (first rank's begin -> last rank's end), algbw/busbw (bit/s),
     per-step balance (slowest rank's step time / fastest's) and the overall balance (slowest
     rank's time / fastest's), and which rank was slowest in each step (``slowest_rank_per_step``)
@@ -241,7 +291,7 @@ def timings(recs: list[dict], kind: str, elements: int) -> list[dict]:
         per_rank = [i["end_unix_s"] - i["begin_unix_s"] for i in its]
         steps = len(its[0]["steps"])
         step_balance, slowest, slow_link = [], [], []
-        ring = kind in RING_KINDS and n > 1
+        ring = kind in RING_KINDS and n > 1 and algorithm == "ring"
         for s in range(steps):
             d = [i["steps"][s][7] - i["steps"][s][4] for i in its]
             step_balance.append(max(d) / min(d) if min(d) > 0 else None)
@@ -273,11 +323,14 @@ def step_rows(recs: list[dict], t0_unix_s: float) -> list[dict]:
     return rows
 
 
-def step_pairs(hosts: list[str], kind: str) -> list[list[tuple[str, str]]]:
-    """The (source host, destination host) transfers of each step of ``kind`` with ranks on ``hosts``
-    (transfers between ranks on one host are left out: they do not use the fabric)."""
-    return [[(hosts[t.src], hosts[t.dst]) for t in step if hosts[t.src] != hosts[t.dst]]
-            for step in C.ring_schedule(len(hosts), kind)]
+def step_pairs(hosts: list[str], kind: str, algorithm: str = "ring",
+               servers: list[str] | None = None) -> list[list[tuple[str, str]]]:
+    """The (source host, destination host) transfers of each step of ``kind`` by ``algorithm``
+    with ranks on ``hosts`` (transfers between ranks of one server, ``servers`` giving each
+    rank's, by default its host, are left out: they go over NVLink, not the fabric)."""
+    where = servers or hosts
+    return [[(hosts[t.src], hosts[t.dst]) for t in step if where[t.src] != where[t.dst]]
+            for step in schedule(hosts, kind, len(hosts), algorithm, servers)]
 
 
 #: TCP payload per full-size frame on the wire: a 1448-byte segment (MSS 1460 less 12 bytes of
@@ -286,7 +339,8 @@ def step_pairs(hosts: list[str], kind: str) -> list[list[tuple[str, str]]]:
 TCP_PAYLOAD_FRACTION = 1448 / 1514
 
 
-def bottleneck_rate_bps(fabric_map: dict, hosts: list[str], kind: str, routing: str = "ecmp") -> float:
+def bottleneck_rate_bps(fabric_map: dict, hosts: list[str], kind: str, routing: str = "ecmp",
+                        algorithm: str = "ring", servers: list[str] | None = None) -> float:
     """B of the alpha-beta model (bit/s): the slowest transfer's max-min fair rate in the step that
     gives the lowest, every transfer of a step running at once. ``routing``: ``"ecmp"`` splits
     each transfer ideally over its equal-cost paths (:func:`experiments.fluid.max_min_rates`; the
@@ -294,16 +348,17 @@ def bottleneck_rate_bps(fabric_map: dict, hosts: list[str], kind: str, routing: 
     transfer pinned to one random equal-cost path, the median over random placements
     (:func:`experiments.fluid.hash_ecmp_min_rate`), what long-lived TCP connections meet. A
     ring's steps all use the same host pairs, so its B is its ring's bottleneck; an all-to-all's
-    steps differ.
+    steps differ. ``algorithm`` and ``servers`` as :func:`step_pairs` (a hierarchical
+    AllReduce's B is its rails' slowest transfer, B_rail of common.hierarchical).
 
     Raises:
-        ValueError: no transfer crosses the fabric (every rank on one host), or an unknown ``routing``.
+        ValueError: no transfer crosses the fabric (every rank on one server), or an unknown ``routing``.
     """
     if routing not in ("ecmp", "single", "hash"):
         raise ValueError(f"routing must be ecmp, single or hash, not {routing!r}")
     rates = []
     seen: dict[tuple, float] = {}
-    for pairs in step_pairs(hosts, kind):
+    for pairs in step_pairs(hosts, kind, algorithm, servers):
         if not pairs:
             continue
         key = tuple(sorted(pairs))
@@ -347,28 +402,30 @@ def traced_path(fabric_map: dict, src: str, dst: str, src_port: int, dst_port: i
     raise ValueError(f"{src}:{src_port} -> {dst}:{dst_port} does not reach {dst}")
 
 
-def traced_rate_bps(fabric_map: dict, recs: list[dict], hosts: list[str], kind: str, trace=None) -> float | None:
+def traced_rate_bps(fabric_map: dict, recs: list[dict], hosts: list[str], kind: str, trace=None,
+                    algorithm: str = "ring", servers: list[str] | None = None) -> float | None:
     """B of the run that made ``recs``, from the paths its connections really took
     (:func:`traced_path` of each rank's ``connections``): the slowest transfer's max-min fair
     rate (bit/s, link rate) in the step that gives the lowest. What the hash-ECMP model
     (:func:`bottleneck_rate_bps` with ``"hash"``) predicts as a median over hash outcomes, for
     this run's one outcome. None when a record lacks its connections or no transfer crosses
-    the fabric.
+    the fabric. ``algorithm`` and ``servers`` as :func:`step_pairs`.
 
     Raises:
         ValueError, SetupError: as :func:`traced_path`.
     """
+    where = servers or hosts
     paths = {}
     for r, rec in enumerate(recs):
         if not rec or rec.get("connections") is None:
             return None
         for c in rec["connections"]:
-            if hosts[r] != hosts[c["dst_rank"]]:
+            if where[r] != where[c["dst_rank"]]:
                 paths[(r, c["dst_rank"])] = traced_path(fabric_map, hosts[r], hosts[c["dst_rank"]], c["src_port"],
                                                         c["dst_port"], proto=c.get("proto", "tcp"), trace=trace)
     rates = []
-    for step in C.ring_schedule(len(hosts), kind):
-        fracs = [paths.get((t.src, t.dst)) for t in step if hosts[t.src] != hosts[t.dst]]
+    for step in schedule(hosts, kind, len(hosts), algorithm, servers):
+        fracs = [paths.get((t.src, t.dst)) for t in step if where[t.src] != where[t.dst]]
         if any(f is None for f in fracs):
             return None
         if fracs:
@@ -395,7 +452,10 @@ def run(lf, state, hosts: list[str], kind: str, elements: int, out: Path, timeou
     """Start, wait, load: (rank records, agent exit codes)."""
     deadline = time.time() + timeout_s
     agents = start(lf, state, hosts, kind, elements, out, deadline, **job_args)
-    codes = wait_done(agents, deadline + 5)
+    try:
+        codes = wait_done(agents, deadline + 5)
+    finally:        # the NVLink pipes of ranks that did not end cleanly
+        shutil.rmtree(Path(out) / "nvlink", ignore_errors=True)
     return load_records(out, hosts), codes
 
 
@@ -424,10 +484,14 @@ def run_round(lf, state, coll: Collective, out: Path, sample_hz: float, quiet: b
     "transfers", "expected_transfers", "iterations": [timings], "errors", "dir"}]}``.
     Raises SetupError when the agents cannot start.
     """
-    hosts = coll.hosts or place_ranks(lf.fabric, coll.ranks, coll.placement)
+    hosts = rank_hosts(lf.fabric, coll)
     n, kind = len(hosts), coll.kind
-    transport = coll.transport
-    tr = {"transport": transport, "roce": roce_args} if transport == "roce" else {}
+    transport, algorithm = coll.transport, coll.algorithm
+    servers = rank_servers(lf.fabric, hosts)
+    lay = layout(hosts, servers)
+    nic_bps = 1e6 * min(lf.fabric.host_attachment(h).rate_mbps for h in hosts)
+    tr = {"algorithm": algorithm, "nvlink_ratio": coll.nvlink_ratio,
+          **({"transport": transport, "roce": roce_args} if transport == "roce" else {})}
     # B: every transfer is one TCP connection (RoCE queue pair), kept for the whole run, so on one
     # hashed path; the model counts payload bytes, so B is the link rate's payload share
     ra = roce_args or {}
@@ -435,7 +499,7 @@ def run_round(lf, state, coll: Collective, out: Path, sample_hz: float, quiet: b
     fmap = lf.fabric.to_map()
     if capacity_mbps:
         fmap["capacity_mbps"] = dict(capacity_mbps)
-    link_rate = bottleneck_rate_bps(fmap, hosts, kind, "hash")
+    link_rate = bottleneck_rate_bps(fmap, hosts, kind, "hash", algorithm, servers)
     label = {"tcp": "TCP", "roce": "RoCE"}[transport]
     model = f"hash-ECMP, {label} payload"
     if transport == "roce" and ra.get("mode") == "none" and ra.get("rate_mbps") and \
@@ -444,9 +508,11 @@ def run_round(lf, state, coll: Collective, out: Path, sample_hz: float, quiet: b
         model = f"fixed rate, {label} payload"
     rate = link_rate * frac
     res = {"hosts": hosts, "kind": kind, "ranks": n, "placement": "list" if coll.hosts else coll.placement,
-           "transport": transport, "payload_fraction": frac,
+           "transport": transport, "payload_fraction": frac, "algorithm": algorithm, "server_of_rank": servers,
+           "servers": len(lay), "gpus_per_server": len(lay[0]) if len({len(x) for x in lay}) == 1 else None,
+           "nic_rate_bps": nic_bps, "nvlink_ratio": coll.nvlink_ratio, "nvlink_rate_bps": coll.nvlink_ratio * nic_bps,
            "rate_bps": rate, "link_rate_bps": link_rate, "rate_model": model,
-           "rate_ideal_ecmp_bps": bottleneck_rate_bps(fmap, hosts, kind, "ecmp") * frac,
+           "rate_ideal_ecmp_bps": bottleneck_rate_bps(fmap, hosts, kind, "ecmp", algorithm, servers) * frac,
            "capacity_mbps": dict(capacity_mbps or {}), "runs": []}
     sampler = start_sampler(lf, state, out, sample_hz, sampler_method)
     try:
@@ -454,34 +520,77 @@ def run_round(lf, state, coll: Collective, out: Path, sample_hz: float, quiet: b
         recs, _ = run(lf, state, hosts, kind, probe_el, out / "alpha", timeout_s=coll.timeout_s, repeat=3, **tr)
         probe = timings([r for r in recs if r], kind, probe_el) if all(recs) else []
         drop_arrays(recs)
-        res["alpha_s"] = (float(np.median([alpha_from_run(t["time_s"], kind, n, 4 * probe_el, rate) for t in probe]))
-                          if probe else None)
+        if algorithm == "hierarchical":        # one alpha per level, from the probe's steps
+            lv = level_alphas(recs, {"intra": res["nvlink_rate_bps"], "inter": rate}) if all(recs) else {}
+            res["alpha_s"], res["alpha_nvlink_s"] = lv.get("inter"), lv.get("intra")
+        else:
+            res["alpha_s"] = (float(np.median([alpha_from_run(t["time_s"], kind, n, 4 * probe_el, rate)
+                                               for t in probe])) if probe else None)
+            res["alpha_nvlink_s"] = None
         for size in coll.sizes_bytes or [coll.size_bytes]:
             el = size // 4
             d = out / f"size-{size}"
             recs, codes = run(lf, state, hosts, kind, el, d, timeout_s=coll.timeout_s, init=coll.init,
                               seed=seed, repeat=coll.repeat, **tr)
-            chk = check_results(recs, kind, el, init=coll.init, seed=seed)
-            tim = timings(recs, kind, el) if chk["exact"] else []
+            chk = check_results(recs, kind, el, init=coll.init, seed=seed, algorithm=algorithm, hosts=hosts,
+                                servers=servers)
+            tim = timings(recs, kind, el, algorithm) if chk["exact"] else []
             drop_arrays(recs)
             traced, traced_error = None, None
             try:     # this run's connections on the paths the switches really gave them
-                traced = traced_rate_bps(fmap, recs, hosts, kind) if chk["exact"] else None
+                traced = (traced_rate_bps(fmap, recs, hosts, kind, algorithm=algorithm, servers=servers)
+                          if chk["exact"] else None)
             except (ValueError, SetupError) as e:
                 traced_error = str(e)
             res["runs"].append({"size_bytes": 4 * el, "elements": el, **chk, "iterations": tim, "dir": str(d),
+                                "nvlink_achieved_bps": nvlink_rate_achieved(recs) if chk["exact"] else None,
                                 "agent_exit_codes": codes, "traced_link_rate_bps": traced,
                                 "traced_error": traced_error, "roce": transport_totals(d, hosts)})
             for w in sorted(set((res["runs"][-1]["roce"] or {}).get("warnings", []))):
                 print(f"fabriclab: WARNING: {w}", file=sys.stderr)
             if not quiet:
                 med = float(np.median([t["time_s"] for t in tim])) if tim else None
-                say(f"{kind} of {4 * el} B on {n} ranks ({res['placement']}): "
+                say(f"{kind} ({algorithm}) of {4 * el} B on {n} ranks ({res['placement']}): "
                     + (f"T {med:.3f} s (median of {len(tim)}), exact {chk['exact']}" if med
                        else f"FAILED {chk['errors'][:2]}"))
     finally:
         stop_sampler(sampler)
     return res
+
+
+def level_alphas(recs: list[dict], rates_bps: dict[str, float]) -> dict[str, float]:
+    """alpha per level of a hierarchical AllReduce, from a small run's step records: for
+    ``intra`` (NVLink phases) and ``inter`` (rail phases), the median over ranks, iterations and
+    steps of the step's time less its bytes at that level's rate (``rates_bps``), never below 0.
+    Levels without steps are left out."""
+    out = {}
+    for level, phases in (("intra", H.INTRA_PHASES), ("inter", H.INTER_PHASES)):
+        d = [max(0.0, s[7] - s[4] - 8 * s[3] / rates_bps[level]) for rec in recs for it in rec["iterations"]
+             for s in it["steps"] if s[1] in phases]
+        if d:
+            out[level] = float(np.median(d))
+    return out
+
+
+def nvlink_rate_achieved(recs: list[dict]) -> float | None:
+    """The rate the NVLink channel gave (bit/s): the median over the intra-server sends of the
+    last iteration of their bytes over the time from the step's start to the send's end. None
+    when no step sent over NVLink alone (a flat ring's steps mix both levels: its sends are left
+    out)."""
+    r = [8 * s[3] / (s[5] - s[4]) for rec in recs for s in rec["iterations"][-1]["steps"]
+         if s[1] in H.INTRA_PHASES and s[3] and s[5] > s[4]] if all(rec and rec["iterations"] for rec in recs) else []
+    return float(np.median(r)) if r else None
+
+
+def model_time_s(res: dict, size_bytes: float, alpha_s: float, rate_bps: float) -> float:
+    """The model's T for one size of a run's result ``res`` (:func:`run_round`): the two-level model
+    (common.hierarchical) for the hierarchical algorithm, else the flat alpha-beta model
+    (common.collectives) with B = ``rate_bps`` (the network's, or the NVLink rate when every
+    rank is on one server)."""
+    if res.get("algorithm") == "hierarchical":
+        return H.hierarchical_model_time_s(res["servers"], res["gpus_per_server"], size_bytes,
+                                           res.get("alpha_nvlink_s") or 0.0, res["nvlink_rate_bps"], alpha_s, rate_bps)
+    return C.model_time_s(res["kind"], res["ranks"], size_bytes, alpha_s, rate_bps)
 
 
 def stragglers(iterations: list[dict], hosts: list[str], top: int = 2) -> str:
@@ -517,11 +626,14 @@ def summarize(res: dict, out: Path, plots: bool = True) -> dict:
     for r in res["runs"]:
         its = r["iterations"]
         t = float(np.median([i["time_s"] for i in its])) if its else None
-        model_t = C.model_time_s(kind, n, r["size_bytes"], alpha, rate)
+        model_t = model_time_s(res, r["size_bytes"], alpha, rate)
         traced = r.get("traced_link_rate_bps")
         traced_rate = traced * res.get("payload_fraction", TCP_PAYLOAD_FRACTION) if traced else None
-        traced_t = C.model_time_s(kind, n, r["size_bytes"], alpha, traced_rate) if traced_rate else None
+        traced_t = model_time_s(res, r["size_bytes"], alpha, traced_rate) if traced_rate else None
         row = {"size_bytes": r["size_bytes"], "ranks": n, "kind": kind, "placement": res["placement"],
+               "algorithm": res.get("algorithm", "ring"), "servers": res.get("servers"),
+               "gpus_per_server": res.get("gpus_per_server"), "nvlink_rate_bps": res.get("nvlink_rate_bps"),
+               "nvlink_achieved_bps": r.get("nvlink_achieved_bps"), "alpha_nvlink_s": res.get("alpha_nvlink_s"),
                "exact": r["exact"], "transfers": r["transfers"], "expected_transfers": r["expected_transfers"],
                "time_s": t, "model_time_s": model_t, "measured_over_model": t / model_t if t else None,
                "traced_rate_bps": traced_rate, "traced_model_time_s": traced_t,
@@ -539,10 +651,10 @@ def summarize(res: dict, out: Path, plots: bool = True) -> dict:
         if all(recs) and its:
             for s in step_rows(recs, its[0]["begin_unix_s"]):
                 steps.append({"size_bytes": r["size_bytes"], **s})
-    cols = ["size_bytes", "ranks", "kind", "placement", "exact", "transfers", "expected_transfers", "time_s",
+    cols = ["size_bytes", "ranks", "kind", "placement", "algorithm", "servers", "gpus_per_server", "exact", "transfers", "expected_transfers", "time_s",
             "algbw_bps", "busbw_bps", "model_time_s", "model_busbw_bps", "measured_over_model", "traced_rate_bps",
             "traced_model_time_s", "measured_over_traced_model", "alpha_s", "rate_bps", "balance", "step_balance_max",
-            "stragglers", *ROCE_COLUMNS]
+            "stragglers", "nvlink_rate_bps", "nvlink_achieved_bps", "alpha_nvlink_s", *ROCE_COLUMNS]
     write_csv(out / "collective.csv", cols, rows)
     write_csv(out / "collective_steps.csv", ["size_bytes", "iteration", "rank", "host", "step", "phase", "chunk",
                                                "bytes", "start_s", "send_done_s", "recv_done_s", "end_s"], steps)
@@ -557,6 +669,10 @@ def summarize(res: dict, out: Path, plots: bool = True) -> dict:
                                 link_rate_bps=rate,
                                 link_label=f"model B ({res.get('rate_model') or 'hash-ECMP'})")
     return {"kind": kind, "ranks": n, "placement": res["placement"], "hosts": res["hosts"],
+            "algorithm": res.get("algorithm", "ring"), "servers": res.get("servers"),
+            "gpus_per_server": res.get("gpus_per_server"), "nic_rate_bps": res.get("nic_rate_bps"),
+            "nvlink_ratio": res.get("nvlink_ratio"), "nvlink_rate_bps": res.get("nvlink_rate_bps"),
+            "alpha_nvlink_s": res.get("alpha_nvlink_s"),
             "transport": res.get("transport", "tcp"), "alpha_s": res["alpha_s"],
             "rate_bps": rate, "link_rate_bps": res.get("link_rate_bps"), "rate_model": res.get("rate_model"),
             "rate_ideal_ecmp_bps": res.get("rate_ideal_ecmp_bps"), "all_exact": all(r["exact"] for r in rows),
@@ -579,5 +695,9 @@ def format_line(c: dict) -> str:
     ideal = c.get("rate_ideal_ecmp_bps")
     b = f"B {c['rate_bps'] / 1e6:.2f} Mbit/s ({c.get('rate_model') or 'hash-ECMP'}" + (
         f"; ideal ECMP {ideal / 1e6:.2f})" if ideal else ")")
-    return (f"collective {c['kind']} on {c['ranks']} ranks ({c['placement']}, {c.get('transport', 'tcp')}), {b}, "
+    srv = (f", {c['servers']} servers x {c['gpus_per_server']} GPUs, NVLink {c['nvlink_rate_bps'] / 1e6:.0f} Mbit/s"
+           if (c.get("gpus_per_server") or 1) > 1 else "")
+    nv = f", NVLink alpha {1e3 * c['alpha_nvlink_s']:.1f} ms" if c.get("alpha_nvlink_s") is not None else ""
+    return (f"collective {c['kind']} ({c.get('algorithm', 'ring')}) on {c['ranks']} ranks ({c['placement']}, "
+            f"{c.get('transport', 'tcp')}{srv}), {b}{nv}, "
             f"alpha {1e3 * (c['alpha_s'] or 0):.1f} ms, exact: {'yes' if c['all_exact'] else 'NO'}; " + "; ".join(parts))

@@ -327,6 +327,15 @@ class Collective(Section):
     init: Literal["seeded", "textbook"] = "seeded"
     timeout_s: _bounded(Number, 1, 7200) = 300
     transport: Literal["tcp", "roce"] = "tcp"
+    #: ring: one flat ring over every rank; hierarchical (allreduce): reduce-scatter inside each
+    #: GPU server, AllReduce across servers per rail, all-gather inside each server
+    algorithm: Literal["ring", "hierarchical"] = "ring"
+    #: GPUs (ranks) per server on a topology whose hosts are servers with one NIC: ranks/G hosts
+    #: run G ranks each (absent: one rank per host; a rail topology's hosts are GPUs already)
+    gpus_per_server: Optional[Annotated[int, Field(ge=1, le=16)]] = None
+    #: NVLink rate / NIC rate: ranks of one server exchange at this multiple of their NIC's rate,
+    #: outside the fabric (the textbook's 600 GB/s per GPU against a 400 Gbit/s NIC: 12)
+    nvlink_ratio: _bounded(Number, 1, 1000) = 12
 
 
 class Measurement(Section):
@@ -424,7 +433,7 @@ RoundRoce = _override(Roce, "RoundRoce", "A round's RoCE rate controller: a regi
                       refuse=f"a round can only set the RoCE rate controller: {{mode: {'|'.join(RATE_CONTROLLERS)}}} "
                              "or {cc: {plugin: FILE}}")
 #: What a round may change of the collective section.
-ROUND_COLLECTIVE_KEYS = ("kind", "ranks", "placement", "hosts", "transport")
+ROUND_COLLECTIVE_KEYS = ("kind", "ranks", "placement", "hosts", "transport", "algorithm")
 CollectiveOverride = _override(Collective, "CollectiveOverride", "A round's change to the collective section.",
                                ROUND_COLLECTIVE_KEYS,
                                refuse=f"a round can set the collective's {', '.join(ROUND_COLLECTIVE_KEYS)}")

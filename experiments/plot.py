@@ -532,13 +532,14 @@ def _read_csv(path: Path) -> list[dict]:
 
 def plot_collective_timeline(rows: list[dict], path: Path, title: str = "") -> Path:
     """The textbook's ring picture: one lane per rank, one bar per step (start -> end, seconds),
-    reduce-scatter steps in one colour and all-gather (or all-to-all) steps in another, each bar
-    labelled with the chunk it sent. ``rows``: :func:`experiments.collrun.step_rows` of one
+    reduce-scatter steps in one colour and all-gather (or all-to-all) steps in another (a
+    hierarchical AllReduce's NVLink phases in two more), each bar labelled with the chunk it sent. ``rows``: :func:`experiments.collrun.step_rows` of one
     iteration. Raises ValueError for no rows."""
     if not rows:
         raise ValueError("no collective steps to plot")
     ranks = sorted({r["rank"] for r in rows})
-    colors = {"reduce_scatter": "C0", "all_gather": "C1", "all_to_all": "C2"}
+    colors = {"reduce_scatter": "C0", "all_gather": "C1", "all_to_all": "C2", "intra_reduce_scatter": "C4",
+              "inter_reduce_scatter": "C0", "inter_all_gather": "C1", "intra_all_gather": "C5"}
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(ranks) + 1.8))
     seen = set()
     for r in rows:

@@ -196,7 +196,9 @@ def validate(data: Any) -> Scenario:
                                           "per-priority queues (priorities/pfc); use bpf or auto (the BPF marker "
                                           "sits in front of every queue)")
     n_hosts = builder.n_hosts
-    collective = _check_collective("collective", f.collective, n_hosts)
+    # a topology whose hosts are GPUs of servers (a rail-optimised one) declares gpus_per_server
+    topo_gpus = getattr(builder, "gpus_per_server", None)
+    collective = _check_collective("collective", f.collective, n_hosts, topo_gpus)
     plugins: dict = {}
     roce = f.roce
     if roce.cc is not None:
@@ -204,7 +206,7 @@ def validate(data: Any) -> Scenario:
             raise ScenarioError("roce.mode", "give roce.mode or roce.cc (a plug-in rate controller), not both")
         plugin = _plugin("roce.cc", roce.cc, plugins)
         roce = roce.model_copy(update={"cc": roce.cc.model_copy(update={"plugin": plugin.path})})
-    rounds = _resolve_rounds(f, ecn, pfc, collective, buf, n_hosts, plugins)
+    rounds = _resolve_rounds(f, ecn, pfc, collective, buf, n_hosts, plugins, topo_gpus)
     t = f.traffic
     if any(c.kind for c in [collective] + [r.collective for r in rounds]):
         if "traffic" in f.model_fields_set:
@@ -318,18 +320,43 @@ def _check_traffic(t, roce, builder):
     return t.model_copy(update=update) if update else t
 
 
-def _check_collective(key: str, c: Collective, n_hosts: int) -> Collective:
+def _check_collective(key: str, c: Collective, n_hosts: int, topo_gpus: int | None = None) -> Collective:
     """A collective section against the fabric's hosts (ScenarioError naming the key); returns it
-    with ``ranks`` counting its hosts when they are listed."""
+    with ``ranks`` counting its hosts when they are listed. ``topo_gpus``: the GPUs per server of
+    a fabric whose hosts are GPUs (a rail-optimised one), None when every host is a server."""
     if c.kind is None:
         return c
+    if c.algorithm == "hierarchical" and c.kind != "allreduce":
+        raise ScenarioError(f"{key}.algorithm", f"hierarchical is an allreduce algorithm, not one for {c.kind}")
+    g = c.gpus_per_server
+    if g is not None and topo_gpus is not None:
+        raise ScenarioError(f"{key}.gpus_per_server", "this topology's hosts are GPUs already (one NIC per GPU); "
+                                                      "its servers' size is topology.gpus_per_server")
+    if g is not None and c.hosts is not None:
+        raise ScenarioError(f"{key}.gpus_per_server", "give gpus_per_server or hosts (list a host once per rank to "
+                                                      "put several ranks on it), not both")
+    if g is not None:
+        if c.ranks % g:
+            raise ScenarioError(f"{key}.ranks", f"{c.ranks} ranks do not fill servers of {g} GPUs "
+                                                "(collective.gpus_per_server)")
+        if c.ranks // g > n_hosts:
+            raise ScenarioError(f"{key}.ranks", f"{c.ranks // g} servers of {g} GPUs on a fabric of {n_hosts} hosts")
+        if c.ranks // g < 2:
+            raise ScenarioError(f"{key}.ranks", f"{c.ranks} ranks fill one server of {g} GPUs: the collective would "
+                                                "never use the fabric (give at least two servers' worth)")
+    elif topo_gpus is not None and c.hosts is None and c.placement == "local" and c.ranks <= topo_gpus:
+        raise ScenarioError(f"{key}.ranks", f"{c.ranks} ranks fill one server of {topo_gpus} GPUs: the collective "
+                                            "would never use the fabric (give at least two servers' worth)")
+    elif c.algorithm == "hierarchical" and topo_gpus is not None and c.hosts is None and c.ranks % topo_gpus:
+        raise ScenarioError(f"{key}.ranks", f"{c.ranks} ranks do not fill servers of {topo_gpus} GPUs: the "
+                                            "hierarchical algorithm needs whole servers")
     if c.hosts is not None:
         for i, h in enumerate(c.hosts):
             if not re.fullmatch(r"h[0-9]+", h) or not 1 <= int(h[1:]) <= n_hosts:
                 raise ScenarioError(f"{key}.hosts[{i}]", f"no host {h!r} in a fabric of {n_hosts} hosts")
         if len(c.hosts) != c.ranks:
             c = c.model_copy(update={"ranks": len(c.hosts)})
-    elif c.ranks > n_hosts:
+    elif g is None and c.ranks > n_hosts:
         raise ScenarioError(f"{key}.ranks", f"{c.ranks} ranks, one per host, on a fabric of {n_hosts} hosts "
                                             "(list hosts to put several ranks on one)")
     for i, s_bytes in enumerate(c.sizes_bytes or [c.size_bytes]):
@@ -375,7 +402,8 @@ def _round_cc(f: ScenarioFile, r: RoundFile | None, key: str, plugins: dict) -> 
 
 
 def _resolve_rounds(f: ScenarioFile, ecn: EcnSettings, pfc: PfcConfig | None, collective: Collective,
-                    buf: int, n_hosts: int, plugins: dict | None = None) -> list[Round]:
+                    buf: int, n_hosts: int, plugins: dict | None = None,
+                    topo_gpus: int | None = None) -> list[Round]:
     """The rounds: the same traffic run several times on one fabric, with ECN profiles and host
     settings changed between rounds by the controller (no rebuild); a scenario without ``rounds``
     has one, named after it. Each round's ``ecn`` keys (profile, layers, ports) and ``hosts`` keys
@@ -415,7 +443,7 @@ def _resolve_rounds(f: ScenarioFile, ecn: EcnSettings, pfc: PfcConfig | None, co
                 rc["hosts"] = None
             if "hosts" in rc and rc["hosts"] is None and "ranks" not in rc:
                 rc["ranks"] = f.collective.ranks
-            coll = _check_collective(f"{key}.collective", collective.model_copy(update=rc), n_hosts)
+            coll = _check_collective(f"{key}.collective", collective.model_copy(update=rc), n_hosts, topo_gpus)
         mode, plugin = _round_cc(f, r, key, plugins)
         out.append(Round(name=r.name, ecn=merged, hosts=hosts,
                          pfc_enabled=r.pfc.enabled if r.pfc is not None and r.pfc.enabled is not None else pfc_on,

@@ -36,7 +36,7 @@ class RailOptimized:
         servers: S, 1..64.
         gpus_per_server: G (and rails), 1..16.
         spines: P, 1..64.
-        nic_rate_mbps: each GPU's NIC (host-leaf link) rate in Mbit/s.
+        host_rate_mbps: each GPU's NIC rate (host-leaf link) in Mbit/s.
         uplink_rate_mbps: each leaf-spine link's rate in Mbit/s.
 
     Raises:
@@ -51,16 +51,16 @@ class RailOptimized:
         "servers": F((int,), 4, lo=1, hi=64),
         "gpus_per_server": F((int,), 4, lo=1, hi=16),
         "spines": F((int,), 2, lo=1, hi=64),
-        "nic_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
+        "host_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
         "uplink_rate_mbps": F(NUM, 10, lo=0.1, hi=1000),
     }
     #: ``mn --topo rail,SERVERS,GPUS_PER_SERVER[,SPINES,NIC_RATE_MBPS,UPLINK_RATE_MBPS]``
-    MN_ARGS = ("servers", "gpus_per_server", "spines", "nic_rate_mbps", "uplink_rate_mbps")
+    MN_ARGS = ("servers", "gpus_per_server", "spines", "host_rate_mbps", "uplink_rate_mbps")
 
     servers: int = 4
     gpus_per_server: int = 4
     spines: int = 2
-    nic_rate_mbps: float = 10.0
+    host_rate_mbps: float = 10.0
     uplink_rate_mbps: float = 10.0
 
     def __post_init__(self):
@@ -89,7 +89,7 @@ class RailOptimized:
     @property
     def oversubscription(self) -> Fraction:
         """A rail leaf's S x NIC rate / (P x uplink rate)."""
-        return (Fraction(self.servers) * Fraction(str(self.nic_rate_mbps))
+        return (Fraction(self.servers) * Fraction(str(self.host_rate_mbps))
                 / (Fraction(self.spines) * Fraction(str(self.uplink_rate_mbps))))
 
     @staticmethod
@@ -115,7 +115,7 @@ class RailOptimized:
         """The node and link list (module docstring). Raises ScenarioError if an interface name
         would exceed 15 characters (case C1)."""
         s, g = self.servers, self.gpus_per_server
-        params = {"servers": s, "gpus_per_server": g, "spines": self.spines, "nic_rate_mbps": self.nic_rate_mbps,
+        params = {"servers": s, "gpus_per_server": g, "spines": self.spines, "host_rate_mbps": self.host_rate_mbps,
                   "uplink_rate_mbps": self.uplink_rate_mbps, "oversubscription": float(self.oversubscription)}
         fab = Fabric(kind=self.KIND, params=params, layers=self.LAYERS)
         for p in range(self.spines):
@@ -129,7 +129,7 @@ class RailOptimized:
                                       server=self.server_name(i)))
         for i in range(s):
             for j in range(g):
-                fab.links.append(LinkSpec(self.rail_name(j), i + 1, self.host_name(i, j), 0, self.nic_rate_mbps))
+                fab.links.append(LinkSpec(self.rail_name(j), i + 1, self.host_name(i, j), 0, self.host_rate_mbps))
         for j in range(g):
             for p in range(self.spines):
                 fab.links.append(LinkSpec(self.rail_name(j), s + p + 1, self.spine_name(p), j + 1,

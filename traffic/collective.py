@@ -9,10 +9,20 @@ chunk to the step's destination (on a sender thread) while it receives the step'
 from its source, then reduces (adds) or stores it. A rank cannot start step s + 1 before it
 has the data of step s, exactly as in NCCL's ring.
 
+GPU servers: every rank belongs to a server (``ranks[i]["server"]``, by default its host). Ranks
+of one server exchange over the NVLink channel of :mod:`traffic.nvlink` (named pipes paced at
+``nvlink.rate_bps``), never through the fabric; ranks of different servers over TCP or RoCEv2.
+``algorithm`` ``hierarchical`` runs the two-level AllReduce of :mod:`common.hierarchical`
+(reduce-scatter inside each server, AllReduce across servers per rail, all-gather inside each
+server); ``ring`` (the default) the flat ring over all ranks. Both are schedules of
+:class:`common.hierarchical.Move`: element ranges from one rank to another at each step.
+
 Job (``job["role"] == "collective"``)::
 
     {"kind": "allreduce" | "reduce_scatter" | "all_gather" | "all_to_all",
-     "ranks": [{"rank", "host", "ip", "port"}, ...],   # every rank, in ring order
+     "algorithm": "ring" | "hierarchical",              # default ring
+     "ranks": [{"rank", "host", "ip", "port", "server"}, ...],   # every rank, in ring order
+     "nvlink": {"rate_bps": float, "dir": path},        # when a server holds two ranks or more
      "local_ranks": [rank, ...],                        # the ranks this agent runs
      "elements": int, "init": "seeded" | "textbook", "seed": int, "repeat": int,
      "dscp": int, "out": path, "out_dir": path, "deadline_unix_s": float,
@@ -53,7 +63,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common.collectives import chunk_bounds, ring_schedule
+from common.hierarchical import moves
+from traffic.nvlink import Channel
 from traffic.roce import Engine, ReceiverQp, SenderQp, plugin_failure
 
 #: Seconds from the start time to the collective's first step: the ranks connect meanwhile.
@@ -69,6 +80,16 @@ def initial_array(rank: int, elements: int, init: str, seed: int) -> np.ndarray:
     if init == "seeded":
         return np.random.default_rng(seed + rank).integers(-1000, 1000, elements).astype(np.float32)
     raise ValueError(f"collective init must be seeded or textbook, not {init!r}")
+
+
+def server_layout(ranks: list[dict]) -> list[list[int]]:
+    """The servers of a job's ``ranks`` (each ``{"rank", "server" or "host", ...}``) as lists of
+    rank numbers, servers in order of their first rank, ranks in order within each: the layout
+    :mod:`common.hierarchical` schedules on (rank i of every server is on rail i)."""
+    out: dict[str, list[int]] = {}
+    for r in sorted(ranks, key=lambda r: r["rank"]):
+        out.setdefault(r.get("server") or r["host"], []).append(r["rank"])
+    return list(out.values())
 
 
 def _recv_exact(sock: socket.socket, view: memoryview) -> None:
@@ -89,8 +110,12 @@ class Rank:
         self.rank, self.job, self.listener = rank, job, listener
         self.n = len(job["ranks"])
         self.kind = job["kind"]
-        self.steps = ring_schedule(self.n, self.kind)
-        self.bounds = chunk_bounds(job["elements"], self.n)
+        self.servers = server_layout(job["ranks"])
+        self.steps = moves(job.get("algorithm", "ring"), self.kind, self.servers, job["elements"])
+        mine = next(s for s in self.servers if rank in s)
+        self.same_server = set(mine) - {rank}
+        self.nvlink: Channel | None = (Channel(job["nvlink"]["dir"], job["nvlink"]["rate_bps"])
+                                       if self.same_server else None)
         self.out_peers: dict[int, socket.socket] = {}
         self.in_peers: dict[int, socket.socket] = {}
         self.connections: list[dict] = []     # {"dst_rank", "src_port", "dst_port"} of every connection it opened
@@ -101,17 +126,24 @@ class Rank:
 
     def peers(self) -> tuple[set, set]:
         """(ranks this rank sends to, ranks it receives from) over the whole schedule."""
-        outs = {t.dst for s in self.steps for t in s if t.src == self.rank}
-        ins = {t.src for s in self.steps for t in s if t.dst == self.rank}
+        outs = {mv.dst for s in self.steps for mv in s if mv.src == self.rank}
+        ins = {mv.src for s in self.steps for mv in s if mv.dst == self.rank}
         return outs, ins
 
     def connect(self, deadline_unix_s: float) -> None:
-        """Connect to every destination (retrying while it is not listening yet) and accept every source.
+        """Open the NVLink pipes to and from the ranks of its server, connect to every other
+        destination (retrying while it is not listening yet) and accept every other source.
         Over RoCE the queue pairs exist already: only their ports are recorded."""
+        outs, ins = self.peers()
+        if self.nvlink is not None:         # NVLink pipes: every reader first, then the writers
+            for src in sorted(ins & self.same_server):
+                self.nvlink.open_reader(src, self.rank)
+            for dst in sorted(outs & self.same_server):
+                self.nvlink.open_writer(self.rank, dst, deadline_unix_s)
+        outs, ins = outs - self.same_server, ins - self.same_server
         if self.links is not None:
             self.connections = self.links.connections(self.rank)
             return
-        outs, ins = self.peers()
         by_rank = {r["rank"]: r for r in self.job["ranks"]}
         for d in sorted(outs):
             while True:
@@ -139,15 +171,22 @@ class Rank:
     def _send_async(self, sends: list[tuple[int, memoryview]]):
         """Start sending each ``(destination rank, data)`` of ``sends``, in order; returns ``wait()``
         -> the Unix time the last was done (TCP: handed to the kernel, one after another on a
-        thread; RoCE: every message acknowledged). ``wait`` raises TimeoutError at the deadline."""
+        thread; NVLink: written at its rate, on that thread; RoCE: every message acknowledged). ``wait`` raises TimeoutError at the deadline."""
+        waits = []
         if self.links is not None:
-            waits = [self.links.post(self.rank, dst, bytes(data)) for dst, data in sends]
-            return lambda: max([w() for w in waits], default=time.time())
+            waits = [self.links.post(self.rank, dst, bytes(data)) for dst, data in sends
+                     if dst not in self.same_server]
+            sends = [(dst, data) for dst, data in sends if dst in self.same_server]
+            if not sends:
+                return lambda: max([w() for w in waits], default=time.time())
         done: dict[str, float] = {}
 
         def send():
             for dst, data in sends:
-                self.out_peers[dst].sendall(data)
+                if dst in self.same_server:
+                    self.nvlink.send(dst, data)
+                else:
+                    self.out_peers[dst].sendall(data)
             done["t"] = time.time()
         th = threading.Thread(target=send, daemon=True)
         th.start()
@@ -156,12 +195,15 @@ class Rank:
             th.join(max(0.1, self.job["deadline_unix_s"] - time.time()))
             if "t" not in done:
                 raise TimeoutError(f"rank {self.rank}: sending {len(sends)} chunk(s) did not finish")
-            return done["t"]
+            return max([done["t"]] + [w() for w in waits])
         return wait
 
     def _recv(self, src: int, view: memoryview) -> None:
         """Receive exactly ``len(view)`` bytes from rank ``src`` into ``view``.
         Raises ConnectionError / TimeoutError / ValueError (a message of another size)."""
+        if src in self.same_server:
+            self.nvlink.recv(src, view)
+            return
         if self.links is None:
             _recv_exact(self.in_peers[src], view)
             return
@@ -183,36 +225,34 @@ class Rank:
     def _iteration(self, buf: np.ndarray, it: int) -> np.ndarray:
         if self.job.get("stream"):
             return self._stream_iteration(buf, it)
-        b = self.bounds
-        out = buf.copy() if self.kind == "all_to_all" else buf
+        store = any(mv.op == "store" for st in self.steps for mv in st)
+        out = buf.copy() if store else buf
         rec = {"iteration": it, "begin_unix_s": time.time(), "steps": [], "sent": 0, "received": 0}
-        scratch = np.empty(max(b[i + 1] - b[i] for i in range(self.n)), dtype=np.float32)
+        scratch = np.empty(max(mv.elements for st in self.steps for mv in st), dtype=np.float32)
         for step in self.steps:
-            mine = [t for t in step if t.src == self.rank]
-            theirs = [t for t in step if t.dst == self.rank]
+            mine = [mv for mv in step if mv.src == self.rank]
+            theirs = [mv for mv in step if mv.dst == self.rank]
             t0 = time.time()
             done: dict[str, float] = {}
-            wait = self._send_async([(t.dst, memoryview(buf[b[t.chunk]:b[t.chunk + 1]]).cast("B")) for t in mine[:1]])
-            for t in theirs:
-                # all-to-all: the source sends its chunk number "dst"; it lands in slot "src"
-                n_el = b[t.chunk + 1] - b[t.chunk]
-                view = memoryview(scratch[:n_el]).cast("B")
-                self._recv(t.src, view)
-                if self.kind == "all_to_all":
-                    out[b[t.src]:b[t.src + 1]] = scratch[:n_el]
-                elif t.reduce:
-                    buf[b[t.chunk]:b[t.chunk + 1]] += scratch[:n_el]
+            wait = self._send_async([(mv.dst, memoryview(buf[mv.lo:mv.hi]).cast("B")) for mv in mine])
+            for mv in theirs:
+                view = memoryview(scratch[:mv.elements]).cast("B")
+                self._recv(mv.src, view)
+                sl = slice(mv.dst_lo, mv.dst_lo + mv.elements)
+                if mv.op == "store":       # all-to-all: the source's chunk lands in slot "src"
+                    out[sl] = scratch[:mv.elements]
+                elif mv.op == "reduce":
+                    buf[sl] += scratch[:mv.elements]
                 else:
-                    buf[b[t.chunk]:b[t.chunk + 1]] = scratch[:n_el]
+                    buf[sl] = scratch[:mv.elements]
                 rec["received"] += 1
             done["recv"] = time.time()
             done["send"] = wait()
-            if mine:
-                rec["sent"] += 1
-            t = mine[0] if mine else None
-            rec["steps"].append([t.step if t else step[0].step, step[0].phase, t.chunk if t else None,
-                                 4 * (b[t.chunk + 1] - b[t.chunk]) if t else 0, t0, done["send"], done["recv"],
-                                 max(done["send"], done["recv"])])
+            rec["sent"] += len(mine)
+            m = mine[0] if mine else None
+            rec["steps"].append([m.step if m else step[0].step, m.phase if m else step[0].phase,
+                                 m.chunk if m else None, 4 * sum(x.elements for x in mine), t0, done["send"],
+                                 done["recv"], max(done["send"], done["recv"])])
         rec["end_unix_s"] = rec["steps"][-1][-1] if rec["steps"] else time.time()
         self.iterations.append(rec)
         return out
@@ -223,28 +263,27 @@ class Rank:
         same paths) while the bytes it receives come in, with no step waiting for the previous
         step's chunk and nothing reduced. Recorded as one step (phase ``stream``); the array
         is returned unchanged."""
-        b = self.bounds
-        mine = [t for step in self.steps for t in step if t.src == self.rank]
-        theirs = [t for step in self.steps for t in step if t.dst == self.rank]
+        mine = [mv for step in self.steps for mv in step if mv.src == self.rank]
+        theirs = [mv for step in self.steps for mv in step if mv.dst == self.rank]
         rec = {"iteration": it, "begin_unix_s": time.time(), "steps": [], "sent": 0, "received": 0}
-        scratch = np.empty(max(b[i + 1] - b[i] for i in range(self.n)), dtype=np.float32)
+        scratch = np.empty(max(mv.elements for st in self.steps for mv in st), dtype=np.float32)
         done: dict[str, float] = {}
         t0 = time.time()
-        wait = self._send_async([(t.dst, memoryview(buf[b[t.chunk]:b[t.chunk + 1]]).cast("B")) for t in mine])
-        for t in theirs:
-            self._recv(t.src, memoryview(scratch[:b[t.chunk + 1] - b[t.chunk]]).cast("B"))
+        wait = self._send_async([(mv.dst, memoryview(buf[mv.lo:mv.hi]).cast("B")) for mv in mine])
+        for mv in theirs:
+            self._recv(mv.src, memoryview(scratch[:mv.elements]).cast("B"))
             rec["received"] += 1
         done["recv"] = time.time()
         done["send"] = wait()
         rec["sent"] = len(mine)
-        nbytes = sum(4 * (b[t.chunk + 1] - b[t.chunk]) for t in mine)
+        nbytes = sum(4 * mv.elements for mv in mine)
         rec["steps"].append([0, "stream", None, nbytes, t0, done["send"], done["recv"], max(done["send"], done["recv"])])
         rec["end_unix_s"] = rec["steps"][-1][-1]
         self.iterations.append(rec)
         return buf
 
     def close(self) -> None:
-        """Close every connection and the listener."""
+        """Close every connection, the listener and the NVLink pipes."""
         for s in list(self.out_peers.values()) + list(self.in_peers.values()) + [self.listener]:
             if s is None:
                 continue
@@ -252,6 +291,8 @@ class Rank:
                 s.close()
             except OSError:
                 pass
+        if self.nvlink is not None:
+            self.nvlink.close()
 
     def record(self) -> dict:
         """The rank's result record (module docstring)."""

@@ -40,7 +40,7 @@ def test_map_carries_the_server_of_each_host():
 
 def test_mn_args_and_bad_values():
     t = RailOptimized.from_mn_args([2, 8, 1, 5, 40])
-    assert (t.servers, t.gpus_per_server, t.spines, t.nic_rate_mbps, t.uplink_rate_mbps) == (2, 8, 1, 5, 40)
+    assert (t.servers, t.gpus_per_server, t.spines, t.host_rate_mbps, t.uplink_rate_mbps) == (2, 8, 1, 5, 40)
     with pytest.raises(ScenarioError, match="topology.gpus_per_server"):
         RailOptimized(gpus_per_server=0)
     # the largest fabric keeps interface names within 15 characters
