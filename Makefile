@@ -13,13 +13,14 @@ K ?=
 LOAD ?= 1
 VM ?= 0
 
-.PHONY: allreduce study diagnose bench-diagnose help test-times test-repeat test-repeat-args setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-watch bench-sampler bench-forwarding bench-ovstx bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
+.PHONY: allreduce hierarchical study diagnose bench-diagnose help test-times test-repeat test-repeat-args setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-watch bench-sampler bench-forwarding bench-ovstx bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
 
 help:
 	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast, drop-tail / ECN / PFC / ECN+PFC), results in $(RESULTS)/"
 	@echo "sudo make pfc                             PFC: an 8:1 lossless-class UDP incast, PFC off then on (pauses.csv, pause plots)"
 	@echo "sudo make roce                            RoCEv2: an 8:1 incast of Poisson responses, DCQCN then open loop, 3 seeds each"
 	@echo "sudo make allreduce                       ring AllReduce of real arrays, rack-local vs spread ranks on a 3:1 Spine-Leaf"
+	@echo "sudo make hierarchical                    flat ring vs hierarchical AllReduce on 4 GPU servers x 4 GPUs, rail-optimised"
 	@echo "sudo make k-sweep                         ECN K sweep: the incast at K = 5..65 packets on one fabric"
 	@echo "sudo make compare [COMPARISON=file.yaml]  same traffic on Fat-Tree k=4 and 3:1 Spine-Leaf, side-by-side plots"
 	@echo "sudo make study [STUDY=file.yaml]          variants x seeds, compared per seed (paired statistics, report.html)"
@@ -65,6 +66,9 @@ roce: check-root setup
 
 allreduce: check-root setup
 	$(PY) -m experiments run experiments/scenarios/allreduce-placement.yaml --results $(RESULTS)
+
+hierarchical: check-root setup
+	$(PY) -m experiments run experiments/scenarios/hierarchical-rail.yaml --results $(RESULTS)
 
 k-sweep: check-root setup
 	$(PY) -m experiments run experiments/scenarios/k-sweep.yaml --results $(RESULTS)

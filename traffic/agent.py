@@ -42,6 +42,8 @@ Roles (``job["role"]``):
 - ``roce``: RoCEv2 queue pairs with DCQCN and go-back-N over real frames (traffic.roce, issue 7).
 - ``collective``: ranks of a ring AllReduce, reduce-scatter, all-gather or all-to-all over
   TCP, reducing real float32 arrays (traffic.collective, issue 8).
+- ``training``: data-parallel ranks running training iterations (compute emulated by time,
+  gradients synchronised in buckets; traffic.training).
 
 ``dscp`` (0-63, default 0) goes into every packet's IP header (IP_TOS; the kernel keeps
 the ECN bits of TCP), which is how a flow picks its priority class (issue 6).
@@ -618,6 +620,9 @@ def main(argv=None) -> int:
         elif job["role"] == "collective":
             from traffic.collective import run_collective   # numpy: loaded only by the agents that reduce
             res = run_collective(job, ready=_ready_then_start_time)
+        elif job["role"] == "training":
+            from traffic.training import run_training   # numpy: loaded only by the agents that train
+            res = run_training(job, ready=_ready_then_start_time)
         elif job["role"] == "roce":
             from traffic.roce import run_roce   # loaded only by RoCE agents (frame templates, DCQCN)
             res = run_roce(job, ready=_ready_then_start_time)

@@ -63,7 +63,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.hierarchical import moves
+from common.hierarchical import Move, moves
 from traffic.nvlink import Channel
 from traffic.roce import Engine, ReceiverQp, SenderQp, plugin_failure
 
@@ -225,37 +225,83 @@ class Rank:
     def _iteration(self, buf: np.ndarray, it: int) -> np.ndarray:
         if self.job.get("stream"):
             return self._stream_iteration(buf, it)
-        store = any(mv.op == "store" for st in self.steps for mv in st)
-        out = buf.copy() if store else buf
         rec = {"iteration": it, "begin_unix_s": time.time(), "steps": [], "sent": 0, "received": 0}
-        scratch = np.empty(max(mv.elements for st in self.steps for mv in st), dtype=np.float32)
-        for step in self.steps:
+        out = self.run_steps(buf, self.steps, rec)
+        rec["end_unix_s"] = rec["steps"][-1][-1] if rec["steps"] else time.time()
+        self.iterations.append(rec)
+        return out
+
+    def run_steps(self, buf: np.ndarray, steps: list[list[Move]], rec: dict, codec=None, tag=None) -> np.ndarray:
+        """Run this rank's moves of ``steps`` on ``buf`` (float32, changed in place); returns the
+        result (``buf``, or for all-to-all a separate output). Appends each step's record
+        ``[step, phase, chunk sent, bytes sent, start, send done, receive done, end]`` to
+        ``rec["steps"]`` and counts ``rec["sent"]`` and ``rec["received"]``.
+
+        ``codec``: a :class:`common.compression.Compressor` for every move's data (None: float32).
+        A reduce move sends the encoded partial sum (the receiver adds the decoded one); the first
+        copy move of a range is encoded by the rank that owns it, which keeps the decoded values
+        itself, and every later copy of that range forwards the same bytes, so every rank ends
+        with the same array. ``tag`` keys a stateful codec's residual (with the step and rank).
+        The encodes' error bounds go to ``rec["bounds"]`` as ``[lo, hi, max bound]``.
+
+        Raises:
+            ConnectionError, TimeoutError, ValueError: a peer closed, the deadline passed, or a
+                message of the wrong size came.
+        """
+        store = any(mv.op == "store" for st in steps for mv in st)
+        out = buf.copy() if store else buf
+        scratch = np.empty(max(mv.elements for st in steps for mv in st), dtype=np.float32)
+        forward: dict[tuple[int, int], bytes] = {}      # copy moves: the owner's bytes, passed on as they came
+        for step in steps:
             mine = [mv for mv in step if mv.src == self.rank]
             theirs = [mv for mv in step if mv.dst == self.rank]
             t0 = time.time()
             done: dict[str, float] = {}
-            wait = self._send_async([(mv.dst, memoryview(buf[mv.lo:mv.hi]).cast("B")) for mv in mine])
+            if codec is None:
+                sends = [(mv.dst, memoryview(buf[mv.lo:mv.hi]).cast("B")) for mv in mine]
+                nbytes = 4 * sum(mv.elements for mv in mine)
+            else:
+                sends = [(mv.dst, self._encode(buf, mv, codec, forward, rec, tag)) for mv in mine]
+                nbytes = sum(len(d) for _, d in sends)
+            wait = self._send_async(sends)
             for mv in theirs:
-                view = memoryview(scratch[:mv.elements]).cast("B")
-                self._recv(mv.src, view)
                 sl = slice(mv.dst_lo, mv.dst_lo + mv.elements)
-                if mv.op == "store":       # all-to-all: the source's chunk lands in slot "src"
-                    out[sl] = scratch[:mv.elements]
-                elif mv.op == "reduce":
-                    buf[sl] += scratch[:mv.elements]
+                if codec is None:
+                    data = scratch[:mv.elements]
+                    self._recv(mv.src, memoryview(data).cast("B"))
                 else:
-                    buf[sl] = scratch[:mv.elements]
+                    raw = bytearray(codec.wire_bytes(mv.elements))
+                    self._recv(mv.src, memoryview(raw))
+                    data = codec.decode(bytes(raw), mv.elements)
+                    if mv.op == "copy":
+                        forward[(mv.lo, mv.hi)] = bytes(raw)
+                if mv.op == "store":       # all-to-all: the source's chunk lands in slot "src"
+                    out[sl] = data
+                elif mv.op == "reduce":
+                    buf[sl] += data
+                else:
+                    buf[sl] = data
                 rec["received"] += 1
             done["recv"] = time.time()
             done["send"] = wait()
             rec["sent"] += len(mine)
             m = mine[0] if mine else None
             rec["steps"].append([m.step if m else step[0].step, m.phase if m else step[0].phase,
-                                 m.chunk if m else None, 4 * sum(x.elements for x in mine), t0, done["send"],
-                                 done["recv"], max(done["send"], done["recv"])])
-        rec["end_unix_s"] = rec["steps"][-1][-1] if rec["steps"] else time.time()
-        self.iterations.append(rec)
+                                 m.chunk if m else None, nbytes, t0, done["send"], done["recv"],
+                                 max(done["send"], done["recv"])])
         return out
+
+    def _encode(self, buf: np.ndarray, mv: Move, codec, forward: dict, rec: dict, tag) -> bytes:
+        """The wire bytes of move ``mv`` under ``codec`` (:meth:`run_steps`)."""
+        if mv.op == "copy" and (mv.lo, mv.hi) in forward:
+            return forward[(mv.lo, mv.hi)]
+        x = buf[mv.lo:mv.hi]
+        data = codec.encode(np.ascontiguousarray(x), key=(tag, mv.phase, mv.step, self.rank))
+        rec.setdefault("bounds", []).append([mv.lo, mv.hi, float(np.max(codec.error_bound(x), initial=0.0))])
+        if mv.op == "copy":           # the owner keeps what every other rank will decode
+            buf[mv.lo:mv.hi] = codec.decode(data, mv.elements)
+            forward[(mv.lo, mv.hi)] = data
+        return data
 
     def _stream_iteration(self, buf: np.ndarray, it: int) -> np.ndarray:
         """The baseline of ``bench/bench_collective.py`` (job ``"stream": true``): the bytes this
@@ -414,6 +460,23 @@ class RoceLinks:
 def run_collective(job: dict, ready) -> dict:
     """Run this host's ranks of ``job`` (module docstring). ``ready()`` prints READY and returns
     the start time (Unix s). Returns ``{"role", "ranks": [record, ...]}``."""
+    recs, begin, roce = run_ranks(job, ready, lambda rk, b: rk.run(b), lambda rk: rk.record())
+    out = {"role": "collective", "begin_unix_s": begin, "ranks": recs, "transport": job.get("transport", "tcp")}
+    if roce is not None:
+        out["roce"] = roce
+    return out
+
+
+def run_ranks(job: dict, ready, body, record) -> tuple[list[dict], float, dict | None]:
+    """This host's ranks of ``job``, one thread each: make them (listeners, or the RoCE links),
+    ``ready()`` (prints READY, returns the start time), connect every rank at the start, then
+    ``body(rank, begin_unix_s)`` (begin = start + :data:`CONNECT_GRACE_S`); an exception is the
+    rank's ``error``. Returns (``record(rank)`` of every rank, begin, the RoCE transport's record
+    or None), after closing every connection.
+
+    Raises:
+        Exception: the RoCE links cannot be made (a plug-in's failure named).
+    """
     by_rank = {r["rank"]: r for r in job["ranks"]}
     try:
         links = RoceLinks(job) if job.get("transport", "tcp") == "roce" else None
@@ -444,7 +507,7 @@ def run_collective(job: dict, ready) -> dict:
             rk.connect(min(deadline, begin + 30))
             for s in list(rk.out_peers.values()) + list(rk.in_peers.values()):
                 s.settimeout(max(0.1, deadline - time.time()))
-            rk.run(begin)
+            body(rk, begin)
         except Exception as e:  # recorded per rank; the runner reports it
             rk.error = f"{type(e).__name__}: {e}"
     threads = [threading.Thread(target=go, args=(rk,), daemon=True) for rk in ranks]
@@ -455,10 +518,8 @@ def run_collective(job: dict, ready) -> dict:
     for rk, t in zip(ranks, threads):
         if t.is_alive():
             rk.error = rk.error or "deadline passed"
-    out = {"role": "collective", "begin_unix_s": begin, "ranks": [rk.record() for rk in ranks],
-           "transport": job.get("transport", "tcp")}
-    if links is not None:
-        out["roce"] = links.close(deadline - time.time())
+    recs = [record(rk) for rk in ranks]
+    roce = links.close(deadline - time.time()) if links is not None else None
     for rk in ranks:
         rk.close()
-    return out
+    return recs, begin, roce
