@@ -195,11 +195,12 @@ def start(lf, state, hosts: list[str], kind: str, elements: int, out: Path, dead
     return agents
 
 
-def load_records(out: Path, hosts: list[str]) -> list[dict | None]:
-    """Each rank's record (rank order) from the agents' result files; None for a missing one."""
+def load_records(out: Path, hosts: list[str], role: str = "collective") -> list[dict | None]:
+    """Each rank's record (rank order) from the agents' result files (``<host>.<role>.json``);
+    None for a missing one."""
     recs: dict[int, dict] = {}
     for h in dict.fromkeys(hosts):
-        p = Path(out) / f"{h}.collective.json"
+        p = Path(out) / f"{h}.{role}.json"
         if p.exists():
             res = json.loads(p.read_text())
             for r in res.get("ranks", []):
@@ -550,7 +551,8 @@ def run_round(lf, state, coll: Collective, out: Path, sample_hz: float, quiet: b
                 print(f"fabriclab: WARNING: {w}", file=sys.stderr)
             if not quiet:
                 med = float(np.median([t["time_s"] for t in tim])) if tim else None
-                say(f"{kind} ({algorithm}) of {4 * el} B on {n} ranks ({res['placement']}): "
+                say(f"{kind}{f' ({algorithm})' if algorithm != 'ring' else ''} of {4 * el} B on {n} ranks "
+                    f"({res['placement']}): "
                     + (f"T {med:.3f} s (median of {len(tim)}), exact {chk['exact']}" if med
                        else f"FAILED {chk['errors'][:2]}"))
     finally:
@@ -698,6 +700,7 @@ def format_line(c: dict) -> str:
     srv = (f", {c['servers']} servers x {c['gpus_per_server']} GPUs, NVLink {c['nvlink_rate_bps'] / 1e6:.0f} Mbit/s"
            if (c.get("gpus_per_server") or 1) > 1 else "")
     nv = f", NVLink alpha {1e3 * c['alpha_nvlink_s']:.1f} ms" if c.get("alpha_nvlink_s") is not None else ""
-    return (f"collective {c['kind']} ({c.get('algorithm', 'ring')}) on {c['ranks']} ranks ({c['placement']}, "
+    alg = f" ({c['algorithm']})" if c.get("algorithm", "ring") != "ring" else ""
+    return (f"collective {c['kind']}{alg} on {c['ranks']} ranks ({c['placement']}, "
             f"{c.get('transport', 'tcp')}{srv}), {b}{nv}, "
             f"alpha {1e3 * (c['alpha_s'] or 0):.1f} ms, exact: {'yes' if c['all_exact'] else 'NO'}; " + "; ".join(parts))

@@ -26,6 +26,7 @@ from common.ecn import EcnSettings, settings_spec
 from common.params import _REQUIRED, F
 from common.pfc import PfcConfig, config_sections
 from common.units import FRAME_BYTES, shaper_burst_bytes
+from common.training import Bucket, Layer as TrainLayer, buckets as train_buckets, preset as train_preset
 from controller.faults import FAULTS, FaultSpec
 from controller.faults.base import LINK_PATTERN, NODE
 from topologies import TOPOLOGIES
@@ -312,21 +313,14 @@ Roce = create_model("Roce", __base__=_RoceBase, __doc__=_RoceBase.__doc__,
                     **{name: (m, m()) for name, m in CONTROLLER_MODELS.items()})
 
 
-class Collective(Section):
-    """A collective over ranks on hosts (real arrays reduced over kernel TCP or RoCEv2), instead
-    of the traffic section's flows; ``kind`` absent = no collective."""
-    kind: Optional[Literal["allreduce", "reduce_scatter", "all_gather", "all_to_all"]] = None
+class RanksOnServers(Section):
+    """Where ranks (GPUs) run and how they reach each other: the keys the collective and training
+    sections share."""
     ranks: Annotated[int, Field(ge=2, le=1024)] = 8
     #: local: consecutive ranks on a rack; spread: round-robin over leaves (pods); or `hosts`
     placement: Literal["local", "spread"] = "local"
     hosts: Optional[Annotated[list[Annotated[str, Field(pattern=f"^(?:{HOST})$")]], Field(min_length=2)]] = None
-    #: bytes per rank (D); sizes_bytes: a sweep (busbw against size)
-    size_bytes: Annotated[int, Field(ge=4, le=2**31)] = 1_000_000
-    sizes_bytes: Optional[Annotated[list[Annotated[int, Field(ge=4, le=2**31)]], Field(min_length=1)]] = None
-    repeat: Annotated[int, Field(ge=1, le=100)] = 1
-    init: Literal["seeded", "textbook"] = "seeded"
     timeout_s: _bounded(Number, 1, 7200) = 300
-    transport: Literal["tcp", "roce"] = "tcp"
     #: ring: one flat ring over every rank; hierarchical (allreduce): reduce-scatter inside each
     #: GPU server, AllReduce across servers per rail, all-gather inside each server
     algorithm: Literal["ring", "hierarchical"] = "ring"
@@ -336,6 +330,69 @@ class Collective(Section):
     #: NVLink rate / NIC rate: ranks of one server exchange at this multiple of their NIC's rate,
     #: outside the fabric (the textbook's 600 GB/s per GPU against a 400 Gbit/s NIC: 12)
     nvlink_ratio: _bounded(Number, 1, 1000) = 12
+
+
+class Collective(RanksOnServers):
+    """A collective over ranks on hosts (real arrays reduced over kernel TCP or RoCEv2), instead
+    of the traffic section's flows; ``kind`` absent = no collective."""
+    kind: Optional[Literal["allreduce", "reduce_scatter", "all_gather", "all_to_all"]] = None
+    #: bytes per rank (D); sizes_bytes: a sweep (busbw against size)
+    size_bytes: Annotated[int, Field(ge=4, le=2**31)] = 1_000_000
+    sizes_bytes: Optional[Annotated[list[Annotated[int, Field(ge=4, le=2**31)]], Field(min_length=1)]] = None
+    repeat: Annotated[int, Field(ge=1, le=100)] = 1
+    init: Literal["seeded", "textbook"] = "seeded"
+    transport: Literal["tcp", "roce"] = "tcp"
+
+
+class LayerSpec(Section):
+    """One layer of a training model given as a list (instead of a preset)."""
+    name: Annotated[str, Field(pattern=f"^(?:{NAME})$")]
+    #: its parameters (and gradient) in bytes, float32: a multiple of 4
+    params_bytes: Annotated[int, Field(ge=0, le=2**31)]
+    forward_s: _bounded(Number, 0, 600)
+    backward_s: _bounded(Number, 0, 600)
+
+
+class Training(RanksOnServers):
+    """Training iterations on the ranks (common.training, traffic.training): forward and backward
+    emulated by time, real gradients synchronised in DDP buckets by AllReduce, with or without
+    overlap and compression, instead of the traffic section's flows; ``model`` and ``layers``
+    absent = no training."""
+    #: a bundled profile shape (common.training.PRESETS), scaled to params_bytes and compute_s
+    model: Optional[Literal["transformer", "resnet50"]] = None
+    #: or the layers themselves (then params_bytes, compute_s and backward_over_forward are unused)
+    layers: Optional[Annotated[list[LayerSpec], Field(min_length=1, max_length=1000)]] = None
+    params_bytes: Annotated[int, Field(ge=4, le=2**31)] = 2_000_000
+    #: forward + backward compute per iteration, in seconds
+    compute_s: _bounded(Number, 0, 600) = 2.0
+    backward_over_forward: _bounded(Number, 0, 100) = 2
+    #: DDP's bucket cap (bytes): buckets fill in reverse layer order, a layer is never split
+    bucket_bytes: Annotated[int, Field(ge=4, le=2**31)] = 500_000
+    iterations: Annotated[int, Field(ge=1, le=100)] = 3
+    #: reduce each bucket as soon as its gradients exist (true) or after backward ends (false)
+    overlap: bool = True
+    #: on every transfer of the gradient AllReduce (common.compression)
+    compression: Literal["none", "fp16", "int8", "topk"] = "none"
+    #: top-k's target ratio of bytes (k = ceil(n / (2 ratio)))
+    topk_ratio: _bounded(Number, 1.01, 1000) = 8
+
+    @property
+    def on(self) -> bool:
+        """True when the section asks for training (a model or layers)."""
+        return self.model is not None or self.layers is not None
+
+    def model_layers(self) -> list[TrainLayer]:
+        """The model's layers (common.training.Layer): the preset scaled to ``params_bytes`` and
+        ``compute_s``, or ``layers``. Raises ValueError for a bad layer or no model."""
+        if self.layers is not None:
+            return [TrainLayer(x.name, x.params_bytes, x.forward_s, x.backward_s) for x in self.layers]
+        if self.model is None:
+            raise ValueError("no model and no layers")
+        return train_preset(self.model, self.params_bytes, self.compute_s, self.backward_over_forward)
+
+    def buckets(self) -> list[Bucket]:
+        """The model's DDP buckets under ``bucket_bytes`` (common.training.buckets). Raises ValueError."""
+        return train_buckets(self.model_layers(), self.bucket_bytes)
 
 
 class Measurement(Section):
@@ -437,6 +494,11 @@ ROUND_COLLECTIVE_KEYS = ("kind", "ranks", "placement", "hosts", "transport", "al
 CollectiveOverride = _override(Collective, "CollectiveOverride", "A round's change to the collective section.",
                                ROUND_COLLECTIVE_KEYS,
                                refuse=f"a round can set the collective's {', '.join(ROUND_COLLECTIVE_KEYS)}")
+#: What a round may change of the training section: the A/B knobs of an optimisation study.
+ROUND_TRAINING_KEYS = ("overlap", "compression", "topk_ratio", "algorithm", "bucket_bytes")
+TrainingOverride = _override(Training, "TrainingOverride", "A round's change to the training section.",
+                             ROUND_TRAINING_KEYS,
+                             refuse=f"a round can set the training's {', '.join(ROUND_TRAINING_KEYS)}")
 #: What a round may change of the traffic section: an incast's senders (an N sweep) and, in blocks
 #: mode, the block size (an SRU sweep).
 ROUND_TRAFFIC_KEYS = ("senders", "block_bytes")
@@ -475,6 +537,7 @@ class RoundFile(Section):
     roce: Optional[RoundRoce] = None
     seed: Optional[Annotated[int, Field(ge=0, le=2**31 - 1)]] = None
     collective: Optional[CollectiveOverride] = None
+    training: Optional[TrainingOverride] = None
     traffic: Optional[TrafficOverride] = None
     #: the round's faults instead of the scenario's ([]: none in this round)
     faults: Optional[Faults] = None
@@ -496,6 +559,7 @@ class ScenarioFile(Section):
     traffic: Traffic = Field(default_factory=Traffic)
     roce: Roce = Roce()
     collective: Collective = Collective()
+    training: Training = Training()
     measurement: Measurement = Measurement()
     ecn: _own("ecn") = None
     priorities: _own("priorities") = None
@@ -539,7 +603,7 @@ class Round(Resolved):
     Attributes:
         name: its name (its folder is ``rounds/<nn>-<name>`` in a scenario with rounds).
         ecn: every switch port's profile source (scenario's merged with the round's), in bytes.
-        hosts, collective: the sections as they hold in this round.
+        hosts, collective, training: the sections as they hold in this round.
         pfc_enabled: PFC on in this round.
         roce_mode: the RoCE rate controller in this round: a registered mode, or
             ``plugin:<name>`` for a plug-in.
@@ -560,6 +624,7 @@ class Round(Resolved):
     roce_plugin: Optional[RocePlugin] = None
     seed: int
     collective: Collective
+    training: Training = Training()
     traffic: Traffic
     faults: tuple[FaultSpec, ...] = ()
 
@@ -591,6 +656,7 @@ class Scenario(Resolved):
     traffic: Traffic
     roce: Roce
     collective: Collective
+    training: Training = Training()
     measurement: Measurement
     ecn: EcnSettings
     pfc: Optional[PfcConfig]
@@ -603,7 +669,8 @@ class Scenario(Resolved):
         a results folder records as scenario.yaml, and what :func:`experiments.scenario.validate`
         reads back into an equal Scenario."""
         out = {k: _plain(getattr(self, k)) for k in ("name", "description", "seed", "topology", "routing", "queues",
-                                                    "links", "hosts", "traffic", "roce", "collective", "measurement")}
+                                                    "links", "hosts", "traffic", "roce", "collective", "training",
+                                                    "measurement")}
         if self.roce.cc is not None:
             del out["roce"]["mode"]       # a plug-in stands instead of the mode
         if self.scale is not None:
@@ -613,7 +680,7 @@ class Scenario(Resolved):
         if self.faults:
             out["faults"] = [f.to_data() for f in self.faults]
         out["rounds"] = [_round_data(r, self) for r in self.rounds] if self.multi_round else None
-        if any(r.collective.kind for r in self.rounds):
+        if any(r.collective.kind or r.training.on for r in self.rounds):
             del out["traffic"]            # a collective scenario has none (its defaults are resolved again)
         return out
 
@@ -628,10 +695,12 @@ def _round_data(r: Round, sc: Scenario) -> dict:
         coll = None
     keys = (ROUND_TRAFFIC_KEYS if sc.traffic.incast_mode == "blocks" else ("senders",)
             if sc.traffic.pattern == "incast" and sc.collective.kind is None else ())
+    train = {k: getattr(r.training, k) for k in ROUND_TRAINING_KEYS} if sc.training.on else None
     return {"name": r.name, "ecn": settings_spec(r.ecn, marker=False), "hosts": r.hosts.model_dump(),
             **({"pfc": {"enabled": r.pfc_enabled}} if sc.pfc is not None else {}),
             "roce": ({"cc": {"plugin": r.roce_plugin.path, "params": dict(r.roce_plugin.params)}}
                      if r.roce_plugin is not None else {"mode": r.roce_mode}), "seed": r.seed,
             **({"collective": coll} if coll is not None else {}),
+            **({"training": train} if train is not None else {}),
             **({"traffic": {k: getattr(r.traffic, k) for k in keys}} if keys else {}),
             **({"faults": [x.to_data() for x in r.faults]} if r.faults != sc.faults else {})}

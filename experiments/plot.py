@@ -530,6 +530,15 @@ def _read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def _save_lanes(fig, ax, ranks: list[int], path: Path, xlabel: str, title: str, legend_cols: int) -> Path:
+    """A timeline with one lane per rank (top to bottom): labels, axis, title, then :func:`_save`."""
+    ax.set_yticks(range(len(ranks)), [f"rank {k}" for k in ranks], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    return _save(fig, ax, path, legend_cols)
+
+
 def plot_collective_timeline(rows: list[dict], path: Path, title: str = "") -> Path:
     """The textbook's ring picture: one lane per rank, one bar per step (start -> end, seconds),
     reduce-scatter steps in one colour and all-gather (or all-to-all) steps in another (a
@@ -551,11 +560,63 @@ def plot_collective_timeline(rows: list[dict], path: Path, title: str = "") -> P
         if len(ranks) <= 16 and r["chunk"] is not None:
             ax.text(r["start_s"] + (r["end_s"] - r["start_s"]) / 2, y, str(r["chunk"]), ha="center", va="center",
                     fontsize=6, color="white")
-    ax.set_yticks(range(len(ranks)), [f"rank {k}" for k in ranks], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("time from the collective's start (s); number = chunk sent")
-    ax.set_title(title or "collective: each rank's steps")
-    return _save(fig, ax, Path(path), 3)
+    return _save_lanes(fig, ax, ranks, Path(path), "time from the collective's start (s); number = chunk sent",
+                       title or "collective: each rank's steps", 3)
+
+
+def plot_training_timeline(rows: list[dict], path: Path, title: str = "") -> Path:
+    """Every rank's iterations: one lane per rank, forward and backward compute as bars, each
+    bucket's AllReduce as a bar on a thinner lane below (its exposed part, after backward ended,
+    hatched). ``rows``: training_timeline.csv's rows (``iteration``, ``rank``, ``kind``:
+    forward | backward | allreduce, ``start_s``, ``end_s``). Raises ValueError for no rows."""
+    if not rows:
+        raise ValueError("no training iterations to plot")
+    ranks = sorted({r["rank"] for r in rows})
+    colors = {"forward": "C2", "backward": "C0", "allreduce": "C1"}
+    fig, ax = plt.subplots(figsize=(10, 0.4 * len(ranks) + 1.8))
+    bwd_end = {(r["rank"], r["iteration"]): r["end_s"] for r in rows if r["kind"] == "backward"}
+    seen = set()
+    for r in rows:
+        y = ranks.index(r["rank"])
+        comm = r["kind"] == "allreduce"
+        label = ("AllReduce of a bucket" if comm else r["kind"]) if r["kind"] not in seen else None
+        seen.add(r["kind"])
+        ax.barh(y + (0.25 if comm else -0.1), r["end_s"] - r["start_s"], left=r["start_s"], height=0.3 if comm else 0.5,
+                color=colors[r["kind"]], edgecolor="white", linewidth=0.4, label=label)
+        end = bwd_end.get((r["rank"], r["iteration"]))
+        if comm and end is not None and r["end_s"] > end:
+            lo = max(end, r["start_s"])
+            ax.barh(y + 0.25, r["end_s"] - lo, left=lo, height=0.3, color="none", edgecolor="C3", hatch="////",
+                    linewidth=0, label="exposed communication" if "exposed" not in seen else None)
+            seen.add("exposed")
+    return _save_lanes(fig, ax, ranks, Path(path), "time from the first iteration's start (s)",
+                       title or "training: every rank's iterations", 4)
+
+
+def plot_training_rounds(rows: list[dict], path: Path, title: str = "") -> Path:
+    """Rounds side by side: measured iteration time beside the model, compute and communication,
+    with the gradient's largest relative error (log scale) on a second axis. ``rows``:
+    training_rounds.csv's (``round``, ``time_s``, ``model_time_s``, ``compute_s``, ``comm_s``,
+    ``max_rel_error``). Raises ValueError for no rows."""
+    if not rows:
+        raise ValueError("no training rounds to plot")
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows) + 2), 4.4))
+    x = np.arange(len(rows))
+    w = 0.2
+    for i, (key, label) in enumerate((("time_s", "iteration (measured)"), ("model_time_s", "iteration (model)"),
+                                      ("compute_s", "compute"), ("comm_s", "communication"))):
+        ax.bar(x + (i - 1.5) * w, [r.get(key) or 0 for r in rows], w, label=label, color=f"C{i}")
+    ax.set_xticks(x, [r["round"] for r in rows], fontsize=8)
+    ax.set_ylabel("seconds per iteration (median)")
+    ax.set_title(title or "training rounds: iteration time, and the price of compression")
+    errs = [r.get("max_rel_error") for r in rows]
+    if any(e for e in errs):
+        ax2 = ax.twinx()
+        ax2.plot(x, [max(e or 0, 1e-12) for e in errs], "kD--", label="gradient max relative error")
+        ax2.set_yscale("log")
+        ax2.set_ylabel("max |reduced - exact| / max |exact| (1e-12 = exact)")
+        ax2.legend(loc="upper right", fontsize=7, frameon=False)
+    return _save(fig, ax, Path(path), 4)
 
 
 def plot_busbw_vs_size(rows: list[dict], path: Path, link_rate_bps: float | None = None, title: str = "",

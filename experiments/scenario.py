@@ -28,7 +28,7 @@ from common.units import FRAME_BYTES  # noqa: F401 (re-exported: the scenario's 
 from experiments.scaling import apply_scale
 from experiments.model import (DEFAULT_BLOCK_BYTES, DEFAULT_BLOCKS, DEFAULT_BUFFER_PACKETS, FAULT_MODELS, NAME,  # noqa: F401 (NAME)
                                PATTERN_KEYS, TOPOLOGY_MODELS, Collective, RocePlugin, Round, RoundFile, Scenario,
-                               ScenarioFile, _kind_of)
+                               ScenarioFile, Training, _kind_of)
 from topologies import TOPOLOGIES
 from traffic.ccplugin import PLUGIN_PREFIX, PluginError, load_plugin
 from traffic.patterns import PATTERNS
@@ -199,6 +199,9 @@ def validate(data: Any) -> Scenario:
     # a topology whose hosts are GPUs of servers (a rail-optimised one) declares gpus_per_server
     topo_gpus = getattr(builder, "gpus_per_server", None)
     collective = _check_collective("collective", f.collective, n_hosts, topo_gpus)
+    training = _check_training("training", f.training, n_hosts, topo_gpus)
+    if collective.kind is not None and training.on:
+        raise ScenarioError("training", "a scenario runs a collective or training iterations, not both")
     plugins: dict = {}
     roce = f.roce
     if roce.cc is not None:
@@ -206,12 +209,12 @@ def validate(data: Any) -> Scenario:
             raise ScenarioError("roce.mode", "give roce.mode or roce.cc (a plug-in rate controller), not both")
         plugin = _plugin("roce.cc", roce.cc, plugins)
         roce = roce.model_copy(update={"cc": roce.cc.model_copy(update={"plugin": plugin.path})})
-    rounds = _resolve_rounds(f, ecn, pfc, collective, buf, n_hosts, plugins, topo_gpus)
+    rounds = _resolve_rounds(f, ecn, pfc, collective, buf, n_hosts, plugins, topo_gpus, training)
     t = f.traffic
-    if any(c.kind for c in [collective] + [r.collective for r in rounds]):
+    if any(c.kind for c in [collective] + [r.collective for r in rounds]) or training.on:
         if "traffic" in f.model_fields_set:
-            raise ScenarioError("traffic", "a collective scenario moves its own data (the collective section); "
-                                           "it has no traffic section")
+            raise ScenarioError("traffic", "a collective or training scenario moves its own data (the collective or "
+                                           "training section); it has no traffic section")
         if f.roce.pcap_hosts:
             raise ScenarioError("roce.pcap_hosts", "captures the RoCE flows of a traffic section; a collective has "
                                                    "none (capture a host with tcpdump in its namespace instead)")
@@ -222,6 +225,7 @@ def validate(data: Any) -> Scenario:
     faults, rounds = _resolve_faults(f, builder, rounds)
     return Scenario(name=f.name, description=f.description, seed=f.seed, topology=f.topology, routing=f.routing,
                     queues=q, links=f.links, scale=f.scale, hosts=f.hosts, traffic=t, roce=roce, collective=collective,
+                    training=training,
                     measurement=f.measurement, ecn=ecn, pfc=pfc, faults=faults, rounds=tuple(rounds),
                     multi_round=f.rounds is not None)
 
@@ -328,6 +332,43 @@ def _check_collective(key: str, c: Collective, n_hosts: int, topo_gpus: int | No
         return c
     if c.algorithm == "hierarchical" and c.kind != "allreduce":
         raise ScenarioError(f"{key}.algorithm", f"hierarchical is an allreduce algorithm, not one for {c.kind}")
+    c = _check_ranks(key, c, n_hosts, topo_gpus)
+    for i, s_bytes in enumerate(c.sizes_bytes or [c.size_bytes]):
+        skey = f"{key}.sizes_bytes[{i}]" if c.sizes_bytes else f"{key}.size_bytes"
+        if s_bytes % 4:
+            raise ScenarioError(skey, f"{s_bytes} is not a whole number of float32 elements (a multiple of 4 bytes)")
+        if s_bytes // 4 < c.ranks:
+            raise ScenarioError(skey, f"{s_bytes} bytes is fewer float32 elements than {c.ranks} ranks' chunks")
+    return c
+
+
+def _check_training(key: str, t: Training, n_hosts: int, topo_gpus: int | None = None) -> Training:
+    """A training section against the fabric's hosts and its own model (ScenarioError naming the
+    key); returns it with ``ranks`` counting its hosts when they are listed."""
+    if not t.on:
+        return t
+    if t.model is not None and t.layers is not None:
+        raise ScenarioError(f"{key}.layers", "give a model (a preset) or layers, not both")
+    for i, layer in enumerate(t.layers or []):
+        if layer.params_bytes % 4:
+            raise ScenarioError(f"{key}.layers[{i}].params_bytes", f"{layer.params_bytes} is not a whole number of "
+                                                                   "float32 elements (a multiple of 4 bytes)")
+    t = _check_ranks(key, t, n_hosts, topo_gpus)
+    try:
+        bk = t.buckets()
+    except ValueError as e:
+        raise ScenarioError(f"{key}.layers" if t.layers else f"{key}.model", str(e)) from None
+    small = [b for b in bk if b.params_bytes // 4 < t.ranks]
+    if small:
+        raise ScenarioError(f"{key}.bucket_bytes", f"a bucket of {small[0].params_bytes} bytes is fewer float32 "
+                                                   f"elements than {t.ranks} ranks' chunks (larger layers or buckets)")
+    return t
+
+
+def _check_ranks(key: str, c, n_hosts: int, topo_gpus: int | None):
+    """The keys a collective and a training section share (experiments.model.RanksOnServers):
+    hosts, GPUs per server, whole servers for the hierarchical algorithm. Returns the section,
+    ``ranks`` counting its hosts when they are listed."""
     g = c.gpus_per_server
     if g is not None and topo_gpus is not None:
         raise ScenarioError(f"{key}.gpus_per_server", "this topology's hosts are GPUs already (one NIC per GPU); "
@@ -359,12 +400,6 @@ def _check_collective(key: str, c: Collective, n_hosts: int, topo_gpus: int | No
     elif g is None and c.ranks > n_hosts:
         raise ScenarioError(f"{key}.ranks", f"{c.ranks} ranks, one per host, on a fabric of {n_hosts} hosts "
                                             "(list hosts to put several ranks on one)")
-    for i, s_bytes in enumerate(c.sizes_bytes or [c.size_bytes]):
-        skey = f"{key}.sizes_bytes[{i}]" if c.sizes_bytes else f"{key}.size_bytes"
-        if s_bytes % 4:
-            raise ScenarioError(skey, f"{s_bytes} is not a whole number of float32 elements (a multiple of 4 bytes)")
-        if s_bytes // 4 < c.ranks:
-            raise ScenarioError(skey, f"{s_bytes} bytes is fewer float32 elements than {c.ranks} ranks' chunks")
     return c
 
 
@@ -403,7 +438,7 @@ def _round_cc(f: ScenarioFile, r: RoundFile | None, key: str, plugins: dict) -> 
 
 def _resolve_rounds(f: ScenarioFile, ecn: EcnSettings, pfc: PfcConfig | None, collective: Collective,
                     buf: int, n_hosts: int, plugins: dict | None = None,
-                    topo_gpus: int | None = None) -> list[Round]:
+                    topo_gpus: int | None = None, training: Training | None = None) -> list[Round]:
     """The rounds: the same traffic run several times on one fabric, with ECN profiles and host
     settings changed between rounds by the controller (no rebuild); a scenario without ``rounds``
     has one, named after it. Each round's ``ecn`` keys (profile, layers, ports) and ``hosts`` keys
@@ -411,17 +446,18 @@ def _resolve_rounds(f: ScenarioFile, ecn: EcnSettings, pfc: PfcConfig | None, co
     scenario's other PFC settings hold); its ``roce: {mode}`` or ``roce: {cc: {plugin}}`` sets the
     RoCE rate controller (A/B runs of dcqcn against none, timely, patched_timely, swift or a plug-in), its ``seed`` the seed of its random choices (rounds that differ only in
     their seed repeat an experiment); its ``collective`` keys (experiments.model.ROUND_COLLECTIVE_KEYS) replace the
-    scenario's. Each round's ``traffic`` is the file's section here; :func:`_resolve_round_traffic`
+    scenario's, and its ``training`` keys (experiments.model.ROUND_TRAINING_KEYS) the training's. Each round's ``traffic`` is the file's section here; :func:`_resolve_round_traffic`
     replaces it with the checked one (and the round's own keys) once the traffic is checked.
 
     Raises ScenarioError naming e.g. ``rounds[1].ecn.profile.step.k_bytes``.
     """
     pfc_on = pfc.enabled if pfc is not None else False
     plugins = {} if plugins is None else plugins
+    training = f.training if training is None else training
     if f.rounds is None:
         mode, plugin = _round_cc(f, None, "", plugins)
         return [Round(name=f.name, ecn=ecn, hosts=f.hosts, pfc_enabled=pfc_on, roce_mode=mode, roce_plugin=plugin,
-                      seed=f.seed, collective=collective, traffic=f.traffic)]
+                      seed=f.seed, collective=collective, training=training, traffic=f.traffic)]
     kind = f.topology.kind
     out, names = [], set()
     for i, r in enumerate(f.rounds):
@@ -444,11 +480,18 @@ def _resolve_rounds(f: ScenarioFile, ecn: EcnSettings, pfc: PfcConfig | None, co
             if "hosts" in rc and rc["hosts"] is None and "ranks" not in rc:
                 rc["ranks"] = f.collective.ranks
             coll = _check_collective(f"{key}.collective", collective.model_copy(update=rc), n_hosts, topo_gpus)
+        train = training
+        if r.training is not None:
+            if not training.on:
+                raise ScenarioError(f"{key}.training", "the scenario has no training (training.model or layers)")
+            train = _check_training(f"{key}.training", training.model_copy(update=r.training.changes()), n_hosts,
+                                    topo_gpus)
         mode, plugin = _round_cc(f, r, key, plugins)
         out.append(Round(name=r.name, ecn=merged, hosts=hosts,
                          pfc_enabled=r.pfc.enabled if r.pfc is not None and r.pfc.enabled is not None else pfc_on,
                          roce_mode=mode, roce_plugin=plugin,
-                         seed=r.seed if r.seed is not None else f.seed, collective=coll, traffic=f.traffic))
+                         seed=r.seed if r.seed is not None else f.seed, collective=coll, training=train,
+                         traffic=f.traffic))
     return out
 
 

@@ -242,7 +242,8 @@ class Rank:
         copy move of a range is encoded by the rank that owns it, which keeps the decoded values
         itself, and every later copy of that range forwards the same bytes, so every rank ends
         with the same array. ``tag`` keys a stateful codec's residual (with the step and rank).
-        The encodes' error bounds go to ``rec["bounds"]`` as ``[lo, hi, max bound]``.
+        The encodes' error bounds go to ``rec["bounds"]`` as ``[lo, hi, max bound]``, the seconds
+        spent encoding and decoding to ``rec["codec_s"]``.
 
         Raises:
             ConnectionError, TimeoutError, ValueError: a peer closed, the deadline passed, or a
@@ -261,7 +262,9 @@ class Rank:
                 sends = [(mv.dst, memoryview(buf[mv.lo:mv.hi]).cast("B")) for mv in mine]
                 nbytes = 4 * sum(mv.elements for mv in mine)
             else:
+                tc = time.perf_counter()
                 sends = [(mv.dst, self._encode(buf, mv, codec, forward, rec, tag)) for mv in mine]
+                rec["codec_s"] = rec.get("codec_s", 0.0) + time.perf_counter() - tc
                 nbytes = sum(len(d) for _, d in sends)
             wait = self._send_async(sends)
             for mv in theirs:
@@ -272,7 +275,9 @@ class Rank:
                 else:
                     raw = bytearray(codec.wire_bytes(mv.elements))
                     self._recv(mv.src, memoryview(raw))
+                    tc = time.perf_counter()
                     data = codec.decode(bytes(raw), mv.elements)
+                    rec["codec_s"] = rec.get("codec_s", 0.0) + time.perf_counter() - tc
                     if mv.op == "copy":
                         forward[(mv.lo, mv.hi)] = bytes(raw)
                 if mv.op == "store":       # all-to-all: the source's chunk lands in slot "src"

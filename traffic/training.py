@@ -26,7 +26,8 @@ Job (``job["role"] == "training"``): the collective job's fields (``ranks``, ``l
      "compression": {"name": str, "ratio": float | None}}       # common.compression.make
 
 Result per rank: per iteration ``begin_unix_s``, ``forward_end_unix_s``, ``backward_end_unix_s``,
-``end_unix_s``, and per bucket ``[index, ready, start, end (Unix s), wire bytes sent]``; for the
+``end_unix_s``, and per bucket ``[index, ready, start, end (Unix s), wire bytes sent, seconds spent
+encoding and decoding]``; for the
 last iteration each bucket's error bounds (``bounds``: ``[lo, hi, max bound]`` of this rank's
 encodes) and its reduced array's float64 sum; rank 0 of every server saves the last
 iteration's reduced buckets as ``<out_dir>/train<rank>-b<index>.npy``.
@@ -101,7 +102,8 @@ class Trainer:
                 except Exception as e:      # recorded; the iteration ends with the error
                     errors.append(f"bucket {b}: {type(e).__name__}: {e}")
                     return
-                rec["buckets"].append([b, ready, start, time.time(), sum(s[3] for s in srec["steps"])])
+                rec["buckets"].append([b, ready, start, time.time(), sum(s[3] for s in srec["steps"]),
+                                       srec.get("codec_s", 0.0)])
                 if last:
                     self.final[b] = out
                     self.bounds[b] = srec.get("bounds", [])

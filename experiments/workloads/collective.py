@@ -7,7 +7,7 @@ from pathlib import Path
 
 from common.errors import RunError, SetupError
 from controller.faults import capacity_overrides
-from experiments import collrun, rocerun
+from experiments import collrun, plot, rocerun
 from experiments.context import RoundRecord
 from experiments.tables import write_csv
 from experiments.workloads.base import Workload
@@ -62,10 +62,15 @@ class Collective(Workload):
         return f"{rdir}\n  {collrun.format_line(summary['collective'])}"
 
     def finish_run(self, done: list[tuple[RoundRecord, dict]]) -> None:
-        """collective_rounds.csv: every round's sizes, side by side."""
+        """collective_rounds.csv: every round's sizes, side by side; with two rounds or more,
+        collective_busbw_rounds.png (busbw against size, one line per round, beside its model)."""
         rows = [{"round": rec.round.name, **r} for rec, s in done for r in s["collective"]["sizes"]]
         if rows:
             write_csv(self.ctx.out / "collective_rounds.csv", list(rows[0]), rows)
+        good = [{**r, "label": r["round"]} for r in rows if r.get("busbw_bps")]
+        if self.ctx.sc.measurement.plots and len({r["round"] for r in good}) > 1:
+            plot.plot_busbw_vs_size(good, self.ctx.out / "collective_busbw_rounds.png",
+                                    title="busbw against size, round by round (e.g. flat ring against hierarchical)")
 
 
 def _raise_plugin_failure(agent_dir: Path) -> None:

@@ -37,4 +37,5 @@ def test_allreduce_rounds_through_the_cli(tmp_path):
             assert len(list(csv.DictReader(fh))) == 2 * 2 * 4 * 6        # sizes x repeats x ranks x steps
     assert "collective allreduce on 4 ranks" in p.stdout
     assert (out / "collective_rounds.csv").exists()
+    assert (out / "collective_busbw_rounds.png").stat().st_size > 0      # one line per round
     assert_clean(str(out))
