@@ -368,7 +368,7 @@ def bottleneck_rate_bps(fabric_map: dict, hosts: list[str], kind: str, routing: 
                          else min(max_min_rates(fabric_map, pairs, routing)))
         rates.append(seen[key])
     if not rates:
-        raise ValueError("no transfer crosses the fabric: every rank is on one host")
+        raise ValueError("no transfer crosses the fabric: every rank is on one server")
     return min(rates) * 1e6
 
 

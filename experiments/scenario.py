@@ -346,6 +346,10 @@ def _check_training(key: str, t: Training, n_hosts: int, topo_gpus: int | None =
     """A training section against the fabric's hosts and its own model (ScenarioError naming the
     key); returns it with ``ranks`` counting its hosts when they are listed."""
     if not t.on:
+        given = [k for k in sorted(t.model_fields_set) if getattr(t, k) != Training.model_fields[k].default]
+        if given:
+            raise ScenarioError(f"{key}.model", f"training keys ({', '.join(given)}) without a model: give model "
+                                                "(a preset) or layers")
         return t
     if t.model is not None and t.layers is not None:
         raise ScenarioError(f"{key}.layers", "give a model (a preset) or layers, not both")
@@ -379,7 +383,7 @@ def _check_ranks(key: str, c, n_hosts: int, topo_gpus: int | None):
     if g is not None:
         if c.ranks % g:
             raise ScenarioError(f"{key}.ranks", f"{c.ranks} ranks do not fill servers of {g} GPUs "
-                                                "(collective.gpus_per_server)")
+                                                f"({key}.gpus_per_server)")
         if c.ranks // g > n_hosts:
             raise ScenarioError(f"{key}.ranks", f"{c.ranks // g} servers of {g} GPUs on a fabric of {n_hosts} hosts")
         if c.ranks // g < 2:
@@ -395,6 +399,15 @@ def _check_ranks(key: str, c, n_hosts: int, topo_gpus: int | None):
         for i, h in enumerate(c.hosts):
             if not re.fullmatch(r"h[0-9]+", h) or not 1 <= int(h[1:]) <= n_hosts:
                 raise ScenarioError(f"{key}.hosts[{i}]", f"no host {h!r} in a fabric of {n_hosts} hosts")
+        # the server of each listed rank: its host, or on a fabric of GPU hosts the host's server
+        servers = [(int(h[1:]) - 1) // topo_gpus if topo_gpus else h for h in c.hosts]
+        per = {sv: servers.count(sv) for sv in servers}
+        if len(per) < 2:
+            raise ScenarioError(f"{key}.hosts", "every rank is on one server: the collective would never use the "
+                                                "fabric (give ranks on at least two servers)")
+        if c.algorithm == "hierarchical" and len(set(per.values())) > 1:
+            raise ScenarioError(f"{key}.hosts", f"the hierarchical algorithm needs the same number of ranks on "
+                                                f"every server, not {sorted(per.values(), reverse=True)}")
         if len(c.hosts) != c.ranks:
             c = c.model_copy(update={"ranks": len(c.hosts)})
     elif g is None and c.ranks > n_hosts:
@@ -481,6 +494,8 @@ def _resolve_rounds(f: ScenarioFile, ecn: EcnSettings, pfc: PfcConfig | None, co
                 rc["ranks"] = f.collective.ranks
             coll = _check_collective(f"{key}.collective", collective.model_copy(update=rc), n_hosts, topo_gpus)
         train = training
+        if training.on and coll.kind is not None:
+            raise ScenarioError(f"{key}.collective", "a scenario runs a collective or training iterations, not both")
         if r.training is not None:
             if not training.on:
                 raise ScenarioError(f"{key}.training", "the scenario has no training (training.model or layers)")

@@ -37,6 +37,8 @@ SECTIONS = {
     "traffic": "the flows (pattern, sizes, transport)",
     "roce": "RoCEv2 queue pairs and their rate controller",
     "collective": "a collective over ranks on hosts, instead of the traffic section's flows",
+    "training": "training iterations on GPU ranks (compute by time, real gradients in DDP buckets), instead of "
+                "the traffic section's flows",
     "measurement": "the queue sampler and the throughput window",
     "ecn": "ECN marking at switch egress ports (profile per port, layer or for all)",
     "priorities": "DSCP to priority classes and their scheduling",
@@ -44,7 +46,7 @@ SECTIONS = {
     "faults": "faults injected into the fabric in every round that gives none of its own: a link's CRC errors, "
               "rate or state, a switch's silent drops, a slow host",
     "rounds": "the same traffic several times on one fabric, changing ECN, hosts, PFC, RoCE mode, seed, the "
-              "collective or the faults",
+              "collective, the training or the faults",
 }
 
 _KEEP = ("type", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "pattern", "default", "items",

@@ -108,9 +108,11 @@ def run_round(lf, state, tr: Training, out: Path, sample_hz: float, quiet: bool 
     if not quiet:
         s = summarize_iterations(res)
         if s:
-            med = s[-1]
+            steady = s[1:] or s         # as summarize: the median over the iterations after the first
+            med = {k: float(np.median([x[k] for x in steady])) for k in ("time_s", "compute_s", "comm_s")}
             say(f"training ({tr.algorithm}, overlap {'on' if tr.overlap else 'off'}, {tr.compression}): iteration "
-                f"{med['time_s']:.3f} s, compute {med['compute_s']:.3f} s, communication {med['comm_s']:.3f} s")
+                f"{med['time_s']:.3f} s, compute {med['compute_s']:.3f} s, communication {med['comm_s']:.3f} s "
+                f"(medians of {len(steady)} iteration(s))")
     return res
 
 

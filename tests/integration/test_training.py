@@ -80,7 +80,7 @@ def test_overlap_and_compression_on_a_rail_pod(tmp_path, figure):
     #   fp16: (comm - codec) / prediction        0.875 / 1.075 / 1.178  (0.789 .. 1.330)
     #   int8: (comm - codec) / prediction        0.759 / 1.117 / 1.232  (0.621 .. 1.534)
     #   comm: int8 below fp16 by 0.094 s or more, fp16 below uncompressed by 0.209 s or more
-    # The uncompressed excess over the model was 0.09-0.20 s of 0.77-0.91 s (60 steps per iteration).
+    # The uncompressed excess over the model was 0.09-0.20 s of 0.77-0.91 s (48 steps per iteration).
     # The 15% bounds on the iteration hold (the overlap one at the band's edge); the
     # compressed rounds fall to 1/ratio of the bytes plus the per-step cost, the limit that takes
     # over: a fifth to a quarter of the uncompressed time here.

@@ -125,7 +125,7 @@ def test_ring_bottleneck_from_the_fluid_model():
     # host links bound it at 10 Mbit/s; spread: all 8 cross, 4 each way over 20 Mbit/s: 5 Mbit/s
     assert collrun.bottleneck_rate_bps(fmap, local, "allreduce") == pytest.approx(10e6)
     assert collrun.bottleneck_rate_bps(fmap, spread, "allreduce") == pytest.approx(5e6)
-    with pytest.raises(ValueError, match="one host"):
+    with pytest.raises(ValueError, match="one server"):
         collrun.bottleneck_rate_bps(fmap, ["h1", "h1"], "allreduce")
     # hash ECMP (each TCP connection pinned to one uplink): the 4 spread transfers of a direction
     # fall 2+2 on the 2 uplinks with probability 6/16, 3+1 with 8/16, 4+0 with 2/16, both
