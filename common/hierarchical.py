@@ -135,6 +135,20 @@ def _ring_moves(members: list[int], lo: int, hi: int, phases: tuple[str, str], k
     return out
 
 
+def group_allreduce_moves(members: list[int], elements: int, phases: tuple[str, str] = ("reduce_scatter", "all_gather"),
+                          ) -> list[list[Move]]:
+    """The ring AllReduce among ``members`` (ranks, in ring order) on ``elements`` elements per
+    rank: 2(m-1) steps, numbered from 0, each phase named by ``phases`` (e.g. a tensor-parallel or
+    data-parallel group of :mod:`common.parallelism`). No steps for a group of one.
+
+    Raises:
+        ValueError: fewer elements than members.
+    """
+    if len(members) > 1 and elements < len(members):
+        raise ValueError(f"{elements} elements cannot fill {len(members)} ranks' chunks")
+    return _ring_moves(list(members), 0, elements, phases, "allreduce", 0)
+
+
 def _merge(steps_per_group: list[list[list[Move]]]) -> list[list[Move]]:
     """Step k of the result = step k of every group (groups run side by side)."""
     n = max((len(s) for s in steps_per_group), default=0)

@@ -27,6 +27,7 @@ from common.params import _REQUIRED, F
 from common.pfc import PfcConfig, config_sections
 from common.units import FRAME_BYTES, shaper_burst_bytes
 from common.training import Bucket, Layer as TrainLayer, buckets as train_buckets, preset as train_preset
+from common.parallelism import Plan as ParallelPlan
 from controller.faults import FAULTS, FaultSpec
 from controller.faults.base import LINK_PATTERN, NODE
 from topologies import TOPOLOGIES
@@ -375,11 +376,31 @@ class Training(RanksOnServers):
     compression: Literal["none", "fp16", "int8", "topk"] = "none"
     #: top-k's target ratio of bytes (k = ceil(n / (2 ratio)))
     topk_ratio: _bounded(Number, 1.01, 1000) = 8
+    #: mixed parallelism (common.parallelism): T ranks per tensor-parallel group, inside a server
+    #: (an AllReduce of the activation after every layer, over NVLink)
+    tensor: Annotated[int, Field(ge=1, le=16)] = 1
+    #: P pipeline stages, each whole servers (activations forward, their gradients back, GPipe);
+    #: the data-parallel replicas are ranks / (tensor x pipeline)
+    pipeline: Annotated[int, Field(ge=1, le=64)] = 1
+    #: microbatches per iteration (the pipeline's bubble is (P - 1) / (M + P - 1))
+    microbatches: Annotated[int, Field(ge=1, le=64)] = 1
+    #: one microbatch's activation at a stage boundary, float32 bytes (also each tensor-parallel
+    #: AllReduce's size)
+    activation_bytes: Annotated[int, Field(ge=4, le=2**28)] = 262_144
 
     @property
     def on(self) -> bool:
         """True when the section asks for training (a model or layers)."""
         return self.model is not None or self.layers is not None
+
+    @property
+    def mixed(self) -> bool:
+        """True when tensor or pipeline parallelism is asked for (beyond data parallelism)."""
+        return self.tensor > 1 or self.pipeline > 1
+
+    def plan(self) -> ParallelPlan:
+        """The mixed-parallel plan (common.parallelism.Plan). Raises ValueError for counts that do not divide."""
+        return ParallelPlan(self.ranks, self.tensor, self.pipeline, self.microbatches, self.activation_bytes)
 
     def model_layers(self) -> list[TrainLayer]:
         """The model's layers (common.training.Layer): the preset scaled to ``params_bytes`` and
@@ -495,7 +516,7 @@ CollectiveOverride = _override(Collective, "CollectiveOverride", "A round's chan
                                ROUND_COLLECTIVE_KEYS,
                                refuse=f"a round can set the collective's {', '.join(ROUND_COLLECTIVE_KEYS)}")
 #: What a round may change of the training section: the A/B knobs of an optimisation study.
-ROUND_TRAINING_KEYS = ("overlap", "compression", "topk_ratio", "algorithm", "bucket_bytes")
+ROUND_TRAINING_KEYS = ("overlap", "compression", "topk_ratio", "algorithm", "bucket_bytes", "microbatches")
 TrainingOverride = _override(Training, "TrainingOverride", "A round's change to the training section.",
                              ROUND_TRAINING_KEYS,
                              refuse=f"a round can set the training's {', '.join(ROUND_TRAINING_KEYS)}")

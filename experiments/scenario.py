@@ -23,6 +23,7 @@ from common.ecn import EcnSettings, resolve_ecn
 from common.errors import ScenarioError
 from common.params import quote
 from common.pfc import PfcConfig, parse_pfc
+from common.parallelism import stage_buckets
 from controller.faults import FaultSpec, check_clashes, parse_fault
 from common.units import FRAME_BYTES  # noqa: F401 (re-exported: the scenario's sizes)
 from experiments.scaling import apply_scale
@@ -358,6 +359,9 @@ def _check_training(key: str, t: Training, n_hosts: int, topo_gpus: int | None =
             raise ScenarioError(f"{key}.layers[{i}].params_bytes", f"{layer.params_bytes} is not a whole number of "
                                                                    "float32 elements (a multiple of 4 bytes)")
     t = _check_ranks(key, t, n_hosts, topo_gpus)
+    if t.mixed:
+        _check_mixed(key, t, topo_gpus)
+        return t
     try:
         bk = t.buckets()
     except ValueError as e:
@@ -367,6 +371,38 @@ def _check_training(key: str, t: Training, n_hosts: int, topo_gpus: int | None =
         raise ScenarioError(f"{key}.bucket_bytes", f"a bucket of {small[0].params_bytes} bytes is fewer float32 "
                                                    f"elements than {t.ranks} ranks' chunks (larger layers or buckets)")
     return t
+
+
+def _check_mixed(key: str, t: Training, topo_gpus: int | None) -> None:
+    """A mixed-parallel training section (tensor or pipeline above 1): the plan's counts divide,
+    tensor groups fit a server, stages are whole servers, the data-parallel buckets have an
+    element per replica; uncompressed ring reductions only (ScenarioError naming the key)."""
+    for k, ok in (("compression", t.compression == "none"), ("algorithm", t.algorithm == "ring"),
+                  ("placement", t.placement == "local" or t.hosts is not None)):
+        if not ok:
+            raise ScenarioError(f"{key}.{k}", f"{getattr(t, k)!r} with tensor or pipeline parallelism: a mixed-parallel "
+                                              f"job reduces uncompressed ring AllReduces over consecutive ranks")
+    try:
+        plan = t.plan()
+    except ValueError as e:
+        raise ScenarioError(f"{key}.tensor" if "tensor" in str(e) and "pipeline" not in str(e) else
+                            f"{key}.activation_bytes" if "activation" in str(e) else f"{key}.pipeline", str(e)) from None
+    g = t.gpus_per_server or topo_gpus
+    if g is not None and t.hosts is None:
+        if g % t.tensor:
+            raise ScenarioError(f"{key}.tensor", f"tensor groups of {t.tensor} do not fit servers of {g} GPUs: tensor "
+                                                 "parallelism stays inside a server")
+        if plan.per_stage % g:
+            raise ScenarioError(f"{key}.pipeline", f"stages of {plan.per_stage} ranks are not whole servers of {g} GPUs")
+    try:
+        layers = t.model_layers()
+        for s in range(plan.pipeline):
+            for b in stage_buckets(plan, layers, s, t.bucket_bytes)[1]:
+                if b.params_bytes // 4 < plan.data:
+                    raise ValueError(f"stage {s}: a bucket of {b.params_bytes} bytes per tensor rank is fewer float32 "
+                                     f"elements than {plan.data} replicas' chunks")
+    except ValueError as e:
+        raise ScenarioError(f"{key}.pipeline" if "pipeline stages" in str(e) else f"{key}.bucket_bytes", str(e)) from None
 
 
 def _check_ranks(key: str, c, n_hosts: int, topo_gpus: int | None):

@@ -44,6 +44,8 @@ Roles (``job["role"]``):
   TCP, reducing real float32 arrays (traffic.collective, issue 8).
 - ``training``: data-parallel ranks running training iterations (compute emulated by time,
   gradients synchronised in buckets; traffic.training).
+- ``parallel``: ranks of a mixed-parallel job (tensor groups over NVLink, pipeline stages and
+  data-parallel replicas over the fabric; traffic.parallel).
 
 ``dscp`` (0-63, default 0) goes into every packet's IP header (IP_TOS; the kernel keeps
 the ECN bits of TCP), which is how a flow picks its priority class (issue 6).
@@ -623,6 +625,9 @@ def main(argv=None) -> int:
         elif job["role"] == "training":
             from traffic.training import run_training   # numpy: loaded only by the agents that train
             res = run_training(job, ready=_ready_then_start_time)
+        elif job["role"] == "parallel":
+            from traffic.parallel import run_parallel   # numpy: loaded only by mixed-parallel ranks
+            res = run_parallel(job, ready=_ready_then_start_time)
         elif job["role"] == "roce":
             from traffic.roce import run_roce   # loaded only by RoCE agents (frame templates, DCQCN)
             res = run_roce(job, ready=_ready_then_start_time)

@@ -472,9 +472,10 @@ def run_collective(job: dict, ready) -> dict:
     return out
 
 
-def run_ranks(job: dict, ready, body, record) -> tuple[list[dict], float, dict | None]:
-    """This host's ranks of ``job``, one thread each: make them (listeners, or the RoCE links),
-    ``ready()`` (prints READY, returns the start time), connect every rank at the start, then
+def run_ranks(job: dict, ready, body, record, prepare=None) -> tuple[list[dict], float, dict | None]:
+    """This host's ranks of ``job``, one thread each: make them (listeners, or the RoCE links;
+    ``prepare(rank)``, when given, may then replace the rank's ``steps``, whose moves name the
+    peers it connects to), ``ready()`` (prints READY, returns the start time), connect every rank at the start, then
     ``body(rank, begin_unix_s)`` (begin = start + :data:`CONNECT_GRACE_S`); an exception is the
     rank's ``error``. Returns (``record(rank)`` of every rank, begin, the RoCE transport's record
     or None), after closing every connection.
@@ -497,6 +498,8 @@ def run_ranks(job: dict, ready, body, record) -> tuple[list[dict], float, dict |
             ls.listen(64)
         ranks.append(Rank(r, job, ls))
         ranks[-1].links = links
+        if prepare is not None:
+            prepare(ranks[-1])
     start = ready()
     begin = start + CONNECT_GRACE_S
     deadline = job["deadline_unix_s"]
