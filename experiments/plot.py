@@ -643,3 +643,44 @@ def plot_busbw_vs_size(rows: list[dict], path: Path, link_rate_bps: float | None
     ax.set_ylabel("busbw (Mbit/s)")
     ax.set_title(title or "bus bandwidth against message size")
     return _save(fig, ax, Path(path), 3)
+
+
+def plot_link_heatmap(rows: list[dict], path: Path, title: str = "") -> Path:
+    """A mixed-parallel job's links: left, a heat map of each directed link's utilisation (from
+    row node to column node; blank where no link is); right, each link's predicted bytes by
+    parallelism kind (stacked) with the bytes its port counted (a dot). ``rows``:
+    experiments.parallelrun.link_table's (``src``, ``dst``, ``utilisation``, ``pipeline_bytes``,
+    ``data_bytes``, ``ack_bytes``, ``measured_bytes``; a server's NVLink, ``src`` = ``dst``, as a bar only).
+    Raises ValueError for no rows."""
+    if not rows:
+        raise ValueError("no links to plot")
+    nodes = sorted({r["src"] for r in rows if r["src"] != r["dst"]} | {r["dst"] for r in rows if r["src"] != r["dst"]},
+                   key=lambda n: (n.startswith("h"), len(n), n))
+    grid = np.full((len(nodes), len(nodes)), np.nan)
+    for r in rows:
+        if r["utilisation"] is not None and r["src"] != r["dst"]:      # a server's NVLink: bars only
+            grid[nodes.index(r["src"]), nodes.index(r["dst"])] = r["utilisation"]
+    busy = [r for r in rows if r["predicted_bytes"] or r["measured_bytes"]]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, max(4.5, 0.28 * len(busy) + 1.5)),
+                                 gridspec_kw={"width_ratios": [1, 1.2]})
+    im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=max(1.0, float(np.nanmax(grid)) if np.isfinite(grid).any() else 1))
+    ax.set_xticks(range(len(nodes)), nodes, rotation=90, fontsize=6)
+    ax.set_yticks(range(len(nodes)), nodes, fontsize=6)
+    ax.set_xlabel("to")
+    ax.set_ylabel("from")
+    fig.colorbar(im, ax=ax, shrink=0.7, label="utilisation (measured bits / (rate x job span))")
+    y = np.arange(len(busy))
+    left = np.zeros(len(busy))
+    for key, label, c in (("tensor_bytes", "tensor parallel (activation AllReduces)", "C2"),
+                          ("pipeline_bytes", "pipeline (activations, their gradients)", "C0"),
+                          ("data_bytes", "data parallel (gradient buckets)", "C1"),
+                          ("ack_bytes", "TCP acknowledgements", "C7")):
+        v = np.array([r[key] / 1e6 for r in busy])
+        bx.barh(y, v, left=left, color=c, label=label)
+        left += v
+    bx.plot([(r["measured_bytes"] or 0) / 1e6 for r in busy], y, "k.", label="measured (port counters)")
+    bx.set_yticks(y, [r["link"] for r in busy], fontsize=6)
+    bx.invert_yaxis()
+    bx.set_xlabel("MB over the round (predicted by kind; <server>:nvlink is inside a server)")
+    fig.suptitle(title or "link utilisation and bytes by parallelism kind", fontsize=10)
+    return _save(fig, bx, Path(path), 2)

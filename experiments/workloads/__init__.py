@@ -7,14 +7,15 @@ from experiments.workloads.base import Workload
 from experiments.workloads.blocks import IncastBlocks
 from experiments.workloads.collective import Collective
 from experiments.workloads.flows import KernelFlows
+from experiments.workloads.parallel import MixedParallel
 from experiments.workloads.roce import RoceFlows
 from experiments.workloads.training import Training
 from experiments.model import Round, Scenario
 
 #: Registered workloads by name, in the order they are asked whether they want a round
 #: (IncastBlocks before KernelFlows: both run incasts over kernel TCP; blocks mode is its own;
-#: Training before the flow workloads, which take any round without a collective).
-WORKLOADS: dict[str, type[Workload]] = {w.name: w for w in (Collective, Training, RoceFlows, IncastBlocks,
+#: MixedParallel and Training before the flow workloads, which take any round without a collective).
+WORKLOADS: dict[str, type[Workload]] = {w.name: w for w in (Collective, MixedParallel, Training, RoceFlows, IncastBlocks,
                                                             KernelFlows)}
 
 

@@ -31,8 +31,8 @@ class Training(Workload):
 
     @staticmethod
     def wants(sc: Scenario, rnd: Round) -> bool:
-        """Rounds whose training section has a model or layers."""
-        return rnd.training.on
+        """Rounds whose training section has a model or layers, data parallelism only."""
+        return rnd.training.on and not rnd.training.mixed
 
     def describe_round(self, rnd: Round) -> str:
         """``training on <ranks> ranks (<algorithm>, overlap on|off, <compression>)``."""

@@ -1,0 +1,278 @@
+"""Mixed-parallel training in a run (``training.tensor`` or ``training.pipeline`` above 1): the
+agents' jobs, the iteration's figures beside the GPipe model, and every link's bytes by
+parallelism kind: what the plan predicts from the paths the connections really took, against
+what the switch ports counted.
+
+The plan (:mod:`common.parallelism`) gives each kind's payload between each pair of ranks per
+iteration; the ranks count what they really sent (traffic.parallel), which must equal it. A
+pair on one server exchanges over the NVLink channel (never a fabric link); any other pair over
+one TCP connection, whose path is traced switch by switch through Open vSwitch's own tables
+(:func:`experiments.collrun.traced_path`). On the wire, each message of ``b`` payload bytes is
+``b + ceil(b / 1448) x 66`` bytes of frames (:func:`experiments.slowdown.wire_bytes`) on every
+link of its path, and its receiver's delayed acknowledgements (one 66-byte frame per two
+segments, RFC 5681 section 4.2) travel the reverse links (the ECMP hash is symmetric). A link's
+measured bytes are its sending port's ``tx_bytes`` over the round (a host's uplink: the switch
+port's ``rx_bytes``), from the round's port counters (experiments.features.ports).
+"""
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from common.errors import SetupError
+from common.parallelism import KINDS, Plan, bubble_fraction, check_placement, flows, gpipe_compute_s, stage_layers
+from experiments import collrun, plot
+from experiments.features.ports import port_rows
+from experiments.live import Agents, start_sampler, stop_sampler
+from experiments.model import Training
+from experiments.slowdown import HEADER_BYTES
+from experiments.tables import write_csv
+
+#: Delayed acknowledgements: pure ACK frames per full data segment received (RFC 5681 4.2).
+ACKS_PER_SEGMENT = 0.5
+#: link_bytes.csv's columns.
+LINK_COLUMNS = ("link", "src", "dst", "rate_mbps", "tensor_bytes", "pipeline_bytes", "data_bytes", "ack_bytes",
+                "predicted_bytes", "measured_bytes", "measured_over_predicted", "utilisation")
+
+
+def jobs(lf, hosts: list[str], tr: Training, out: Path, deadline_unix_s: float, seed: int) -> dict[str, dict]:
+    """The ``parallel`` job of every host that runs a rank (traffic.parallel's job)."""
+    p = tr.plan()
+    out_jobs = collrun.host_jobs(lf, hosts, "allreduce", len(hosts), out, deadline_unix_s, seed=seed,
+                                 nvlink_ratio=tr.nvlink_ratio)
+    for h, j in out_jobs.items():
+        j.update({"role": "parallel", "out": str(Path(out) / f"{h}.parallel.json"),
+                  "plan": {"ranks": p.ranks, "tensor": p.tensor, "pipeline": p.pipeline,
+                           "microbatches": p.microbatches, "activation_bytes": p.activation_bytes},
+                  "layers": [[x.name, x.params_bytes, x.forward_s, x.backward_s] for x in tr.model_layers()],
+                  "bucket_bytes": tr.bucket_bytes, "iterations": tr.iterations, "overlap": tr.overlap})
+    return out_jobs
+
+
+def run_round(lf, state, tr: Training, out: Path, sample_hz: float, quiet: bool = True, say=print, seed: int = 0,
+              sampler_method: str = "auto") -> dict:
+    """One round's mixed-parallel iterations on a live fabric, the queue sampler on; then the
+    path of every connection that crosses the fabric.
+
+    Returns ``{"hosts", "server_of_rank", "plan", "layers", "stages", "bucket_bytes",
+    "iterations", "overlap", "flows" ([kind, src, dst, payload, messages, frames] per iteration),
+    "paths" ([src rank, dst rank, [[a, b], ...]]), "nic_rate_bps", "nvlink_rate_bps",
+    "records_dir", "agent_exit_codes"}`` (JSON-able).
+
+    Raises:
+        SetupError: the plan does not fit the ranks' servers, or the agents cannot start.
+    """
+    hosts = collrun.rank_hosts(lf.fabric, tr)
+    servers = collrun.rank_servers(lf.fabric, hosts)
+    lay = collrun.layout(hosts, servers)
+    plan: Plan = tr.plan()
+    try:
+        check_placement(plan, lay)
+    except ValueError as e:
+        raise SetupError(f"training: {e}") from None
+    layers = tr.model_layers()
+    fl = flows(plan, layers, tr.bucket_bytes)
+    nic_bps = 1e6 * min(lf.fabric.host_attachment(h).rate_mbps for h in hosts)
+    res = {"hosts": hosts, "server_of_rank": servers, "ranks": plan.ranks,
+           "plan": {"tensor": plan.tensor, "pipeline": plan.pipeline, "data": plan.data,
+                    "microbatches": plan.microbatches, "activation_bytes": plan.activation_bytes},
+           "layers": [[x.name, x.params_bytes, x.forward_s, x.backward_s] for x in layers],
+           "stages": stage_layers(layers, plan.pipeline), "bucket_bytes": tr.bucket_bytes,
+           "iterations": tr.iterations, "overlap": tr.overlap, "seed": seed,
+           "flows": [[f.kind, f.src, f.dst, f.payload_bytes, f.messages, f.frames] for f in fl],
+           "nic_rate_bps": nic_bps, "nvlink_rate_bps": tr.nvlink_ratio * nic_bps, "records_dir": str(out / "ranks")}
+    d = out / "ranks"
+    d.mkdir(parents=True, exist_ok=True)
+    per_host: dict[str, int] = {}
+    for f in fl:
+        if servers[f.src] != servers[f.dst]:
+            per_host[hosts[f.src]] = per_host.get(hosts[f.src], 0) + f.payload_bytes
+    stage_s = max(sum(layers[i].forward_s + layers[i].backward_s for i in st) for st in res["stages"])
+    est = gpipe_compute_s(stage_s, plan.microbatches, plan.pipeline) + 8 * max(per_host.values(), default=0) / nic_bps
+    deadline = time.time() + min(tr.timeout_s, 30 + 5 * tr.iterations * est)
+    sampler = start_sampler(lf, state, out, sample_hz, sampler_method)
+    try:
+        agents = Agents(lf, state)
+        for h, j in jobs(lf, hosts, tr, d, deadline, seed).items():
+            agents.start(h, "parallel", j)
+        agents.ready_then_release(1.0)
+        try:
+            res["agent_exit_codes"] = collrun.wait_done(agents, deadline + 5)
+        finally:
+            shutil.rmtree(d / "nvlink", ignore_errors=True)
+    finally:
+        stop_sampler(sampler)
+    fmap = lf.fabric.to_map()
+    recs = collrun.load_records(d, hosts, "parallel")
+    res["paths"] = []
+    for r, rec in enumerate(recs):
+        for c in (rec or {}).get("connections") or []:
+            if servers[r] != servers[c["dst_rank"]]:
+                path = collrun.traced_path(fmap, hosts[r], hosts[c["dst_rank"]], c["src_port"], c["dst_port"])
+                res["paths"].append([r, c["dst_rank"], [list(k) for k in path]])
+    if not quiet:
+        say(format_line(summarize_iterations(res, recs)))
+    return res
+
+
+def predicted_link_bytes(res: dict) -> dict[tuple[str, str], dict[str, int]]:
+    """``{(a, b): {kind: bytes, "ack": bytes}}`` over the round (every iteration) on every fabric
+    link the plan's flows cross (module docstring); tensor traffic never appears (NVLink)."""
+    its = res["iterations"]
+    paths = {(s, d): [tuple(x) for x in links] for s, d, links in res["paths"]}
+    out: dict[tuple[str, str], dict[str, int]] = {}
+    for kind, src, dst, payload, messages, frames in res["flows"]:
+        links = paths.get((src, dst))
+        if links is None:
+            continue                    # one server: the NVLink channel
+        data = its * (payload + frames * HEADER_BYTES)
+        acks = math.ceil(its * frames * ACKS_PER_SEGMENT) * HEADER_BYTES
+        for a, b in links:
+            e = out.setdefault((a, b), {})
+            e[kind] = e.get(kind, 0) + data
+            e = out.setdefault((b, a), {})
+            e["ack"] = e.get("ack", 0) + acks
+    return out
+
+
+def measured_link_bytes(rows: list[dict]) -> dict[tuple[str, str], tuple[int, float]]:
+    """``{(a, b): (bytes, rate Mbit/s)}`` from port_counters rows (experiments.features.ports.port_rows):
+    a switch's port toward ``b`` sent them (``tx_bytes``), or a host's link into switch ``b``
+    (its port's ``rx_bytes``)."""
+    out: dict[tuple[str, str], tuple[int, float]] = {}
+    switches = {r["switch"] for r in rows}
+    for r in rows:
+        rate = r["rate_mbps"] or r["nominal_mbps"]
+        for key, nbytes in (((r["switch"], r["peer"]), r["tx_bytes"]),
+                            ((r["peer"], r["switch"]), r["rx_bytes"] if r["peer"] not in switches else None)):
+            if nbytes is not None:
+                b, _ = out.get(key, (0, rate))
+                out[key] = (b + nbytes, rate)
+    return out
+
+
+def nvlink_rows(res: dict, sent: dict, span_s: float) -> list[dict]:
+    """One link_bytes.csv row per server whose GPUs exchange over NVLink (``link`` ``<server>:nvlink``,
+    ``src`` = ``dst`` = the server): the plan's bytes by kind between its GPUs beside what its ranks
+    counted sending (``sent``: ``{(kind, src rank, dst rank): bytes}`` over the round), utilisation
+    against G GPUs' NVLink rate. No frames, no acknowledgements: the channel carries the arrays."""
+    where, its = res["server_of_rank"], res["iterations"]
+    g = {sv: where.count(sv) for sv in where}
+    rows: dict[str, dict] = {}
+    for kind, src, dst, payload, _m, _f in res["flows"]:
+        if where[src] != where[dst]:
+            continue
+        sv = where[src]
+        r = rows.setdefault(sv, {"link": f"{sv}:nvlink", "src": sv, "dst": sv,
+                                 "rate_mbps": res["nvlink_rate_bps"] * g[sv] / 1e6,
+                                 **{f"{k}_bytes": 0 for k in KINDS}, "ack_bytes": 0, "measured_bytes": 0})
+        r[f"{kind}_bytes"] += payload * its
+        r["measured_bytes"] += sent.get((kind, src, dst), 0)
+    for r in rows.values():
+        r["predicted_bytes"] = sum(r[f"{k}_bytes"] for k in KINDS)
+        r["measured_over_predicted"] = r["measured_bytes"] / r["predicted_bytes"] if r["predicted_bytes"] else None
+        r["utilisation"] = 8 * r["measured_bytes"] / (r["rate_mbps"] * 1e6 * span_s) if span_s > 0 else None
+    return [rows[k] for k in sorted(rows)]
+
+
+def link_table(res: dict, ports: dict | None, span_s: float, sent: dict | None = None) -> list[dict]:
+    """link_bytes.csv's rows (:data:`LINK_COLUMNS`): every fabric link the plan uses or the ports
+    saw traffic on, predicted bytes by kind beside the measured bytes, and the utilisation
+    (measured bits / (rate x ``span_s``), the job's span); then each server's NVLink
+    (:func:`nvlink_rows`, when ``sent`` is given). Empty without the round's port counters."""
+    if not ports:
+        return []
+    measured = measured_link_bytes(port_rows("", ports["before"], ports["after"]))
+    pred = predicted_link_bytes(res)
+    rows = nvlink_rows(res, sent, span_s) if sent is not None else []
+    for (a, b) in sorted(set(pred) | {k for k, v in measured.items() if v[0]}):
+        p = pred.get((a, b), {})
+        m, rate = measured.get((a, b), (None, None))
+        total = sum(p.values())
+        rows.append({"link": f"{a}->{b}", "src": a, "dst": b, "rate_mbps": rate,
+                     **{f"{k}_bytes": p.get(k, 0) for k in KINDS}, "ack_bytes": p.get("ack", 0),
+                     "predicted_bytes": total, "measured_bytes": m,
+                     "measured_over_predicted": (m / total) if m is not None and total else None,
+                     "utilisation": (8 * m / (rate * 1e6 * span_s)) if m is not None and rate and span_s > 0 else None})
+    return [r for r in rows if r["src"] != r["dst"]] + [r for r in rows if r["src"] == r["dst"]]
+
+
+def summarize_iterations(res: dict, recs: list[dict | None] | None = None) -> dict:
+    """The job's figures: per iteration ``time_s`` (first begin to last end over ranks), the
+    median rank's ``tensor_s``, ``pipeline_wait_s`` and exposed data-parallel time (end - backward's
+    end); the GPipe compute model; exactness; and whether every rank sent exactly what the plan
+    says (``sent_as_planned``, with the totals per kind; ``sent_by_pair`` ``{(kind, src, dst): bytes}``,
+    not JSON-able). ``complete`` False when a rank failed."""
+    recs = recs if recs is not None else collrun.load_records(Path(res["records_dir"]), res["hosts"], "parallel")
+    p, layers = res["plan"], res["layers"]
+    stage_s = max(sum(layers[i][2] + layers[i][3] for i in st) for st in res["stages"])
+    model = gpipe_compute_s(stage_s, p["microbatches"], p["pipeline"])
+    base = {"ranks": res["ranks"], **p, "iterations_asked": res["iterations"], "model_compute_s": model,
+            "bubble_fraction": bubble_fraction(p["microbatches"], p["pipeline"]), "overlap": res["overlap"]}
+    if not all(recs) or any(r.get("error") for r in recs):
+        errs = [f"rank {i}: {(r or {}).get('error') or 'no record'}" for i, r in enumerate(recs)
+                if not r or r.get("error")]
+        return {**base, "complete": False, "errors": errs[:4]}
+    its = []
+    for it in range(min(len(r["iterations"]) for r in recs)):
+        rows = [r["iterations"][it] for r in recs]
+        its.append({"iteration": it,
+                    "time_s": max(i["end_unix_s"] for i in rows) - min(i["begin_unix_s"] for i in rows),
+                    "tensor_s": float(np.median([i["tensor_s"] for i in rows])),
+                    "pipeline_wait_s": float(np.median([i["pipeline_wait_s"] for i in rows])),
+                    "data_exposed_s": float(np.median([i["end_unix_s"] - i["backward_end_unix_s"] for i in rows])),
+                    "data_comm_s": float(np.median([sum(b[3] - b[2] for b in i["buckets"]) for i in rows]))})
+    want = {(k, s, d): (b * res["iterations"], m * res["iterations"]) for k, s, d, b, m, _ in res["flows"]}
+    got = {(k, r["rank"], d): (b, m) for r in recs for k, d, b, m in r["sent"]}
+    sent = {k: sum(v[0] for (kk, _, _), v in got.items() if kk == k) for k in KINDS}
+    steady = its[1:] or its
+    med = {k: float(np.median([x[k] for x in steady])) for k in its[0]} if its else {}
+    med.pop("iteration", None)
+    return {**base, **med, "per_iteration": its, "complete": len(its) == res["iterations"],
+            "exact": all(r["exact"]["tensor"] in (True, None) and r["exact"]["data"] in (True, None) for r in recs),
+            "sent_as_planned": got == want, "sent_bytes": sent,
+            "sent_by_pair": {k: v[0] for k, v in got.items()},
+            "span_s": max(i["end_unix_s"] for r in recs for i in r["iterations"])
+                      - min(i["begin_unix_s"] for r in recs for i in r["iterations"])}
+
+
+def summarize(res: dict, ports: dict | None, out: Path, plots: bool = True) -> dict:
+    """``parallel.csv`` (one row per iteration), ``link_bytes.csv`` and its heat map; returns the
+    ``parallel`` summary section: the job's figures and the links' predicted against measured bytes
+    (``links``: links with planned traffic; ``worst_link_ratio``: the one furthest from 1)."""
+    s = summarize_iterations(res)
+    write_csv(out / "parallel.csv", ["iteration", "time_s", "tensor_s", "pipeline_wait_s", "data_comm_s",
+                                     "data_exposed_s"], s.get("per_iteration", []))
+    rows = link_table(res, ports, s.get("span_s", 0.0), s.get("sent_by_pair")) if s["complete"] else []
+    write_csv(out / "link_bytes.csv", list(LINK_COLUMNS), rows)
+    planned = [r for r in rows if r["src"] != r["dst"] and r["predicted_bytes"] and r["measured_over_predicted"]]
+    worst = max(planned, key=lambda r: abs(r["measured_over_predicted"] - 1), default=None)
+    unplanned = [r for r in rows if not r["predicted_bytes"]]
+    if rows and plots:
+        plot.plot_link_heatmap(rows, out / "link_utilisation.png",
+                               title=f"tensor {res['plan']['tensor']} x pipeline {res['plan']['pipeline']} x data "
+                                     f"{res['plan']['data']}: link utilisation over the job, bytes by kind")
+    return {**{k: v for k, v in s.items() if k not in ("per_iteration", "sent_by_pair")}, "iterations": s.get("per_iteration", []),
+            "nvlink_bytes": sum(r["measured_bytes"] for r in rows if r["src"] == r["dst"]),
+            "links": len(planned), "worst_link": worst["link"] if worst else None,
+            "worst_link_ratio": worst["measured_over_predicted"] if worst else None,
+            "unplanned_bytes_max": max((r["measured_bytes"] or 0 for r in unplanned), default=0)}
+
+
+def format_line(p: dict) -> str:
+    """The terminal line of a round's mixed-parallel results."""
+    head = (f"mixed parallel (tensor {p['tensor']} x pipeline {p['pipeline']} x data {p['data']}, "
+            f"{p['microbatches']} microbatches)")
+    if not p.get("complete"):
+        return f"{head}: FAILED ({'; '.join(p.get('errors') or ['see ranks/*.parallel.json'])})"
+    line = (f"{head}: iteration {p['time_s']:.3f} s (GPipe compute {p['model_compute_s']:.3f} s, bubble "
+            f"{p['bubble_fraction']:.0%}), tensor AllReduces {p['tensor_s']:.3f} s, waiting on stages "
+            f"{p['pipeline_wait_s']:.3f} s, data-parallel exposed {p['data_exposed_s']:.3f} s; "
+            f"{'exact' if p['exact'] else 'NOT EXACT'}, bytes sent {'as planned' if p['sent_as_planned'] else 'NOT AS PLANNED'}")
+    if p.get("worst_link_ratio") is not None:
+        line += f"; {p['links']} links, measured/predicted furthest from 1 on {p['worst_link']}: {p['worst_link_ratio']:.3f}"
+    return line
