@@ -13,7 +13,7 @@ K ?=
 LOAD ?= 1
 VM ?= 0
 
-.PHONY: allreduce hierarchical training study diagnose bench-diagnose help test-times test-repeat test-repeat-args setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-watch bench-sampler bench-forwarding bench-ovstx bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
+.PHONY: allreduce hierarchical training mixed-parallel study diagnose bench-diagnose help test-times test-repeat test-repeat-args setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-watch bench-sampler bench-forwarding bench-ovstx bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
 
 help:
 	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast, drop-tail / ECN / PFC / ECN+PFC), results in $(RESULTS)/"
@@ -22,6 +22,7 @@ help:
 	@echo "sudo make allreduce                       ring AllReduce of real arrays, rack-local vs spread ranks on a 3:1 Spine-Leaf"
 	@echo "sudo make hierarchical                    flat ring vs hierarchical AllReduce on 4 GPU servers x 4 GPUs, rail-optimised"
 	@echo "sudo make training                        DDP training iterations: overlap off/on, fp16, int8, top-k on the wire"
+	@echo "sudo make mixed-parallel                  tensor x pipeline x data parallelism: each link's bytes by kind, heat map"
 	@echo "sudo make k-sweep                         ECN K sweep: the incast at K = 5..65 packets on one fabric"
 	@echo "sudo make compare [COMPARISON=file.yaml]  same traffic on Fat-Tree k=4 and 3:1 Spine-Leaf, side-by-side plots"
 	@echo "sudo make study [STUDY=file.yaml]          variants x seeds, compared per seed (paired statistics, report.html)"
@@ -73,6 +74,9 @@ hierarchical: check-root setup
 
 training: check-root setup
 	$(PY) -m experiments run experiments/scenarios/training.yaml --results $(RESULTS)
+
+mixed-parallel: check-root setup
+	$(PY) -m experiments run experiments/scenarios/mixed-parallel.yaml --results $(RESULTS)
 
 k-sweep: check-root setup
 	$(PY) -m experiments run experiments/scenarios/k-sweep.yaml --results $(RESULTS)

@@ -10,9 +10,14 @@ one TCP connection, whose path is traced switch by switch through Open vSwitch's
 (:func:`experiments.collrun.traced_path`). On the wire, each message of ``b`` payload bytes is
 ``b + ceil(b / 1448) x 66`` bytes of frames (:func:`experiments.slowdown.wire_bytes`) on every
 link of its path, and its receiver's delayed acknowledgements (one 66-byte frame per two
-segments, RFC 5681 section 4.2) travel the reverse links (the ECMP hash is symmetric). A link's
+segments, RFC 5681 section 4.2) travel the path the receiver's switches pick for the reverse
+5-tuple, traced the same way (each switch hashes with its own basis: not always the same
+spine as the data). A link's
 measured bytes are its sending port's ``tx_bytes`` over the round (a host's uplink: the switch
-port's ``rx_bytes``), from the round's port counters (experiments.features.ports).
+port's ``rx_bytes``), from the round's port counters (experiments.features.ports). Beside the
+prediction, the same payload with the TCP overhead the endpoints counted (segments sent,
+retransmitted bytes: struct tcp_info) instead of modelled: what the ports must count exactly,
+and so where the prediction's acknowledgement model or retransmissions account for a gap.
 """
 from __future__ import annotations
 
@@ -31,12 +36,16 @@ from experiments.live import Agents, start_sampler, stop_sampler
 from experiments.model import Training
 from experiments.slowdown import HEADER_BYTES
 from experiments.tables import write_csv
+from traffic.collective import HELLO
 
 #: Delayed acknowledgements: pure ACK frames per full data segment received (RFC 5681 4.2).
 ACKS_PER_SEGMENT = 0.5
+#: The hello a rank sends first on every connection it opens (traffic.collective.HELLO).
+HELLO_BYTES = HELLO.size
 #: link_bytes.csv's columns.
 LINK_COLUMNS = ("link", "src", "dst", "rate_mbps", "tensor_bytes", "pipeline_bytes", "data_bytes", "ack_bytes",
-                "predicted_bytes", "measured_bytes", "measured_over_predicted", "utilisation")
+                "predicted_bytes", "measured_bytes", "measured_over_predicted", "accounted_bytes",
+                "measured_over_accounted", "utilisation")
 
 
 def jobs(lf, hosts: list[str], tr: Training, out: Path, deadline_unix_s: float, seed: int) -> dict[str, dict]:
@@ -60,7 +69,7 @@ def run_round(lf, state, tr: Training, out: Path, sample_hz: float, quiet: bool 
 
     Returns ``{"hosts", "server_of_rank", "plan", "layers", "stages", "bucket_bytes",
     "iterations", "overlap", "flows" ([kind, src, dst, payload, messages, frames] per iteration),
-    "paths" ([src rank, dst rank, [[a, b], ...]]), "nic_rate_bps", "nvlink_rate_bps",
+    "paths" ([src rank, dst rank, data's links [[a, b], ...], acknowledgements' links]), "nic_rate_bps", "nvlink_rate_bps",
     "records_dir", "agent_exit_codes"}`` (JSON-able).
 
     Raises:
@@ -113,7 +122,8 @@ def run_round(lf, state, tr: Training, out: Path, sample_hz: float, quiet: bool 
         for c in (rec or {}).get("connections") or []:
             if servers[r] != servers[c["dst_rank"]]:
                 path = collrun.traced_path(fmap, hosts[r], hosts[c["dst_rank"]], c["src_port"], c["dst_port"])
-                res["paths"].append([r, c["dst_rank"], [list(k) for k in path]])
+                back = collrun.traced_path(fmap, hosts[c["dst_rank"]], hosts[r], c["dst_port"], c["src_port"])
+                res["paths"].append([r, c["dst_rank"], [list(k) for k in path], [list(k) for k in back]])
     if not quiet:
         say(format_line(summarize_iterations(res, recs)))
     return res
@@ -123,19 +133,45 @@ def predicted_link_bytes(res: dict) -> dict[tuple[str, str], dict[str, int]]:
     """``{(a, b): {kind: bytes, "ack": bytes}}`` over the round (every iteration) on every fabric
     link the plan's flows cross (module docstring); tensor traffic never appears (NVLink)."""
     its = res["iterations"]
-    paths = {(s, d): [tuple(x) for x in links] for s, d, links in res["paths"]}
+    paths = {(s, d): ([tuple(x) for x in fwd], [tuple(x) for x in back]) for s, d, fwd, back in res["paths"]}
     out: dict[tuple[str, str], dict[str, int]] = {}
     for kind, src, dst, payload, messages, frames in res["flows"]:
-        links = paths.get((src, dst))
-        if links is None:
+        if (src, dst) not in paths:
             continue                    # one server: the NVLink channel
+        fwd, back = paths[(src, dst)]
         data = its * (payload + frames * HEADER_BYTES)
         acks = math.ceil(its * frames * ACKS_PER_SEGMENT) * HEADER_BYTES
-        for a, b in links:
+        for a, b in fwd:
             e = out.setdefault((a, b), {})
             e[kind] = e.get(kind, 0) + data
-            e = out.setdefault((b, a), {})
+        for a, b in back:
+            e = out.setdefault((a, b), {})
             e["ack"] = e.get("ack", 0) + acks
+    return out
+
+
+def accounted_link_bytes(res: dict, tcp: dict) -> dict[tuple[str, str], int]:
+    """``{(a, b): bytes}``: the plan's payload on every fabric link with the TCP overhead the
+    endpoints counted instead of modelled: every segment the sender sent (``segs_out``, data
+    and pure acknowledgements, 66 bytes of headers each) plus its retransmitted bytes on the
+    data's links, every segment the receiver sent (its acknowledgements) on the reverse links.
+    ``tcp``: ``{(src rank, dst rank): {"sender": counters, "receiver": counters}}``
+    (traffic.parallel.wire_counters); a connection without both is left out."""
+    its = res["iterations"]
+    payload: dict[tuple[int, int], int] = {}
+    for _kind, src, dst, nbytes, _m, _f in res["flows"]:
+        payload[(src, dst)] = payload.get((src, dst), 0) + nbytes * its
+    out: dict[tuple[str, str], int] = {}
+    for src, dst, fwd, back in res["paths"]:
+        c = tcp.get((src, dst), {})
+        snd, rcv = c.get("sender"), c.get("receiver")
+        if not snd or not rcv or snd.get("bytes_retrans") is None:
+            continue
+        there = payload.get((src, dst), 0) + HELLO_BYTES + snd["bytes_retrans"] + snd["segs_out"] * HEADER_BYTES
+        for a, b in fwd:
+            out[(a, b)] = out.get((a, b), 0) + there
+        for a, b in back:
+            out[(a, b)] = out.get((a, b), 0) + rcv["segs_out"] * HEADER_BYTES
     return out
 
 
@@ -175,19 +211,23 @@ def nvlink_rows(res: dict, sent: dict, span_s: float) -> list[dict]:
     for r in rows.values():
         r["predicted_bytes"] = sum(r[f"{k}_bytes"] for k in KINDS)
         r["measured_over_predicted"] = r["measured_bytes"] / r["predicted_bytes"] if r["predicted_bytes"] else None
+        r["accounted_bytes"] = r["measured_over_accounted"] = None
         r["utilisation"] = 8 * r["measured_bytes"] / (r["rate_mbps"] * 1e6 * span_s) if span_s > 0 else None
     return [rows[k] for k in sorted(rows)]
 
 
-def link_table(res: dict, ports: dict | None, span_s: float, sent: dict | None = None) -> list[dict]:
+def link_table(res: dict, ports: dict | None, span_s: float, sent: dict | None = None,
+               tcp: dict | None = None) -> list[dict]:
     """link_bytes.csv's rows (:data:`LINK_COLUMNS`): every fabric link the plan uses or the ports
-    saw traffic on, predicted bytes by kind beside the measured bytes, and the utilisation
-    (measured bits / (rate x ``span_s``), the job's span); then each server's NVLink
+    saw traffic on, predicted bytes by kind beside the measured bytes, the bytes accounted with
+    the endpoints' TCP counters (:func:`accounted_link_bytes`, when ``tcp`` is given), and the
+    utilisation (measured bits / (rate x ``span_s``), the job's span); then each server's NVLink
     (:func:`nvlink_rows`, when ``sent`` is given). Empty without the round's port counters."""
     if not ports:
         return []
     measured = measured_link_bytes(port_rows("", ports["before"], ports["after"]))
     pred = predicted_link_bytes(res)
+    acc = accounted_link_bytes(res, tcp) if tcp else {}
     rows = nvlink_rows(res, sent, span_s) if sent is not None else []
     for (a, b) in sorted(set(pred) | {k for k, v in measured.items() if v[0]}):
         p = pred.get((a, b), {})
@@ -197,16 +237,31 @@ def link_table(res: dict, ports: dict | None, span_s: float, sent: dict | None =
                      **{f"{k}_bytes": p.get(k, 0) for k in KINDS}, "ack_bytes": p.get("ack", 0),
                      "predicted_bytes": total, "measured_bytes": m,
                      "measured_over_predicted": (m / total) if m is not None and total else None,
+                     "accounted_bytes": acc.get((a, b)),
+                     "measured_over_accounted": (m / acc[(a, b)]) if m is not None and acc.get((a, b)) else None,
                      "utilisation": (8 * m / (rate * 1e6 * span_s)) if m is not None and rate and span_s > 0 else None})
     return [r for r in rows if r["src"] != r["dst"]] + [r for r in rows if r["src"] == r["dst"]]
+
+
+def tcp_by_pair(recs: list[dict]) -> dict[tuple[int, int], dict]:
+    """``{(src rank, dst rank): {"sender": counters, "receiver": counters}}`` from the ranks'
+    ``tcp`` records (traffic.parallel.wire_counters)."""
+    out: dict[tuple[int, int], dict] = {}
+    for r in recs:
+        for c in r.get("tcp") or []:
+            if "dst_rank" in c:
+                out.setdefault((r["rank"], c["dst_rank"]), {})["sender"] = c
+            else:
+                out.setdefault((c["src_rank"], r["rank"]), {})["receiver"] = c
+    return out
 
 
 def summarize_iterations(res: dict, recs: list[dict | None] | None = None) -> dict:
     """The job's figures: per iteration ``time_s`` (first begin to last end over ranks), the
     median rank's ``tensor_s``, ``pipeline_wait_s`` and exposed data-parallel time (end - backward's
     end); the GPipe compute model; exactness; and whether every rank sent exactly what the plan
-    says (``sent_as_planned``, with the totals per kind; ``sent_by_pair`` ``{(kind, src, dst): bytes}``,
-    not JSON-able). ``complete`` False when a rank failed."""
+    says (``sent_as_planned``, with the totals per kind; ``sent_by_pair`` ``{(kind, src, dst): bytes}``
+    and ``tcp_by_pair`` (:func:`tcp_by_pair`), not JSON-able). ``complete`` False when a rank failed."""
     recs = recs if recs is not None else collrun.load_records(Path(res["records_dir"]), res["hosts"], "parallel")
     p, layers = res["plan"], res["layers"]
     stage_s = max(sum(layers[i][2] + layers[i][3] for i in st) for st in res["stages"])
@@ -236,6 +291,7 @@ def summarize_iterations(res: dict, recs: list[dict | None] | None = None) -> di
             "exact": all(r["exact"]["tensor"] in (True, None) and r["exact"]["data"] in (True, None) for r in recs),
             "sent_as_planned": got == want, "sent_bytes": sent,
             "sent_by_pair": {k: v[0] for k, v in got.items()},
+            "tcp_by_pair": tcp_by_pair(recs),
             "span_s": max(i["end_unix_s"] for r in recs for i in r["iterations"])
                       - min(i["begin_unix_s"] for r in recs for i in r["iterations"])}
 
@@ -247,19 +303,22 @@ def summarize(res: dict, ports: dict | None, out: Path, plots: bool = True) -> d
     s = summarize_iterations(res)
     write_csv(out / "parallel.csv", ["iteration", "time_s", "tensor_s", "pipeline_wait_s", "data_comm_s",
                                      "data_exposed_s"], s.get("per_iteration", []))
-    rows = link_table(res, ports, s.get("span_s", 0.0), s.get("sent_by_pair")) if s["complete"] else []
+    rows = (link_table(res, ports, s.get("span_s", 0.0), s.get("sent_by_pair"), s.get("tcp_by_pair"))
+            if s["complete"] else [])
     write_csv(out / "link_bytes.csv", list(LINK_COLUMNS), rows)
     planned = [r for r in rows if r["src"] != r["dst"] and r["predicted_bytes"] and r["measured_over_predicted"]]
     worst = max(planned, key=lambda r: abs(r["measured_over_predicted"] - 1), default=None)
+    acc = [r["measured_over_accounted"] for r in planned if r["measured_over_accounted"] is not None]
     unplanned = [r for r in rows if not r["predicted_bytes"]]
     if rows and plots:
         plot.plot_link_heatmap(rows, out / "link_utilisation.png",
                                title=f"tensor {res['plan']['tensor']} x pipeline {res['plan']['pipeline']} x data "
                                      f"{res['plan']['data']}: link utilisation over the job, bytes by kind")
-    return {**{k: v for k, v in s.items() if k not in ("per_iteration", "sent_by_pair")}, "iterations": s.get("per_iteration", []),
+    return {**{k: v for k, v in s.items() if k not in ("per_iteration", "sent_by_pair", "tcp_by_pair")}, "iterations": s.get("per_iteration", []),
             "nvlink_bytes": sum(r["measured_bytes"] for r in rows if r["src"] == r["dst"]),
             "links": len(planned), "worst_link": worst["link"] if worst else None,
             "worst_link_ratio": worst["measured_over_predicted"] if worst else None,
+            "accounted_ratio_range": [min(acc), max(acc)] if acc else None,
             "unplanned_bytes_max": max((r["measured_bytes"] or 0 for r in unplanned), default=0)}
 
 
@@ -275,4 +334,7 @@ def format_line(p: dict) -> str:
             f"{'exact' if p['exact'] else 'NOT EXACT'}, bytes sent {'as planned' if p['sent_as_planned'] else 'NOT AS PLANNED'}")
     if p.get("worst_link_ratio") is not None:
         line += f"; {p['links']} links, measured/predicted furthest from 1 on {p['worst_link']}: {p['worst_link_ratio']:.3f}"
+    if p.get("accounted_ratio_range"):
+        lo, hi = p["accounted_ratio_range"]
+        line += f" (with the endpoints' TCP counters: {lo:.3f} to {hi:.3f})"
     return line

@@ -26,12 +26,16 @@ Job: the collective job's fields (``ranks``, ``local_ranks``, ``nvlink``, ``dscp
 Result per rank: ``iterations`` (``begin_unix_s``, ``forward_end_unix_s``,
 ``backward_end_unix_s``, ``end_unix_s``, ``tensor_s``/``pipeline_wait_s`` seconds spent in
 tensor AllReduces and waiting for a neighbour stage, ``buckets`` ``[index, ready, start, end]``),
-``sent`` ``[[kind, dst rank, bytes, messages], ...]`` over all iterations, and ``exact``: the
-last iteration's tensor and data reductions equal their exact sums.
+``sent`` ``[[kind, dst rank, bytes, messages], ...]`` over all iterations, ``exact``: the
+last iteration's tensor and data reductions equal their exact sums, and ``tcp``: each TCP
+connection's :func:`wire_counters` as the job ends (``dst_rank`` for one it opened and sends on,
+``src_rank`` for one it accepted and only acknowledges on).
 """
 from __future__ import annotations
 
 import queue
+import socket
+import struct
 import threading
 import time
 
@@ -47,6 +51,22 @@ from traffic.training import gradient
 #: The bucket index the checked activation's seed uses (traffic.training.gradient), apart from
 #: every gradient bucket's.
 ACTIVATION_KEY = 1_000_000
+
+
+#: struct tcp_info (linux/tcp.h) fields of a connection's wire counters: (name, offset, format).
+TCP_WIRE_FIELDS = (("total_retrans", 100, "I"), ("segs_out", 136, "I"), ("data_segs_out", 156, "I"),
+                   ("bytes_retrans", 208, "Q"))
+#: Bytes of struct tcp_info asked for (through tcpi_bytes_retrans, Linux 4.19).
+TCP_WIRE_BYTES = 216
+
+
+def wire_counters(sock) -> dict:
+    """A connection's segments sent (``segs_out``: data and pure acknowledgements, GSO segments
+    counted one by one), data segments among them (``data_segs_out``, retransmissions included),
+    retransmitted segments and bytes, from struct tcp_info; None for a field the kernel lacks."""
+    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_WIRE_BYTES)
+    return {n: (struct.unpack_from("=" + f, raw, off)[0] if len(raw) >= off + struct.calcsize(f) else None)
+            for n, off, f in TCP_WIRE_FIELDS}
 
 
 def _sleep_s(d: float) -> None:
@@ -208,8 +228,15 @@ class PipelineRank:
     def record(self) -> dict:
         """The rank's result (module docstring)."""
         rk = self.rank
+        tcp = []
+        for peers, key in ((rk.out_peers, "dst_rank"), (rk.in_peers, "src_rank")):
+            for peer, sock in sorted(peers.items()):
+                try:
+                    tcp.append({key: peer, **wire_counters(sock)})
+                except OSError:
+                    pass
         return {"rank": rk.rank, "stage": self.stage, "iterations": self.iterations, "error": rk.error,
-                "connections": rk.connections, "exact": self.exact,
+                "connections": rk.connections, "exact": self.exact, "tcp": tcp,
                 "sent": [[k, d, v[0], v[1]] for (k, d), v in sorted(self.sent.items())]}
 
 
