@@ -299,14 +299,17 @@ def summarize_iterations(res: dict, recs: list[dict | None] | None = None) -> di
 def summarize(res: dict, ports: dict | None, out: Path, plots: bool = True) -> dict:
     """``parallel.csv`` (one row per iteration), ``link_bytes.csv`` and its heat map; returns the
     ``parallel`` summary section: the job's figures and the links' predicted against measured bytes
-    (``links``: links with planned traffic; ``worst_link_ratio``: the one furthest from 1)."""
+    (``links``: links that carry the plan's data; ``worst_link_ratio``: the one furthest from 1;
+    ``accounted_ratio_range``: measured / accounted over them)."""
     s = summarize_iterations(res)
     write_csv(out / "parallel.csv", ["iteration", "time_s", "tensor_s", "pipeline_wait_s", "data_comm_s",
                                      "data_exposed_s"], s.get("per_iteration", []))
     rows = (link_table(res, ports, s.get("span_s", 0.0), s.get("sent_by_pair"), s.get("tcp_by_pair"))
             if s["complete"] else [])
     write_csv(out / "link_bytes.csv", list(LINK_COLUMNS), rows)
-    planned = [r for r in rows if r["src"] != r["dst"] and r["predicted_bytes"] and r["measured_over_predicted"]]
+    # links that carry the plan's data (a link with acknowledgements only is TCP's, not the plan's)
+    planned = [r for r in rows if r["src"] != r["dst"] and r["pipeline_bytes"] + r["data_bytes"] > 0
+               and r["measured_over_predicted"]]
     worst = max(planned, key=lambda r: abs(r["measured_over_predicted"] - 1), default=None)
     acc = [r["measured_over_accounted"] for r in planned if r["measured_over_accounted"] is not None]
     unplanned = [r for r in rows if not r["predicted_bytes"]]

@@ -385,8 +385,8 @@ def _check_mixed(key: str, t: Training, topo_gpus: int | None) -> None:
     try:
         plan = t.plan()
     except ValueError as e:
-        raise ScenarioError(f"{key}.tensor" if "tensor" in str(e) and "pipeline" not in str(e) else
-                            f"{key}.activation_bytes" if "activation" in str(e) else f"{key}.pipeline", str(e)) from None
+        bad = "activation_bytes" if "activation" in str(e) else "tensor" if t.ranks % t.tensor else "pipeline"
+        raise ScenarioError(f"{key}.{bad}", str(e)) from None
     g = t.gpus_per_server or topo_gpus
     if g is not None and t.hosts is None:
         if g % t.tensor:

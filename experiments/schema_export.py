@@ -37,8 +37,8 @@ SECTIONS = {
     "traffic": "the flows (pattern, sizes, transport)",
     "roce": "RoCEv2 queue pairs and their rate controller",
     "collective": "a collective over ranks on hosts, instead of the traffic section's flows",
-    "training": "training iterations on GPU ranks (compute by time, real gradients in DDP buckets), instead of "
-                "the traffic section's flows",
+    "training": "training iterations on GPU ranks (compute by time, real gradients in DDP buckets; tensor and "
+                "pipeline parallelism beside the data parallelism), instead of the traffic section's flows",
     "measurement": "the queue sampler and the throughput window",
     "ecn": "ECN marking at switch egress ports (profile per port, layer or for all)",
     "priorities": "DSCP to priority classes and their scheduling",

@@ -55,3 +55,20 @@ def test_link_table_and_nvlink_rows():
     assert nv["link"] == "h1:nvlink" and (nv["data_bytes"], nv["tensor_bytes"]) == (8000, 1600)
     assert nv["measured_bytes"] == nv["predicted_bytes"] == 9600 and nv["rate_mbps"] == 2000
     assert PR.link_table(res, None, 1.0, sent) == []
+
+
+def test_accounted_bytes_use_the_endpoints_segments_and_retransmissions():
+    res = _res()
+    tcp = {(0, 2): {"sender": {"segs_out": 25, "data_segs_out": 22, "bytes_retrans": 1448, "total_retrans": 1},
+                    "receiver": {"segs_out": 12, "data_segs_out": 0, "bytes_retrans": 0, "total_retrans": 0}}}
+    got = PR.accounted_link_bytes(res, tcp)
+    there = 2 * 14480 + PR.HELLO_BYTES + 1448 + 25 * HEADER_BYTES
+    assert got == {("h1", "leaf1"): there, ("leaf1", "h2"): there,
+                   ("h2", "leaf1"): 12 * HEADER_BYTES, ("leaf1", "h1"): 12 * HEADER_BYTES}
+    assert PR.accounted_link_bytes(res, {(0, 2): {"sender": tcp[(0, 2)]["sender"]}}) == {}
+
+
+def test_tcp_counters_paired_by_connection():
+    recs = [{"rank": 0, "tcp": [{"dst_rank": 2, "segs_out": 5}]}, {"rank": 2, "tcp": [{"src_rank": 0, "segs_out": 3}]}]
+    assert PR.tcp_by_pair(recs) == {(0, 2): {"sender": {"dst_rank": 2, "segs_out": 5},
+                                             "receiver": {"src_rank": 0, "segs_out": 3}}}
