@@ -745,6 +745,10 @@ def format_cell(c: dict) -> str:
     if c["status"] == "failed":
         return f"{c['cell']}: FAILED: {c['error']}"
     mark = " (UNFAITHFUL)" if c["status"] == "unfaithful" else ""
+    if v.get("fct_median_s") is None and v.get("throughput_mbps") is None:     # no flows: what it measured
+        got = [f"{m.name} {format(v[m.name], '.4g')} {m.unit}".rstrip(" 1") for m in METRICS.values()
+               if v.get(m.name) is not None]
+        return f"{c['cell']}{mark}: " + (", ".join(got) or "no metric measured")
     return (f"{c['cell']}{mark}: FCT med/p99 {f('fct_median_s', '.3f')}/{f('fct_p99_s', '.3f')} s, "
             f"{f('throughput_mbps', '.2f')} Mbit/s, queue med/p99 {f('queue_median_packets', '.0f')}/"
             f"{f('queue_p99_packets', '.0f')} pkt, drops {f('drops', '.0f')}, bottleneck {c['bottleneck']}")

@@ -91,10 +91,10 @@ class Trainer:
 
         def comm():
             for _ in self.buckets:
-                b = todo.get()
-                if b is None:
+                item = todo.get()
+                if item is None:
                     return
-                ready = todo.get()
+                b, ready = item
                 start = time.time()
                 srec = {"steps": [], "sent": 0, "received": 0}
                 try:
@@ -122,14 +122,12 @@ class Trainer:
             if i in self.ready_after:
                 b = self.ready_after[i]
                 if job["overlap"]:
-                    todo.put(b)
-                    todo.put(time.time())
+                    todo.put((b, time.time()))
                 else:
                     held.append((b, time.time()))
         rec["backward_end_unix_s"] = time.time()
-        for b, ready in held:
-            todo.put(b)
-            todo.put(ready)
+        for item in held:
+            todo.put(item)
         th.join(max(0.1, job["deadline_unix_s"] - time.time()))
         if th.is_alive():
             todo.put(None)
