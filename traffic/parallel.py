@@ -210,7 +210,10 @@ class PipelineRank:
                 rec["tensor_s"] += self._tensor(act, it, False)
                 if m == 0 and i in self.ready_after:
                     item = (self.ready_after[i], time.time())
-                    todo.put(item) if job["overlap"] else held.append(item)
+                    if job["overlap"]:
+                        todo.put(item)
+                    else:
+                        held.append(item)
             if self.prev is not None:
                 self._p2p(r, self.prev, act)
         rec["backward_end_unix_s"] = time.time()

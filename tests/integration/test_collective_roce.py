@@ -106,3 +106,24 @@ def test_all_to_all_over_roce(fabric):
     hosts = collrun.place_ranks(lf.fabric, 8, "spread")
     recs, _ = run_roce(fabric, "a2a", hosts, "all_to_all", 8 * 1000, seed=5, roce=roce_args())
     assert sum(r["iterations"][-1]["received"] for r in recs) == 8 * 7
+
+
+def test_hierarchical_allreduce_over_roce_on_gpu_servers(fabric):
+    """4 servers x 2 GPUs (two ranks on each of h1, h5, h9, h13: one server per leaf): the
+    hierarchical AllReduce exact, with its schedule's transfers; queue pairs only between servers
+    (one ring per rail: 2 rails x 4 directed pairs), the pairs inside a server on NVLink."""
+    lf, st, tmp, buf = fabric
+    if buf != 100:
+        pytest.skip("once is enough")
+    hosts = ["h1", "h1", "h5", "h5", "h9", "h9", "h13", "h13"]
+    elements = 8 * 2048
+    out = tmp / "hierarchical"
+    recs, codes = collrun.run(lf, st, hosts, "allreduce", elements, out, transport="roce", roce=roce_args(),
+                              algorithm="hierarchical", nvlink_ratio=12)
+    assert not any(codes.values()), (codes, [r and r["error"] for r in recs])
+    chk = collrun.check_results(recs, "allreduce", elements, algorithm="hierarchical", hosts=hosts)
+    assert chk["exact"] and chk["transfers"] == chk["expected_transfers"] == 8 * (2 * 1 + 2 * 3), chk
+    qps = collrun.roce_qps(8, "allreduce", "hierarchical", hosts)
+    assert len(qps) == 8 and all(hosts[q["src_rank"]] != hosts[q["dst_rank"]] for q in qps)
+    assert {q["src_rank"] % 2 == q["dst_rank"] % 2 for q in qps} == {True}       # each on its rail
+    check_transport(out, hosts)
