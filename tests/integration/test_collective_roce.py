@@ -2,9 +2,10 @@
 messages on reliable-connection queue pairs (go-back-N, DCQCN), carrying the arrays' real bytes.
 
 A 2-spine, 4-leaf, 4-hosts-per-leaf Spine-Leaf (16 hosts) at 5 Mbit/s: the textbook's 4-rank
-example, seeded AllReduce exact on every rank for N = 4, 8 and 16 with 2N(N-1) transfers, an
-all-to-all, and an AllReduce through 5-packet buffers with DCQCN off (open loop at line rate),
-where frames are dropped and go-back-N must still deliver every chunk once.
+example, seeded AllReduce exact on every rank for N = 8 and 16 with 2N(N-1) transfers, an
+all-to-all, an AllReduce through 5-packet buffers with DCQCN off (open loop at line rate),
+where frames are dropped and go-back-N must still deliver every chunk once, and the hierarchical
+AllReduce on GPU servers (two ranks per host, NVLink inside, queue pairs between servers).
 """
 
 import numpy as np
@@ -80,7 +81,9 @@ def test_textbook_four_ranks_over_roce(fabric):
     assert sum(r["iterations"][-1]["received"] for r in recs) == 24
 
 
-@pytest.mark.parametrize("n, placement", [(4, "local"), (8, "spread"), (16, "local")])
+# N = 4 is the textbook example's, above (4 ranks, 24 transfers, exact); a seeded N = 4 ran here too
+# until 2026-12-05, and its 9 s went to the hierarchical test below (the host lane's budget)
+@pytest.mark.parametrize("n, placement", [(8, "spread"), (16, "local")])
 def test_seeded_allreduce_exact_over_roce(fabric, n, placement):
     lf, buf = fabric[0], fabric[3]
     if buf != 100 and n != 8:
