@@ -23,7 +23,9 @@ networks using pipeline parallelism", NeurIPS 2019), M microbatches:
 - data parallel: the stage's parameter gradient, 1/T of each of its layers on each tensor rank,
   is reduced over the replicas (ring AllReduce) in DDP buckets.
 
-Compute per microbatch of a layer is its per-iteration time / M; the compute critical path is
+A layer's times are the whole model's per iteration (a preset scaled to ``compute_s``); a stage
+runs its own layers, so its compute is theirs. Compute per microbatch of a layer is its
+per-iteration time / M; the compute critical path is
 (M + P - 1) x a stage's per-microbatch time (the pipeline's bubble, fraction (P - 1)/(M + P - 1)).
 """
 from __future__ import annotations
@@ -151,9 +153,11 @@ def check_placement(plan: Plan, servers: list[list[int]]) -> None:
 
 
 def stage_layers(layers: list[Layer], pipeline: int) -> list[list[int]]:
-    """The layers of each of ``pipeline`` stages: contiguous, at least one each, cut where the
-    running compute (forward + backward) first reaches k/P of the total (balanced by time, as a
-    pipeline is partitioned).
+    """The layers of each of ``pipeline`` stages: contiguous, at least one each, cut so that the
+    slowest stage's compute (forward + backward) is as small as a contiguous cut allows (the
+    linear partition problem: a binary search on that bound, each candidate packed greedily; a
+    stage left over is made by splitting off the last layer of the stage with the most layers).
+    Layers without compute count one each.
 
     Raises:
         ValueError: fewer layers than stages.
@@ -162,17 +166,31 @@ def stage_layers(layers: list[Layer], pipeline: int) -> list[list[int]]:
     if n < pipeline:
         raise ValueError(f"{n} layers cannot fill {pipeline} pipeline stages")
     w = [x.forward_s + x.backward_s for x in layers]
-    total = sum(w) or float(n)
-    w = w if sum(w) else [1.0] * n
-    cuts, acc, k = [], 0.0, 1
-    for i, x in enumerate(w):
-        acc += x
-        left_layers, left_stages = n - (i + 1), pipeline - k
-        if k < pipeline and (acc >= total * k / pipeline or left_layers == left_stages) and left_layers >= left_stages:
-            cuts.append(i + 1)
-            k += 1
-    bounds = [0] + cuts + [n]
-    return [list(range(bounds[j], bounds[j + 1])) for j in range(pipeline)]
+    if not any(w):
+        w = [1.0] * n
+
+    def pack(limit: float) -> list[list[int]]:
+        groups, load = [[]], 0.0
+        for i, x in enumerate(w):
+            if groups[-1] and load + x > limit:
+                groups.append([])
+                load = 0.0
+            groups[-1].append(i)
+            load += x
+        return groups
+
+    lo, hi = max(w), sum(w)
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if len(pack(mid)) <= pipeline:
+            hi = mid
+        else:
+            lo = mid
+    groups = pack(hi * (1 + 1e-12))
+    while len(groups) < pipeline:
+        g = max(range(len(groups)), key=lambda k: len(groups[k]))
+        groups[g:g + 1] = [groups[g][:-1], groups[g][-1:]]
+    return groups
 
 
 def shard(layer: Layer, tensor: int) -> Layer:

@@ -257,37 +257,53 @@ def tcp_by_pair(recs: list[dict]) -> dict[tuple[int, int], dict]:
 
 
 def summarize_iterations(res: dict, recs: list[dict | None] | None = None) -> dict:
-    """The job's figures: per iteration ``time_s`` (first begin to last end over ranks), the
-    median rank's ``tensor_s``, ``pipeline_wait_s`` and exposed data-parallel time (end - backward's
-    end); the GPipe compute model; exactness; and whether every rank sent exactly what the plan
-    says (``sent_as_planned``, with the totals per kind; ``sent_by_pair`` ``{(kind, src, dst): bytes}``
-    and ``tcp_by_pair`` (:func:`tcp_by_pair`), not JSON-able). ``complete`` False when a rank failed."""
+    """The job's figures. Per iteration ``time_s``: when its last rank finished, after the previous
+    iteration's last rank finished (the first: from the first rank's start); stages overlap in a
+    pipeline, so an iteration's first begin to last end would count the overlap twice. Per
+    iteration and stage (``stages``), the median rank's ``tensor_s``, ``pipeline_wait_s`` (waiting
+    for a neighbour stage's message), ``data_comm_s`` and ``data_exposed_s`` (end - backward's
+    end). The summary's figures are medians over the iterations after the first (``steady``
+    says which). Also the GPipe compute model, exactness, and whether every rank sent exactly
+    what the plan says (``sent_as_planned``, with the totals per kind; ``sent_by_pair``
+    ``{(kind, src, dst): bytes}`` and ``tcp_by_pair`` (:func:`tcp_by_pair`), not JSON-able).
+    ``complete`` False when a rank failed."""
     recs = recs if recs is not None else collrun.load_records(Path(res["records_dir"]), res["hosts"], "parallel")
     p, layers = res["plan"], res["layers"]
-    stage_s = max(sum(layers[i][2] + layers[i][3] for i in st) for st in res["stages"])
-    model = gpipe_compute_s(stage_s, p["microbatches"], p["pipeline"])
+    stage_compute = [sum(layers[i][2] + layers[i][3] for i in st) for st in res["stages"]]
+    model = gpipe_compute_s(max(stage_compute), p["microbatches"], p["pipeline"])
     base = {"ranks": res["ranks"], **p, "iterations_asked": res["iterations"], "model_compute_s": model,
+            "stage_compute_s": stage_compute,
             "bubble_fraction": bubble_fraction(p["microbatches"], p["pipeline"]), "overlap": res["overlap"]}
     if not all(recs) or any(r.get("error") for r in recs):
         errs = [f"rank {i}: {(r or {}).get('error') or 'no record'}" for i, r in enumerate(recs)
                 if not r or r.get("error")]
         return {**base, "complete": False, "errors": errs[:4]}
-    its = []
+    its, rows = [], []
+    prev_end = None
     for it in range(min(len(r["iterations"]) for r in recs)):
-        rows = [r["iterations"][it] for r in recs]
-        its.append({"iteration": it,
-                    "time_s": max(i["end_unix_s"] for i in rows) - min(i["begin_unix_s"] for i in rows),
-                    "tensor_s": float(np.median([i["tensor_s"] for i in rows])),
-                    "pipeline_wait_s": float(np.median([i["pipeline_wait_s"] for i in rows])),
-                    "data_exposed_s": float(np.median([i["end_unix_s"] - i["backward_end_unix_s"] for i in rows])),
-                    "data_comm_s": float(np.median([sum(b[3] - b[2] for b in i["buckets"]) for i in rows]))})
+        its_r = [(r["stage"], r["iterations"][it]) for r in recs]
+        end = max(i["end_unix_s"] for _, i in its_r)
+        its.append({"iteration": it, "time_s": end - (prev_end if prev_end is not None
+                                                      else min(i["begin_unix_s"] for _, i in its_r))})
+        prev_end = end
+        for st in range(p["pipeline"]):
+            mine = [i for s_, i in its_r if s_ == st]
+            rows.append({"iteration": it, "stage": st, "time_s": its[-1]["time_s"],
+                         "tensor_s": float(np.median([i["tensor_s"] for i in mine])),
+                         "pipeline_wait_s": float(np.median([i["pipeline_wait_s"] for i in mine])),
+                         "data_comm_s": float(np.median([sum(b[3] - b[2] for b in i["buckets"]) for i in mine])),
+                         "data_exposed_s": float(np.median([i["end_unix_s"] - i["backward_end_unix_s"]
+                                                            for i in mine]))})
     want = {(k, s, d): (b * res["iterations"], m * res["iterations"]) for k, s, d, b, m, _ in res["flows"]}
     got = {(k, r["rank"], d): (b, m) for r in recs for k, d, b, m in r["sent"]}
     sent = {k: sum(v[0] for (kk, _, _), v in got.items() if kk == k) for k in KINDS}
-    steady = its[1:] or its
-    med = {k: float(np.median([x[k] for x in steady])) for k in its[0]} if its else {}
-    med.pop("iteration", None)
-    return {**base, **med, "per_iteration": its, "complete": len(its) == res["iterations"],
+    steady = [x["iteration"] for x in (its[1:] or its)]
+    by_stage = [{"stage": st, **{k: float(np.median([r[k] for r in rows if r["stage"] == st
+                                                         and r["iteration"] in steady]))
+                                 for k in ("tensor_s", "pipeline_wait_s", "data_comm_s", "data_exposed_s")}}
+                for st in range(p["pipeline"])] if its else []
+    return {**base, "time_s": float(np.median([x["time_s"] for x in its if x["iteration"] in steady])) if its else None,
+            "steady": steady, "stages": by_stage, "per_iteration": rows, "complete": len(its) == res["iterations"],
             "exact": all(r["exact"]["tensor"] in (True, None) and r["exact"]["data"] in (True, None) for r in recs),
             "sent_as_planned": got == want, "sent_bytes": sent,
             "sent_by_pair": {k: v[0] for k, v in got.items()},
@@ -302,7 +318,7 @@ def summarize(res: dict, ports: dict | None, out: Path, plots: bool = True) -> d
     (``links``: links that carry the plan's data; ``worst_link_ratio``: the one furthest from 1;
     ``accounted_ratio_range``: measured / accounted over them)."""
     s = summarize_iterations(res)
-    write_csv(out / "parallel.csv", ["iteration", "time_s", "tensor_s", "pipeline_wait_s", "data_comm_s",
+    write_csv(out / "parallel.csv", ["iteration", "stage", "time_s", "tensor_s", "pipeline_wait_s", "data_comm_s",
                                      "data_exposed_s"], s.get("per_iteration", []))
     rows = (link_table(res, ports, s.get("span_s", 0.0), s.get("sent_by_pair"), s.get("tcp_by_pair"))
             if s["complete"] else [])
@@ -331,9 +347,13 @@ def format_line(p: dict) -> str:
             f"{p['microbatches']} microbatches)")
     if not p.get("complete"):
         return f"{head}: FAILED ({'; '.join(p.get('errors') or ['see ranks/*.parallel.json'])})"
-    line = (f"{head}: iteration {p['time_s']:.3f} s (GPipe compute {p['model_compute_s']:.3f} s, bubble "
-            f"{p['bubble_fraction']:.0%}), tensor AllReduces {p['tensor_s']:.3f} s, waiting on stages "
-            f"{p['pipeline_wait_s']:.3f} s, data-parallel exposed {p['data_exposed_s']:.3f} s; "
+    steady = p["steady"]
+    which = f"iteration {steady[0] + 1}" if len(steady) == 1 else f"median of iterations {steady[0] + 1}-{steady[-1] + 1}"
+    stages = "; ".join(f"stage {x['stage']}: tensor AllReduces {x['tensor_s']:.3f} s, waiting on stages "
+                       f"{x['pipeline_wait_s']:.3f} s, data-parallel exposed {x['data_exposed_s']:.3f} s"
+                       for x in p["stages"])
+    line = (f"{head}: an iteration every {p['time_s']:.3f} s ({which}; GPipe compute {p['model_compute_s']:.3f} s, "
+            f"bubble {p['bubble_fraction']:.0%}); {stages}; "
             f"{'exact' if p['exact'] else 'NOT EXACT'}, bytes sent {'as planned' if p['sent_as_planned'] else 'NOT AS PLANNED'}")
     if p.get("worst_link_ratio") is not None:
         line += f"; {p['links']} links, measured/predicted furthest from 1 on {p['worst_link']}: {p['worst_link_ratio']:.3f}"

@@ -678,7 +678,9 @@ def plot_link_heatmap(rows: list[dict], path: Path, title: str = "") -> Path:
         v = np.array([r[key] / 1e6 for r in busy])
         bx.barh(y, v, left=left, color=c, label=label)
         left += v
-    bx.plot([(r["measured_bytes"] or 0) / 1e6 for r in busy], y, "k.", label="measured (port counters)")
+    measured = [(r["measured_bytes"] or 0) / 1e6 for r in busy]
+    bx.plot(measured, y, "k.", label="measured (port counters; NVLink: the ranks' counts)")
+    bx.set_xlim(0, 1.06 * max(max(left, default=0), max(measured, default=0), 1e-6))
     bx.set_yticks(y, [r["link"] for r in busy], fontsize=6)
     bx.invert_yaxis()
     bx.set_xlabel("MB over the round (predicted by kind; <server>:nvlink is inside a server)")

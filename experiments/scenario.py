@@ -362,6 +362,10 @@ def _check_training(key: str, t: Training, n_hosts: int, topo_gpus: int | None =
     if t.mixed:
         _check_mixed(key, t, topo_gpus)
         return t
+    idle = [k for k in ("microbatches", "activation_bytes") if getattr(t, k) != Training.model_fields[k].default]
+    if idle:
+        raise ScenarioError(f"{key}.{idle[0]}", "only with tensor or pipeline parallelism (tensor or pipeline "
+                                                "above 1): a data-parallel job has no microbatches or activations")
     try:
         bk = t.buckets()
     except ValueError as e:
@@ -382,12 +386,15 @@ def _check_mixed(key: str, t: Training, topo_gpus: int | None) -> None:
         if not ok:
             raise ScenarioError(f"{key}.{k}", f"{getattr(t, k)!r} with tensor or pipeline parallelism: a mixed-parallel "
                                               f"job reduces uncompressed ring AllReduces over consecutive ranks")
+    g = t.gpus_per_server or topo_gpus
+    if g is not None and t.hosts is None and t.tensor > g:
+        raise ScenarioError(f"{key}.tensor", f"tensor groups of {t.tensor} do not fit servers of {g} GPUs: tensor "
+                                             "parallelism stays inside a server")
     try:
         plan = t.plan()
     except ValueError as e:
         bad = "activation_bytes" if "activation" in str(e) else "tensor" if t.ranks % t.tensor else "pipeline"
         raise ScenarioError(f"{key}.{bad}", str(e)) from None
-    g = t.gpus_per_server or topo_gpus
     if g is not None and t.hosts is None:
         if g % t.tensor:
             raise ScenarioError(f"{key}.tensor", f"tensor groups of {t.tensor} do not fit servers of {g} GPUs: tensor "

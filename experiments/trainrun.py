@@ -264,8 +264,9 @@ def format_line(t: dict) -> str:
         return "training: FAILED (see ranks/*.training.json)"
     err = ("exact" if t["all_exact"] else f"max relative error {t['max_rel_error']:.2e}, "
            f"{'within' if t['all_within_bound'] else 'OUTSIDE'} the compressor's bound")
+    comp = "no compression" if t["compression"] == "none" else f"{t['compression']} x{t['ratio']:.2f}"
     return (f"training ({t['algorithm']}, {t['servers']} servers, overlap {'on' if t['overlap'] else 'off'}, "
-            f"{t['compression']} x{t['ratio']:.2f}): iteration {t['time_s']:.3f} s (model {t['model_time_s']:.3f}), "
+            f"{comp}): iteration {t['time_s']:.3f} s (model {t['model_time_s']:.3f}), "
             f"compute {t['compute_s']:.3f} s, communication {t['comm_s']:.3f} s (model {t['model_comm_s']:.3f}"
             + (f"; encoding and decoding {t['codec_s']:.3f} s" if t.get("codec_s") else "") + "), "
             f"exposed {t['exposed_comm_s']:.3f} s; sum {t['sum_s']:.3f}, max {t['max_s']:.3f}; gradient {err}"

@@ -65,3 +65,29 @@ def test_flows_per_kind_follow_the_textbook_counts():
 def test_gpipe_bubble():
     assert P.bubble_fraction(4, 1) == 0 and P.bubble_fraction(1, 4) == 0.75
     assert P.gpipe_compute_s(1.0, 4, 2) == pytest.approx(1.25)
+
+
+def test_stages_reach_the_best_contiguous_cut():
+    import itertools
+    import random
+    rng = random.Random(5)
+    for _ in range(200):
+        n, p = rng.randint(1, 8), rng.randint(1, 4)
+        if n < p:
+            continue
+        layers = [Layer(f"l{i}", 4, rng.choice([0.0, 0.1, 0.25, 0.4, 1.0]), rng.choice([0.0, 0.2, 0.5])) for i in range(n)]
+        w = [x.forward_s + x.backward_s for x in layers]
+        w = w if any(w) else [1.0] * n
+        best = min(max(sum(w[a:b]) for a, b in zip((0,) + c, c + (n,)))
+                   for c in itertools.combinations(range(1, n), p - 1))
+        st = P.stage_layers(layers, p)
+        assert [i for g in st for i in g] == list(range(n)) and len(st) == p and all(st)
+        assert max(sum(w[i] for i in g) for g in st) <= best + 1e-9
+
+
+def test_the_transformer_preset_splits_in_two_near_halves():
+    from common.training import preset
+    layers = preset("transformer", 4_000_000, 1.0)
+    st = P.stage_layers(layers, 2)
+    loads = [sum(layers[i].forward_s + layers[i].backward_s for i in g) for g in st]
+    assert st == [[0, 1, 2, 3], [4, 5, 6, 7]] and max(loads) == pytest.approx(0.515, abs=0.001)
