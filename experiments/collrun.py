@@ -195,6 +195,20 @@ def start(lf, state, hosts: list[str], kind: str, elements: int, out: Path, dead
     return agents
 
 
+def run_jobs(lf, state, jobs: dict[str, dict], role: str, out: Path, deadline_unix_s: float) -> dict:
+    """Start one ``role`` agent per host of ``jobs`` (``{host: job}``), release them together, wait
+    for them until ``deadline_unix_s`` + 5 s (:func:`wait_done`), then remove the NVLink pipes
+    under ``out``; returns the agents' exit codes. SetupError when an agent is not ready."""
+    agents = Agents(lf, state)
+    for h, j in jobs.items():
+        agents.start(h, role, j)
+    agents.ready_then_release(1.0)
+    try:
+        return wait_done(agents, deadline_unix_s + 5)
+    finally:         # the pipes of ranks that did not end cleanly
+        shutil.rmtree(Path(out) / "nvlink", ignore_errors=True)
+
+
 def load_records(out: Path, hosts: list[str], role: str = "collective") -> list[dict | None]:
     """Each rank's record (rank order) from the agents' result files (``<host>.<role>.json``);
     None for a missing one."""

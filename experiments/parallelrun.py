@@ -22,7 +22,6 @@ and so where the prediction's acknowledgement model or retransmissions account f
 from __future__ import annotations
 
 import math
-import shutil
 import time
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from common.errors import SetupError
 from common.parallelism import KINDS, Plan, bubble_fraction, check_placement, flows, gpipe_compute_s, stage_layers
 from experiments import collrun, plot
 from experiments.features.ports import port_rows
-from experiments.live import Agents, start_sampler, stop_sampler
+from experiments.live import start_sampler, stop_sampler
 from experiments.model import Training
 from experiments.slowdown import HEADER_BYTES
 from experiments.tables import write_csv
@@ -105,14 +104,8 @@ def run_round(lf, state, tr: Training, out: Path, sample_hz: float, quiet: bool 
     deadline = time.time() + min(tr.timeout_s, 30 + 5 * tr.iterations * est)
     sampler = start_sampler(lf, state, out, sample_hz, sampler_method)
     try:
-        agents = Agents(lf, state)
-        for h, j in jobs(lf, hosts, tr, d, deadline, seed).items():
-            agents.start(h, "parallel", j)
-        agents.ready_then_release(1.0)
-        try:
-            res["agent_exit_codes"] = collrun.wait_done(agents, deadline + 5)
-        finally:
-            shutil.rmtree(d / "nvlink", ignore_errors=True)
+        res["agent_exit_codes"] = collrun.run_jobs(lf, state, jobs(lf, hosts, tr, d, deadline, seed), "parallel", d,
+                                                   deadline)
     finally:
         stop_sampler(sampler)
     fmap = lf.fabric.to_map()

@@ -5,7 +5,6 @@ bound). Models and sources: :mod:`common.training`, :mod:`common.compression`,
 :mod:`common.hierarchical`; the agents: :mod:`traffic.training`."""
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ import numpy as np
 from common.compression import make as make_codec
 from common.training import Bucket, Layer, timeline
 from experiments import collrun, plot
-from experiments.live import Agents, start_sampler, stop_sampler
+from experiments.live import start_sampler, stop_sampler
 from experiments.model import Training
 from experiments.tables import write_csv
 from traffic.training import gradient
@@ -93,14 +92,8 @@ def run_round(lf, state, tr: Training, out: Path, sample_hz: float, quiet: bool 
         d.mkdir(parents=True, exist_ok=True)
         est = sum(x.forward_s + x.backward_s for x in layers) + sum(model_comm_s(res, b.params_bytes, 1.0) for b in bkts)
         deadline = time.time() + min(tr.timeout_s, 30 + 5 * tr.iterations * est)
-        agents = Agents(lf, state)
-        for h, j in jobs(lf, hosts, tr, d, deadline, seed).items():
-            agents.start(h, "training", j)
-        agents.ready_then_release(1.0)
-        try:
-            res["agent_exit_codes"] = collrun.wait_done(agents, deadline + 5)
-        finally:
-            shutil.rmtree(d / "nvlink", ignore_errors=True)
+        res["agent_exit_codes"] = collrun.run_jobs(lf, state, jobs(lf, hosts, tr, d, deadline, seed), "training", d,
+                                                   deadline)
     finally:
         stop_sampler(sampler)
     res["gradient"] = gradient_errors(res)      # checked once, here: the arrays are dropped after

@@ -45,7 +45,7 @@ from common.hierarchical import Move, group_allreduce_moves
 from common.parallelism import DATA_PHASES, TENSOR_PHASES, Plan, stage_buckets
 from common.training import Layer
 from traffic.collective import Rank, run_ranks
-from traffic.training import gradient
+from traffic.training import end_iteration, gradient
 
 
 #: The bucket index the checked activation's seed uses (traffic.training.gradient), apart from
@@ -216,17 +216,7 @@ class PipelineRank:
                         held.append(item)
             if self.prev is not None:
                 self._p2p(r, self.prev, act)
-        rec["backward_end_unix_s"] = time.time()
-        for item in held:
-            todo.put(item)
-        th.join(max(0.1, job["deadline_unix_s"] - time.time()))
-        if th.is_alive():
-            todo.put(None)
-            errors.append("deadline passed")
-        rec["end_unix_s"] = time.time()
-        if errors:
-            raise RuntimeError("; ".join(errors))
-        return rec
+        return end_iteration(rec, th, todo, held, job["deadline_unix_s"], errors)
 
     def record(self) -> dict:
         """The rank's result (module docstring)."""

@@ -59,6 +59,28 @@ def _sleep_until(t_unix_s: float) -> None:
         time.sleep(min(d, 0.05))
 
 
+def end_iteration(rec: dict, th: threading.Thread, todo: queue.Queue, held: list, deadline_unix_s: float,
+                  errors: list[str]) -> dict:
+    """The end of an iteration once backward is done: stamps ``backward_end_unix_s``, hands the
+    communication thread ``th`` the buckets ``held`` back (``(bucket, ready Unix s)``, overlap off),
+    waits for it until the deadline (then stops it), stamps ``end_unix_s`` and returns ``rec``.
+
+    Raises:
+        RuntimeError: the deadline passed or a bucket's reduction failed (``errors``, joined).
+    """
+    rec["backward_end_unix_s"] = time.time()
+    for item in held:
+        todo.put(item)
+    th.join(max(0.1, deadline_unix_s - time.time()))
+    if th.is_alive():
+        todo.put(None)
+        errors.append("deadline passed")
+    rec["end_unix_s"] = time.time()
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    return rec
+
+
 class Trainer:
     """One rank's iterations (module docstring) over ``rank``'s connections."""
 
@@ -125,17 +147,7 @@ class Trainer:
                     todo.put((b, time.time()))
                 else:
                     held.append((b, time.time()))
-        rec["backward_end_unix_s"] = time.time()
-        for item in held:
-            todo.put(item)
-        th.join(max(0.1, job["deadline_unix_s"] - time.time()))
-        if th.is_alive():
-            todo.put(None)
-            errors.append("deadline passed")
-        rec["end_unix_s"] = time.time()
-        if errors:
-            raise RuntimeError("; ".join(errors))
-        return rec
+        return end_iteration(rec, th, todo, held, job["deadline_unix_s"], errors)
 
     def record(self) -> dict:
         """The rank's result (module docstring); saves the reduced buckets of rank 0 of its server."""
