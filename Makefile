@@ -104,7 +104,7 @@ draw:
 
 test: check-root setup
 	@mkdir -p $(TEST_REPORTS)
-	bash scripts/host-lane.sh $(PY) $(TEST_REPORTS) $(PYTEST_ARGS)
+	$(PY) -m pytest tests --durations=25 --junitxml=$(TEST_REPORTS)/host.xml $(PYTEST_ARGS)
 
 test-times:
 	@python3 scripts/test_times.py $(wildcard $(TEST_REPORTS)/*.xml)
