@@ -586,6 +586,12 @@ def _ovs_tx_socket_fd(pid: int) -> int | None:
     return None
 
 
+def ovs_tx_socket_exists() -> bool:
+    """Whether ovs-vswitchd has opened its transmit socket (it does on the first packet it sends; a
+    restarted ovs-vswitchd has a new one at the default size). SetupError if it is not running."""
+    return _ovs_tx_socket_fd(ovs_vswitchd_pid()) is not None
+
+
 def _on_ovs_tx_socket(fn):
     """Call ``fn(sock)`` on a duplicate (pidfd_getfd) of ovs-vswitchd's transmit socket."""
     pid = ovs_vswitchd_pid()

@@ -127,7 +127,9 @@ def _restore_sysctl(item: list) -> None:
 
 
 def _restore_ovs_tx_sndbuf(before_bytes: int) -> None:
-    dataplane.set_ovs_tx_sndbuf(before_bytes)
+    # An ovs-vswitchd restarted since the run (no transmit socket yet) starts at its default size.
+    if dataplane.ovs_tx_socket_exists():
+        dataplane.set_ovs_tx_sndbuf(before_bytes)
 
 
 def _restore_rcu_expedited(before: int) -> None:
