@@ -95,13 +95,14 @@ def run_round(lf, state, tr: Training, out: Path, sample_hz: float, quiet: bool 
            "nic_rate_bps": nic_bps, "nvlink_rate_bps": tr.nvlink_ratio * nic_bps, "records_dir": str(out / "ranks")}
     d = out / "ranks"
     d.mkdir(parents=True, exist_ok=True)
-    per_host: dict[str, int] = {}
+    sent_bytes_per_host: dict[str, int] = {}
     for f in fl:
         if servers[f.src] != servers[f.dst]:
-            per_host[hosts[f.src]] = per_host.get(hosts[f.src], 0) + f.payload_bytes
+            sent_bytes_per_host[hosts[f.src]] = sent_bytes_per_host.get(hosts[f.src], 0) + f.payload_bytes
     stage_s = max(sum(layers[i].forward_s + layers[i].backward_s for i in st) for st in res["stages"])
-    est = gpipe_compute_s(stage_s, plan.microbatches, plan.pipeline) + 8 * max(per_host.values(), default=0) / nic_bps
-    deadline = time.time() + min(tr.timeout_s, 30 + 5 * tr.iterations * est)
+    iteration_estimate_s = (gpipe_compute_s(stage_s, plan.microbatches, plan.pipeline)
+                            + 8 * max(sent_bytes_per_host.values(), default=0) / nic_bps)
+    deadline = time.time() + min(tr.timeout_s, 30 + 5 * tr.iterations * iteration_estimate_s)
     sampler = start_sampler(lf, state, out, sample_hz, sampler_method)
     try:
         res["agent_exit_codes"] = collrun.run_jobs(lf, state, jobs(lf, hosts, tr, d, deadline, seed), "parallel", d,

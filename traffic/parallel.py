@@ -33,7 +33,6 @@ connection's :func:`wire_counters` as the job ends (``dst_rank`` for one it open
 """
 from __future__ import annotations
 
-import queue
 import socket
 import struct
 import threading
@@ -45,7 +44,7 @@ from common.hierarchical import Move, group_allreduce_moves
 from common.parallelism import DATA_PHASES, TENSOR_PHASES, Plan, stage_buckets
 from common.training import Layer
 from traffic.collective import Rank, run_ranks
-from traffic.training import end_iteration, gradient
+from traffic.training import bucket_thread, end_iteration, gradient, sleep_until
 
 
 #: The bucket index the checked activation's seed uses (traffic.training.gradient), apart from
@@ -67,12 +66,6 @@ def wire_counters(sock) -> dict:
     raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_WIRE_BYTES)
     return {n: (struct.unpack_from("=" + f, raw, off)[0] if len(raw) >= off + struct.calcsize(f) else None)
             for n, off, f in TCP_WIRE_FIELDS}
-
-
-def _sleep_s(d: float) -> None:
-    end = time.time() + d
-    while (left := end - time.time()) > 0:
-        time.sleep(min(left, 0.05))
 
 
 def _remap(steps: list[list[Move]], members: list[int]) -> list[list[Move]]:
@@ -148,8 +141,7 @@ class PipelineRank:
 
     def run(self, begin_unix_s: float) -> None:
         """Every iteration from ``begin_unix_s``."""
-        while time.time() < begin_unix_s:
-            time.sleep(min(0.01, max(0.0, begin_unix_s - time.time())))
+        sleep_until(begin_unix_s)
         for it in range(self.job["iterations"]):
             self.iterations.append(self._iteration(it))
 
@@ -159,32 +151,22 @@ class PipelineRank:
         seed = job.get("seed", 0)
         grads = {b.index: gradient(seed, r, it, b.index, b.params_bytes // 4) for b in self.buckets}
         rec = {"iteration": it, "buckets": [], "tensor_s": 0.0, "pipeline_wait_s": 0.0}
-        todo: queue.Queue = queue.Queue()
         errors: list[str] = []
 
-        def comm():
-            for _ in self.buckets:
-                item = todo.get()
-                if item is None:
-                    return
-                b, ready = item
-                start = time.time()
-                srec = {"steps": [], "sent": 0, "received": 0}
-                try:
-                    x = grads[b].copy()
-                    self.rank.run_steps(x, self.dp[b], srec)
-                except Exception as e:      # recorded; the iteration ends with the error
-                    errors.append(f"bucket {b}: {type(e).__name__}: {e}")
-                    return
-                self._count("data", srec, self.dp[b])
-                rec["buckets"].append([b, ready, start, time.time()])
-                if last:
-                    group = self.plan.data_group(r)
-                    n = grads[b].size
-                    want = sum(gradient(seed, m, it, b, n).astype(np.float64) for m in group)
-                    ok = bool(np.array_equal(x.astype(np.float64), want))
-                    self.exact["data"] = ok if self.exact["data"] is None else self.exact["data"] and ok
-        th = threading.Thread(target=comm, daemon=True)
+        def reduce_bucket(b: int, ready: float) -> None:
+            start = time.time()
+            srec = {"steps": [], "sent": 0, "received": 0}
+            x = grads[b].copy()
+            self.rank.run_steps(x, self.dp[b], srec)
+            self._count("data", srec, self.dp[b])
+            rec["buckets"].append([b, ready, start, time.time()])
+            if last:
+                group = self.plan.data_group(r)
+                n = grads[b].size
+                want = sum(gradient(seed, m, it, b, n).astype(np.float64) for m in group)
+                ok = bool(np.array_equal(x.astype(np.float64), want))
+                self.exact["data"] = ok if self.exact["data"] is None else self.exact["data"] and ok
+        th, todo = bucket_thread(len(self.buckets), reduce_bucket, errors)
         rec["begin_unix_s"] = time.time()
         th.start()
         act = np.zeros(self.act_el, dtype=np.float32)
@@ -194,7 +176,7 @@ class PipelineRank:
                 self._p2p(self.prev, r, act)
                 rec["pipeline_wait_s"] += time.time() - t0
             for i, layer in enumerate(self.layers):
-                _sleep_s(layer.forward_s / m_count)
+                sleep_until(time.time() + layer.forward_s / m_count)
                 rec["tensor_s"] += self._tensor(act, it, last and m == 0 and i == 0)
             if self.next is not None:
                 self._p2p(r, self.next, act)
@@ -206,7 +188,7 @@ class PipelineRank:
                 self._p2p(self.next, r, act)
                 rec["pipeline_wait_s"] += time.time() - t0
             for i in reversed(range(len(self.layers))):
-                _sleep_s(self.layers[i].backward_s / m_count)
+                sleep_until(time.time() + self.layers[i].backward_s / m_count)
                 rec["tensor_s"] += self._tensor(act, it, False)
                 if m == 0 and i in self.ready_after:
                     item = (self.ready_after[i], time.time())

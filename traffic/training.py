@@ -51,12 +51,35 @@ def gradient(seed: int, rank: int, iteration: int, bucket: int, elements: int) -
     return np.random.default_rng([seed, rank, iteration, bucket]).integers(-1000, 1000, elements).astype(np.float32)
 
 
-def _sleep_until(t_unix_s: float) -> None:
+def sleep_until(t_unix_s: float) -> None:
+    """Sleep until the wall clock reaches ``t_unix_s`` (Unix s), in slices of at most 50 ms; return at
+    once if it has. Emulated compute: a rank's layer time is slept, not burnt on the CPU."""
     while True:
         d = t_unix_s - time.time()
         if d <= 0:
             return
         time.sleep(min(d, 0.05))
+
+
+def bucket_thread(count: int, reduce_bucket, errors: list[str]) -> tuple[threading.Thread, queue.Queue]:
+    """An iteration's communication thread (not started) and its queue: it takes ``count`` items
+    ``(bucket, ready Unix s)`` in order and calls ``reduce_bucket(bucket, ready)`` for each; a None
+    item stops it early. An exception from ``reduce_bucket`` is appended to ``errors`` as
+    ``bucket B: Type: message`` and ends the thread (:func:`end_iteration` then raises it)."""
+    todo: queue.Queue = queue.Queue()
+
+    def comm():
+        for _ in range(count):
+            item = todo.get()
+            if item is None:
+                return
+            b, ready = item
+            try:
+                reduce_bucket(b, ready)
+            except Exception as e:      # recorded; the iteration ends with the error
+                errors.append(f"bucket {b}: {type(e).__name__}: {e}")
+                return
+    return threading.Thread(target=comm, daemon=True), todo
 
 
 def end_iteration(rec: dict, th: threading.Thread, todo: queue.Queue, held: list, deadline_unix_s: float,
@@ -99,7 +122,7 @@ class Trainer:
 
     def run(self, begin_unix_s: float) -> None:
         """Every iteration from ``begin_unix_s``."""
-        _sleep_until(begin_unix_s)
+        sleep_until(begin_unix_s)
         for it in range(self.job["iterations"]):
             self.iterations.append(self._iteration(it))
 
@@ -108,39 +131,29 @@ class Trainer:
         grads = {b[0]: gradient(job.get("seed", 0), r, it, b[0], b[2] // 4) for b in self.buckets}
         last = it == job["iterations"] - 1
         rec = {"iteration": it, "buckets": []}
-        todo: queue.Queue = queue.Queue()
         errors: list[str] = []
 
-        def comm():
-            for _ in self.buckets:
-                item = todo.get()
-                if item is None:
-                    return
-                b, ready = item
-                start = time.time()
-                srec = {"steps": [], "sent": 0, "received": 0}
-                try:
-                    out = self.rank.run_steps(grads[b], self.steps[b], srec, self.codec, tag=b)
-                except Exception as e:      # recorded; the iteration ends with the error
-                    errors.append(f"bucket {b}: {type(e).__name__}: {e}")
-                    return
-                rec["buckets"].append([b, ready, start, time.time(), sum(s[3] for s in srec["steps"]),
-                                       srec.get("codec_s", 0.0)])
-                if last:
-                    self.final[b] = out
-                    self.bounds[b] = srec.get("bounds", [])
-        th = threading.Thread(target=comm, daemon=True)
+        def reduce_bucket(b: int, ready: float) -> None:
+            start = time.time()
+            srec = {"steps": [], "sent": 0, "received": 0}
+            out = self.rank.run_steps(grads[b], self.steps[b], srec, self.codec, tag=b)
+            rec["buckets"].append([b, ready, start, time.time(), sum(s[3] for s in srec["steps"]),
+                                   srec.get("codec_s", 0.0)])
+            if last:
+                self.final[b] = out
+                self.bounds[b] = srec.get("bounds", [])
+        th, todo = bucket_thread(len(self.buckets), reduce_bucket, errors)
         t = time.time()
         rec["begin_unix_s"] = t
         th.start()
         for _name, _p, fwd, _bwd in self.layers:
             t += fwd
-            _sleep_until(t)
+            sleep_until(t)
         rec["forward_end_unix_s"] = time.time()
         held = []
         for i in reversed(range(len(self.layers))):
             t += self.layers[i][3]
-            _sleep_until(t)
+            sleep_until(t)
             if i in self.ready_after:
                 b = self.ready_after[i]
                 if job["overlap"]:

@@ -44,6 +44,13 @@ class Workload:
         features add their sections). Nothing is written to summary.json here."""
         raise NotImplementedError
 
+    def summary_head(self, rec: RoundRecord) -> dict:
+        """The keys every round's summary starts with: ``scenario``, ``round`` (None in a run of one
+        round), ``datapath``, ``kernel`` (what the probe chose and found) and ``timings_s``."""
+        env = self.ctx.env
+        return {"scenario": self.ctx.sc.name, "round": rec.round.name if self.ctx.multi else None,
+                "datapath": env["datapath"], "kernel": env["kernel"], "timings_s": rec.timings_s}
+
     def after_summary(self, rec: RoundRecord, summary: dict) -> None:
         """Draw what needs the written summary.json (plots). Default: nothing."""
 

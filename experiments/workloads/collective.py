@@ -52,9 +52,7 @@ class Collective(Workload):
 
     def summarize(self, rec: RoundRecord) -> dict:
         """collective.csv, collective_steps.csv, the plots, and the ``collective`` summary."""
-        env = self.ctx.env
-        return {"scenario": self.ctx.sc.name, "round": rec.round.name if self.ctx.multi else None,
-                "datapath": env["datapath"], "kernel": env["kernel"], "timings_s": rec.timings_s,
+        return {**self.summary_head(rec),
                 "collective": collrun.summarize(rec.raw, rec.dir, plots=self.ctx.sc.measurement.plots)}
 
     def format_round(self, summary: dict, rdir: Path) -> str:

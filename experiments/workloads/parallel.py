@@ -34,10 +34,8 @@ class MixedParallel(Workload):
 
     def summarize(self, rec: RoundRecord) -> dict:
         """parallel.csv, link_bytes.csv, the heat map, and the ``parallel`` summary."""
-        env = self.ctx.env
         p = parallelrun.summarize(rec.raw, rec.features.get("ports"), rec.dir, plots=self.ctx.sc.measurement.plots)
-        return {"scenario": self.ctx.sc.name, "round": rec.round.name if self.ctx.multi else None,
-                "datapath": env["datapath"], "kernel": env["kernel"], "timings_s": rec.timings_s, "parallel": p}
+        return {**self.summary_head(rec), "parallel": p}
 
     def format_round(self, summary: dict, rdir: Path) -> str:
         """The folder and experiments.parallelrun.format_line."""

@@ -50,11 +50,9 @@ class Training(Workload):
 
     def summarize(self, rec: RoundRecord) -> dict:
         """training.csv, training_timeline.csv, gradient_error.csv, the plot, and the ``training`` summary."""
-        env = self.ctx.env
         t = trainrun.summarize(rec.raw, rec.dir, plots=self.ctx.sc.measurement.plots)
         trainrun.warn(t)
-        return {"scenario": self.ctx.sc.name, "round": rec.round.name if self.ctx.multi else None,
-                "datapath": env["datapath"], "kernel": env["kernel"], "timings_s": rec.timings_s, "training": t}
+        return {**self.summary_head(rec), "training": t}
 
     def format_round(self, summary: dict, rdir: Path) -> str:
         """The folder and experiments.trainrun.format_line."""
