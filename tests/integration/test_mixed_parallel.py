@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import assert_clean, run_cli
+from .conftest import assert_clean, cpu_bound_fidelity_failures, run_cli
 
 pytestmark = pytest.mark.lane("host", reason="16 ranks' threads and a second per iteration of sleeps: the emulated "
                                              "CPU of the VM lane cannot pace them")
@@ -28,9 +28,14 @@ def test_per_link_bytes_by_kind_match_the_plan_from_port_counters(tmp_path, figu
     sc["rounds"] = sc["rounds"][:1]
     path = tmp_path / "mp.yaml"
     path.write_text(yaml.safe_dump(sc))
-    p = run_cli("run", str(path), "--results", str(tmp_path / "res"), timeout=600)
+    # the subject is bytes, not timing: a port's rate shortfall on a CPU-starved host is accepted
+    # (named in the output); any other failed self-check fails the test (cpu_bound_fidelity_failures).
+    # 0 in the 10 calibration runs, 1 in a CI rehearsal on 2026-12-05 (four ports at 0.954-0.965 of
+    # 20 Mbit/s; its links' bytes 1.013 x predicted at most)
+    p = run_cli("run", str(path), "--results", str(tmp_path / "res"), "--accept-unfaithful", timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     (out,) = (tmp_path / "res").iterdir()
+    print("accepted self-check failures:", cpu_bound_fidelity_failures(out))
     (d,) = sorted((out / "rounds").iterdir())
     s = json.loads((d / "summary.json").read_text())["parallel"]
     assert s["complete"] and s["exact"] and s["sent_as_planned"], s

@@ -82,12 +82,15 @@ def test_poisson_websearch_arrivals_complete_at_the_load_with_slowdown_at_least_
         if b["flows"]:
             figure(f"slowdown_median_{b['bucket']}", b["median"])
     # the measured idle RTTs are medians of 5 pings and the shapers' timers jitter: a little under
-    # 1 is not a bug (min 1.005-1.024, 1st percentile 1.027-1.055 over 10 runs)
-    assert slow[len(slow) // 100] >= 0.9, slow[:10]
+    # 1 is not a bug (min 1.005-1.024, 1st percentile 1.027-1.055 over 10 runs). The single fastest
+    # flow is not asserted: in about 1 run in 20 one one-segment flow beats its ideal by a third
+    # (0.50 once, 0.67 in a CI rehearsal on 2026-12-05: 0.94 ms against an idle ping of 0.98 ms;
+    # an idle ovs-vswitchd wakes up for each ping, a busy one is already running), so the idle ping
+    # is not a lower bound for every flow; docs/results.md says so
     fastest = min(rows, key=lambda r: float(r["slowdown"]))
-    assert slow[0] >= 0.75, (slow[:10], {k: fastest[k] for k in ("flow_id", "src", "dst", "bytes_planned", "start_s",
-                                                                "first_byte_s", "fct_s", "ideal_fct_s", "sender_done_s")},
-                             env["scale"])
+    assert slow[len(slow) // 100] >= 0.9, (slow[:10], {k: fastest[k] for k in (
+        "flow_id", "src", "dst", "bytes_planned", "start_s", "first_byte_s", "fct_s", "ideal_fct_s", "sender_done_s")},
+        env["scale"])
     assert sd["median"] >= 1.0 and sd["p99"] >= sd["median"]
     # the tail is small flows that waited for a retransmission timeout (a lost SYN waits 1 s: a
     # slowdown of hundreds for a flow whose ideal is a few ms): p99 332 / 389 / 871 over 10 runs
