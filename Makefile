@@ -49,7 +49,7 @@ help:
 	@echo "sudo make vm-test                         run the test suite inside the stock-kernel VM"
 	@echo "sudo make vm-experiment [SCENARIO=...]    run an experiment inside the VM; results come back to $(RESULTS)/"
 	@echo "sudo make clean                           remove fabriclab's emulation state left by a killed run"
-	@echo "sudo make distclean                       clean, and remove .venv"
+	@echo "sudo make distclean                       clean, and remove .venv (and the fabriclab command)"
 
 check-root:
 	@if [ "$$(id -u)" != 0 ]; then echo "fabriclab: this target needs root: run it with sudo (e.g. sudo make $(MAKECMDGOALS))" >&2; exit 2; fi
@@ -156,6 +156,7 @@ clean: check-root
 	@if [ -x $(PY) ]; then $(PY) -m experiments clean; else echo "fabriclab: nothing to clean (no .venv)"; fi
 
 distclean: clean
+	@if [ -L /usr/local/bin/fabriclab ] && [ "$$(readlink /usr/local/bin/fabriclab)" = "$(CURDIR)/.venv/bin/fabriclab" ]; then rm /usr/local/bin/fabriclab; fi
 	rm -rf .venv
 
 vm-image: check-root

@@ -35,6 +35,7 @@ from experiments.fabric import REPO, LiveFabric
 from experiments.features import FEATURES
 from experiments.live import (ROUND_STOP, check_signalled, measure_rtt_s, signals_unwind,
                               warm_up_reachability)
+from experiments.progress import Progress
 from experiments.plan import check_against_fabric
 from experiments.scenario import FRAME_BYTES, read_yaml_file, validate
 from experiments.state import RunState, describe_report
@@ -218,7 +219,8 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
             # the rounds are analysed with the measured RTT: a run stopped after them leaves it on
             # record, so `analyze` rebuilds the same summaries
             (out / "environment.json").write_text(json.dumps(env, indent=2))
-            with platform.tx_buffer(sc, fabric, env, state, queues_per_port):
+            with platform.tx_buffer(sc, fabric, env, state, queues_per_port), \
+                    Progress("rounds", len(rounds), quiet, lines=False) as progress:
                 for i, r in enumerate(rounds):
                     check_signalled()
                     ROUND_STOP.clear()
@@ -246,6 +248,7 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
                             rec.features[f.name] = got
                     _save_round(rec, w.name)
                     done.append((w.name, rec, _analyse_round(ctx, w, features, rec)))
+                    progress.advance(1)
                     if on_round is not None:
                         on_round(r.name, rdir, done[-1][2])
                 maybe_fault("after_rounds")

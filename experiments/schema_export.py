@@ -6,14 +6,14 @@ registered topology's own keys (one branch per kind), the rate controllers' and 
 The ECN, priority and PFC sections, which their own parsers read in their own syntax
 (``common.ecn``, ``common.pfc``), bring their schema fragments here. The result is normalised
 into plain draft 2020-12 (``$ref`` inlined, ``anyOf [X, null]`` as a type list, bounds as
-``minimum``/``maximum``). ``python -m experiments schema`` prints it; editors that read JSON
+``minimum``/``maximum``). ``fabriclab schema`` prints it; editors that read JSON
 Schema (e.g. yaml-language-server with ``# yaml-language-server: $schema=...``) complete and check
 scenario YAML with it. docs/scenario-keys.md is :func:`markdown` of it, and a unit test keeps the
 two equal.
 
 The schema checks the shape of a scenario (keys, types, ranges, choices); what needs the fabric
 (a host that exists, a threshold under the buffer, a port name of this fabric) is checked by
-``python -m experiments check``.
+``fabriclab check``.
 """
 from __future__ import annotations
 
@@ -248,7 +248,7 @@ def markdown(schema: dict | None = None) -> str:
     s = scenario_schema() if schema is None else schema
     lines = ["# Scenario keys", "",
              "Back to [scenarios](scenarios.md). Generated from the scenario's JSON Schema "
-             "(`python -m experiments schema`, `python -m experiments schema --markdown`); do not edit by hand.",
+             "(`fabriclab schema`, `fabriclab schema --markdown`); do not edit by hand.",
              "Units are in the key names: `_bytes`, `_packets`, `_s` (seconds), `_mbps` (Mbit/s), `_hz`.", "",
              "| key | type and range | default |", "|---|---|---|"]
 

@@ -43,8 +43,6 @@ import csv
 import itertools
 import json
 import re
-import sys
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -52,13 +50,12 @@ from pathlib import Path
 from typing import Annotated, Any, Iterator, Optional, Protocol, Union
 
 from pydantic import Field, ValidationError, field_validator
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
 
 from common.errors import BusyError, CapabilityError, ScenarioError, SetupError
 from common.params import quote
 from experiments.metrics import METRICS, measure
 from experiments.tables import write_csv
+from experiments.progress import Progress
 from experiments.model import MAX_ROUNDS, NAME, ROUND_COLLECTIVE_KEYS, Scenario, Section, _round_data
 from experiments.scenario import _scenario_error, read_yaml_file, validate
 
@@ -701,40 +698,6 @@ def run_plan(plan: RunPlan, runs_dir: Path, on_round=None, quiet: bool = True) -
     return runner.run(plan.scenario, runs_dir, quiet=quiet, accept_unfaithful=True, on_round=on_round)
 
 
-class Progress:
-    """A progress bar over a study's cells with an ETA (rich), or one line per cell when the output
-    is not a terminal; nothing when quiet."""
-
-    def __init__(self, total: int, quiet: bool):
-        self.quiet, self.total, self.done = quiet, total, 0
-        self._bar = None
-        if not quiet:
-            if sys.stdout.isatty():
-                self._bar = RichProgress(TextColumn("study cells"), BarColumn(), MofNCompleteColumn(),
-                                         TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-                self._task = self._bar.add_task("cells", total=total)
-                self._bar.start()
-        self._t0 = time.monotonic()
-
-    def advance(self, n: int, line: str) -> None:
-        """``n`` more cells done; ``line`` says what they gave."""
-        self.done += n
-        if self.quiet:
-            return
-        if self._bar is not None:
-            self._bar.console.print(line)
-            self._bar.update(self._task, advance=n)
-            return
-        el = time.monotonic() - self._t0
-        eta = el / self.done * (self.total - self.done) if self.done else 0
-        print(f"fabriclab: study {self.done}/{self.total} cells, {el:.0f} s, ETA {eta:.0f} s: {line}", flush=True)
-
-    def close(self) -> None:
-        """Stop the bar."""
-        if self._bar is not None:
-            self._bar.stop()
-
-
 def format_cell(c: dict) -> str:
     """One line per cell for the terminal."""
     v = c["values"]
@@ -790,7 +753,7 @@ def run_study(study: Study, results_root: Path, quiet: bool = False, runner=None
          "runs": [{"name": p.name, "cells": [c.name for c in p.cells], "why_alone": p.why_alone} for p in plans]},
         indent=1))
     dispatch = dispatch or serial(runner)
-    progress = Progress(len(study.cells), quiet)
+    progress = Progress("study cells", len(study.cells), quiet)
     cells: list[dict] = []
     by_name = {c.name: c for c in study.cells}
     order = {c.name: i for i, c in enumerate(study.cells)}

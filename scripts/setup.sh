@@ -52,10 +52,18 @@ if [ ! -x .venv/bin/python ]; then
   echo "fabriclab: creating .venv"
   /usr/bin/python3 -m venv --system-site-packages .venv
 fi
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
   echo "fabriclab: installing pinned Python packages"
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+  .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
   touch "$stamp"
+fi
+# the `fabriclab` command on root's PATH (sudo's secure_path has /usr/local/bin): a link to this
+# checkout's .venv, made only where nothing else is (sudo make distclean removes it)
+link=/usr/local/bin/fabriclab
+if [ ! -e "$link" ] && [ ! -L "$link" ]; then
+  ln -s "$PWD/.venv/bin/fabriclab" "$link"
+elif [ -L "$link" ] && [ "$(readlink "$link")" != "$PWD/.venv/bin/fabriclab" ]; then
+  echo "fabriclab: note: $link points to $(readlink "$link"), another checkout; this one's command is $PWD/.venv/bin/fabriclab" >&2
 fi
 .venv/bin/python -c "import mininet.net, os_ken, pyroute2, scapy, yaml, networkx, matplotlib, scipy, pydantic" \
   || { echo "fabriclab: the Python environment is incomplete; remove .venv and rerun sudo make setup" >&2; exit 1; }

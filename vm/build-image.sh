@@ -6,7 +6,7 @@
 # installed from the host through chroot, so the guest needs no network.
 # Cached outside the checkout in $FABRICLAB_VM_CACHE (default
 # /var/cache/fabriclab/vm/<recipe hash>/): rootfs.img, vmlinuz, initrd.img.
-# The recipe hash covers this script, vm/guest-init.sh and pyproject.toml;
+# The recipe hash covers this script, vm/guest-init.sh, pyproject.toml and constraints.txt;
 # an unchanged recipe is not rebuilt. Prints the image directory last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +21,7 @@ SUITE=bookworm
 IMG_SIZE=${FABRICLAB_VM_IMG_SIZE:-3G}
 GUEST_PKGS=make,git,systemd-sysv,iproute2,openvswitch-switch,mininet,python3,python3-venv,python3-pip,iperf3,ethtool,iputils-ping,kmod,udev,procps,util-linux,tcpdump,e2fsprogs
 
-recipe=$(cat vm/build-image.sh vm/guest-init.sh pyproject.toml | sha256sum | cut -c1-16)
+recipe=$(cat vm/build-image.sh vm/guest-init.sh pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 out="$CACHE/$recipe"
 if [ -f "$out/rootfs.img" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.img" ]; then
   echo "fabriclab: VM image up to date ($out)" >&2
@@ -95,7 +95,7 @@ PY
 # the guest) with the host's own pip configuration, then installed offline.
 mkdir -p "$root/opt/fabriclab/wheels"
 # shellcheck disable=SC2086
-/usr/bin/python3 -m pip wheel -q --disable-pip-version-check -w "$root/opt/fabriclab/wheels" $deps >&2
+/usr/bin/python3 -m pip wheel -q --disable-pip-version-check -w "$root/opt/fabriclab/wheels" -c constraints.txt $deps >&2
 chroot "$root" /usr/bin/python3 -m venv --system-site-packages /opt/fabriclab/venv
 # shellcheck disable=SC2086
 chroot "$root" /opt/fabriclab/venv/bin/pip install -q --disable-pip-version-check --no-index \

@@ -1,13 +1,20 @@
 """Bad scenario files, tried as a new user would through the command line: each ends with exit 2,
 one line of bounded size naming the key, quickly, and nothing written (`check`, and `run` into an
-empty results folder)."""
+empty results folder). The command runs in this process (experiments.cli.main, from the
+repository root, its stdout and stderr captured), as the console script and `python -m
+experiments` run it: one test checks that both are the same command, each in its own process."""
+import contextlib
+import io
 import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from experiments.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -16,11 +23,40 @@ ALIAS_BOMB = "name: bomb\ntraffic:\n  sender_hosts: &a9 [" + ", ".join(["x"] * 9
     f"  x{i}: &a{8 - i} [" + ", ".join([f"*a{9 - i}"] * 9) + "]\n" for i in range(8))
 
 
-def cli(*args, timeout_s=60):
+@dataclass
+class Result:
+    """What the command did: its exit code and what it printed."""
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli(*args) -> tuple[Result, float]:
+    """Run ``fabriclab ARGS`` in this process from the repository root; (result, seconds)."""
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
     t0 = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "experiments", *args], cwd=REPO, capture_output=True, text=True,
-                         timeout=timeout_s, env={**os.environ, "PYTHONPATH": str(REPO)})
-    return res, time.monotonic() - t0
+    os.chdir(REPO)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(args))
+    finally:
+        os.chdir(here)
+    return Result(code, out.getvalue(), err.getvalue()), time.monotonic() - t0
+
+
+def test_the_console_script_and_python_m_experiments_are_the_same_command(tmp_path):
+    """The command in its own process, both ways: the same one-line refusal, exit 2."""
+    bad = write(tmp_path, "name: n\ntraffic: {sendrs: 3}\n")
+    script = Path(sys.executable).with_name("fabriclab")
+    runs = [[sys.executable, "-m", "experiments", "check", str(bad)]]
+    if script.exists():            # installed by make setup (pip install -e .)
+        runs.append([str(script), "check", str(bad)])
+    for argv in runs:
+        res = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert res.returncode == 2 and res.stderr.strip().count("\n") == 0, (argv, res.stderr[-2000:])
+        assert "scenario key 'traffic.sendrs'" in res.stderr, res.stderr
 
 
 def refused(path: Path, key: str, tmp_path: Path, run_too: bool = True) -> str:

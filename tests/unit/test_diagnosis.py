@@ -176,7 +176,7 @@ def test_random_faults_cover_every_kind_with_detectable_sizes():
 
 
 def test_diagnose_refuses_a_fabric_without_a_fault_to_find(tmp_path, capsys):
-    from experiments.__main__ import main
+    from experiments.cli import main
     p = tmp_path / "healthy.yaml"
     p.write_text("name: healthy\ntopology: {kind: fattree, k: 4}\n")
     assert main(["diagnose", str(p)]) == 2

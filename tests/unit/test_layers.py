@@ -29,8 +29,8 @@ LOCAL_IMPORTS_ALLOWED = {
     ("experiments/analysis.py", "scipy.stats"): "scipy.stats loads in ~0.7 s; only the ECMP balance test",
     ("experiments/study.py", "experiments"): "a study's runs (the live fabric), statistics (scipy.stats, ~0.7 s) and "
                                              "report (matplotlib): `check` of a study file needs none of them",
-    ("experiments/__main__.py", "experiments"): "each subcommand loads its own modules: `check` in 0.3 s, not 0.65 s",
-    ("experiments/__main__.py", "controller"): "only the `ports` subcommand talks to a controller, as above",
+    ("experiments/cli.py", "experiments"): "each subcommand loads its own modules: `check` in 0.3 s, not 0.65 s",
+    ("experiments/cli.py", "controller"): "only the `ports` subcommand talks to a controller, as above",
     ("controller/main.py", "controller"): "os-ken patches the standard library as it loads: after argument parsing",
     ("controller/main.py", "controller.ofp"): "os-ken, as above",
     ("controller/main.py", "topologies.mn_custom"): "only the controller of a plain `mn --custom` run",

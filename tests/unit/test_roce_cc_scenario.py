@@ -178,7 +178,7 @@ def test_a_plugin_that_raised_in_an_agent_ends_the_run_naming_the_file(tmp_path)
 
 
 def test_the_cli_says_run_failed_and_exits_1_on_a_run_error(monkeypatch, capsys):
-    from experiments import __main__ as cli
+    from experiments import cli
     from experiments import runner
 
     def fail(*a, **k):
