@@ -832,21 +832,27 @@ def add_ecn(out: Path, summary: dict, env: dict, profiles: dict, counters: dict,
     return summary
 
 
-ROUND_COLUMNS = ("round", "name", "bottleneck_profile", "congestion_control", "tcp_ecn", "flows_complete",
+ROUND_COLUMNS = ("round", "variant", "seed", "round_index", "bottleneck_profile", "congestion_control", "tcp_ecn", "flows_complete",
                  "fct_median_s", "fct_p99_s", "bottleneck_drops", "total_drops", "ce_marked_bottleneck",
                  "ce_received_packets", "queue_median_packets", "queue_p99_packets", "peak_backlog_packets",
                  "bottleneck_mean_tx_mbps", "bottleneck_intf", "jain_index", "fairness_how",
-                 "pfc", "pauses", "paused_time_s", "pfc_cap_drops",
-                 "reaction_p99_s", "roce_mode", "seed", "message_fct_median_s", "message_fct_median_ci95",
-                 "message_fct_p99_s", "cnps", "retransmitted_packets")
+                 "pfc_enabled", "pauses", "paused_time_s", "pfc_cap_drops",
+                 "reaction_p99_s", "roce_mode", "message_fct_median_s", "message_fct_median_ci95_low_s",
+                 "message_fct_median_ci95_high_s", "message_fct_p99_s", "cnps", "retransmitted_packets")
 
 
-def round_row(i: int, name: str, s: dict) -> dict:
-    """One row of rounds.csv from a round's summary."""
+def round_row(i: int, name: str, s: dict, variant: str | None = None, seed: int | None = None) -> dict:
+    """One row of rounds.csv from round ``i``'s (0-based) summary ``s``: the round's ``name``,
+    ``variant`` (default: its name) and ``seed`` first (experiments.tables.LABEL_COLUMNS), then
+    ``round_index`` (1-based) and its figures; ``pfc_enabled`` a boolean (None without PFC), the
+    RoCE message FCT's 95% interval as two columns."""
     e, bn, f, fa = s.get("ecn") or {}, s.get("bottleneck") or {}, s["flows"], s.get("fairness") or {}
     c = e.get("bottleneck_counters") or {}
     q = e.get("queue_after_first_rtt") or {}
-    return {"round": i + 1, "name": name, "bottleneck_profile": e.get("bottleneck_profile"),
+    if seed is None:
+        seed = (s.get("roce") or {}).get("seed")
+    return {"round": name, "variant": variant or name, "seed": seed, "round_index": i + 1,
+            "bottleneck_profile": e.get("bottleneck_profile"),
             "congestion_control": ",".join(f["congestion_control_on_live_flows"]),
             "tcp_ecn": ",".join(str(h[1]) for h in s["hosts_tcp"]), "flows_complete": f["all_complete"],
             "fct_median_s": f["fct_median_s"], "fct_p99_s": f["fct_p99_s"], "bottleneck_drops": bn.get("drops"),
@@ -861,30 +867,35 @@ def round_row(i: int, name: str, s: dict) -> dict:
 
 def _roce_columns(r: dict | None) -> dict:
     if r is None:
-        return dict.fromkeys(("roce_mode", "seed", "message_fct_median_s", "message_fct_median_ci95",
-                              "message_fct_p99_s", "cnps", "retransmitted_packets"))
+        return dict.fromkeys(("roce_mode", "message_fct_median_s", "message_fct_median_ci95_low_s",
+                              "message_fct_median_ci95_high_s", "message_fct_p99_s", "cnps", "retransmitted_packets"))
     m = r["message_fct_s"]
-    return {"roce_mode": r["mode"], "seed": r.get("seed"), "message_fct_median_s": m["median"],
-            "message_fct_median_ci95": m["median_ci95"], "message_fct_p99_s": m["p99"],
+    low, high = m["median_ci95"] or (None, None)
+    return {"roce_mode": r["mode"], "message_fct_median_s": m["median"],
+            "message_fct_median_ci95_low_s": low, "message_fct_median_ci95_high_s": high, "message_fct_p99_s": m["p99"],
             "cnps": r["cnps_received"], "retransmitted_packets": r["retransmitted_packets"]}
 
 
 def _pfc_columns(p: dict | None) -> dict:
     if p is None:
-        return dict.fromkeys(("pfc", "pauses", "paused_time_s", "pfc_cap_drops", "reaction_p99_s"))
-    return {"pfc": "on" if p["enabled"] else "off", "pauses": p["pauses"], "paused_time_s": p["paused_time_s"],
+        return dict.fromkeys(("pfc_enabled", "pauses", "paused_time_s", "pfc_cap_drops", "reaction_p99_s"))
+    return {"pfc_enabled": bool(p["enabled"]), "pauses": p["pauses"], "paused_time_s": p["paused_time_s"],
             "pfc_cap_drops": p["cap_drops"], "reaction_p99_s": p["reaction_s"]["p99"]}
 
 
-def write_rounds(out: Path, summaries: list[dict], dirs: list[Path] | None = None) -> list[dict]:
+def write_rounds(out: Path, summaries: list[dict], dirs: list[Path] | None = None,
+                 rounds: list | None = None) -> list[dict]:
     """rounds.json and rounds.csv: one row per round (:func:`round_row`), folders under ``rounds/``
-    (``dirs``, one per summary; default: every folder there, in order); with RoCE rounds,
-    rounds.json also compares the rounds of each mode across their seeds
-    (``roce_across_seeds``, experiments.rocerun.across_seeds)."""
+    (``dirs``, one per summary; default: every folder there, in order), each round's variant and
+    seed from ``rounds`` (experiments.model.Round, one per summary; default: the folder's name as
+    both round and variant); with RoCE rounds, rounds.json also compares the rounds of each mode
+    across their seeds (``roce_across_seeds``, experiments.rocerun.across_seeds)."""
     out = Path(out)
     dirs = [Path(d) for d in dirs] if dirs is not None else sorted((out / "rounds").iterdir())
-    rows = [dict(round_row(i, d.name.split("-", 1)[1], s), folder=f"rounds/{d.name}")
-            for i, (d, s) in enumerate(zip(dirs, summaries))]
+    rnds = list(rounds) if rounds is not None else [None] * len(dirs)
+    rows = [dict(round_row(i, d.name.split("-", 1)[1], s, getattr(r, "variant", None), getattr(r, "seed", None)),
+                 folder=f"rounds/{d.name}")
+            for i, (d, s, r) in enumerate(zip(dirs, summaries, rnds))]
     _write_csv(out / "rounds.csv", list(ROUND_COLUMNS) + ["folder"], rows)
     doc = {"rounds": rows}
     if any(r["roce_mode"] for r in rows):
@@ -893,10 +904,14 @@ def write_rounds(out: Path, summaries: list[dict], dirs: list[Path] | None = Non
     return rows
 
 
+def _on_off(enabled: bool | None) -> str:
+    return "-" if enabled is None else "on" if enabled else "off"
+
+
 def format_rounds(out: Path) -> str:
     """The rounds side by side, for the terminal."""
     rows = json.loads((Path(out) / "rounds.json").read_text())["rounds"]
-    pfc = any(r.get("pfc") for r in rows)
+    pfc = any(r.get("pfc_enabled") is not None for r in rows)
 
     def f(v, fmt):
         return "-" if v is None else format(v, fmt)
@@ -904,10 +919,10 @@ def format_rounds(out: Path) -> str:
              f"{'round':<16} {'profile at bottleneck':<28} {'drops':>6} {'CE marks':>8} {'queue med/p99 pkt':>18} "
              f"{'FCT med/p99 s':>14} {'Mbit/s':>7}" + (f" {'PFC':>4} {'pauses':>6} {'paused s':>8}" if pfc else "")]
     for r in rows:
-        lines.append(f"{r['name'][:16]:<16} {str(r['bottleneck_profile'])[:28]:<28} {f(r['bottleneck_drops'], 'd'):>6} "
+        lines.append(f"{r['round'][:16]:<16} {str(r['bottleneck_profile'])[:28]:<28} {f(r['bottleneck_drops'], 'd'):>6} "
                      f"{f(r['ce_marked_bottleneck'], 'd'):>8} "
                      f"{f(r['queue_median_packets'], '.0f') + '/' + f(r['queue_p99_packets'], '.0f'):>18} "
                      f"{f(r['fct_median_s'], '.2f') + '/' + f(r['fct_p99_s'], '.2f'):>14} "
                      f"{f(r['bottleneck_mean_tx_mbps'], '.2f'):>7}"
-                     + (f" {r['pfc'] or '-':>4} {f(r['pauses'], 'd'):>6} {f(r['paused_time_s'], '.2f'):>8}" if pfc else ""))
+                     + (f" {_on_off(r['pfc_enabled']):>4} {f(r['pauses'], 'd'):>6} {f(r['paused_time_s'], '.2f'):>8}" if pfc else ""))
     return "\n".join(lines)

@@ -552,6 +552,8 @@ class RoundFile(Section):
     host settings, PFC, RoCE mode, seed, collective or (an incast) senders and (in blocks mode)
     block size it gives replacing the scenario's."""
     name: Annotated[str, Field(pattern=f"^(?:{NAME})$")]
+    #: this round's label in the results' tables (default: the scenario's variant, else the round's name)
+    variant: Optional[Annotated[str, Field(pattern=f"^(?:{NAME})$")]] = None
     ecn: _own("roundEcn") = None
     hosts: Optional[HostsOverride] = None
     pfc: Optional[RoundPfc] = None
@@ -571,6 +573,8 @@ class ScenarioFile(Section):
     name: Annotated[str, Field(pattern=f"^(?:{NAME})$")]
     description: str = ""
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 1
+    #: every round's label in the results' tables (a study sets it to the cell's variant)
+    variant: Optional[Annotated[str, Field(pattern=f"^(?:{NAME})$")]] = None
     topology: Topology = Field(default_factory=lambda: TOPOLOGY_MODELS["spineleaf"]())
     routing: Routing = Routing()
     queues: Queues = Queues()
@@ -630,6 +634,9 @@ class Round(Resolved):
             ``plugin:<name>`` for a plug-in.
         roce_plugin: the plug-in of a ``plugin:<name>`` round, else None.
         seed: the seed of its random choices.
+        variant: its label in the results' tables (``variant`` column): the round's ``variant``,
+            else the scenario's, else the round's name. Rounds that differ only in their seed
+            share a variant (e.g. ``dcqcn`` for ``dcqcn-seed1`` .. ``dcqcn-seed3``).
         traffic: the traffic section as it holds in this round: the scenario's, with an incast's
             ``senders`` (and ``sender_hosts`` cut to the first ``senders``) and, in blocks mode,
             ``block_bytes`` replaced by the round's. The incast workloads (blocks, kernel flows,
@@ -644,6 +651,7 @@ class Round(Resolved):
     roce_mode: str
     roce_plugin: Optional[RocePlugin] = None
     seed: int
+    variant: str = ""
     collective: Collective
     training: Training = Training()
     traffic: Traffic
@@ -654,7 +662,7 @@ class Scenario(Resolved):
     """A resolved scenario: parsed once, read by every layer.
 
     Attributes:
-        name, description, seed, topology, routing, queues, hosts, traffic, roce, collective,
+        name, description, seed, variant, topology, routing, queues, hosts, traffic, roce, collective,
             measurement: the sections (defaults filled in; ``traffic.senders`` counts
             ``sender_hosts``, ``traffic.dscp`` is set, ``collective.ranks`` counts its hosts).
         ecn: marker and profiles, thresholds in bytes (common.ecn.resolve_ecn).
@@ -668,6 +676,7 @@ class Scenario(Resolved):
     name: str
     description: str
     seed: int
+    variant: Optional[str] = None
     topology: Topology
     routing: Routing
     queues: Queues
@@ -700,6 +709,8 @@ class Scenario(Resolved):
         out["priorities"], out["pfc"] = config_sections(self.pfc) if self.pfc is not None else (None, None)
         if self.faults:
             out["faults"] = [f.to_data() for f in self.faults]
+        if self.variant is not None:
+            out["variant"] = self.variant
         out["rounds"] = [_round_data(r, self) for r in self.rounds] if self.multi_round else None
         if any(r.collective.kind or r.training.on for r in self.rounds):
             del out["traffic"]            # a collective scenario has none (its defaults are resolved again)
@@ -721,6 +732,7 @@ def _round_data(r: Round, sc: Scenario) -> dict:
             **({"pfc": {"enabled": r.pfc_enabled}} if sc.pfc is not None else {}),
             "roce": ({"cc": {"plugin": r.roce_plugin.path, "params": dict(r.roce_plugin.params)}}
                      if r.roce_plugin is not None else {"mode": r.roce_mode}), "seed": r.seed,
+            **({"variant": r.variant} if r.variant != r.name else {}),
             **({"collective": coll} if coll is not None else {}),
             **({"training": train} if train is not None else {}),
             **({"traffic": {k: getattr(r.traffic, k) for k in keys}} if keys else {}),

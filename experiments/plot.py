@@ -387,9 +387,9 @@ def plot_rounds(out: Path) -> list[Path]:
         limit = bn["buffer_packets"] if in_packets else bn["buffer_bytes"]
         s = load_queue_samples(d / "queues.csv", 0.0)[bn["intf"]]
         top = max(top, float(s[col].max()) if len(s[col]) else 0.0)
-        pfc = f", PFC {r['pfc']}" if r.get("pfc") else ""
-        ax.plot(s["t_s"], s[col], color=f"C{i}", lw=1.2, label=f"{r['name']}: {r['bottleneck_profile']}{pfc}")
-        _threshold_lines(ax, summary.get("ecn") or {}, in_packets, color=f"C{i}", suffix=f" ({r['name']})")
+        pfc = f", PFC {'on' if r['pfc_enabled'] else 'off'}" if r.get("pfc_enabled") is not None else ""
+        ax.plot(s["t_s"], s[col], color=f"C{i}", lw=1.2, label=f"{r['round']}: {r['bottleneck_profile']}{pfc}")
+        _threshold_lines(ax, summary.get("ecn") or {}, in_packets, color=f"C{i}", suffix=f" ({r['round']})")
     if limit is not None:
         ax.axhline(limit, color="k", ls="--", lw=1, label=f"buffer = {limit} {unit}")
         ax.set_ylim(0, max(limit, top) * 1.1)
@@ -398,12 +398,12 @@ def plot_rounds(out: Path) -> list[Path]:
     ax.set_title("bottleneck queue per round")
     paths.append(_save(fig, ax, out / "rounds_queue.png", legend_cols=2))
 
-    names = [r["name"] for r in rows]
+    names = [r["round"] for r in rows]
     x = np.arange(len(rows))
     panels = [("bottleneck_drops", "drops at the bottleneck"), ("ce_marked_bottleneck", "CE marks at the bottleneck"),
               (("fct_median_s", "fct_p99_s"), "completion time (s): median, p99"),
               ("bottleneck_mean_tx_mbps", "bottleneck throughput (Mbit/s)")]
-    if any(r.get("pfc") for r in rows):
+    if any(r.get("pfc_enabled") is not None for r in rows):
         panels.append(("paused_time_s", "PFC: paused time, all links (s)"))
     fig, axes = plt.subplots(1, len(panels), figsize=(3.25 * len(panels), 3.8))
     for ax, (key, title) in zip(axes, panels):

@@ -486,6 +486,6 @@ def across_seeds(round_rows: list[dict]) -> dict:
     def spread(xs):
         xs = [x for x in xs if x is not None]
         return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)} if xs else None
-    return {mode: {"rounds": [r["name"] for r in rs], "seeds": [r["seed"] for r in rs],
+    return {mode: {"rounds": [r["round"] for r in rs], "seeds": [r["seed"] for r in rs],
                    "median_s": spread(r["message_fct_median_s"] for r in rs),
                    "p99_s": spread(r["message_fct_p99_s"] for r in rs)} for mode, rs in out.items()}

@@ -36,6 +36,7 @@ from experiments.features import FEATURES
 from experiments.live import (ROUND_STOP, check_signalled, measure_rtt_s, signals_unwind,
                               warm_up_reachability)
 from experiments.progress import Progress
+from experiments.tables import label_csvs
 from experiments.plan import check_against_fabric
 from experiments.scenario import FRAME_BYTES, read_yaml_file, validate
 from experiments.state import RunState, describe_report
@@ -332,6 +333,7 @@ def _analyse_round(ctx: RunContext, w, features: list, rec: RoundRecord) -> dict
         ok=not failures, failures=failures, accepted_unfaithful=bool(failures) and ctx.accept_unfaithful)
     (rec.dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     w.after_summary(rec, summary)
+    label_csvs(rec.dir, {"round": rec.round.name, "variant": rec.round.variant, "seed": rec.round.seed})
     for f in features:
         for warning in f.warnings(summary):
             print(f"fabriclab: WARNING: {warning}", file=sys.stderr)

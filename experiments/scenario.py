@@ -224,7 +224,7 @@ def validate(data: Any) -> Scenario:
     t = _check_traffic(t, f.roce, builder)
     rounds = _resolve_round_traffic(f, t, rounds, n_hosts)
     faults, rounds = _resolve_faults(f, builder, rounds)
-    return Scenario(name=f.name, description=f.description, seed=f.seed, topology=f.topology, routing=f.routing,
+    return Scenario(name=f.name, description=f.description, seed=f.seed, variant=f.variant, topology=f.topology, routing=f.routing,
                     queues=q, links=f.links, scale=f.scale, hosts=f.hosts, traffic=t, roce=roce, collective=collective,
                     training=training,
                     measurement=f.measurement, ecn=ecn, pfc=pfc, faults=faults, rounds=tuple(rounds),
@@ -513,7 +513,8 @@ def _resolve_rounds(f: ScenarioFile, ecn: EcnSettings, pfc: PfcConfig | None, co
     if f.rounds is None:
         mode, plugin = _round_cc(f, None, "", plugins)
         return [Round(name=f.name, ecn=ecn, hosts=f.hosts, pfc_enabled=pfc_on, roce_mode=mode, roce_plugin=plugin,
-                      seed=f.seed, collective=collective, training=training, traffic=f.traffic)]
+                      seed=f.seed, variant=f.variant or f.name, collective=collective, training=training,
+                      traffic=f.traffic)]
     kind = f.topology.kind
     out, names = [], set()
     for i, r in enumerate(f.rounds):
@@ -548,8 +549,8 @@ def _resolve_rounds(f: ScenarioFile, ecn: EcnSettings, pfc: PfcConfig | None, co
         out.append(Round(name=r.name, ecn=merged, hosts=hosts,
                          pfc_enabled=r.pfc.enabled if r.pfc is not None and r.pfc.enabled is not None else pfc_on,
                          roce_mode=mode, roce_plugin=plugin,
-                         seed=r.seed if r.seed is not None else f.seed, collective=coll, training=train,
-                         traffic=f.traffic))
+                         seed=r.seed if r.seed is not None else f.seed, variant=r.variant or f.variant or r.name,
+                         collective=coll, training=train, traffic=f.traffic))
     return out
 
 

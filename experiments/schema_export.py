@@ -30,6 +30,8 @@ SECTIONS = {
     "name": "the scenario's name (results folders are named after it)",
     "description": "free text",
     "seed": "the seed of every random choice (patterns, arrivals)",
+    "variant": "every round's label in the results' tables, the variant column (default: each round's name; "
+               "a study sets it to the cell's variant; a round may give its own)",
     "topology": "the fabric: its kind and that kind's sizes and link rates",
     "routing": "how switches pick among equal-cost next hops",
     "queues": "every switch egress port's FIFO and shaper",

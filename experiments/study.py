@@ -289,7 +289,7 @@ def expand(data: Any, source: Optional[Path] = None) -> Study:
                 for key, value in point.items():
                     set_dotted(d, key, value)
                 name = cell_name(variant, point, seed, pi)
-                d.update(name=name, seed=seed)
+                d.update(name=name, seed=seed, variant=variant)
                 d.pop("rounds", None)
                 try:
                     sc = validate(d)
@@ -327,7 +327,7 @@ def fabric_signature(sc: Scenario) -> str:
     """What a round cannot change of a resolved scenario, as text: cells with equal signatures may
     run as rounds of one fabric (the verification in :func:`plan_runs` decides)."""
     d = sc.to_data()
-    for k in ("name", "description", "seed", "rounds", "hosts"):
+    for k in ("name", "description", "seed", "variant", "rounds", "hosts"):
         d.pop(k, None)
     d["roce"] = {k: v for k, v in d["roce"].items() if k not in ("mode", "cc")}    # a round's rate controller
     d["ecn"] = {"marker": d["ecn"]["marker"]}
@@ -379,6 +379,7 @@ def _group_scenario(name: str, cells: list[Cell]) -> Scenario:
     first = cells[0].scenario
     d = first.to_data()
     d["name"] = name
+    d.pop("variant", None)                          # every round gives its own
     d["ecn"] = {"marker": d["ecn"]["marker"]}       # every round gives its whole profile
     d["rounds"] = [_round_data(c.scenario.rounds[0], c.scenario) for c in cells]
     if d.get("pfc") is None:

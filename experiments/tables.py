@@ -4,6 +4,7 @@ CSV read back, percentiles. Pure file code (no root); every results module impor
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,11 @@ FLOW_COLUMNS = ("flow_id", "src", "dst", "src_ip", "src_port", "bytes_planned", 
                 "path")
 
 
+#: The columns every table of a round's folder starts with: the round's name, its variant (the
+#: scenario's ``variant`` key: a study's variant, or the round's name) and its seed.
+LABEL_COLUMNS = ("round", "variant", "seed")
+
+
 def percentile(values, q: float) -> float | None:
     """The ``q``-th percentile (0-100, numpy's linear interpolation) of ``values``; None when empty."""
     return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else None
@@ -36,7 +42,7 @@ def load_queue_samples(path: Path, t0_unix_s: float) -> dict[str, dict[str, np.n
         header = next(r)
         ti = header.index("t_unix_s") if "t_unix_s" in header else header.index("t_s")
         ii = header.index("intf")
-        cols = [c for c in header if c not in ("t_unix_s", "t_s", "intf")]
+        cols = [c for c in header if c not in ("t_unix_s", "t_s", "intf") + LABEL_COLUMNS]
         idx = [header.index(c) for c in cols]
         for row in r:
             per.setdefault(row[ii], []).append([float(row[ti])] + [float(row[i]) for i in idx])
@@ -57,3 +63,34 @@ def write_csv(path: Path, columns, rows) -> None:
         w.writeheader()
         for r in rows:
             w.writerow(r)
+
+
+def label_csvs(folder: Path, labels: dict) -> list[Path]:
+    """Put ``labels`` (:data:`LABEL_COLUMNS` -> value) first in every row of every ``*.csv`` in
+    ``folder`` (not its sub-folders; not a recorder's raw ``*_raw.csv``), replacing a column of the same name, so that a round's
+    tables concatenate across rounds, variants and seeds. Each file is rewritten through a
+    temporary file and renamed into place. Returns the files labelled.
+
+    Raises:
+        OSError: a file cannot be read or written.
+    """
+    names = list(labels)
+    done = []
+    for path in sorted(Path(folder).glob("*.csv")):
+        if path.name.endswith("_raw.csv"):
+            continue
+        tmp = path.with_name(f".{path.name}.labelling")
+        with open(path, newline="") as src, open(tmp, "w", newline="") as dst:
+            r, w = csv.reader(src), csv.writer(dst)
+            header = next(r, None)
+            if header is None:
+                os.unlink(tmp)
+                continue
+            keep = [i for i, c in enumerate(header) if c not in labels]
+            w.writerow(names + [header[i] for i in keep])
+            values = [labels[k] for k in names]
+            for row in r:
+                w.writerow(values + [row[i] for i in keep if i < len(row)])
+        os.replace(tmp, path)
+        done.append(path)
+    return done

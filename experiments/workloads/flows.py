@@ -130,7 +130,7 @@ class KernelFlows(Workload):
         """rounds.json, rounds.csv and the rounds' plots, side by side (unless ``measurement.plots``
         is false)."""
         out = self.ctx.out
-        analysis.write_rounds(out, [s for _, s in done], [rec.dir for rec, _ in done])
+        analysis.write_rounds(out, [s for _, s in done], [rec.dir for rec, _ in done], [rec.round for rec, _ in done])
         if self.ctx.sc.measurement.plots:
             plot.plot_rounds(out)
         if not self.ctx.quiet:

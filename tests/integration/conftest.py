@@ -97,11 +97,13 @@ def start_run(tmp_path: Path, scenario: Path):
     return proc, results, lines
 
 
-def run_cli(*args, env=None, timeout=300, **kw):
-    """Run ``python -m experiments ARGS`` from the repository root."""
+def run_cli(*args, env=None, timeout=300, command=None, **kw):
+    """Run ``python -m experiments ARGS`` (or ``command ARGS``: the installed ``fabriclab``) from
+    the repository root."""
     e = dict(os.environ)
     e.update(env or {})
-    return subprocess.run([PY, "-m", "experiments", *args], cwd=ROOT, env=e, capture_output=True, text=True,
+    argv = [str(command)] if command is not None else [PY, "-m", "experiments"]
+    return subprocess.run([*argv, *args], cwd=ROOT, env=e, capture_output=True, text=True,
                           timeout=timeout, **kw)
 
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, assert_clean, start_run, ovs_bridges, root_eth_links, run_cli, small_scenario
+from tests.notebook import notebook_blocks, run_notebook_blocks
+
+from .conftest import PY, ROOT, assert_clean, start_run, ovs_bridges, root_eth_links, run_cli, small_scenario
 
 
 def only_run_dir(results: Path) -> Path:
@@ -40,14 +42,22 @@ def test_default_experiment_end_to_end(tmp_path, figure):
     results = tmp_path / "results"
     args = ["run", "--results", str(results)]
     rate_bps, size = 10e6, 500000
-    p = run_cli(*args, timeout=900)
+    fabriclab = Path(PY).with_name("fabriclab")          # the command `make setup` installs
+    assert fabriclab.exists(), "make setup installs the fabriclab command into .venv/bin"
+    p = run_cli(*args, timeout=900, command=fabriclab)
     assert p.returncode == 0, p.stderr[-3000:]
     top = only_run_dir(results)
     for name in ("scenario.yaml", "environment.json", "fabric_map.json", "rounds.json", "rounds.csv",
                  "rounds_queue.png", "rounds_bars.png", "topology.png"):
         assert (top / name).stat().st_size > 0, name
     rounds = json.loads((top / "rounds.json").read_text())["rounds"]
-    assert [r["name"] for r in rounds] == ["drop-tail", "ecn-k20", "pfc", "ecn-pfc"]
+    assert [r["round"] for r in rounds] == ["drop-tail", "ecn-k20", "pfc", "ecn-pfc"]
+    # every table of every round starts with its labels; docs/notebooks.md's analyses run on it
+    for r in rounds:
+        for table in (top / r["folder"]).glob("*.csv"):
+            if not table.name.endswith("_raw.csv"):
+                assert table.read_text().startswith("round,variant,seed,"), table
+    run_notebook_blocks(notebook_blocks(), top, cwd=tmp_path)
     out, ecn_out, pfc_out, both_out = (top / r["folder"] for r in rounds)
     for d in (out, ecn_out, pfc_out, both_out):
         for name in ("environment.json", "queues.csv", "ports.csv", "flows.csv", "flow_samples.csv", "summary.json",
@@ -243,7 +253,7 @@ def test_a_run_stopped_after_its_rounds_keeps_them_and_analyze_rebuilds_the_rest
         assert json.loads((d / "summary.json").read_text()) == summaries[d]
         for name in ("flows.csv", "ports.csv", "queue_depth.png", "throughput.png"):
             assert (d / name).stat().st_size > 0, (d, name)
-    assert [r["name"] for r in csv.DictReader(open(top / "rounds.csv"))] == ["drop-tail", "ecn"]
+    assert [r["round"] for r in csv.DictReader(open(top / "rounds.csv"))] == ["drop-tail", "ecn"]
 
 
 def _start_run(tmp_path, scenario):

@@ -29,6 +29,7 @@ LOCAL_IMPORTS_ALLOWED = {
     ("experiments/analysis.py", "scipy.stats"): "scipy.stats loads in ~0.7 s; only the ECMP balance test",
     ("experiments/study.py", "experiments"): "a study's runs (the live fabric), statistics (scipy.stats, ~0.7 s) and "
                                              "report (matplotlib): `check` of a study file needs none of them",
+    ("experiments/results.py", "pandas"): "pandas is optional: only experiments.results.load needs it",
     ("experiments/cli.py", "experiments"): "each subcommand loads its own modules: `check` in 0.3 s, not 0.65 s",
     ("experiments/cli.py", "controller"): "only the `ports` subcommand talks to a controller, as above",
     ("controller/main.py", "controller"): "os-ken patches the standard library as it loads: after argument parsing",
