@@ -41,3 +41,23 @@ def test_fabriclab_switch_takes_the_probed_datapath(monkeypatch, probed):
                     "dpid": "0000000000000001"}
     cls("l2", datapath="user")
     assert seen["datapath"] == "user"
+
+
+def test_fabriclab_controller_checks_with_a_plain_connection(monkeypatch):
+    """`mn --controller fabriclab`: the check connects and reads nothing (Mininet's own reads the
+    controller's first bytes as UTF-8 and failed on an OpenFlow HELLO); it warns when nothing
+    listens, as Mininet's does."""
+    import socket
+    from types import SimpleNamespace
+    pytest.importorskip("mininet.node")
+    warned = []
+    monkeypatch.setattr(mn_custom, "warn", warned.append)
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        port = srv.getsockname()[1]
+        mn_custom.FabriclabController.checkListening(SimpleNamespace(ip="127.0.0.1", port=port))
+        assert warned == []
+    mn_custom.FabriclabController.checkListening(SimpleNamespace(ip="127.0.0.1", port=port))
+    assert len(warned) == 1 and f"127.0.0.1:{port}" in warned[0]
+    assert mn_custom.controllers == {"fabriclab": mn_custom.FabriclabController}
