@@ -28,6 +28,10 @@ runner asks it to apply the plan once the ports have their queues (adding a
 port to Open vSwitch resets its root qdisc, so that is after the switches
 connect), and to change profiles during the run; a user can read and change
 them with curl. OpenFlow 1.3 only.
+
+Its settings are os-ken configuration options in group ``[fabriclab]`` (:mod:`controller.options`),
+so it runs under os-ken's manager as Ryu apps do (``python -m controller.manager controller/app.py
+--fabriclab-topo fattree,4``, or ``--config-file``) as well as under ``python -m controller.main``.
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ from controller.oferrors import describe_error
 from controller.ofp import (CONFIG_DISPATCHER, HANDSHAKE_DISPATCHER, MAIN_DISPATCHER, BaseApp, arp, ether_types, ethernet, nicira_ext,
                             ofp_event, ofproto_v1_3, packet, set_ev_cls)
 from controller.faultports import FaultPorts
+from controller import options
 from controller.pfcports import PfcPorts, share_gil_realtime
 from controller.portstats import read_ports
 from controller.rest import ControlApi, serve
@@ -50,23 +55,30 @@ from controller.tables import Multipath, Output, SetReg, ToController, port_sets
 
 LOG = logging.getLogger("fabriclab.controller")
 
+options.register()   # as a Ryu app does: its options exist once the app's module is loaded
+
 
 class FabricController(BaseApp):
     """Routes a fabric described by a fabric map (see Fabric.to_map).
 
-    Configure through :attr:`config` before the app manager instantiates it:
-    ``{"fabric_map": path, "ready_file": path, "routing": "ecmp"|"single",
-    "ecn_plan": path or None, "pfc_plan": path or None, "control_dir": path or None,
-    "rest_port": port or None}`` (the REST API, controller.rest, on 127.0.0.1).
+    Configured by os-ken's configuration options in group ``[fabriclab]`` (parsed before the app
+    manager instantiates the app; :mod:`controller.options`): the fabric (``topo``, a Mininet-style
+    spec built in memory, or ``fabric-map``, a JSON file), ``ready-file``, ``routing``
+    (``ecmp``|``single``), ``ecn-plan``, ``pfc-plan``, ``control-dir`` and ``rest-port`` (the REST
+    API, controller.rest, on 127.0.0.1; 0: none). :attr:`config` holds them as
+    :func:`controller.options.settings` returns them.
+
+    Raises (on instantiation): common.errors.SetupError without exactly one of ``topo`` and
+    ``fabric-map``; ValueError or ScenarioError for a bad ``topo``; OSError or ValueError for an
+    unreadable map file.
     """
 
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
-    config: dict = {}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        with open(self.config["fabric_map"]) as f:
-            self.fabric = json.load(f)
+        self.config = options.settings(self.CONF)
+        self.fabric = options.fabric_map(self.config)
         self.routes = compute_routes(self.fabric, self.config.get("routing", "ecmp"))
         self.by_dpid = {s["dpid"]: s for s in self.fabric["switches"]}
         self.mac_of = {h["ip"]: h["mac"] for h in self.fabric["hosts"]}

@@ -3,23 +3,42 @@
 ``python -m controller.main (--fabric-map MAP | --topo fattree,4) --ready-file FILE [--host 127.0.0.1]
 [--port 6653] [--routing ecmp|single] [--ecn-plan PLAN.json] [--pfc-plan PLAN.json] [--control-dir DIR]
 [--rest-port 8080]``: the REST API (controller.rest) listens on 127.0.0.1 at ``--rest-port``
-(0: none).
+(0: none). ``--topo`` builds the fabric map in memory (no file).
+
+The arguments become the app's os-ken configuration options (:mod:`controller.options`, group
+``[fabriclab]``); ``python -m controller.manager controller/app.py --fabriclab-topo fattree,4``
+runs the same app the way ``osken-manager`` runs Ryu apps.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
 import sys
-import tempfile
 
 from controller.faultports import remove_everywhere
 
 
+def exit_on_sigterm() -> None:
+    """Make SIGTERM end the process at once with exit status 0, after removing the fault
+    injections the controller made (:func:`controller.faultports.remove_everywhere`).
+
+    Why not the default or os-ken's own shutdown: os-ken's shutdown path raises on SystemExit
+    (HubThread has no kill()); the controller holds no state worth flushing beyond its log.
+    """
+    def _stop(*_):
+        logging.getLogger("fabriclab.controller").info("stopping on SIGTERM")
+        remove_everywhere()
+        logging.shutdown()
+        os._exit(0)
+    signal.signal(signal.SIGTERM, _stop)
+
+
 def main(argv=None) -> int:
-    """Parse arguments, configure the framework and run the app until killed (exit 0 on SIGTERM)."""
+    """Parse arguments, configure the framework and run the app until killed (exit 0 on SIGTERM;
+    argparse's exit 2 on a bad argument; a bad ``--topo`` or map file ends the app manager with
+    its traceback)."""
     ap = argparse.ArgumentParser(description="fabriclab controller (os-ken / Ryu API)")
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--fabric-map", help="fabric map JSON written by the runner")
@@ -35,28 +54,17 @@ def main(argv=None) -> int:
                     help="the REST API's port on 127.0.0.1 (Ryu's REST apps use 8080; 0: no API)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    def _stop(*_):
-        # os-ken's own shutdown path raises on SystemExit (HubThread has no kill());
-        # the controller holds no state worth flushing beyond its log.
-        logging.getLogger("fabriclab.controller").info("stopping on SIGTERM")
-        remove_everywhere()
-        logging.shutdown()
-        os._exit(0)
-    signal.signal(signal.SIGTERM, _stop)
-    if args.topo:
-        from topologies.mn_custom import build   # the controller of a plain `mn --custom` run only
-        fd, args.fabric_map = tempfile.mkstemp(prefix="fabriclab-map-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(build(args.topo).to_map(), f)
+    exit_on_sigterm()
     # the framework loads after the arguments are parsed: os-ken patches the standard library as it
     # loads (eventlet), and --help or a bad argument needs none of it
-    from controller import app
+    from controller import options
     from controller.ofp import PROJECT, app_manager, cfg
-    cfg.CONF(args=[f"--ofp-listen-host={args.host}", f"--ofp-tcp-listen-port={args.port}"], project=PROJECT)
-    app.FabricController.config = {"fabric_map": args.fabric_map, "ready_file": args.ready_file,
-                                   "routing": args.routing, "ecn_plan": args.ecn_plan,
-                                   "pfc_plan": args.pfc_plan, "control_dir": args.control_dir,
-                                   "rest_port": args.rest_port or None}
+    options.register(cfg.CONF)
+    cfg.CONF(args=[f"--ofp-listen-host={args.host}", f"--ofp-tcp-listen-port={args.port}"]
+             + options.cli_args(topo=args.topo, fabric_map=args.fabric_map, ready_file=args.ready_file,
+                                routing=args.routing, ecn_plan=args.ecn_plan, pfc_plan=args.pfc_plan,
+                                control_dir=args.control_dir, rest_port=args.rest_port),
+             project=PROJECT)
     app_manager.AppManager.run_apps(["controller.app"])
     return 0
 

@@ -4,8 +4,10 @@ os-ken (the maintained fork of Ryu, same API under ``os_ken``) is used where
 it imports; classic ``ryu`` is the fallback where it works (it does not on
 Python 3.11: case C6). Everything else imports these names from here.
 """
+from oslo_config.cfg import ArgsAlreadyParsedError  # os-ken's and Ryu's configuration library
+
 try:  # pragma: no branch
-    from os_ken import cfg
+    from os_ken import cfg, log
     from os_ken.base import app_manager
     from os_ken.base.app_manager import OSKenApp as BaseApp
     from os_ken.controller import ofp_event
@@ -16,7 +18,7 @@ try:  # pragma: no branch
     FRAMEWORK = "os_ken"
     PROJECT = "os_ken"
 except ImportError:  # classic Ryu on an older Python
-    from ryu import cfg  # type: ignore
+    from ryu import cfg, log  # type: ignore
     from ryu.base import app_manager  # type: ignore
     from ryu.base.app_manager import RyuApp as BaseApp  # type: ignore
     from ryu.controller import ofp_event  # type: ignore
@@ -27,5 +29,5 @@ except ImportError:  # classic Ryu on an older Python
     FRAMEWORK = "ryu"
     PROJECT = "ryu"
 
-__all__ = ["cfg", "app_manager", "BaseApp", "ofp_event", "CONFIG_DISPATCHER", "HANDSHAKE_DISPATCHER", "MAIN_DISPATCHER",
+__all__ = ["ArgsAlreadyParsedError", "cfg", "log", "app_manager", "BaseApp", "ofp_event", "CONFIG_DISPATCHER", "HANDSHAKE_DISPATCHER", "MAIN_DISPATCHER",
            "set_ev_cls", "hub", "arp", "ethernet", "ether_types", "packet", "nicira_ext", "ofproto_v1_3", "FRAMEWORK", "PROJECT"]

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from common.datapath import ovs_kernel_datapath_available
 from controller import timers
 
 #: qdisc kinds probed, with the minimal tc arguments each needs.
@@ -36,19 +37,6 @@ def _out(argv: list[str]) -> tuple[int, str]:
         return p.returncode, (p.stdout + p.stderr).strip()
     except (FileNotFoundError, subprocess.TimeoutExpired) as e:
         return 127, str(e)
-
-
-def kernel_module_loaded(name: str) -> bool:
-    """True if module ``name`` is loaded or built in (``/sys/module/<name>`` exists)."""
-    return Path("/sys/module", name).exists()
-
-
-def ovs_kernel_datapath_available() -> bool:
-    """True if the openvswitch kernel module is loaded or can be loaded."""
-    if kernel_module_loaded("openvswitch"):
-        return True
-    rc, _ = _out(["modprobe", "-q", "openvswitch"])
-    return rc == 0 and kernel_module_loaded("openvswitch")
 
 
 def probe_qdiscs() -> dict[str, bool]:

@@ -34,7 +34,6 @@ LOCAL_IMPORTS_ALLOWED = {
     ("experiments/cli.py", "controller"): "only the `ports` subcommand talks to a controller, as above",
     ("controller/main.py", "controller"): "os-ken patches the standard library as it loads: after argument parsing",
     ("controller/main.py", "controller.ofp"): "os-ken, as above",
-    ("controller/main.py", "topologies.mn_custom"): "only the controller of a plain `mn --custom` run",
 }
 
 
