@@ -91,7 +91,7 @@ def test_the_app_builds_a_spec_in_memory(monkeypatch):
 
 
 def test_osken_manager_is_installed_as_fabriclabs_port():
-    """os-ken 4 removed osken-manager; `make setup` installs controller.manager under that name."""
+    """os-ken 4.2.2 ships no osken-manager; `make setup` installs controller.manager under that name."""
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["osken-manager"] == "controller.manager:main"
     from controller import manager
