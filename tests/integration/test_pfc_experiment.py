@@ -100,5 +100,5 @@ def test_pfc_incast_experiment_off_drops_on_is_lossless_and_spreads(tmp_path, fi
     for png in ("pfc_pauses.png", "pfc_buffer.png", "queue_depth.png"):
         assert (on_dir / png).stat().st_size > 10_000, png
     rounds = _rows(out / "rounds.csv")
-    assert [r["pfc"] for r in rounds] == ["off", "on"]
+    assert [r["pfc_enabled"] for r in rounds] == ["False", "True"]          # booleans, as pandas reads them
     assert_clean(out.name)

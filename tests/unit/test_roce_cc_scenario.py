@@ -151,9 +151,9 @@ def test_summary_tables_and_seeds_record_plugin_name(tmp_path):
     flows_csv = (tmp_path / "roce_flows.csv").read_text().splitlines()
     assert "rtt_median_s" in flows_csv[0] and "0.005" in flows_csv[1]
     assert analysis._roce_columns(r)["roce_mode"] == "plugin:aimd"
-    seeds = rocerun.across_seeds([{"name": "a", "roce_mode": "plugin:aimd", "seed": 1, "message_fct_median_s": 0.2,
+    seeds = rocerun.across_seeds([{"round": "a", "roce_mode": "plugin:aimd", "seed": 1, "message_fct_median_s": 0.2,
                                    "message_fct_p99_s": 1.0},
-                                  {"name": "b", "roce_mode": "dcqcn", "seed": 1, "message_fct_median_s": 0.3,
+                                  {"round": "b", "roce_mode": "dcqcn", "seed": 1, "message_fct_median_s": 0.3,
                                    "message_fct_p99_s": 1.0}])
     assert set(seeds) == {"plugin:aimd", "dcqcn"} and seeds["plugin:aimd"]["seeds"] == [1]
     sc = validate(roce(roce={"cc": {"plugin": str(AIMD)}}))

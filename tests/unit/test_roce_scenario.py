@@ -96,10 +96,10 @@ def test_rounds_repeat_with_their_own_seeds_and_compare_across_them():
     with pytest.raises(ScenarioError) as e:
         validate({**roce(), "rounds": [{"name": "a", "seed": -1}]})
     assert e.value.key == "rounds[0].seed"
-    rows = [{"name": "a", "roce_mode": "dcqcn", "seed": 1, "message_fct_median_s": 0.2, "message_fct_p99_s": 1.0},
-            {"name": "b", "roce_mode": "dcqcn", "seed": 2, "message_fct_median_s": 0.4, "message_fct_p99_s": 2.0},
-            {"name": "c", "roce_mode": "none", "seed": 1, "message_fct_median_s": None, "message_fct_p99_s": None},
-            {"name": "tcp", "roce_mode": None}]
+    rows = [{"round": "a", "roce_mode": "dcqcn", "seed": 1, "message_fct_median_s": 0.2, "message_fct_p99_s": 1.0},
+            {"round": "b", "roce_mode": "dcqcn", "seed": 2, "message_fct_median_s": 0.4, "message_fct_p99_s": 2.0},
+            {"round": "c", "roce_mode": "none", "seed": 1, "message_fct_median_s": None, "message_fct_p99_s": None},
+            {"round": "tcp", "roce_mode": None}]
     got = rocerun.across_seeds(rows)
     d = got["dcqcn"]
     assert d["rounds"] == ["a", "b"] and d["seeds"] == [1, 2]
