@@ -5,6 +5,7 @@ Chromium renders the report where one is installed."""
 from __future__ import annotations
 
 import csv
+import html
 import itertools
 import json
 import os
@@ -160,12 +161,12 @@ def _check_html(study: Path, cmp: dict) -> str:
     assert loads and all(t == "img" and k == "src" and v.startswith("data:image/png;base64,") for t, k, v in loads)
     assert not any(k.startswith("on") for _, a in parser.tags for k in a)        # no event handler
     for v in cmp["variants"]:
-        assert sr.html.escape(v) in text
+        assert html.escape(v) in text
     for pr in cmp["pairs"]:
         who = {"A": pr["a"], "B": pr["b"]}
         verdict = pr["verdict"]
         spelled = f"{who[verdict[0]]} {verdict[2:]}" if verdict[:2] in ("A ", "B ") else verdict
-        assert f">{sr.html.escape(spelled)}<" in text, spelled
+        assert f">{html.escape(spelled)}<" in text, spelled
     return text
 
 
