@@ -3,8 +3,8 @@
     python -m experiments run [SCENARIO.yaml] [--results DIR]
     python -m experiments check SCENARIO.yaml     # validate only (a comparison file too)
     python -m experiments clean                   # remove what a killed run left
-    python -m experiments plot RESULTS_DIR        # redraw plots from result files (a study's: its report)
-    python -m experiments analyze RESULTS_DIR     # rebuild every derived file from the raw ones
+    python -m experiments plot RESULTS_DIR        # redraw plots from result files, and report.html
+    python -m experiments analyze RESULTS_DIR     # rebuild every derived file from the raw ones (report.html too)
     python -m experiments schema [--markdown]     # the scenario's JSON Schema (or its key reference)
     python -m experiments draw SCENARIO.yaml [--out PNG]   # draw the scenario's fabric (no root)
     python -m experiments compare [COMPARISON.yaml] [--results DIR]   # same traffic on several fabrics
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     c = sub.add_parser("check", help="validate a scenario, comparison or study file (exit 2 naming the bad key)")
     c.add_argument("scenario")
     sub.add_parser("clean", help="remove state left by a killed run")
-    p = sub.add_parser("plot", help="redraw the plots of a results folder, or a study folder's plots and report.html")
+    p = sub.add_parser("plot", help="redraw the plots of a results folder (a run's, a comparison's, a study's) and its report.html")
     p.add_argument("results_dir")
     sch = sub.add_parser("schema", help="print the scenario's JSON Schema (editors complete and check YAML with it)")
     sch.add_argument("--markdown", action="store_true", help="the scenario-key reference instead (docs/scenario-keys.md)")
@@ -217,10 +217,22 @@ def main(argv=None) -> int:
             paths += plot.plot_rounds(d)
         elif (d / "summary.json").exists():
             paths = plot.plot_all(d)
+        elif (d / "comparison.json").exists() and "runs" in json.loads((d / "comparison.json").read_text()):
+            paths = plot.plot_comparison(d)
         else:
             print(f"fabriclab: {d}: not a results folder (no summary.json, rounds.json or study.json in it)",
                   file=sys.stderr)
             return 2
+        if (d / "fabric_map.json").exists() and (d / "scenario.yaml").exists():
+            from experiments import draw
+            paths.append(draw.draw(json.loads((d / "fabric_map.json").read_text()), d / "topology.png",
+                                   title=read_yaml_file(d / "scenario.yaml").get("name")))
+        if not (d / "study.json").exists():
+            from experiments import report                  # the study's report is its own (above)
+            try:
+                paths.append(report.write_report(d))
+            except (FileNotFoundError, ValueError) as e:
+                print(f"fabriclab: no report.html: {e}", file=sys.stderr)
         for path in paths:
             print(path)
         return 0
