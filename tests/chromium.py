@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from html.parser import HTMLParser
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,3 +168,57 @@ def check_renders(report: Path, name: str, tmp: Path, width: int = 1200, height:
     assert res["rc"] == 0, err[-2000:]
     assert f"<title>decoded {n} of {n}</title>" in dom, re.findall(r"<title>.*?</title>", dom)
     return {"seconds": time.monotonic() - t0, "images": n, "screenshot": kept}
+
+
+class _Loads(HTMLParser):
+    """Every start tag's attributes that load something, and the ``class`` of every plot section."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags: set[str] = set()
+        self.loads: list[tuple[str, str, str]] = []
+        self.generic: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.tags.add(tag)
+        self.loads += [(tag, k, v or "") for k, v in a.items() if k in ("src", "href", "srcset", "action", "data")]
+        if tag == "section" and "generic" in (a.get("class") or "").split():
+            self.generic.append(a.get("data-file", "?"))
+
+
+def check_report_folder(folder: Path, name: str, tmp: Path, captions: bool = True) -> dict:
+    """The live tier's check of a results folder's ``report.html`` (a run's, written by the run
+    loop; a study's, by experiments.studyreport): it exists; nothing in it loads from anywhere but
+    a ``data:`` URI (no attribute names an http(s) address; text may mention one) and it has no script; every PNG of the folder and of its rounds' folders is
+    embedded; with ``captions``, no plot shows the generic caption (every bundled plot declares
+    its own); then, where Chromium is installed, :func:`check_renders` (screenshot kept as
+    ``<name>.png`` under :func:`artifacts_dir`). Returns ``{"seconds": the whole check's wall
+    time, "rendered": bool, "images": n}``. Raises AssertionError on any failure."""
+    import base64
+
+    t0 = time.monotonic()
+    page = Path(folder) / "report.html"
+    text = page.read_text(encoding="utf-8")
+    low = text.lower()
+    assert "<script" not in low and "url(" not in low and "@import" not in low
+    p = _Loads()
+    p.feed(text)
+    # an address may be text (environment.json's controller API, say), never an attribute or a style
+    assert not re.search(r"""=\s*["']?\s*(https?:|//)""", low), re.findall(r""".{40}=\s*["']?\s*https?:.{40}""", low)
+    assert not p.tags & {"script", "link", "iframe", "object", "embed", "base", "form"}, p.tags
+    assert all(t == "img" and k == "src" and v.startswith("data:image/png;base64,") for t, k, v in p.loads), \
+        [x[:3] for x in p.loads if not x[2].startswith("data:")]
+    pngs = sorted(Path(folder).glob("*.png")) + sorted(Path(folder).glob("rounds/*/*.png"))
+    srcs = {v for _, _, v in p.loads}
+    missing = [str(x) for x in pngs if "data:image/png;base64," + base64.b64encode(x.read_bytes()).decode() not in srcs]
+    assert pngs and not missing, (len(pngs), missing)
+    if captions:
+        assert p.generic == [], f"plots without a caption of their own: {p.generic}"
+    out = {"rendered": False, "images": len(p.loads)}
+    if CHROMIUM is not None:
+        out.update(check_renders(page, name, Path(tmp) / f"chromium-{name}"), rendered=True)
+    out["seconds"] = time.monotonic() - t0
+    print(f"report.html of {name}: {out['images']} images, {len(text) / 1e6:.1f} MB, checked"
+          f"{' and rendered' if out['rendered'] else ' (no chromium: not rendered)'} in {out['seconds']:.1f} s")
+    return out
