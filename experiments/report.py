@@ -285,12 +285,15 @@ def run_body(d: Path) -> tuple[str, str]:
             continue
         if rows:
             out.append(f"<h2>The rounds side by side ({esc(t.name)})</h2>" + rows_table(rows, skip=("folder",)))
+    rounds_html = [_round_section(i, r, d, not single) for i, r in enumerate(rounds, 1)]
+    if single:                       # a run of one round: its summary, then its plots
+        out += rounds_html
     top = plots_in(d)
     if top:
         out.append("<h2>Plots of the whole run</h2>" if not single else "<h2>Plots</h2>")
         out.append("".join(plot_figure(p, d) for p in top))
-    for i, r in enumerate(rounds, 1):
-        out.append(_round_section(i, r, d, not single))
+    if not single:
+        out += rounds_html
     return name, "".join(out)
 
 
