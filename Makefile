@@ -104,7 +104,7 @@ draw:
 
 test: check-root setup
 	@mkdir -p $(TEST_REPORTS)
-	$(PY) -m pytest tests --durations=25 --junitxml=$(TEST_REPORTS)/host.xml $(PYTEST_ARGS)
+	TEST_REPORTS=$(TEST_REPORTS) $(PY) -m pytest tests --durations=25 --junitxml=$(TEST_REPORTS)/host.xml $(PYTEST_ARGS)
 
 test-times:
 	@python3 scripts/test_times.py $(wildcard $(TEST_REPORTS)/*.xml)

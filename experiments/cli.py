@@ -301,12 +301,13 @@ def _results_folder(path: str, *markers: str) -> Path:
     return d
 
 
-@cli.command(short_help="redraw a results folder's plots", epilog=_examples("fabriclab plot results/20261205T091500Z-incast"))
+@cli.command(short_help="redraw a results folder's plots and report", epilog=_examples("fabriclab plot results/20261205T091500Z-incast"))
 @click.argument("results_dir", metavar="RESULTS_DIR")
 def plot(results_dir: str) -> int:
-    """Redraw the plots of a results folder (a study folder's: its plots and report.html). No root."""
+    """Redraw the plots of a results folder (a run's, a comparison's, a study's) and rewrite its
+    report.html. No root."""
     from experiments import plot as plots
-    d = _results_folder(results_dir, "summary.json", "rounds.json", "study.json")
+    d = _results_folder(results_dir, "summary.json", "rounds.json", "study.json", "comparison.json")
     paths = []
     try:
         if (d / "study.json").exists() and (d / "comparison.json").exists():     # a study's folder
@@ -318,8 +319,20 @@ def plot(results_dir: str) -> int:
             paths += plots.plot_rounds(d)
         elif (d / "summary.json").exists():
             paths = plots.plot_all(d)
+        elif (d / "comparison.json").exists() and "runs" in json.loads((d / "comparison.json").read_text()):
+            paths = plots.plot_comparison(d)
         else:
             raise Stop(2, f"{d}: a study folder without comparison.json (the study did not finish)")
+        if (d / "fabric_map.json").exists() and (d / "scenario.yaml").exists():
+            from experiments import draw as drawing
+            paths.append(drawing.draw(json.loads((d / "fabric_map.json").read_text()), d / "topology.png",
+                                      title=read_yaml_file(d / "scenario.yaml").get("name")))
+        if not (d / "study.json").exists():
+            from experiments import report                  # a study's report is its own (above)
+            try:
+                paths.append(report.write_report(d))
+            except (FileNotFoundError, ValueError) as e:
+                print(f"fabriclab: no report.html: {e}", file=sys.stderr)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise Stop(2, f"{d}: its files cannot be read as a results folder of this fabriclab "
                       f"({type(e).__name__}: {e}); rerun its scenario or `fabriclab analyze` it") from None

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from common.errors import ScenarioError
-from experiments import plot, runner
+from experiments import plot, report, runner
 from experiments.scenario import NAME, read_yaml_file, validate
 
 TOP_KEYS = ("name", "description", "base", "fabrics", "traffic")
@@ -172,6 +172,7 @@ def run_comparison(cmp: dict, results_root: Path, quiet: bool = False, accept_un
             print("  " + format_row(rows[-1]), flush=True)
         result = write_tables(out, cmp, rows)   # after every run: an interrupted comparison keeps what it has
     plot.plot_comparison(out)
+    report.write_report(out)
     if not quiet:
         print(format_comparison(result, out))
     return out

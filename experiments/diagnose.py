@@ -37,6 +37,7 @@ from experiments.draw import draw
 from experiments.fabric import REPO
 from experiments.features.ports import port_rows
 from experiments.model import Scenario
+from experiments.pagekit import Caption
 from experiments.plan import build_fabric
 from experiments.runner import PLATFORM, port_queue
 from controller.dataplane import PortQueue
@@ -426,6 +427,14 @@ def report_lines(rec: dict) -> list[str]:
     return lines
 
 
+#: The diagnosis drawing's caption (stored in the PNG).
+DIAGNOSIS = Caption(
+    "Where the probes went and what they found",
+    "The fabric with every link a probe crossed: green where a healthy probe exonerated it, orange where only "
+    "unhealthy probes crossed it, and the culprit the bisection settled on in red (a link, or a switch or host "
+    "drawn in red). The culprit is where the orange paths meet and no green path passes.")
+
+
 def draw_diagnosis(fmap: dict, loc: D.Localisation, v: D.Verdict, path: Path, title: str) -> Path:
     """The fabric with the links the probes crossed (green: exonerated by a healthy probe, orange:
     crossed only by unhealthy ones) and the culprit in red."""
@@ -444,7 +453,7 @@ def draw_diagnosis(fmap: dict, loc: D.Localisation, v: D.Verdict, path: Path, ti
                "nodes": {culprit_node: "#e53e3e"} if culprit_node else {},
                "legend": [("#38a169", "probed, healthy"), ("#dd6b20", "only unhealthy probes"),
                           ("#e53e3e", f"culprit: {v.kind} at {v.culprit}" if v.culprit else "no culprit")]}
-    return draw(fmap, path, title=f"diagnosis of {title}", overlay=overlay)
+    return draw(fmap, path, title=f"diagnosis of {title}", overlay=overlay, caption=DIAGNOSIS)
 
 
 def check_inject(value: str | None) -> str | None:

@@ -18,8 +18,17 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from experiments.pagekit import Caption  # noqa: E402
 from topologies import TOPOLOGIES  # noqa: E402
 from topologies.spineleaf import map_layers, oversubscription_per_switch  # noqa: E402
+
+#: The drawing's caption (stored in the PNG; a run's report.html shows it beside the drawing).
+TOPOLOGY = Caption(
+    "The fabric",
+    "Layers on rows (spines or core on top, hosts at the bottom), every link drawn, each group of links "
+    "between two layers labelled with its rate, and each switch with its oversubscription (downlink capacity "
+    "over uplink capacity; 1:1 is full bisection). A switch above 1:1 is where traffic that crosses it can "
+    "queue even when no single host link is full.")
 
 #: Hosts are drawn with names up to this many (beyond, dots only).
 MAX_LABELLED = 48
@@ -45,7 +54,8 @@ def _ratio(r: Fraction) -> str:
     return f"{float(r):g}:1"
 
 
-def draw(fabric_map: dict, path: Path, title: str | None = None, overlay: dict | None = None) -> Path:
+def draw(fabric_map: dict, path: Path, title: str | None = None, overlay: dict | None = None,
+         caption: Caption = TOPOLOGY) -> Path:
     """Draw ``fabric_map`` (see topologies.spineleaf.Fabric.to_map) into ``path``; return it.
 
     Nodes sit on one row per layer (spines/core on top, hosts at the bottom; links between two
@@ -55,7 +65,8 @@ def draw(fabric_map: dict, path: Path, title: str | None = None, overlay: dict |
     with its rate (and the number of parallel links per pair if more than one).
 
     ``overlay`` marks a diagnosis on the drawing: ``{"links": {frozenset({a, b}): (colour, width)},
-    "nodes": {name: colour}, "legend": [(colour, text), ...]}`` (experiments.diagnose).
+    "nodes": {name: colour}, "legend": [(colour, text), ...]}`` (experiments.diagnose). ``caption``
+    is stored in the PNG (experiments.pagekit; default :data:`TOPOLOGY`).
 
     Raises:
         KeyError: a layer or node the map does not define.
@@ -153,6 +164,6 @@ def draw(fabric_map: dict, path: Path, title: str | None = None, overlay: dict |
     for side in ("top", "right", "bottom"):
         ax.spines[side].set_visible(False)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, metadata=caption.metadata())
     plt.close(fig)
     return Path(path)

@@ -1,6 +1,8 @@
 """Plots of a results folder. Reads only the result files (never live state).
 
-``python -m experiments plot RESULTS_DIR`` redraws them.
+``python -m experiments plot RESULTS_DIR`` redraws them. Every PNG carries its caption (a title and
+"how to read this", :class:`experiments.pagekit.Caption`, declared beside the function that draws it),
+which a results folder's report.html shows beside the plot; the generic plots take theirs as ``caption``.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from common.units import FRAME_BYTES  # noqa: E402
+from experiments.pagekit import Caption  # noqa: E402
 from experiments.tables import load_queue_samples  # noqa: E402
 
 BIN_S = 0.05
@@ -29,14 +32,135 @@ def _rate_mbps(t_s: np.ndarray, total_bytes: np.ndarray, bin_s: float = BIN_S):
     return grid[1:], np.diff(cum) * 8 / bin_s / 1e6
 
 
-def _save(fig, ax, path: Path, legend_cols: int) -> Path:
-    """Legend under the axes, light grid, write ``path`` (PNG, 110 dpi), close the figure."""
+def _write(fig, path: Path, caption: Caption) -> Path:
+    """Write ``fig`` to ``path`` (PNG, 110 dpi) with ``caption`` in the file (what a report shows
+    beside the plot: experiments.pagekit), close the figure."""
+    fig.savefig(path, dpi=110, metadata=caption.metadata())
+    plt.close(fig)
+    return Path(path)
+
+
+def _save(fig, ax, path: Path, legend_cols: int, caption: Caption) -> Path:
+    """Legend under the axes, light grid, write ``path`` (PNG, 110 dpi) with ``caption``, close the figure."""
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), fontsize=7, ncol=legend_cols, frameon=False)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _write(fig, path, caption)
+
+
+# The captions of the plots drawn here: a title and "how to read this" (a run's report.html shows
+# them beside each plot; they are stored in the PNG itself).
+QUEUE_DEPTH = Caption(
+    "Switch egress queue depth over time",
+    "The backlog of the bottleneck port (thick red line: the port whose queue held the most on average) and "
+    "of the next busiest ports, sampled at measurement.sample_hz, against the time since the traffic started. "
+    "The dashed black line is the port's buffer; crosses above it mark samples in which the bottleneck dropped "
+    "packets; a dash-dotted line (or band) is the ECN threshold K (or Kmin-Kmax). A queue pinned at the "
+    "buffer is loss; a queue held near K is ECN doing its job; a queue above one buffer is possible only "
+    "when PFC holds frames.")
+THROUGHPUT = Caption(
+    "Goodput over time",
+    "Payload delivered to the receiving programs, per flow (or per sending host when there are many flows, "
+    "with their mean and the fluid model's share as a dashed line), in short time bins, and the busiest "
+    "port's transmit rate (black) against its link rate (dotted). The black line at the link rate means the "
+    "bottleneck is kept busy; flows far apart from each other mean an unfair share; gaps are stalls "
+    "(timeouts, pauses).")
+QUEUE_CDF = Caption(
+    "Distribution of the queue",
+    "The fraction of samples (y) in which the queue held at most x, over the window in which the flows ran, "
+    "at the bottleneck (red) and the next busiest ports; vertical lines mark the ECN threshold and the buffer. "
+    "A curve that jumps to 1 near zero is a mostly empty queue; one that rises only near the buffer is a "
+    "standing full queue. Read the median where a curve crosses 0.5 and the p99 near the top.")
+FCT_CDF = Caption(
+    "Flow completion times",
+    "The fraction of the completed flows (y) that finished within a time (x), with the median (dashed) and "
+    "the 99th percentile (dotted) marked; the time axis is logarithmic when the times span more than a "
+    "factor of ten. A steep curve means the flows finished together; a long tail to the right is the "
+    "slowest flows (retransmission timeouts show as a step far right).")
+CWND_QUEUE = Caption(
+    "Congestion windows and the queue",
+    "Top: each TCP sender's congestion window (segments, from TCP_INFO every 20 ms; up to 8 flows). Bottom: "
+    "the bottleneck queue on the same time axis, ECN threshold marked. Windows halving together are a "
+    "synchronised loss (drop-tail); small frequent cuts that keep the queue near K are ECN (DCTCP-like); a "
+    "window that stays flat at its minimum is a flow waiting out a timeout.")
+ROCE_RATES = Caption(
+    "RoCEv2 sender rates and message completion",
+    "Top: each RoCE sender's rate as its rate controller sets it (line: DCQCN's, TIMELY's, a plug-in's, or the "
+    "fixed rate in mode none) and what it actually put on the wire over four sample intervals (dots). Bottom: "
+    "each message's completion time against when it was posted. Rate cuts after CNPs show as steps down; "
+    "messages posted during a cut take longer.")
+PFC_PAUSES = Caption(
+    "PFC pause timeline",
+    "One row per paused (switch port, upstream transmitter, priority), one bar per pause from XOFF to XON; red "
+    "bars are pause storms (the watchdog's). Time runs from the start of the traffic. Rows near the receiver "
+    "pausing first and rows further upstream following show the pause spreading back through the fabric "
+    "(head-of-line blocking); no row means no pause was needed.")
+PFC_BUFFER = Caption(
+    "Switch buffer per ingress port and priority",
+    "The bytes each (ingress port, lossless priority) counter held over time (the counters that held most), "
+    "with the XOFF threshold (dashed: a pause is sent above it), XON (dotted: the pause ends below it) and "
+    "the buffer cap (solid). A lossless class stays under the cap: the overshoot above XOFF is the headroom "
+    "that the bytes in flight during the pause reaction need.")
+ROUNDS_QUEUE = Caption(
+    "Bottleneck queue, every round",
+    "Each round's bottleneck queue over time on one axis (one colour per round, its profile in the legend), "
+    "each round's ECN threshold in its colour and the buffer dashed. Compare how high and how long each "
+    "round's queue stood: the rounds ran one after another on the same fabric with the same traffic.")
+ROUNDS_BARS = Caption(
+    "The rounds side by side",
+    "One panel per figure, one bar per round: drops at the bottleneck, CE marks, flow completion time median "
+    "and p99, bottleneck throughput and, with PFC, the paused time. The numbers come from rounds.json (the "
+    "table above). Fewer drops at equal throughput is better; a lower p99 is a shorter tail.")
+K_SWEEP = Caption(
+    "K sweep",
+    "Against the ECN marking threshold K (packets): the bottleneck queue's median and p99 after the first "
+    "round trip (left axis, the grey dotted line is queue = K) and the bottleneck's throughput (right axis). "
+    "The textbook trade-off: a small K keeps the queue short until throughput starts to fall; the smallest K "
+    "that keeps the link busy is the one to choose.")
+COMPARE_THROUGHPUT = Caption(
+    "Per-host throughput, fabric against fabric",
+    "For each traffic mix, one bar per fabric: TCP payload per sending host (Mbit/s) while every flow runs, "
+    "with the fluid model's prediction for ideal ECMP (black dash) and for hash ECMP (red dash, median of "
+    "random placements) and the host link rate (grey dashed). A bar below the black dash and near the red one "
+    "is per-flow hashing losing bandwidth; the ratio between fabrics follows their oversubscription.")
+COMPARE_FCT = Caption(
+    "Flow completion times per fabric",
+    "One panel per fabric: the fraction of flows (y) that completed within a time (x), one curve per traffic "
+    "mix with sized flows. Curves further left finished sooner; compare the same traffic across panels.")
+COMPARE_PER_FLOW = Caption(
+    "Per-flow throughput per run",
+    "One box per run (fabric and traffic): the distribution of each flow's throughput (bytes over completion "
+    "time, log scale): the box spans the middle half, the line is the median, whiskers and dots the rest. A "
+    "tall box is an uneven share between flows.")
+COLLECTIVE_TIMELINE = Caption(
+    "The collective, step by step",
+    "The textbook's ring picture: one lane per rank, one bar per step from its start to its end (seconds from "
+    "the collective's start), reduce-scatter and all-gather (or all-to-all) steps in their colours, each bar "
+    "labelled with the chunk it sent. Bars that line up are a balanced ring; one lane whose bars are longer "
+    "is a straggler, and every rank after it in the ring waits.")
+COLLECTIVE_BUSBW = Caption(
+    "Bus bandwidth against message size",
+    "The NCCL-tests bus bandwidth (busbw = algbw x 2(N-1)/N) against the message size per rank (log scale), "
+    "measured (solid) beside the alpha-beta model (dashed), and the link rate (dotted) when one is given. "
+    "Small messages are latency-bound (low busbw); large ones approach the slowest link on the ring. A "
+    "measured line far under its model points at a slow link or host.")
+TRAINING_TIMELINE = Caption(
+    "Training iterations, rank by rank",
+    "One lane per rank: forward and backward compute as bars, each gradient bucket's AllReduce on a thinner "
+    "lane below, its exposed part (still running after backward ended) hatched in red. Communication hidden "
+    "under backward is free; the hatched part is what the network adds to every iteration.")
+TRAINING_ROUNDS = Caption(
+    "Training rounds side by side",
+    "Per round: the median iteration time measured beside its model, the compute and the communication time "
+    "(bars, left axis), and the gradient's largest relative error after compression (diamonds, log scale, right "
+    "axis; 1e-12 means exact). Compression that shortens the iteration shows as lower bars at the price of a "
+    "higher diamond.")
+LINK_HEATMAP = Caption(
+    "Link utilisation and bytes by parallelism kind",
+    "Left: each directed link's utilisation (row node to column node; blank where there is no link). Right: per "
+    "busy link, the bytes the plan predicts by kind (stacked: tensor, pipeline, data parallel, TCP "
+    "acknowledgements) and the bytes its port counted (black dot). A dot at the end of its bar is a plan "
+    "that matches the wire; the brightest cells are the links the job saturates.")
 
 
 def plot_queue_depth(out: Path, summary: dict, samples: dict) -> Path:
@@ -63,7 +187,7 @@ def plot_queue_depth(out: Path, summary: dict, samples: dict) -> Path:
     ax.set_ylabel(f"queue backlog ({unit})")
     ax.set_title(f"{summary['scenario']}: switch egress queue depth ({summary['datapath']} datapath)")
     ax.set_ylim(0, max(limit, float(s[col].max())) * 1.1)   # a lossless queue may hold more than one port's buffer
-    return _save(fig, ax, out / "queue_depth.png", legend_cols=3)
+    return _save(fig, ax, out / "queue_depth.png", legend_cols=3, caption=QUEUE_DEPTH)
 
 
 def _threshold_lines(ax, ecn: dict, in_packets: bool, color="C2", suffix="", vertical: bool = False) -> None:
@@ -133,7 +257,7 @@ def plot_queue_cdf(out: Path, summary: dict, samples: dict) -> Path:
     ax.set_ylabel("fraction of samples at or below")
     ax.set_title(f"{summary['scenario']}: queue CDF, {lo:.1f}-{hi:.1f} s "
                  f"({len(x)} samples at the bottleneck)", fontsize=10)
-    return _save(fig, ax, out / "queue_cdf.png", legend_cols=2)
+    return _save(fig, ax, out / "queue_cdf.png", legend_cols=2, caption=QUEUE_CDF)
 
 
 def plot_fct_cdf(out: Path, summary: dict) -> Path:
@@ -159,11 +283,9 @@ def plot_fct_cdf(out: Path, summary: dict) -> Path:
     ax.set_ylabel("fraction of completed flows")
     ax.set_title(f"{summary['scenario']}: flow completion times ({summary.get('pattern', '')})", fontsize=10)
     if fct:
-        return _save(fig, ax, out / "fct_cdf.png", legend_cols=3)
+        return _save(fig, ax, out / "fct_cdf.png", legend_cols=3, caption=FCT_CDF)
     fig.tight_layout()
-    fig.savefig(out / "fct_cdf.png", dpi=110)
-    plt.close(fig)
-    return out / "fct_cdf.png"
+    return _write(fig, out / "fct_cdf.png", FCT_CDF)
 
 
 #: Up to this many flows get a line and a legend entry each; beyond, one line per sending host.
@@ -216,7 +338,7 @@ def plot_throughput(out: Path, summary: dict, samples: dict) -> Path:
     what, bin_s = ("per-flow", BIN_S) if len(flows) <= MAX_FLOW_LINES else ("per-host", HOST_BIN_S)
     ax.set_title(f"{summary['scenario']}: {what} throughput ({bin_s * 1000:.0f} ms bins)")
     ax.set_ylim(0, top * 1.3)
-    return _save(fig, ax, out / "throughput.png", legend_cols=3)
+    return _save(fig, ax, out / "throughput.png", legend_cols=3, caption=THROUGHPUT)
 
 
 def plot_all(out: Path) -> list[Path]:
@@ -267,11 +389,8 @@ def plot_cwnd_queue(out: Path, summary: dict, samples: dict, max_flows: int = 8)
     bx.set_ylabel(f"queue ({unit})")
     bx.legend(fontsize=7, loc="upper right")
     bx.grid(alpha=0.3)
-    path = out / "cwnd_queue.png"
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _write(fig, out / "cwnd_queue.png", CWND_QUEUE)
 
 
 def plot_roce(out: Path, summary: dict) -> Path:
@@ -305,10 +424,7 @@ def plot_roce(out: Path, summary: dict) -> Path:
     bx.set_ylabel("message completion (ms)")
     bx.set_xlabel("time since the start (s), by message posting time below")
     fig.tight_layout()
-    path = out / "roce_rates.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _write(fig, out / "roce_rates.png", ROCE_RATES)
 
 
 def plot_pfc(out: Path, summary: dict, max_counters: int = 6, max_links: int = 24) -> list[Path]:
@@ -343,8 +459,7 @@ def plot_pfc(out: Path, summary: dict, max_counters: int = 6, max_links: int = 2
         ax.text(0.5, 0.5, "no pause", transform=ax.transAxes, ha="center", va="center")
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
-    fig.savefig(out / "pfc_pauses.png", dpi=110)
-    plt.close(fig)
+    pauses_png = _write(fig, out / "pfc_pauses.png", PFC_PAUSES)
 
     series: dict[str, list] = {}
     for r in occ:
@@ -364,7 +479,7 @@ def plot_pfc(out: Path, summary: dict, max_counters: int = 6, max_links: int = 2
     ax.set_title(f"{summary['scenario']}: PFC {state}: switch buffer per ingress port and lossless priority{shown}",
                  fontsize=9)
     ax.set_ylim(0, max([p["buffer_bytes"]] + [max(b for _, b in series[k]) for k in top]) / 1e3 * 1.1)
-    return [out / "pfc_pauses.png", _save(fig, ax, out / "pfc_buffer.png", legend_cols=3)]
+    return [pauses_png, _save(fig, ax, out / "pfc_buffer.png", legend_cols=3, caption=PFC_BUFFER)]
 
 
 def plot_rounds(out: Path) -> list[Path]:
@@ -396,7 +511,7 @@ def plot_rounds(out: Path) -> list[Path]:
     ax.set_xlabel("time since the round's start (s)")
     ax.set_ylabel(f"bottleneck queue ({unit})")
     ax.set_title("bottleneck queue per round")
-    paths.append(_save(fig, ax, out / "rounds_queue.png", legend_cols=2))
+    paths.append(_save(fig, ax, out / "rounds_queue.png", legend_cols=2, caption=ROUNDS_QUEUE))
 
     names = [r["round"] for r in rows]
     x = np.arange(len(rows))
@@ -418,9 +533,7 @@ def plot_rounds(out: Path) -> list[Path]:
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
-    fig.savefig(out / "rounds_bars.png", dpi=110)
-    plt.close(fig)
-    paths.append(out / "rounds_bars.png")
+    paths.append(_write(fig, out / "rounds_bars.png", ROUNDS_BARS))
 
     ks = []
     for r, summary in zip(rows, summaries):
@@ -441,7 +554,7 @@ def plot_rounds(out: Path) -> list[Path]:
         ax2.set_ylabel("bottleneck throughput (Mbit/s)", color="C3")
         ax2.set_ylim(0, max(r["bottleneck_mean_tx_mbps"] or 0 for _, r in ks) * 1.25 + 0.1)
         ax.set_title("K sweep: queue and throughput vs the marking threshold")
-        paths.append(_save(fig, ax, out / "k_sweep.png", legend_cols=4))
+        paths.append(_save(fig, ax, out / "k_sweep.png", legend_cols=4, caption=K_SWEEP))
     return paths
 
 
@@ -483,7 +596,7 @@ def plot_comparison(cmp_dir: Path) -> list[Path]:
     ax.set_xticklabels(traffics, fontsize=8)
     ax.set_ylabel("TCP payload per sending host (Mbit/s)")
     ax.set_title(f"{res['name']}: same traffic, per host", fontsize=10)
-    out.append(_save(fig, ax, cmp_dir / "compare_throughput.png", legend_cols=3))
+    out.append(_save(fig, ax, cmp_dir / "compare_throughput.png", legend_cols=3, caption=COMPARE_THROUGHPUT))
 
     sized = [r for r in rows if r.get("flows_kind") == "sized" and r["fct_median_s"] is not None]
     if sized:
@@ -501,9 +614,7 @@ def plot_comparison(cmp_dir: Path) -> list[Path]:
             ax.legend(fontsize=7, loc="lower right")
         axes[0][0].set_ylabel("fraction of flows")
         fig.tight_layout()
-        fig.savefig(cmp_dir / "compare_fct.png", dpi=110)
-        plt.close(fig)
-        out.append(cmp_dir / "compare_fct.png")
+        out.append(_write(fig, cmp_dir / "compare_fct.png", COMPARE_FCT))
 
     fig, ax = plt.subplots(figsize=(max(7, 1.3 * len(rows)), 4))
     data, labels = [], []
@@ -519,9 +630,7 @@ def plot_comparison(cmp_dir: Path) -> list[Path]:
     ax.set_yscale("log")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(cmp_dir / "compare_per_flow.png", dpi=110)
-    plt.close(fig)
-    out.append(cmp_dir / "compare_per_flow.png")
+    out.append(_write(fig, cmp_dir / "compare_per_flow.png", COMPARE_PER_FLOW))
     return out
 
 
@@ -530,16 +639,18 @@ def _read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def _save_lanes(fig, ax, ranks: list[int], path: Path, xlabel: str, title: str, legend_cols: int) -> Path:
+def _save_lanes(fig, ax, ranks: list[int], path: Path, xlabel: str, title: str, legend_cols: int,
+                caption: Caption) -> Path:
     """A timeline with one lane per rank (top to bottom): labels, axis, title, then :func:`_save`."""
     ax.set_yticks(range(len(ranks)), [f"rank {k}" for k in ranks], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
     ax.set_title(title)
-    return _save(fig, ax, path, legend_cols)
+    return _save(fig, ax, path, legend_cols, caption)
 
 
-def plot_collective_timeline(rows: list[dict], path: Path, title: str = "") -> Path:
+def plot_collective_timeline(rows: list[dict], path: Path, title: str = "",
+                             caption: Caption = COLLECTIVE_TIMELINE) -> Path:
     """The textbook's ring picture: one lane per rank, one bar per step (start -> end, seconds),
     reduce-scatter steps in one colour and all-gather (or all-to-all) steps in another (a
     hierarchical AllReduce's NVLink phases in two more), each bar labelled with the chunk it sent. ``rows``: :func:`experiments.collrun.step_rows` of one
@@ -561,10 +672,11 @@ def plot_collective_timeline(rows: list[dict], path: Path, title: str = "") -> P
             ax.text(r["start_s"] + (r["end_s"] - r["start_s"]) / 2, y, str(r["chunk"]), ha="center", va="center",
                     fontsize=6, color="white")
     return _save_lanes(fig, ax, ranks, Path(path), "time from the collective's start (s); number = chunk sent",
-                       title or "collective: each rank's steps", 3)
+                       title or "collective: each rank's steps", 3, caption)
 
 
-def plot_training_timeline(rows: list[dict], path: Path, title: str = "") -> Path:
+def plot_training_timeline(rows: list[dict], path: Path, title: str = "",
+                           caption: Caption = TRAINING_TIMELINE) -> Path:
     """Every rank's iterations: one lane per rank, forward and backward compute as bars, each
     bucket's AllReduce as a bar on a thinner lane below (its exposed part, after backward ended,
     hatched). ``rows``: training_timeline.csv's rows (``iteration``, ``rank``, ``kind``:
@@ -590,10 +702,11 @@ def plot_training_timeline(rows: list[dict], path: Path, title: str = "") -> Pat
                     linewidth=0, label="exposed communication" if "exposed" not in seen else None)
             seen.add("exposed")
     return _save_lanes(fig, ax, ranks, Path(path), "time from the first iteration's start (s)",
-                       title or "training: every rank's iterations", 4)
+                       title or "training: every rank's iterations", 4, caption)
 
 
-def plot_training_rounds(rows: list[dict], path: Path, title: str = "") -> Path:
+def plot_training_rounds(rows: list[dict], path: Path, title: str = "",
+                         caption: Caption = TRAINING_ROUNDS) -> Path:
     """Rounds side by side: measured iteration time beside the model, compute and communication,
     with the gradient's largest relative error (log scale) on a second axis. ``rows``:
     training_rounds.csv's (``round``, ``time_s``, ``model_time_s``, ``compute_s``, ``comm_s``,
@@ -616,11 +729,11 @@ def plot_training_rounds(rows: list[dict], path: Path, title: str = "") -> Path:
         ax2.set_yscale("log")
         ax2.set_ylabel("max |reduced - exact| / max |exact| (1e-12 = exact)")
         ax2.legend(loc="upper right", fontsize=7, frameon=False)
-    return _save(fig, ax, Path(path), 4)
+    return _save(fig, ax, Path(path), 4, caption)
 
 
 def plot_busbw_vs_size(rows: list[dict], path: Path, link_rate_bps: float | None = None, title: str = "",
-                       link_label: str = "host link rate") -> Path:
+                       link_label: str = "host link rate", caption: Caption = COLLECTIVE_BUSBW) -> Path:
     """busbw against message size, measured beside the alpha-beta model. ``rows``: ``[{"size_bytes",
     "busbw_bps", "model_busbw_bps" (optional), "label" (optional)}]``; one line per label; a rate
     (``link_rate_bps``, named ``link_label``) as a dotted line when given. Raises ValueError for no rows."""
@@ -642,10 +755,10 @@ def plot_busbw_vs_size(rows: list[dict], path: Path, link_rate_bps: float | None
     ax.set_xlabel("message size per rank (bytes)")
     ax.set_ylabel("busbw (Mbit/s)")
     ax.set_title(title or "bus bandwidth against message size")
-    return _save(fig, ax, Path(path), 3)
+    return _save(fig, ax, Path(path), 3, caption)
 
 
-def plot_link_heatmap(rows: list[dict], path: Path, title: str = "") -> Path:
+def plot_link_heatmap(rows: list[dict], path: Path, title: str = "", caption: Caption = LINK_HEATMAP) -> Path:
     """A mixed-parallel job's links: left, a heat map of each directed link's utilisation (from
     row node to column node; blank where no link is); right, each link's predicted bytes by
     parallelism kind (stacked) with the bytes its port counted (a dot). ``rows``:
@@ -685,4 +798,4 @@ def plot_link_heatmap(rows: list[dict], path: Path, title: str = "") -> Path:
     bx.invert_yaxis()
     bx.set_xlabel("MB over the round (predicted by kind; <server>:nvlink is inside a server)")
     fig.suptitle(title or "link utilisation and bytes by parallelism kind", fontsize=10)
-    return _save(fig, bx, Path(path), 2)
+    return _save(fig, bx, Path(path), 2, caption)

@@ -29,7 +29,7 @@ import yaml
 from controller import dataplane
 from controller.dataplane import PortQueue
 from controller.routing import ECMP_METHOD
-from experiments import draw, probe as envprobe
+from experiments import draw, probe as envprobe, report
 from experiments.context import HOST_QUEUE_PACKETS, RoundRecord, RunContext, maybe_fault
 from experiments.fabric import REPO, LiveFabric
 from experiments.features import FEATURES
@@ -263,6 +263,7 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
     if multi:
         for name, w in workloads.items():
             w.finish_run([(rec, s) for n, rec, s in done if n == name])
+    _write_report(out)
     ctx.say(f"fabric down in {timings['teardown_s']:.1f} s; {timings['total_s']:.1f} s in all; results in {out}")
     failed = [(rec.round.name, line) for _, rec, s in done for line in s["fidelity"]["failures"]]
     if failed:
@@ -319,12 +320,23 @@ def analyze(out: Path, quiet: bool = False, features: dict | None = None, worklo
     if ctx.multi:
         for name, w in made.items():
             w.finish_run([(rec, s) for n, rec, s in done if n == name])
+    _write_report(out)
     return [rec.dir for _, rec, _ in done]
+
+
+def _write_report(out: Path) -> None:
+    """The folder's report.html (experiments.report), from its files; a report that cannot be
+    written is a warning, not a failed run (every result file is already written)."""
+    try:
+        report.write_report(out)
+    except (OSError, ValueError) as e:
+        print(f"fabriclab: WARNING: could not write {out / report.REPORT}: {e}", file=sys.stderr)
 
 
 def _analyse_round(ctx: RunContext, w, features: list, rec: RoundRecord) -> dict:
     """The round's summary: the workload's, then each feature's section; summary.json written once,
-    then the workload's plots and every warning. Returns the summary."""
+    then the workload's plots, summary.txt (the round's lines as printed: the workload's, then each
+    feature's) and every warning. Returns the summary."""
     summary = w.summarize(rec)
     for f in features:
         f.summarize(rec, summary)
@@ -334,13 +346,14 @@ def _analyse_round(ctx: RunContext, w, features: list, rec: RoundRecord) -> dict
     (rec.dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     w.after_summary(rec, summary)
     label_csvs(rec.dir, {"round": rec.round.name, "variant": rec.round.variant, "seed": rec.round.seed})
+    lines = [w.format_round(summary, rec.dir)] + [x for x in (f.report(summary) for f in features) if x]
+    (rec.dir / report.SUMMARY_TEXT).write_text("\n".join(lines) + "\n")
     for f in features:
         for warning in f.warnings(summary):
             print(f"fabriclab: WARNING: {warning}", file=sys.stderr)
     for line in failures:
         print(f"fabriclab: FIDELITY CHECK FAILED: {line}", file=sys.stderr)
     if not ctx.quiet:
-        lines = [w.format_round(summary, rec.dir)] + [x for x in (f.report(summary) for f in features) if x]
         print("\n".join(lines), flush=True)
     return summary
 

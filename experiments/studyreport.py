@@ -14,9 +14,7 @@ PNG embedded as a ``data:`` URI, inline CSS, no script, nothing loaded from the 
 """
 from __future__ import annotations
 
-import base64
 import csv
-import html
 import json
 import math
 import re
@@ -33,6 +31,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Ellipse  # noqa: E402
 
 from experiments import studystats  # noqa: E402
+from experiments.pagekit import esc as _e, figure as _figure, page  # noqa: E402
 
 DPI = 110
 #: Figure width (inches): 880 px at :data:`DPI`, readable at 800 px.
@@ -647,25 +646,6 @@ def plot_slowdown_by_size(st: Study) -> Path | None:
 
 # ---------------------------------------------------------------- the report
 
-CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:1.5em auto;
-max-width:1150px;padding:0 1em;color:#222;line-height:1.45}
-h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.25em;margin-top:1.6em;border-bottom:1px solid #ccc}
-h3{font-size:1.05em;margin-bottom:.3em}
-table{border-collapse:collapse;margin:.4em 0 1em;font-size:.86em}
-th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}
-th{background:#f2f2f2}td.n{text-align:right;font-variant-numeric:tabular-nums}
-.ci{color:#555;font-size:.9em;white-space:nowrap}
-figure{margin:1em 0 1.6em}figcaption{font-size:.85em;color:#555}img{max-width:100%;height:auto;border:1px solid #eee}
-.read{color:#444;font-size:.92em;max-width:62em}.warn{color:#a00;font-weight:bold}
-.v-a{background:#e8f4e8}.v-b{background:#e8eef8}.v-none{color:#555}
-pre{white-space:pre-wrap;word-break:break-word;margin:0;font-size:.9em}
-dl.shape{display:grid;grid-template-columns:max-content auto;gap:.15em 1em}dl.shape dt{font-weight:bold}
-dl.shape dd{margin:0}.muted{color:#666}
-"""
-
-CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
-
 HOW_TO_READ = {
     "metric": "Each dot is one seed's value (dots are spread sideways only to keep them apart). "
               "The short coloured bar is the median over seeds, the black whisker its {conf} confidence "
@@ -690,19 +670,6 @@ HOW_TO_READ = {
                 "taken; the dot is the median of those over seeds and the whisker a {conf} bootstrap "
                 "interval over seeds. With few flows in a bucket the p99 is close to the largest.",
 }
-
-
-def _e(s) -> str:
-    return html.escape(str(s), quote=True)
-
-
-def _img(path: Path, alt: str) -> str:
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<img alt="{_e(alt)}" src="data:image/png;base64,{data}">'
-
-
-def _figure(path: Path, caption: str) -> str:
-    return f"<figure>{_img(path, caption)}<figcaption>{_e(caption)}</figcaption></figure>"
 
 
 def _plot_group(title: str, how: str, figures: list[tuple[Path, str]], absent: str) -> str:
@@ -879,11 +846,7 @@ def write_html(st: Study, plots: dict) -> Path:
     conf = _pct(_interval_level(st))
     how = {k: v.format(conf=conf) for k, v in HOW_TO_READ.items()}
     title = str(st.cmp.get("study") or st.dir.name)
-    parts = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-             f"<title>{_e(title)}: study report</title><style>{CSS}</style></head><body>",
-             f"<h1>{_e(title)}</h1>"]
+    parts = [f"<h1>{_e(title)}</h1>"]
     if st.cmp.get("description"):
         parts.append(f"<p>{_e(st.cmp['description'])}</p>")
     parts.append(_shape_section(st))
@@ -913,9 +876,9 @@ def write_html(st: Study, plots: dict) -> Path:
                              if plots.get("slowdown") else [],
                              no_fct if st.fct is None else "study_fct.csv has no slowdown values."))
     parts.append('<p class="muted">Written from the study folder\'s comparison.json, study.csv and '
-                 "study_fct.csv by experiments/studyreport.py.</p></body></html>\n")
+                 "study_fct.csv by experiments/studyreport.py.</p>")
     path = st.dir / "report.html"
-    path.write_text("".join(parts), encoding="utf-8")
+    path.write_text(page(f"{title}: study report", "".join(parts)), encoding="utf-8")
     return path
 
 

@@ -9,9 +9,19 @@ from common.errors import RunError, SetupError
 from controller.faults import capacity_overrides
 from experiments import collrun, plot, rocerun
 from experiments.context import RoundRecord
+from experiments.pagekit import Caption
 from experiments.tables import write_csv
 from experiments.workloads.base import Workload
 from experiments.model import Round, Scenario
+
+
+#: collective_busbw_rounds.png's caption (stored in the PNG; the run's report.html shows it).
+BUSBW_ROUNDS = Caption(
+    "Bus bandwidth against size, round by round",
+    "One colour per round: the measured bus bandwidth (solid) and the alpha-beta model (dashed) against the "
+    "message size per rank (log scale). The rounds ran on the same fabric, so a line above another is the "
+    "better algorithm or placement at that size (a hierarchical AllReduce wins where the inter-node links are "
+    "the bottleneck); the gap to its own model is what the fabric cost that round.")
 
 
 class Collective(Workload):
@@ -68,7 +78,8 @@ class Collective(Workload):
         good = [{**r, "label": r["round"]} for r in rows if r.get("busbw_bps")]
         if self.ctx.sc.measurement.plots and len({r["round"] for r in good}) > 1:
             plot.plot_busbw_vs_size(good, self.ctx.out / "collective_busbw_rounds.png",
-                                    title="busbw against size, round by round (e.g. flat ring against hierarchical)")
+                                    title="busbw against size, round by round (e.g. flat ring against hierarchical)",
+                                    caption=BUSBW_ROUNDS)
 
 
 def _raise_plugin_failure(agent_dir: Path) -> None:

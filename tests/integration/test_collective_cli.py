@@ -5,6 +5,8 @@ import json
 import pytest
 import yaml
 
+from tests.chromium import check_report_folder
+
 from .conftest import assert_clean, run_cli
 
 # kernel TCP between namespaces, as in test_collective.py: host lane only
@@ -38,4 +40,5 @@ def test_allreduce_rounds_through_the_cli(tmp_path):
     assert "collective allreduce on 4 ranks" in p.stdout
     assert (out / "collective_rounds.csv").exists()
     assert (out / "collective_busbw_rounds.png").stat().st_size > 0      # one line per round
+    check_report_folder(out, "allreduce-rounds", tmp_path)        # report.html, rendered
     assert_clean(str(out))

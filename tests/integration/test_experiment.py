@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.chromium import check_report_folder
 from tests.notebook import notebook_blocks, run_notebook_blocks
 
 from .conftest import PY, ROOT, assert_clean, start_run, ovs_bridges, root_eth_links, run_cli, small_scenario
@@ -209,6 +210,7 @@ def test_default_experiment_end_to_end(tmp_path, figure):
     print(f"PFC: {p_s['pfc']['pauses']} pauses, {p_s['pfc']['paused_time_s']:.2f} s paused, reaction "
           f"{p_s['pfc']['reaction_s']}; ECN + PFC: {b_s['pfc']['pauses']} pauses, {b_s['pfc']['paused_time_s']:.2f} s")
     assert (top / "rounds_bars.png").stat().st_size > 0
+    check_report_folder(top, "default-experiment", tmp_path)      # report.html: every round, rendered
     assert_clean(str(top))
 
 

@@ -10,6 +10,7 @@ import os
 import pytest
 import yaml
 
+from tests.chromium import check_report_folder
 from .conftest import ROOT, assert_clean, cpu_bound_fidelity_failures, run_cli
 
 pytestmark = pytest.mark.lane("host", reason="the PFC mechanism on the kernel datapath is test_pfc.py's lossless incast; this is its measured variant through the CLI (2 min under the emulated CPU)")
@@ -93,6 +94,7 @@ def test_pfc_incast_experiment_off_drops_on_is_lossless_and_spreads(tmp_path, fi
     # (the fabric drops the excess); with PFC its NIC is paused and it goes at the congested port's pace
     assert on["pfc"]["sender_done_s"]["median"] > 2 * off["pfc"]["sender_done_s"]["median"], \
         (off["pfc"]["sender_done_s"], on["pfc"]["sender_done_s"])
+    check_report_folder(out, "pfc-incast", tmp_path)              # report.html, rendered
     assert on["pfc"]["reaction_s"]["count"] >= len({(r["port"], r["start_s"]) for r in pauses}) - 5
     assert not [h for h in on["pfc"]["headroom"] if h["warning"]]
     occ = _rows(on_dir / "pfc_occupancy.csv")

@@ -10,6 +10,8 @@ import os
 import pytest
 import yaml
 
+from tests.chromium import check_report_folder
+
 from .conftest import ROOT, assert_clean, cpu_bound_fidelity_failures, run_cli
 
 LANE = os.environ.get("FABRICLAB_LANE", "host")
@@ -127,4 +129,5 @@ def test_shipped_roce_incast_scenario_dcqcn_against_open_loop_over_three_seeds(t
     across = json.loads((out / "rounds.json").read_text())["roce_across_seeds"]
     assert across["dcqcn"]["seeds"] == across["none"]["seeds"] == [1, 2, 3]
     print(f"across seeds: {across}")
+    check_report_folder(out, "roce-incast", tmp_path)             # report.html, rendered
     assert_clean(str(out))

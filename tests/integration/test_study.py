@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.chromium import check_report_folder
+
 from .conftest import ROOT, assert_clean, run_cli
 
 pytestmark = pytest.mark.lane("host", reason="a study runs tens of rounds: minutes under the VM's emulated CPU")
@@ -81,8 +83,8 @@ def test_aa_study_shows_no_difference_and_pairing_narrows_the_spread(tmp_path, f
     rows = list(csv.DictReader(open(out / "study.csv")))
     assert {"study", "cell", "variant", "seed", "metric", "value", "unit"} <= set(rows[0])
     assert len({r["cell"] for r in rows}) == 30
-    assert (out / "report.html").is_file()
     assert not list((out / "runs").glob("*/rounds/*/*.png"))  # measurement.plots: false: no round plots
+    check_report_folder(out, "study-aa", tmp_path, captions=False)   # the study's report.html, rendered
     assert_clean(str(f))
 
 

@@ -190,7 +190,7 @@ def test_plot_of_a_missing_folder_is_one_line(tmp_path):
     (tmp_path / "elsewhere").mkdir()             # a folder, but no results in it
     res, _ = cli("plot", str(tmp_path / "elsewhere"))
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0, res.stderr
-    assert "not a results folder (no summary.json, rounds.json or study.json in it)" in res.stderr
+    assert "not a results folder (no summary.json, rounds.json, study.json or comparison.json in it)" in res.stderr
 
 
 def test_a_study_with_a_misspelt_variants_is_checked_as_a_study(tmp_path):

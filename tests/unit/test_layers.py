@@ -70,6 +70,7 @@ def tree_copy(tmp_path):
     ("experiments/runner.py", "from experiments.features.pfc import Pfc", "run-loop"),  # a feature by name
     ("controller/tables.py", "from controller import ofp", "flow-tables"),         # os-ken in the pure tables
     ("experiments/studyreport.py", "from experiments import live", "study-report"),  # a report off live state
+    ("experiments/report.py", "from experiments import plot", "run-report"),       # a plot's caption by name
 ])
 def test_a_deliberate_violation_breaks_its_contract(tree_copy, where, line, contract):
     with open(tree_copy / where, "a") as f:

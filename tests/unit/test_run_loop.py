@@ -238,10 +238,12 @@ def test_analyze_rebuilds_every_round_from_its_raw_record(tmp_path, summary_writ
     before = {p: p.read_text() for p in out.rglob("summary.json")}
     for p in before:
         p.unlink()
+    (out / "report.html").unlink()
     log.clear()
     dirs = runner.analyze(out, quiet=True, features={"recorder": recording_feature(log)},
                           workloads={"writer": recording_workload(log)})
     assert len(dirs) == 4 and {p: p.read_text() for p in out.rglob("summary.json")} == before
+    assert "<h2>Round 4: ecn-pfc</h2>" in (out / "report.html").read_text()     # analyze wrote it again
     assert not any(x.startswith(("before", "after", "run ", "plan")) for x in log)   # nothing ran again
     assert log[-1] == "finish [0, 1, 2, 3]"
 
@@ -313,3 +315,8 @@ def test_a_failed_fidelity_check_writes_every_round_then_fails_the_run_unless_ac
     o = capsys.readouterr()
     assert "FIDELITY CHECK FAILED: port x-eth1: round 1 too slow" in o.err
     assert o.out.count("checker: ok") == 3 and o.out.count("checker: FAILED") == 1
+    # report.html is written before the run fails, and says which round failed and why
+    assert (rounds[1] / "summary.txt").read_text() == f"round 1 in {rounds[1]}\nchecker: FAILED\n"
+    page = (out / "report.html").read_text()
+    assert "Unfaithful: 1 of 4 round(s) failed a fidelity check (ecn-k20)" in page
+    assert "port x-eth1: round 1 too slow" in page and ("the run accepted them" in page) is accept

@@ -5,14 +5,10 @@ Chromium renders the report where one is installed."""
 from __future__ import annotations
 
 import csv
+import html
 import itertools
 import json
-import os
 import re
-import shutil
-import signal
-import subprocess
-import sys
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -22,6 +18,7 @@ import numpy as np
 import pytest
 
 from experiments import studyreport as sr
+from tests.chromium import CHROMIUM, PROBE, chromium, console_lines
 
 METRICS = {
     "fct_median_s": {"unit": "s", "better": "lower", "title": "FCT median"},
@@ -160,12 +157,12 @@ def _check_html(study: Path, cmp: dict) -> str:
     assert loads and all(t == "img" and k == "src" and v.startswith("data:image/png;base64,") for t, k, v in loads)
     assert not any(k.startswith("on") for _, a in parser.tags for k in a)        # no event handler
     for v in cmp["variants"]:
-        assert sr.html.escape(v) in text
+        assert html.escape(v) in text
     for pr in cmp["pairs"]:
         who = {"A": pr["a"], "B": pr["b"]}
         verdict = pr["verdict"]
         spelled = f"{who[verdict[0]]} {verdict[2:]}" if verdict[:2] in ("A ", "B ") else verdict
-        assert f">{sr.html.escape(spelled)}<" in text, spelled
+        assert f">{html.escape(spelled)}<" in text, spelled
     return text
 
 
@@ -295,108 +292,6 @@ def test_size_buckets_bootstrap_and_formats():
 
 # ------------------------------------------------------------------ a real browser
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-#: Runs Chromium in its own process group under a child subreaper and, whatever happens, ends
-#: every process left of it: Chromium's crash handler starts its own session (out of Chromium's
-#: process group) and would otherwise outlive the browser; as a subreaper's orphan it comes back
-#: here and is killed by pid. Prints {"rc", "left"} (left: pids killed after the browser exited).
-_REAPER = r"""
-import ctypes, json, os, signal, subprocess, sys, time
-ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)          # PR_SET_CHILD_SUBREAPER
-argv, timeout, out, err = json.loads(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
-with open(out, "wb") as o, open(err, "wb") as e:
-    p = subprocess.Popen(argv, stdout=o, stderr=e, stdin=subprocess.DEVNULL, start_new_session=True)
-try:
-    rc = p.wait(timeout)
-except subprocess.TimeoutExpired:
-    rc = "timeout"
-left = []
-try:
-    os.killpg(p.pid, signal.SIGKILL)
-except ProcessLookupError:
-    pass
-end = time.monotonic() + 5
-while time.monotonic() < end:
-    mine = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                stat = open(f"/proc/{d}/stat").read()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
-                mine.append(int(d))
-    if not mine:
-        break
-    for pid in mine:
-        try:
-            os.kill(pid, signal.SIGKILL)
-            left.append(pid)
-        except ProcessLookupError:
-            pass
-    while True:
-        try:
-            if os.waitpid(-1, os.WNOHANG) == (0, 0):
-                break
-        except ChildProcessError:
-            break
-    time.sleep(0.02)
-print(json.dumps({"rc": rc, "left": sorted(set(left))}))
-"""
-
-
-def _chromium(tmp: Path, name: str, *args: str, timeout: float = 20) -> tuple[dict, str, str]:
-    """Run Chromium headless with ``args`` under :data:`_REAPER`, its home (profile, crash
-    database) inside ``tmp``; (the reaper's result, Chromium's stdout, its stderr). Asserts that no
-    process naming ``tmp`` is left."""
-    home = tmp / "home"
-    home.mkdir(exist_ok=True)
-    env = dict(os.environ, HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), XDG_CACHE_HOME=str(home / ".cache"))
-    argv = [CHROMIUM, "--headless", "--disable-gpu", "--no-sandbox", f"--user-data-dir={home / 'profile'}",
-            "--no-first-run", "--disable-extensions", *args]
-    out, err = tmp / f"{name}.out", tmp / f"{name}.err"
-    helper = subprocess.Popen([sys.executable, "-c", _REAPER, json.dumps(argv), str(timeout), str(out), str(err)],
-                              stdout=subprocess.PIPE, text=True, start_new_session=True, env=env)
-    try:
-        res, _ = helper.communicate(timeout=timeout + 10)
-    finally:
-        try:
-            os.killpg(helper.pid, signal.SIGKILL)          # by the recorded pid, whatever happened
-        except ProcessLookupError:
-            pass
-        helper.wait()
-    left = _processes_naming(str(home))
-    assert not left, f"Chromium processes outlived the run: {left}"
-    return json.loads(res), out.read_text(errors="replace"), err.read_text(errors="replace")
-
-
-def _processes_naming(text: str) -> list[int]:
-    """Pids of live processes whose command line contains ``text`` (a check, not a kill)."""
-    found = []
-    for d in os.listdir("/proc"):
-        if d.isdigit() and int(d) != os.getpid():
-            try:
-                with open(f"/proc/{d}/cmdline", "rb") as f:
-                    if text.encode() in f.read():
-                        found.append(int(d))
-            except OSError:
-                pass
-    return found
-
-
-def _console_lines(stderr: str) -> list[str]:
-    """Chromium's log lines of the page's console (errors, CSP refusals, uncaught exceptions)."""
-    return [ln for ln in stderr.splitlines() if ":CONSOLE" in ln or "Uncaught" in ln]
-
-
-#: Added to a copy of the report only (the report has no script; its CSP would refuse one): after
-#: the page loaded, how many images decoded, as the page title --dump-dom prints.
-_PROBE = ("<script>addEventListener('load', () => { const i = [...document.images];"
-          "document.title = 'decoded ' + i.filter(x => x.complete && x.naturalWidth > 0).length"
-          " + ' of ' + i.length; });</script>")
-
-
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (Debian: apt-get install chromium; "
                                              "sudo make setup installs it)")
 def test_chromium_renders_the_report(tmp_path):
@@ -408,24 +303,24 @@ def test_chromium_renders_the_report(tmp_path):
     paths = sr.write_report(study)
     report = study / "report.html"
     shot = tmp_path / "shot.png"
-    res, _, err = _chromium(tmp_path, "shot", f"--screenshot={shot}", "--window-size=1200,3000",
+    res, _, err = chromium(tmp_path, "shot", f"--screenshot={shot}", "--window-size=1200,3000",
                             "--enable-logging=stderr", "--v=0", report.as_uri())
     assert res["rc"] == 0, err[-2000:]
-    assert _console_lines(err) == [], _console_lines(err)     # no script error, nothing refused by the CSP
+    assert console_lines(err) == [], console_lines(err)     # no script error, nothing refused by the CSP
     img = mpimg.imread(shot)
     assert img.shape[:2] == (3000, 1200) and img[..., :3].std() > 0.05
     broken = tmp_path / "broken.html"         # the console check can fail: a load and a script the CSP refuses
     broken.write_text(report.read_text().replace("</body>", '<img src="http://x.invalid/a.png"><script>1</script>'
                                                               "</body>"))
-    _, _, err = _chromium(tmp_path, "broken", f"--screenshot={tmp_path / 'broken.png'}", "--enable-logging=stderr",
+    _, _, err = chromium(tmp_path, "broken", f"--screenshot={tmp_path / 'broken.png'}", "--enable-logging=stderr",
                           "--v=0", broken.as_uri())
-    assert len(_console_lines(err)) == 2 and "Content Security Policy" in err, _console_lines(err)
+    assert len(console_lines(err)) == 2 and "Content Security Policy" in err, console_lines(err)
 
     probe = tmp_path / "probe.html"
     text = report.read_text()
     probe.write_text(re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", text)
-                     .replace("</body>", _PROBE + "</body>"))
-    res, dom, err = _chromium(tmp_path, "dom", "--dump-dom", "--virtual-time-budget=5000", probe.as_uri())
+                     .replace("</body>", PROBE + "</body>"))
+    res, dom, err = chromium(tmp_path, "dom", "--dump-dom", "--virtual-time-budget=5000", probe.as_uri())
     assert res["rc"] == 0, err[-2000:]
     n = len(paths) - 1
     assert f"<title>decoded {n} of {n}</title>" in dom, re.findall(r"<title>.*?</title>", dom)
