@@ -13,7 +13,7 @@ K ?=
 LOAD ?= 1
 VM ?= 0
 
-.PHONY: allreduce hierarchical training mixed-parallel study diagnose bench-diagnose help test-times test-repeat test-repeat-args setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-watch bench-sampler bench-forwarding bench-ovstx bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
+.PHONY: lab-check allreduce hierarchical training mixed-parallel study diagnose bench-diagnose help test-times test-repeat test-repeat-args setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-watch bench-sampler bench-forwarding bench-ovstx bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
 
 help:
 	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast, drop-tail / ECN / PFC / ECN+PFC), results in $(RESULTS)/"
@@ -48,8 +48,16 @@ help:
 	@echo "sudo make vm-image                        build (or reuse) the stock-kernel VM image (cached in /var/cache/fabriclab/vm)"
 	@echo "sudo make vm-test                         run the test suite inside the stock-kernel VM"
 	@echo "sudo make vm-experiment [SCENARIO=...]    run an experiment inside the VM; results come back to $(RESULTS)/"
+	@echo "make lab-check LAB=N RESULTS=dir [ANSWERS=file]   score a coursework lab's answers against your results (labs/)"
 	@echo "sudo make clean                           remove fabriclab's emulation state left by a killed run"
 	@echo "sudo make distclean                       clean, and remove .venv (and the fabriclab command)"
+
+#: make lab-check LAB=N RESULTS=dir [ANSWERS=file]: score a lab's answers against your results (no root)
+LAB ?=
+ANSWERS ?=
+lab-check:
+	@if [ -z "$(LAB)" ]; then echo "fabriclab: make lab-check LAB=N RESULTS=dir [ANSWERS=file] (labs: $(PY) -m experiments lab list)" >&2; exit 2; fi
+	$(PY) -m experiments lab check $(LAB) --results $(RESULTS) $(if $(ANSWERS),--answers $(ANSWERS),)
 
 check-root:
 	@if [ "$$(id -u)" != 0 ]; then echo "fabriclab: this target needs root: run it with sudo (e.g. sudo make $(MAKECMDGOALS))" >&2; exit 2; fi

@@ -422,6 +422,75 @@ def clean() -> int:
     return 0
 
 
+@cli.group(short_help="coursework labs: list, show, check answers",
+           epilog=_examples("fabriclab lab list",
+                            "fabriclab lab show 4",
+                            "fabriclab lab check 4 --results results/lab4 --answers my-answers.yaml"))
+def lab() -> None:
+    """Coursework labs (labs/): each has a sheet (goals, background, the steps as commands,
+    questions), the scenarios it runs and a checker that scores an answers file against the
+    student's own results. `make lab-check LAB=N RESULTS=dir` is `fabriclab lab check`."""
+
+
+def _lab(number: int):
+    from experiments import labs
+    if number not in labs.LABS:
+        raise Stop(2, f"no lab {number} (labs: {', '.join(str(n) for n in sorted(labs.LABS))})")
+    return labs.LABS[number]()
+
+
+@lab.command("list", short_help="the labs and their sheets", epilog=_examples("fabriclab lab list"))
+def lab_list() -> int:
+    """The labs, each with its sheet."""
+    from experiments import labs
+    for n in sorted(labs.LABS):
+        cls = labs.LABS[n]
+        print(f"lab {n}: {cls.TITLE} ({cls.folder().relative_to(cls.folder().parents[1])}/README.md)")
+    return 0
+
+
+@lab.command("show", short_help="a lab's runs and questions", epilog=_examples("fabriclab lab show 4"))
+@click.argument("number", type=int)
+def lab_show(number: int) -> int:
+    """What lab NUMBER asks you to run and answer (its sheet says why and how)."""
+    the = _lab(number)
+    print(f"lab {the.NUMBER}: {the.TITLE}; sheet: {the.folder() / 'README.md'}")
+    for name, path in the.RUNS.items():
+        print(f"  run: sudo fabriclab run {path} --results DIR      ({name})")
+    for q in the.QUESTIONS:
+        unit = f" [{q.unit}]" if q.unit else f" [{' or '.join(q.choices)}]"
+        print(f"  {q.id}{unit}: {q.prompt}")
+    print(f"  answers: copy {the.folder() / 'answers.yaml'}, fill it in, then: fabriclab lab check {the.NUMBER} "
+          "--results DIR --answers FILE")
+    return 0
+
+
+@lab.command("check", short_help="score an answers file against your results",
+             epilog=_examples("fabriclab lab check 4 --results results/lab4 --answers my-answers.yaml",
+                              "make lab-check LAB=4 RESULTS=results/lab4 ANSWERS=my-answers.yaml"))
+@click.argument("number", type=int)
+@click.option("--results", required=True, help="the folder you gave --results for the lab's runs (or one run's folder)")
+@click.option("--answers", default=None, help="your answers (YAML, question id: answer); default RESULTS/answers.yaml")
+def lab_check(number: int, results: str, answers: str | None) -> int:
+    """Check your answers to lab NUMBER against bands derived from your own results and the
+    model: per question what matched and why, then the score. Exit 0 for full marks, 1 when
+    an answer is wrong, 2 when the results or answers cannot be read. No root."""
+    from experiments import labs
+    LabError, read_answers, report = labs.base.LabError, labs.base.read_answers, labs.base.report
+    the = _lab(number)
+    d = Path(results)
+    if not d.is_dir():
+        raise Stop(2, f"{d}: no such results folder")
+    try:
+        verdicts = the.check(d, read_answers(Path(answers) if answers else d / "answers.yaml"))
+    except LabError as e:
+        raise Stop(2, str(e)) from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise Stop(2, f"{d}: a run of lab {number} cannot be read ({type(e).__name__}: {e}); run it again") from None
+    print(report(the, verdicts))
+    return 0 if all(v.ok for v in verdicts) else 1
+
+
 def _study_exit(studies, out: Path, result: dict, quiet: bool, accept_unfaithful: bool) -> int:
     """A study's report and exit code: 1 when a cell failed, 3 when one was unfaithful (unless
     ``accept_unfaithful``), else 0."""

@@ -107,6 +107,45 @@ def run_cli(*args, env=None, timeout=300, command=None, **kw):
                           timeout=timeout, **kw)
 
 
+@pytest.fixture(scope="session")
+def lab4_results(tmp_path_factory) -> Path:
+    """One results folder for lab 4's two runs (the default incast and the shipped RoCEv2 incast),
+    as a student gives both runs one --results folder."""
+    return tmp_path_factory.mktemp("lab4") / "results"
+
+
+@pytest.fixture(scope="session")
+def default_incast_run(lab4_results):
+    """The default experiment as a user runs it after `make setup` (`fabriclab run`), once per
+    session: (its completed process, its run folder). The end-to-end test and lab 4's check read it."""
+    fabriclab = Path(PY).with_name("fabriclab")          # the command `make setup` installs
+    assert fabriclab.exists(), "make setup installs the fabriclab command into .venv/bin"
+    p = run_cli("run", "--results", str(lab4_results), timeout=900, command=fabriclab)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (top,) = lab4_results.glob("*Z-incast")
+    return p, top
+
+
+#: The shipped RoCEv2 incast's responses per sender in the live tier: a third of its 12 (the same six
+#: rounds, modes, seeds and load in less time: the host lane's budget); every other key as shipped.
+ROCE_RESPONSES = 4
+
+
+@pytest.fixture(scope="session")
+def shipped_roce_run(lab4_results):
+    """The shipped RoCEv2 incast (experiments/scenarios/roce-incast.yaml) with ROCE_RESPONSES per
+    sender, once per session: (its completed process, its run folder)."""
+    data = yaml.safe_load((ROOT / "experiments" / "scenarios" / "roce-incast.yaml").read_text())
+    assert data["traffic"]["responses"] == 12
+    data["traffic"]["responses"] = ROCE_RESPONSES
+    scenario = lab4_results.parent / "roce-incast.yaml"
+    scenario.write_text(yaml.safe_dump(data))
+    p = run_cli("run", str(scenario), "--results", str(lab4_results), "--accept-unfaithful", timeout=1500)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (top,) = lab4_results.glob("*Z-roce-incast")
+    return p, top
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _remove_what_a_killed_run_left():
     """Before the first live test: remove what a recorded earlier run left behind, as ``make clean``

@@ -11,7 +11,7 @@ import pytest
 from tests.chromium import check_report_folder
 from tests.notebook import notebook_blocks, run_notebook_blocks
 
-from .conftest import PY, ROOT, assert_clean, start_run, ovs_bridges, root_eth_links, run_cli, small_scenario
+from .conftest import ROOT, assert_clean, start_run, ovs_bridges, root_eth_links, run_cli, small_scenario
 
 
 def only_run_dir(results: Path) -> Path:
@@ -31,7 +31,7 @@ def receiver_link_mbps(run_dir: Path, receiver: str = "h1") -> float:
                            "(sampler 34 Hz; PFC never at XOFF; 88 and 430 of 552 pairs unreachable within 20 s; "
                            "the ECN round's bottleneck never reached K: 0 of 2792 packets marked); test_lane.py "
                            "runs experiments on the kernel datapath there and test_pfc.py and test_pfc_accounting.py cover PFC")
-def test_default_experiment_end_to_end(tmp_path, figure):
+def test_default_experiment_end_to_end(tmp_path, figure, default_incast_run):
     """Acceptance: the default scenario runs the incast four times on one fabric, drop-tail, ECN step
     K = 20 packets, PFC, ECN + PFC, and gives CSVs, summaries and plots per round plus the rounds
     side by side.
@@ -40,14 +40,8 @@ def test_default_experiment_end_to_end(tmp_path, figure):
     bottleneck queue stays within 1.5 K, drops are at least 10x fewer (or zero), and the bottleneck
     throughput is within 10% of drop-tail's. PFC rounds (issue 6): nothing dropped anywhere,
     pauses on record, and ECN keeps the queues below XOFF, so ECN + PFC pauses far less."""
-    results = tmp_path / "results"
-    args = ["run", "--results", str(results)]
     rate_bps, size = 10e6, 500000
-    fabriclab = Path(PY).with_name("fabriclab")          # the command `make setup` installs
-    assert fabriclab.exists(), "make setup installs the fabriclab command into .venv/bin"
-    p = run_cli(*args, timeout=900, command=fabriclab)
-    assert p.returncode == 0, p.stderr[-3000:]
-    top = only_run_dir(results)
+    p, top = default_incast_run              # `fabriclab run`, as a user types it after `make setup`
     for name in ("scenario.yaml", "environment.json", "fabric_map.json", "rounds.json", "rounds.csv",
                  "rounds_queue.png", "rounds_bars.png", "topology.png"):
         assert (top / name).stat().st_size > 0, name

@@ -12,7 +12,7 @@ import yaml
 
 from tests.chromium import check_report_folder
 
-from .conftest import ROOT, assert_clean, cpu_bound_fidelity_failures, run_cli
+from .conftest import ROCE_RESPONSES, assert_clean, cpu_bound_fidelity_failures, run_cli
 
 LANE = os.environ.get("FABRICLAB_LANE", "host")
 
@@ -92,21 +92,14 @@ def test_roce_incast_every_byte_once_with_and_without_ecn_and_pfc(tmp_path):
 
 
 #: Responses per sender in the shipped scenario's test.
-RESPONSES = 4
+RESPONSES = ROCE_RESPONSES
 
 
-def test_shipped_roce_incast_scenario_dcqcn_against_open_loop_over_three_seeds(tmp_path):
-    # the shipped scenario with a third of its responses per sender (4 of 12): the same six rounds,
-    # modes, seeds and load in less time (the host lane's budget); every other key as shipped
-    data = yaml.safe_load((ROOT / "experiments" / "scenarios" / "roce-incast.yaml").read_text())
-    assert data["traffic"]["responses"] == 12
-    data["traffic"]["responses"] = RESPONSES
-    scenario = tmp_path / "roce-incast.yaml"
-    scenario.write_text(yaml.safe_dump(data))
-    results = tmp_path / "results"
-    p = run_cli("run", str(scenario), "--results", str(results), "--accept-unfaithful", timeout=1500)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    out, dirs, summaries = _summaries(results)
+def test_shipped_roce_incast_scenario_dcqcn_against_open_loop_over_three_seeds(tmp_path, shipped_roce_run):
+    # the shipped scenario with a third of its responses per sender (conftest.shipped_roce_run)
+    p, out = shipped_roce_run
+    dirs = sorted((out / "rounds").iterdir())
+    summaries = [json.loads((d / "summary.json").read_text()) for d in dirs]
     print("accepted self-check failures:", cpu_bound_fidelity_failures(out))
     dcs, nones = summaries[:3], summaries[3:]
     for s, mode in [(x, "dcqcn") for x in dcs] + [(x, "none") for x in nones]:

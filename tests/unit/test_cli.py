@@ -15,8 +15,8 @@ from experiments.progress import Progress
 
 REPO = Path(__file__).resolve().parents[2]
 
-#: what the issue names, plus `analyze` and `ports`
-SUBCOMMANDS = ["run", "check", "compare", "study", "diagnose", "plot", "draw", "schema", "clean", "analyze", "ports"]
+#: every sub-command
+SUBCOMMANDS = ["run", "check", "compare", "study", "diagnose", "plot", "draw", "schema", "clean", "lab", "analyze", "ports"]
 
 
 def run(capsys, *args):

@@ -1,0 +1,135 @@
+"""The labs without a fabric: every registered lab's sheet and answers template ask exactly its
+questions; the check of lab 4 on synthetic run folders (right, wrong, missing, malformed answers);
+the command's exit codes."""
+import json
+import re
+
+import pytest
+import yaml
+
+from experiments import cli
+from experiments.labs import LABS
+from experiments.labs.base import Band, LabError, around, read_answers
+from experiments.labs.congestion import Congestion
+
+
+@pytest.mark.parametrize("number", sorted(LABS))
+def test_each_lab_has_a_sheet_and_a_template_with_exactly_its_questions(number):
+    lab = LABS[number]
+    assert lab.NUMBER == number and lab.folder().name.startswith(f"{number:02d}-")
+    sheet = (lab.folder() / "README.md").read_text()
+    for heading in ("## Goals", "## Background", "## Steps", "## Questions", "## Check your answers"):
+        assert heading in sheet, heading
+    for q in lab.QUESTIONS:
+        assert f"| {q.id} | {q.prompt} |" in sheet, q.id
+    template = yaml.safe_load((lab.folder() / "answers.yaml").read_text())
+    assert list(template) == [q.id for q in lab.QUESTIONS] and set(template.values()) == {None}
+    for path in lab.RUNS.values():
+        assert f"fabriclab run {path}" in sheet
+    index = (lab.folder().parent / "README.md").read_text()
+    assert f"]({lab.folder().name}/README.md)" in index
+
+
+def test_bands():
+    b = around(100, 0.05, 2, "why")
+    assert (b.low, b.high) == (95, 105) and 95 in b and 105.1 not in b
+    assert around(0, 0.1, 0.5, "w").text("packets") == "-0.50..0.50 packets"
+    assert Band(0.97, 1.03, "w").text("ratio") == "0.9700..1.0300 ratio"
+
+
+def summary_incast(drops, queue_median, mean_tx, total, paused):
+    return {"bottleneck": {"drops": drops, "mean_tx_mbps": mean_tx, "rate_mbps": 10, "buffer_packets": 100},
+            "ecn": {"queue_after_first_rtt": {"median_packets": queue_median}, "bottleneck_k_bytes": 30280},
+            "total_drops": total, "pfc": {"paused_time_s": paused}}
+
+
+def make_runs(root):
+    inc = root / "20261205T100000Z-incast"
+    for i, (name, s) in enumerate((("drop-tail", summary_incast(164, 90, 9.99, 167, 0)),
+                                   ("ecn-k20", summary_incast(2, 17, 9.97, 2, 0)),
+                                   ("pfc", summary_incast(0, 60, 9.99, 0, 8.6)),
+                                   ("ecn-pfc", summary_incast(0, 18, 9.99, 0, 0.03)))):
+        d = inc / "rounds" / f"{i + 1:02d}-{name}"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps(s))
+    (inc / "scenario.yaml").write_text("name: incast\n")
+    roce = root / "20261205T101000Z-roce-incast"
+    for i, (mode, cnps, rtx) in enumerate((("dcqcn", 627, 15), ("dcqcn", 499, 106), ("dcqcn", 473, 224),
+                                           ("none", 715, 890), ("none", 490, 58), ("none", 625, 186))):
+        d = roce / "rounds" / f"{i + 1:02d}-{mode}-seed{i % 3 + 1}"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({"roce": {"mode": mode, "cnps_received": cnps,
+                                                             "retransmitted_packets": rtx}}))
+    (roce / "scenario.yaml").write_text("name: roce-incast\n")
+    return {"q1": 164, "q2": 17, "q3": 82, "q4": 0.997, "q5": 0, "q6": "ecn-pfc", "q7": 499, "q8": 186}
+
+
+def test_lab4_right_answers_score_full_marks_with_what_each_was_checked_against(tmp_path):
+    right = make_runs(tmp_path)
+    verdicts = Congestion().check(tmp_path, right)
+    assert [v.ok for v in verdicts] == [True] * 8, [(v.question.id, v.expected, v.why) for v in verdicts if not v.ok]
+    by = {v.question.id: v for v in verdicts}
+    assert by["q2"].expected == "15.30..18.70 packets" and "K = 20 packets" in by["q2"].why
+    assert by["q6"].expected == "ecn-pfc" and "8.60 s (pfc) against 0.03 s (ecn-pfc)" in by["q6"].why
+    assert by["q7"].expected == "449.1..548.9 packets"                      # the median of 627, 499, 473 +- 10%
+    assert by["q8"].expected == "167.4..204.6 packets"                      # the median of 890, 58, 186 +- 10%
+
+
+def test_lab4_wrong_missing_and_malformed_answers(tmp_path):
+    right = make_runs(tmp_path)
+    wrong = {**right, "q1": 100, "q3": "lots", "q6": "PFC"}
+    del wrong["q5"]
+    verdicts = {v.question.id: v for v in Congestion().check(tmp_path, wrong)}
+    assert [k for k, v in verdicts.items() if not v.ok] == ["q1", "q3", "q5", "q6"]
+    assert "not a number" in verdicts["q3"].why and "no answer given" in verdicts["q5"].why
+    assert verdicts["q1"].expected == "155.8..172.2 packets"
+    assert Congestion().check(tmp_path, {**right, "q6": " ECN-PFC "})[5].ok       # a choice: any case, trimmed
+    with pytest.raises(LabError, match="unknown question 'q9'"):
+        Congestion().check(tmp_path, {**right, "q9": 1})
+
+
+def test_lab4_with_only_one_run_marks_the_other_runs_questions_missing(tmp_path):
+    right = make_runs(tmp_path)
+    for p in (tmp_path / "20261205T101000Z-roce-incast").rglob("*"):
+        if p.is_file():
+            p.unlink()
+    (tmp_path / "20261205T101000Z-roce-incast" / "scenario.yaml").write_text("name: other\n")
+    verdicts = Congestion().check(tmp_path, right)
+    assert [v.ok for v in verdicts] == [True] * 6 + [False] * 2
+    assert "sudo fabriclab run experiments/scenarios/roce-incast.yaml" in verdicts[6].why
+    with pytest.raises(LabError, match="no run of lab 4"):
+        Congestion().check(tmp_path / "20261205T101000Z-roce-incast", right)
+
+
+def test_answers_files(tmp_path):
+    (tmp_path / "a.yaml").write_text("q1: 3\nq2: ecn\n")
+    assert read_answers(tmp_path / "a.yaml") == {"q1": 3, "q2": "ecn"}
+    (tmp_path / "b.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(LabError, match="expected a mapping"):
+        read_answers(tmp_path / "b.yaml")
+    with pytest.raises(LabError, match="cannot read"):
+        read_answers(tmp_path / "none.yaml")
+    (tmp_path / "c.yaml").write_text("")
+    assert read_answers(tmp_path / "c.yaml") == {}
+
+
+def test_the_lab_command(tmp_path, capsys):
+    right = make_runs(tmp_path)
+    (tmp_path / "answers.yaml").write_text(yaml.safe_dump(right))
+    assert cli.main(["lab", "check", "4", "--results", str(tmp_path)]) == 0          # RESULTS/answers.yaml
+    out = capsys.readouterr().out
+    assert out.startswith("== lab 4: ") and out.strip().endswith("score: 8/8")
+    (tmp_path / "half.yaml").write_text(yaml.safe_dump({**right, "q1": 1}))
+    assert cli.main(["lab", "check", "4", "--results", str(tmp_path), "--answers", str(tmp_path / "half.yaml")]) == 1
+    assert "score: 7/8" in capsys.readouterr().out
+    assert cli.main(["lab", "check", "9", "--results", str(tmp_path)]) == 2
+    assert "no lab 9" in capsys.readouterr().err
+    assert cli.main(["lab", "check", "4", "--results", str(tmp_path / "nowhere")]) == 2
+    assert "no such results folder" in capsys.readouterr().err
+    (tmp_path / "bad.yaml").write_text("q12: 1\n")
+    assert cli.main(["lab", "check", "4", "--results", str(tmp_path), "--answers", str(tmp_path / "bad.yaml")]) == 2
+    assert re.search(r"unknown question 'q12'", capsys.readouterr().err)
+    assert cli.main(["lab", "list"]) == 0 and "lab 4: congestion" in capsys.readouterr().out
+    assert cli.main(["lab", "show", "4"]) == 0
+    shown = capsys.readouterr().out
+    assert "sudo fabriclab run experiments/scenarios/incast.yaml" in shown and "q8 [packets]" in shown
