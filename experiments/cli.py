@@ -455,8 +455,8 @@ def lab_show(number: int) -> int:
     """What lab NUMBER asks you to run and answer (its sheet says why and how)."""
     the = _lab(number)
     print(f"lab {the.NUMBER}: {the.TITLE}; sheet: {the.folder() / 'README.md'}")
-    for name, path in the.RUNS.items():
-        print(f"  run: sudo fabriclab run {path} --results DIR      ({name})")
+    for name in the.RUNS:
+        print(f"  run: {the.command(name)}      ({name})")
     for q in the.QUESTIONS:
         unit = f" [{q.unit}]" if q.unit else f" [{' or '.join(q.choices)}]"
         print(f"  {q.id}{unit}: {q.prompt}")

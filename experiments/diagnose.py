@@ -249,10 +249,10 @@ def parse_answer(text: str) -> D.Verdict:
 def by_hand(lf, fmap: dict, ask, say) -> D.Verdict | None:
     """The lab's mode: tell the student how to probe the fabric themselves, then read their answer
     with ``ask(prompt) -> str`` (None when they gave none: end of input)."""
-    pids = ", ".join(f"{h.name}: {h.pid}" for h in lf.net.hosts)
+    pids = ", ".join(f"{h.name}: {h.pid} ({lf.fabric.node(h.name).ip})" for h in lf.net.hosts)
     say(f"the fabric is up with a hidden fault; its controller: {lf.rest_url}/fabriclab/")
-    say(f"run a command in a host (iperf3, ping): sudo mnexec -a PID COMMAND, with the hosts' PIDs {pids}")
-    say("read every switch port's counters: .venv/bin/python -m experiments ports [SWITCH]")
+    say(f"run a command in a host (iperf3, ping): sudo mnexec -a PID COMMAND, with the hosts' PIDs (and addresses) {pids}")
+    say("read every switch port's counters: fabriclab ports [SWITCH] (or .venv/bin/python -m experiments ports)")
     say("when you know, answer KIND PLACE (kinds: " + ", ".join(FAULTS) + "; e.g. 'corrupt p0a1->c1', "
         "'drop c2', 'flap p0e1<->h1', 'slow_host h7')")
     for _ in range(3):
@@ -311,7 +311,7 @@ def diagnose(sc: Scenario, results_root: Path, inject: str | None = None, seed: 
                     answer = by_hand(lf, fmap, ask, say)
                     took = time.monotonic() - t0
                     lf.api.call("DELETE", "/faults", what="diagnose")
-                    return out, _answer_record(out, fmap, faults, answer, took, inject, seed, say)
+                    return out, _answer_record(out, fmap, faults, answer, took, inject, seed, say, sc.name)
                 before = lf.api.call("GET", "/ports", what="diagnose")["ports"]
                 probes = LiveProbes(lf, state, out / "probes", rate_fraction, probe_s)
                 loc = D.localise(fmap, _saying(probes.run, say), probes.flows_through, probes.flows_between,
@@ -333,9 +333,9 @@ def diagnose(sc: Scenario, results_root: Path, inject: str | None = None, seed: 
 
 
 def _answer_record(out: Path, fmap: dict, truth: list[dict], answer: D.Verdict | None, took: float, inject, seed,
-                   say) -> dict:
+                   say, scenario: str = "") -> dict:
     """The by-hand mode's record (``diagnosis.json``) and its last lines: the truth and the check."""
-    rec = {"mode": "by hand", "inject": inject, "seed": seed, "seconds": round(took, 1),
+    rec = {"mode": "by hand", "scenario": scenario, "inject": inject, "seed": seed, "seconds": round(took, 1),
            "answer": asdict(answer) if answer else None, "truth": truth,
            "truth_description": "; ".join(FAULTS[f["kind"]].describe(parse_fault(fmap, f)) for f in truth),
            "matched": bool(answer) and len(truth) == 1 and D.matches(answer, truth[0])}

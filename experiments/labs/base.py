@@ -33,14 +33,15 @@ class Question:
         id: its key in the answers file (``q1`` ...).
         prompt: the question as the sheet asks it.
         unit: the answer's unit (``packets``, ``s``, ``Mbit/s``, ``ratio``; ``""`` for a choice).
-        kind: ``number`` (checked against a :class:`Band`) or ``choice`` (one of ``choices``).
+        kind: ``number`` (checked against a :class:`Band`), ``choice`` (one of ``choices``) or
+            ``text`` (a name, e.g. a link, compared by :meth:`Lab.same`).
         choices: the accepted words of a choice question.
         run: the scenario name of the run it reads (the student's results must hold one).
     """
     id: str
     prompt: str
     unit: str
-    kind: Literal["number", "choice"]
+    kind: Literal["number", "choice", "text"]
     run: str
     choices: tuple[str, ...] = ()
 
@@ -115,6 +116,15 @@ class Lab:
         absent goes to ``missing``. Subclasses implement it."""
         raise NotImplementedError
 
+    def command(self, name: str) -> str:
+        """The command line that makes run ``name`` (default ``sudo fabriclab run FILE --results DIR``)."""
+        return f"sudo fabriclab run {self.RUNS[name]} --results DIR"
+
+    def same(self, q: Question, answer, right) -> bool:
+        """Whether a choice or text ``answer`` is the ``right`` one: equal, ignoring case and the
+        spaces around it (a lab may know equivalent spellings)."""
+        return str(answer).strip().lower() == str(right).strip().lower()
+
     # -- the check, the same for every lab ---------------------------------------------------
 
     def check(self, results: Path, answers: dict) -> list[Verdict]:
@@ -142,10 +152,9 @@ class Lab:
             return Verdict(q, answer, False, "-", fig.missing[q.id])
         if answer is None:
             return Verdict(q, None, False, _expected(q, fig), "no answer given; " + note)
-        if q.kind == "choice":
-            right = str(fig.values[q.id])
-            ok = str(answer).strip().lower() == right.lower()
-            return Verdict(q, answer, ok, right, note)
+        if q.kind in ("choice", "text"):
+            right = fig.values[q.id]
+            return Verdict(q, answer, self.same(q, answer, right), str(right), note)
         try:
             x = float(answer)
         except (TypeError, ValueError):

@@ -10,7 +10,7 @@ import yaml
 
 from experiments import results as loader
 
-from .conftest import ROOT, run_cli
+from .conftest import ROOT, assert_clean, run_cli
 
 pytestmark = pytest.mark.lane("host", reason="lab 4's RoCEv2 incast is host-lane only (8 Python senders)")
 
@@ -24,12 +24,12 @@ def lab4_answers(folder) -> dict:
     paused = inc["pfc.paused_time_s"]
     return {"q1": int(dt["bottleneck.drops"]),
             "q2": float(ecn["ecn.queue_after_first_rtt.median_packets"]),
-            "q3": round(dt["bottleneck.drops"] / max(ecn["bottleneck.drops"], 1), 2),
-            "q4": round(ecn["bottleneck.mean_tx_mbps"] / ecn["bottleneck.rate_mbps"], 3),
+            "q3": round(float(dt["bottleneck.drops"] / max(ecn["bottleneck.drops"], 1)), 2),
+            "q4": round(float(ecn["bottleneck.mean_tx_mbps"] / ecn["bottleneck.rate_mbps"]), 3),
             "q5": int(inc.loc["pfc", "total_drops"]),
             "q6": "pfc" if paused["pfc"] < paused["ecn-pfc"] else "ecn-pfc",
-            "q7": statistics.median(roce[roce["variant"] == "dcqcn"]["roce.cnps_received"]),
-            "q8": statistics.median(roce[roce["variant"] == "open-loop"]["roce.retransmitted_packets"])}
+            "q7": float(statistics.median(roce[roce["variant"] == "dcqcn"]["roce.cnps_received"])),
+            "q8": float(statistics.median(roce[roce["variant"] == "open-loop"]["roce.retransmitted_packets"]))}
 
 
 def test_lab4_full_marks_for_the_right_answers_and_zero_for_wrong_ones(tmp_path, lab4_results, default_incast_run,
@@ -56,3 +56,50 @@ def test_lab4_full_marks_for_the_right_answers_and_zero_for_wrong_ones(tmp_path,
     assert any("about twenty: WRONG" in x and "not a number" in x for x in lines)
     assert any("(none): WRONG" in x and "no answer given" in x for x in lines)
     assert all("your " in x for x in lines if ": WRONG; expected " in x)          # each says from what
+
+
+def fault_answers(truth: dict) -> dict:
+    """Lab 6's answers from the hidden fault, as a student who found it writes them."""
+    from controller.faults import FAULTS
+    place = truth.get("link") or truth.get("switch") or truth.get("host")
+    size = truth.get("frame_fraction") or truth.get("rate_fraction") or truth.get("down_s")
+    return {"q1": truth["kind"], "q2": place.replace("<->", "->"), "q3": FAULTS[truth["kind"]].LAYER,
+            "q4": round(float(size) * 1.1, 3)}           # a measurement is never exact
+
+
+LAB6_SEEDS = (0, 1, 2, 3, 4)          # on the k=4 Fat-Tree: corrupt, degrade, drop, flap, slow_host
+
+
+def test_lab6_a_hidden_random_fault_on_five_seeds(tmp_path):
+    """Lab 6 as a student runs it, for five seeds (every kind of fault): `fabriclab diagnose ...
+    --by-hand` brings the fabric up with the seed's hidden fault and reads the student's answer
+    from stdin (here the fault, known from the seed: experiments.diagnosis.random_fault on the
+    fabric's map); the run says it matches and records the truth; the answers file scores 4/4,
+    and a wrong one 0/4, each line saying why."""
+    from experiments import diagnosis as D
+    from experiments.plan import build_fabric
+    from experiments.scenario import read_yaml_file, validate
+    scenario = ROOT / "experiments" / "scenarios" / "diagnose-fattree.yaml"
+    fmap = build_fabric(validate(read_yaml_file(scenario))).to_map()
+    kinds = []
+    for seed in LAB6_SEEDS:
+        truth = D.random_fault(fmap, seed)
+        kinds.append(truth["kind"])
+        right = fault_answers(truth)
+        results = tmp_path / f"seed{seed}"
+        p = run_cli("diagnose", str(scenario), "--inject", "random", "--seed", str(seed), "--by-hand",
+                    "--results", str(results), input=f"{right['q1']} {right['q2']}\n", timeout=300)
+        assert p.returncode == 0 and "MATCHES" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+        assert "(10." in p.stdout                               # each host's PID and address printed
+        (tmp_path / "right.yaml").write_text(yaml.safe_dump(right))
+        c = run_cli("lab", "check", "6", "--results", str(results), "--answers", str(tmp_path / "right.yaml"))
+        assert c.returncode == 0 and c.stdout.strip().endswith("score: 4/4"), (seed, c.stdout, c.stderr)
+        wrong = {"q1": "corrupt" if truth["kind"] != "corrupt" else "drop",
+                 "q2": "h16" if right["q2"] != "h16" else "h15",
+                 "q3": "host" if right["q3"] != "host" else "switch", "q4": right["q4"] * 3}
+        (tmp_path / "wrong.yaml").write_text(yaml.safe_dump(wrong))
+        c = run_cli("lab", "check", "6", "--results", str(results), "--answers", str(tmp_path / "wrong.yaml"))
+        assert c.returncode == 1 and c.stdout.strip().endswith("score: 0/4"), (seed, c.stdout, c.stderr)
+        assert c.stdout.count(": WRONG; expected ") == 4 and "the hidden fault (seed" in c.stdout
+        assert_clean(str(results))
+    assert sorted(kinds) == ["corrupt", "degrade", "drop", "flap", "slow_host"], kinds

@@ -24,8 +24,8 @@ def test_each_lab_has_a_sheet_and_a_template_with_exactly_its_questions(number):
         assert f"| {q.id} | {q.prompt} |" in sheet, q.id
     template = yaml.safe_load((lab.folder() / "answers.yaml").read_text())
     assert list(template) == [q.id for q in lab.QUESTIONS] and set(template.values()) == {None}
-    for path in lab.RUNS.values():
-        assert f"fabriclab run {path}" in sheet
+    for name in lab.RUNS:
+        assert lab().command(name).replace("DIR", "results/lab") in sheet.replace(f"results/lab{number}", "results/lab")
     index = (lab.folder().parent / "README.md").read_text()
     assert f"]({lab.folder().name}/README.md)" in index
 
@@ -133,3 +133,56 @@ def test_the_lab_command(tmp_path, capsys):
     assert cli.main(["lab", "show", "4"]) == 0
     shown = capsys.readouterr().out
     assert "sudo fabriclab run experiments/scenarios/incast.yaml" in shown and "q8 [packets]" in shown
+
+
+def diagnose_record(root, truth: dict, seed: int, name: str = "diagnose-fattree"):
+    d = root / f"20261205T1{seed:05d}Z-diagnose-{name}-seed{seed}"
+    d.mkdir(parents=True)
+    (d / "diagnosis.json").write_text(json.dumps({"mode": "by hand", "scenario": name, "inject": "random",
+                                                  "seed": seed, "truth": [truth], "truth_description": "x"}))
+    return d
+
+
+def lab6_right(truth: dict) -> dict:
+    from controller.faults import FAULTS
+    size = truth.get("frame_fraction") or truth.get("rate_fraction") or truth.get("down_s")
+    place = truth.get("link") or truth.get("switch") or truth.get("host")
+    return {"q1": truth["kind"], "q2": place.replace("<->", "->"), "q3": FAULTS[truth["kind"]].LAYER, "q4": size}
+
+
+def test_lab6_checks_every_kind_of_random_hidden_fault(tmp_path):
+    """Twenty seeds of the k=4 Fat-Tree's random fault (every kind): the right answers score 4/4,
+    answers wrong in every way 0/4; a link's direction counts for corrupt and degrade, not for a flap."""
+    from experiments import diagnosis as D
+    from experiments.labs.troubleshooting import Troubleshooting
+    from experiments.plan import build_fabric
+    from experiments.scenario import read_yaml_file, validate
+    sc = validate(read_yaml_file(Troubleshooting.folder().parents[1] / Troubleshooting.RUNS["diagnose-fattree"]))
+    fmap = build_fabric(sc).to_map()
+    kinds = set()
+    for seed in range(20):
+        truth = D.random_fault(fmap, seed)
+        kinds.add(truth["kind"])
+        root = tmp_path / str(seed)
+        diagnose_record(root, truth, seed)
+        right = lab6_right(truth)
+        assert [v.ok for v in Troubleshooting().check(root, right)] == [True] * 4, (seed, truth)
+        other = next(k for k in ("corrupt", "drop", "flap") if k != truth["kind"])
+        wrong = {"q1": other, "q2": "h16" if right["q2"] != "h16" else "h15",
+                 "q3": "host" if right["q3"] != "host" else "switch", "q4": right["q4"] * 3}
+        verdicts = Troubleshooting().check(root, wrong)
+        assert [v.ok for v in verdicts] == [False] * 4, (seed, truth)
+        if "->" in right["q2"]:
+            a, b = right["q2"].split("->")
+            flipped = Troubleshooting().check(root, {**right, "q2": f"{b}->{a}"})[1]
+            assert flipped.ok == (truth["kind"] == "flap"), (seed, truth)
+    assert kinds == {"corrupt", "degrade", "drop", "flap", "slow_host"}
+
+
+def test_lab6_reads_the_newest_record(tmp_path):
+    diagnose_record(tmp_path, {"kind": "drop", "switch": "c2", "frame_fraction": 0.05}, 1)
+    diagnose_record(tmp_path, {"kind": "slow_host", "host": "h7", "rate_fraction": 0.3}, 2)
+    from experiments.labs.troubleshooting import Troubleshooting
+    verdicts = Troubleshooting().check(tmp_path, {"q1": "slow_host", "q2": "h7", "q3": "host", "q4": 0.25})
+    assert [v.ok for v in verdicts] == [True] * 4
+    assert verdicts[3].expected == "0.150..0.450" and "rate_fraction 0.3" in verdicts[3].why
