@@ -116,6 +116,17 @@ class Lab:
         absent goes to ``missing``. Subclasses implement it."""
         raise NotImplementedError
 
+    def reseed(self, name: str, data: dict, seed: int) -> dict:
+        """Run ``name``'s scenario data as the ``seed``-th repetition (1, 2, ...), for the teacher's
+        guide's spread over seeds (scripts/lab_outcomes.py): the scenario's ``seed``, and every
+        round's own seed shifted by (seed - 1) x the number of rounds."""
+        out = dict(data, seed=seed)
+        if out.get("rounds"):
+            n = len(out["rounds"])
+            out["rounds"] = [dict(r, seed=r["seed"] + (seed - 1) * n) if r.get("seed") is not None else r
+                             for r in out["rounds"]]
+        return out
+
     def command(self, name: str) -> str:
         """The command line that makes run ``name`` (default ``sudo fabriclab run FILE --results DIR``)."""
         return f"sudo fabriclab run {self.RUNS[name]} --results DIR"

@@ -146,6 +146,18 @@ def shipped_roce_run(lab4_results):
     return p, top
 
 
+@pytest.fixture(scope="session")
+def allreduce_placement_run(tmp_path_factory):
+    """The shipped AllReduce placement scenario (experiments/scenarios/allreduce-placement.yaml, `make
+    allreduce`, lab 3's run), once per session: (its completed process, its run folder)."""
+    results = tmp_path_factory.mktemp("lab3") / "results"
+    p = run_cli("run", str(ROOT / "experiments" / "scenarios" / "allreduce-placement.yaml"), "--results",
+                str(results), timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (top,) = results.glob("*Z-allreduce-placement")
+    return p, top
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _remove_what_a_killed_run_left():
     """Before the first live test: remove what a recorded earlier run left behind, as ``make clean``

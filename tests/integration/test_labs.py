@@ -12,7 +12,8 @@ from experiments import results as loader
 
 from .conftest import ROOT, assert_clean, run_cli
 
-pytestmark = pytest.mark.lane("host", reason="lab 4's RoCEv2 incast is host-lane only (8 Python senders)")
+pytestmark = pytest.mark.lane("host", reason="lab 4's RoCEv2 incast and lab 3's AllReduce over kernel TCP run in the "
+                                             "host lane only (as their own tests do)")
 
 
 def lab4_answers(folder) -> dict:
@@ -103,3 +104,34 @@ def test_lab6_a_hidden_random_fault_on_five_seeds(tmp_path):
         assert c.stdout.count(": WRONG; expected ") == 4 and "the hidden fault (seed" in c.stdout
         assert_clean(str(results))
     assert sorted(kinds) == ["corrupt", "degrade", "drop", "flap", "slow_host"], kinds
+
+
+def test_lab3_full_marks_for_the_right_answers_and_zero_for_wrong_ones(tmp_path, allreduce_placement_run):
+    _p, run = allreduce_placement_run
+    r = loader.load(run)
+    steps = r.table("collective_steps")
+    local = steps[steps["round"] == "rack-local"]
+    per_rank = local.groupby(["size_bytes", "iteration", "rank"]).size()
+    coll = r.table("collective")
+    top = coll[coll["size_bytes"] == coll["size_bytes"].max()].set_index("round")
+    lc = coll[coll["round"] == "rack-local"].sort_values("size_bytes")
+    n = local["rank"].nunique()
+    (d1, t1), (d2, t2) = (lc.iloc[0][["size_bytes", "time_s"]], lc.iloc[-1][["size_bytes", "time_s"]])
+    b = 2 * (n - 1) / n * 8 * (d2 - d1) / (t2 - t1)                 # slope of T against D
+    alpha = (t1 - 2 * (n - 1) / n * 8 * d1 / b) / (2 * (n - 1))     # what is left, per step
+    right = {"q1": int(per_rank.iloc[0]), "q2": float(top.loc["rack-local", "busbw_bps"]) / 1e6,
+             "q3": float(top.loc["spread", "busbw_bps"]) / 1e6,
+             "q4": max(("rack-local", "spread"), key=lambda x: top.loc[x, "busbw_bps"]),
+             "q5": float(alpha) * 1e3, "q6": float(b) / 1e6}
+    assert right["q1"] == 14 and per_rank.nunique() == 1
+    (tmp_path / "right.yaml").write_text(yaml.safe_dump(right))
+    c = run_cli("lab", "check", "3", "--results", str(run.parent), "--answers", str(tmp_path / "right.yaml"))
+    print(c.stdout)
+    assert c.returncode == 0 and c.stdout.strip().endswith("score: 6/6"), c.stdout + c.stderr
+    wrong = {"q1": 7, "q2": right["q2"] * 1.3, "q3": right["q3"] * 0.7,
+             "q4": "spread" if right["q4"] == "rack-local" else "rack-local", "q5": right["q5"] * 2,
+             "q6": right["q6"] / 2}
+    (tmp_path / "wrong.yaml").write_text(yaml.safe_dump(wrong))
+    c = run_cli("lab", "check", "3", "--results", str(run.parent), "--answers", str(tmp_path / "wrong.yaml"))
+    assert c.returncode == 1 and c.stdout.strip().endswith("score: 0/6"), c.stdout + c.stderr
+    assert c.stdout.count(": WRONG; expected ") == 6

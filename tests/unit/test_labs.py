@@ -186,3 +186,47 @@ def test_lab6_reads_the_newest_record(tmp_path):
     verdicts = Troubleshooting().check(tmp_path, {"q1": "slow_host", "q2": "h7", "q3": "host", "q4": 0.25})
     assert [v.ok for v in verdicts] == [True] * 4
     assert verdicts[3].expected == "0.150..0.450" and "rate_fraction 0.3" in verdicts[3].why
+
+
+def test_the_ring_fit_recovers_alpha_and_b():
+    from experiments.labs.collectives import fit_alpha_beta
+    n, alpha, b = 8, 0.003, 9.5e6
+    sizes = [65536, 524288, 2097152]
+    times = [2 * (n - 1) * alpha + 2 * (n - 1) / n * 8 * d / b for d in sizes]
+    got_alpha, got_b = fit_alpha_beta(n, sizes, times)
+    assert got_alpha == pytest.approx(alpha) and got_b == pytest.approx(b)
+    with pytest.raises(ValueError):
+        fit_alpha_beta(n, sizes, [1.0, 0.5, 0.2])
+
+
+def make_allreduce_run(root, n=8):
+    from experiments.tables import write_csv
+    run = root / "20261205T100000Z-allreduce-placement"
+    (run).mkdir(parents=True)
+    (run / "scenario.yaml").write_text("name: allreduce-placement\n")
+    for i, (name, b) in enumerate((("rack-local", 9.5e6), ("spread", 4.5e6))):
+        d = run / "rounds" / f"{i + 1:02d}-{name}"
+        d.mkdir(parents=True)
+        rows = []
+        for size in (65536, 524288, 2097152):
+            t = 2 * (n - 1) * 0.003 + 2 * (n - 1) / n * 8 * size / b
+            rows.append({"size_bytes": size, "time_s": t, "busbw_bps": 2 * (n - 1) / n * 8 * size / t,
+                         "model_busbw_bps": 9.4e6, "alpha_s": 0.0031, "rate_bps": 9.56e6})
+        write_csv(d / "collective.csv", list(rows[0]), rows)
+        steps = [{"size_bytes": s, "iteration": it, "rank": r, "step": k} for s in (65536, 2097152) for it in (0, 1)
+                 for r in range(n) for k in range(2 * (n - 1))]
+        write_csv(d / "collective_steps.csv", list(steps[0]), steps)
+    busbw = {name: 2 * (n - 1) / n * 8 * 2097152 / (2 * (n - 1) * 0.003 + 2 * (n - 1) / n * 8 * 2097152 / b) / 1e6
+             for name, b in (("rack-local", 9.5e6), ("spread", 4.5e6))}
+    return {"q1": 2 * (n - 1), "q2": busbw["rack-local"], "q3": busbw["spread"], "q4": "rack-local", "q5": 3.0,
+            "q6": 9.5}
+
+
+def test_lab3_right_and_wrong(tmp_path):
+    from experiments.labs.collectives import Collectives
+    right = make_allreduce_run(tmp_path)
+    verdicts = Collectives().check(tmp_path, right)
+    assert [v.ok for v in verdicts] == [True] * 6, [(v.question.id, v.expected) for v in verdicts]
+    assert "2(N - 1) = 14 for N = 8 ranks" in verdicts[0].why and "9.40 Mbit/s" in verdicts[1].why
+    wrong = {"q1": 7, "q2": right["q2"] * 1.2, "q3": right["q3"] * 0.8, "q4": "spread", "q5": 6.0, "q6": 5}
+    assert [v.ok for v in Collectives().check(tmp_path, wrong)] == [False] * 6
