@@ -6,7 +6,9 @@ Runs each of the lab's runs once per seed (1..N: the scenario's seed, and its ro
 seeds shifted, experiments.labs.base.Lab.reseed) as a student runs them, one fabric at a time,
 then reads each seed's figures with the lab's own checker and prints, per question, the
 expected answer's minimum, median and maximum over the seeds (a choice: how often each answer
-was right), and each run's wall time. Everything goes to DIR (default
+was right), how often another seed's right answer passes this seed's check (``copy_pass``: near
+0, the question needs the student's own run; near 1, the model or a classmate's run answers
+it), and each run's wall time. Everything goes to DIR (default
 ``results/lab-outcomes-<lab>-<time>``), with ``outcomes.json``. A lab whose run is not a plain
 ``fabriclab run`` (lab 6's troubleshooting) is refused: its outcomes are the seeds' faults.
 Exit 0, 1 when a run failed, 2 on bad arguments.
@@ -49,7 +51,7 @@ def main(argv=None) -> int:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(a.out or REPO / "results" / f"lab-outcomes-{a.lab}-{stamp}")
     out.mkdir(parents=True, exist_ok=True)
-    per_seed, times = [], {n: [] for n in lab.RUNS}
+    per_seed, bands, times = [], [], {n: [] for n in lab.RUNS}
     for seed in range(1, a.seeds + 1):
         folder = out / f"seed{seed}"
         for name, path in lab.RUNS.items():
@@ -65,25 +67,32 @@ def main(argv=None) -> int:
                 return 1
         fig = lab.measure(find_runs(folder, lab.RUNS))
         per_seed.append(fig.values)
+        bands.append(fig.bands)
         print(f"seed {seed}: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, (int, float)) else f"{k} {v}"
                                             for k, v in fig.values.items()), flush=True)
     rows = []
     for q in lab.QUESTIONS:
         vals = [v[q.id] for v in per_seed if q.id in v]
+        pairs = [(i, j) for i in range(len(per_seed)) for j in range(len(per_seed)) if i != j]
         if q.kind == "number":
+            passes = [per_seed[j][q.id] in bands[i][q.id] for i, j in pairs]
             rows.append({"id": q.id, "prompt": q.prompt, "unit": q.unit, "min": min(vals),
-                         "median": statistics.median(vals), "max": max(vals)})
+                         "median": statistics.median(vals), "max": max(vals),
+                         "copy_pass": sum(passes) / len(passes) if passes else None})
         else:
-            rows.append({"id": q.id, "prompt": q.prompt, "answers": dict(Counter(vals))})
+            passes = [str(per_seed[j][q.id]).lower() == str(per_seed[i][q.id]).lower() for i, j in pairs]
+            rows.append({"id": q.id, "prompt": q.prompt, "answers": dict(Counter(vals)),
+                         "copy_pass": sum(passes) / len(passes) if passes else None})
     doc = {"lab": a.lab, "seeds": a.seeds, "questions": rows, "per_seed": per_seed,
            "run_s": {n: {"min": min(t), "median": statistics.median(t), "max": max(t)} for n, t in times.items()}}
     (out / "outcomes.json").write_text(json.dumps(doc, indent=1, default=float))
     print(f"\nlab {a.lab} over {a.seeds} seeds (min / median / max):")
     for r in rows:
+        cp = "-" if r["copy_pass"] is None else f"{r['copy_pass']:.2f}"
         if "median" in r:
-            print(f"  {r['id']} ({r['unit']}): {r['min']:.4g} / {r['median']:.4g} / {r['max']:.4g}")
+            print(f"  {r['id']} ({r['unit']}): {r['min']:.4g} / {r['median']:.4g} / {r['max']:.4g}; copy_pass {cp}")
         else:
-            print(f"  {r['id']}: " + ", ".join(f"{k} x{n}" for k, n in r["answers"].items()))
+            print(f"  {r['id']}: " + ", ".join(f"{k} x{n}" for k, n in r["answers"].items()) + f"; copy_pass {cp}")
     for n, t in doc["run_s"].items():
         print(f"  run {n}: {t['min']:.0f} / {t['median']:.0f} / {t['max']:.0f} s")
     print(f"outcomes.json in {out}")

@@ -74,8 +74,8 @@ class Congestion(Lab):
             k = _step_k_packets(ecn)
             fig.values["q2"] = q
             fig.bands["q2"] = around(q, 0.1, 1.5, "your ecn-k20 round's median queue after the first RTT +- 10%")
-            fig.notes["q2"] = (f"model: DCTCP-style marking holds the queue near K = {k:.0f} packets" if k else
-                               "model: near the marking threshold K")
+            fig.notes["q2"] = (f"model: senders back off at the first CE mark (TCP with ECN), so the queue hovers "
+                               f"near K = {k:.0f} packets" if k else "model: near the marking threshold K")
             ratio = d_dt / max(d_ecn, 1)
             fig.values["q3"] = ratio
             fig.bands["q3"] = around(ratio, 0.1, 0.5, f"your runs: {d_dt} / max({d_ecn}, 1) +- 10%")
