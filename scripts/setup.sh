@@ -60,6 +60,9 @@ fi
 # the `fabriclab` command on root's PATH (sudo's secure_path has /usr/local/bin): a link to this
 # checkout's .venv, made only where nothing else is (sudo make distclean removes it)
 link=/usr/local/bin/fabriclab
+if [ -L "$link" ] && [ ! -e "$link" ] && [[ "$(readlink "$link")" == */.venv/bin/fabriclab ]]; then
+  rm "$link"                       # a removed checkout's link: this one's instead
+fi
 if [ ! -e "$link" ] && [ ! -L "$link" ]; then
   ln -s "$PWD/.venv/bin/fabriclab" "$link"
 elif [ -L "$link" ] && [ "$(readlink "$link")" != "$PWD/.venv/bin/fabriclab" ]; then
