@@ -42,6 +42,7 @@ EXIT_CODES = {0: "success", 1: "the run failed", 2: "bad input (a key, a capabil
 #: Exit codes of a run ended by a signal (experiments.live.SIGNAL_EXIT), and the signal's name.
 SIGNAL_NAMES = {143: "SIGTERM", 129: "SIGHUP (the terminal closed)"}
 
+REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 DEFAULT_SCENARIO = SCENARIOS / "incast.yaml"
 DEFAULT_DIAGNOSE = SCENARIOS / "diagnose-fattree.yaml"
@@ -155,14 +156,43 @@ def _check_machine(file: str, scenarios: list) -> str:
     return f"; this machine can run it (datapath {env.get('datapath')}, kernel {env.get('kernel')})"
 
 
-@cli.command(short_help="validate a scenario, comparison or study file", epilog=_examples("fabriclab check experiments/scenarios/incast.yaml",
+def _check_lab(folder: Path) -> int:
+    """``check`` of a lab's folder: each of its runs' scenario files, and its answers template."""
+    from experiments import labs
+    the = next((cls() for cls in labs.LABS.values() if cls.folder().resolve() == folder.resolve()), None)
+    if the is None:
+        raise Stop(2, f"{folder}: not a scenario file or a lab's folder (labs: fabriclab lab list)")
+    try:
+        template = labs.base.read_answers(folder / "answers.yaml")
+    except labs.base.LabError as e:
+        raise Stop(2, str(e)) from None
+    if list(template) != [q.id for q in the.QUESTIONS]:
+        raise Stop(2, f"{folder}/answers.yaml: its keys {list(template)} are not the lab's questions")
+    scenarios = []
+    for name, path in the.RUNS.items():
+        try:
+            sc = validate(read_yaml_file(REPO / path))
+            check_against_fabric(sc)
+        except ScenarioError as e:
+            raise Stop(2, f"{path}: {e}") from None
+        scenarios.append(sc)
+    print(f"fabriclab: {folder} is lab {the.NUMBER} with {_plural(len(the.RUNS), 'valid run')} and "
+          f"{_plural(len(the.QUESTIONS), 'question')}{_check_machine(str(folder), scenarios)}")
+    return 0
+
+
+@cli.command(short_help="validate a scenario, comparison, study or lab",
+             epilog=_examples("fabriclab check experiments/scenarios/incast.yaml",
                               "fabriclab check experiments/scenarios/compare-topologies.yaml",
-                              "sudo fabriclab check experiments/studies/cubic-bbr-dctcp.yaml   # + this kernel"))
+                              "sudo fabriclab check experiments/studies/cubic-bbr-dctcp.yaml   # + this kernel",
+                              "sudo fabriclab check labs/04-congestion                        # a lab's runs"))
 @click.argument("file", metavar="FILE")
 def check(file: str) -> int:
-    """Validate a scenario, comparison or study file without running it; as root, also check it
-    against this machine's kernel (congestion controls, qdiscs, datapath) as a run would.
-    Exit 2 with one line naming the first bad key or the missing capability."""
+    """Validate a scenario, comparison or study file, or a lab's folder, without running it; as
+    root, also check it against this machine's kernel (congestion controls, qdiscs, datapath) as
+    a run would. Exit 2 with one line naming the first bad key or the missing capability."""
+    if Path(file).is_dir():
+        return _check_lab(Path(file))
     try:
         data = read_yaml_file(file)
         from experiments import study as studies

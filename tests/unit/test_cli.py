@@ -159,3 +159,11 @@ def test_progress_draws_a_bar_on_a_terminal_and_stops_it():
     p.close()
     assert not p.bar
     assert not Progress("rounds", 1, stream=_Tty()).bar         # one step: no bar
+
+
+def test_check_a_labs_folder_checks_its_runs_and_its_template(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 1000)
+    code, out, _ = run(capsys, "check", str(REPO / "labs" / "04-congestion"))
+    assert code == 0 and "is lab 4 with 2 valid runs and 8 questions" in out
+    code, _, err = run(capsys, "check", str(tmp_path))
+    assert code == 2 and "not a scenario file or a lab's folder" in err
