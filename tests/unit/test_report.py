@@ -64,8 +64,9 @@ def make_run(root: Path) -> Path:
     png(r2 / "mystery.png", None, "C1")
     png(root / "rounds_bars.png", pagekit.Caption("Rounds ≥ side by side", "Bars per round ≥ 1."), "C2")
     png(root / "topology.png", None, "C3")
-    (root / "rounds.csv").write_text("round,name,fct_median_s,folder\n1,drop-tail,3.230153,rounds/01-drop-tail\n"
-                                     f"2,x,3.3309,rounds/02-x\n")
+    (root / "rounds.csv").write_text("round,variant,seed,round_index,fct_median_s,folder\n"
+                                     "drop-tail,drop-tail,1,1,3.230153,rounds/01-drop-tail\n"
+                                     "x,x,1,2,3.3309,rounds/02-x\n")
     return root
 
 
