@@ -121,3 +121,19 @@ METRICS: dict[str, Metric] = {m.name: m for m in _ALL}
 def measure(summary: dict, names=None) -> dict[str, Optional[float]]:
     """``{metric name: value or None}`` of one round's summary, for ``names`` (default all)."""
     return {n: METRICS[n].value(summary) for n in (names or METRICS)}
+
+
+def one_line(values: dict, bottleneck: str | None = None) -> str:
+    """A round's or a study cell's figures (:func:`measure`'s ``values``) on one line: FCT median
+    and p99, throughput, the bottleneck queue, drops; a round without flows names every metric it
+    measured (busbw, say), with its unit."""
+    def f(m, fmt):
+        x = values.get(m)
+        return "-" if x is None else format(x, fmt)
+    if values.get("fct_median_s") is None and values.get("throughput_mbps") is None:     # no flows
+        got = [f"{m.name} {format(values[m.name], '.4g')} {m.unit}".rstrip(" 1") for m in METRICS.values()
+               if values.get(m.name) is not None]
+        return ", ".join(got) or "no metric measured"
+    return (f"FCT med/p99 {f('fct_median_s', '.3f')}/{f('fct_p99_s', '.3f')} s, "
+            f"{f('throughput_mbps', '.2f')} Mbit/s, queue med/p99 {f('queue_median_packets', '.0f')}/"
+            f"{f('queue_p99_packets', '.0f')} pkt, drops {f('drops', '.0f')}, bottleneck {bottleneck}")

@@ -35,6 +35,7 @@ from experiments.fabric import REPO, LiveFabric
 from experiments.features import FEATURES
 from experiments.live import (ROUND_STOP, check_signalled, measure_rtt_s, signals_unwind,
                               warm_up_reachability)
+from experiments.metrics import measure, one_line
 from experiments.progress import Progress
 from experiments.tables import label_csvs
 from experiments.plan import check_against_fabric
@@ -249,7 +250,8 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
                             rec.features[f.name] = got
                     _save_round(rec, w.name)
                     done.append((w.name, rec, _analyse_round(ctx, w, features, rec)))
-                    progress.advance(1)
+                    progress.advance(1, f"round {i + 1}/{len(rounds)} {r.name}: "
+                                        + one_line(measure(done[-1][2]), (done[-1][2].get("bottleneck") or {}).get("intf")))
                     if on_round is not None:
                         on_round(r.name, rdir, done[-1][2])
                 maybe_fault("after_rounds")

@@ -53,7 +53,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from common.errors import BusyError, CapabilityError, ScenarioError, SetupError
 from common.params import quote
-from experiments.metrics import METRICS, measure
+from experiments.metrics import METRICS, measure, one_line
 from experiments.tables import write_csv
 from experiments.progress import Progress
 from experiments.model import MAX_ROUNDS, NAME, ROUND_COLLECTIVE_KEYS, Scenario, Section, _round_data
@@ -701,21 +701,10 @@ def run_plan(plan: RunPlan, runs_dir: Path, on_round=None, quiet: bool = True) -
 
 def format_cell(c: dict) -> str:
     """One line per cell for the terminal."""
-    v = c["values"]
-
-    def f(m, fmt):
-        x = v.get(m)
-        return "-" if x is None else format(x, fmt)
     if c["status"] == "failed":
         return f"{c['cell']}: FAILED: {c['error']}"
     mark = " (UNFAITHFUL)" if c["status"] == "unfaithful" else ""
-    if v.get("fct_median_s") is None and v.get("throughput_mbps") is None:     # no flows: what it measured
-        got = [f"{m.name} {format(v[m.name], '.4g')} {m.unit}".rstrip(" 1") for m in METRICS.values()
-               if v.get(m.name) is not None]
-        return f"{c['cell']}{mark}: " + (", ".join(got) or "no metric measured")
-    return (f"{c['cell']}{mark}: FCT med/p99 {f('fct_median_s', '.3f')}/{f('fct_p99_s', '.3f')} s, "
-            f"{f('throughput_mbps', '.2f')} Mbit/s, queue med/p99 {f('queue_median_packets', '.0f')}/"
-            f"{f('queue_p99_packets', '.0f')} pkt, drops {f('drops', '.0f')}, bottleneck {c['bottleneck']}")
+    return f"{c['cell']}{mark}: {one_line(c['values'], c['bottleneck'])}"
 
 
 def serial(runner=None) -> Dispatch:
