@@ -8,7 +8,8 @@ then reads each seed's figures with the lab's own checker and prints, per questi
 expected answer's minimum, median and maximum over the seeds (a choice: how often each answer
 was right), how often another seed's right answer passes this seed's check (``copy_pass``: near
 0, the question needs the student's own run; near 1, the model or a classmate's run answers
-it), and each run's wall time. Everything goes to DIR (default
+it), and each run's wall time, and which rounds failed a fidelity check (a CPU-starved machine:
+they are kept, as a student's would be, and named). Everything goes to DIR (default
 ``results/lab-outcomes-<lab>-<time>``), with ``outcomes.json``. A lab whose run is not a plain
 ``fabriclab run`` (lab 6's troubleshooting) is refused: its outcomes are the seeds' faults.
 Exit 0, 1 when a run failed, 2 on bad arguments.
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(a.out or REPO / "results" / f"lab-outcomes-{a.lab}-{stamp}")
     out.mkdir(parents=True, exist_ok=True)
-    per_seed, bands, times = [], [], {n: [] for n in lab.RUNS}
+    per_seed, bands, flagged, times = [], [], [], {n: [] for n in lab.RUNS}
     for seed in range(1, a.seeds + 1):
         folder = out / f"seed{seed}"
         for name, path in lab.RUNS.items():
@@ -66,6 +67,11 @@ def main(argv=None) -> int:
                 print(f"lab_outcomes: {name} seed {seed} failed (exit {p.returncode})", file=sys.stderr)
                 return 1
         fig = lab.measure(find_runs(folder, lab.RUNS))
+        unfaithful = [str(p.parent.relative_to(folder)) for p in sorted(folder.rglob("summary.json"))
+                      if "agents" not in p.parts and not json.loads(p.read_text()).get("fidelity", {}).get("ok", True)]
+        flagged.append(unfaithful)
+        if unfaithful:
+            print(f"seed {seed}: rounds that failed a fidelity check (kept, and counted): {', '.join(unfaithful)}")
         per_seed.append(fig.values)
         bands.append(fig.bands)
         print(f"seed {seed}: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, (int, float)) else f"{k} {v}"
@@ -83,7 +89,7 @@ def main(argv=None) -> int:
             passes = [str(per_seed[j][q.id]).lower() == str(per_seed[i][q.id]).lower() for i, j in pairs]
             rows.append({"id": q.id, "prompt": q.prompt, "answers": dict(Counter(vals)),
                          "copy_pass": sum(passes) / len(passes) if passes else None})
-    doc = {"lab": a.lab, "seeds": a.seeds, "questions": rows, "per_seed": per_seed,
+    doc = {"lab": a.lab, "seeds": a.seeds, "questions": rows, "per_seed": per_seed, "unfaithful_rounds": flagged,
            "run_s": {n: {"min": min(t), "median": statistics.median(t), "max": max(t)} for n, t in times.items()}}
     (out / "outcomes.json").write_text(json.dumps(doc, indent=1, default=float))
     print(f"\nlab {a.lab} over {a.seeds} seeds (min / median / max):")
