@@ -35,9 +35,19 @@ from experiments.state import clean_stale, describe_report
 # Each sub-command imports its own modules inside its function: `check` loads the parser and the
 # fabric only (0.3 s), where the run's modules (matplotlib among them) would make it 0.65 s.
 
-#: The exit codes, documented in every --help.
-EXIT_CODES = {0: "success", 1: "the run failed", 2: "bad input (a key, a capability this machine lacks, not root)",
-              3: "a fidelity check failed (results written and marked)", 130: "interrupted"}
+#: The exit codes of a fabric run, documented in its --help (every sub-command lists its own).
+EXIT_CODES = {0: "success", 1: "the run failed (set-up, an agent, the controller)",
+              2: "bad input (a key, a capability this machine lacks, not root, another run holds the machine)",
+              3: "a fidelity check failed (results written and marked)", 130: "interrupted (Ctrl-C)",
+              143: "stopped by SIGTERM (fabric torn down)", 129: "stopped by SIGHUP: the terminal closed"}
+#: A sub-command that only reads files: success or bad input.
+READS = {0: "success", 2: "bad input (a file or folder that cannot be read, a bad key)"}
+CHECKS = {0: "valid (and, as root, this machine can run it)", 2: "a bad key, or this machine lacks what it needs"}
+DIAGNOSES = {0: "the verdict (or your answer) matches the hidden fault", 1: "it does not, or the run failed",
+             2: "bad input (a key, not root, another run holds the machine)", 130: "interrupted (Ctrl-C)"}
+PORTS = {0: "success", 1: "no controller answers (no run going)", 2: "no such switch in the fabric"}
+CLEANS = {0: "cleaned, or nothing recorded to clean", 1: "something recorded could not be removed", 2: "not root"}
+LAB_CHECKS = {0: "full marks", 1: "an answer is wrong", 2: "the results or the answers cannot be read, no such lab"}
 
 #: Exit codes of a run ended by a signal (experiments.live.SIGNAL_EXIT), and the signal's name.
 SIGNAL_NAMES = {143: "SIGTERM", 129: "SIGHUP (the terminal closed)"}
@@ -47,7 +57,8 @@ SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 DEFAULT_SCENARIO = SCENARIOS / "incast.yaml"
 DEFAULT_DIAGNOSE = SCENARIOS / "diagnose-fattree.yaml"
 
-EXIT_TEXT = "\b\nExit codes:\n" + "\n".join(f"  {k:<4} {v}" for k, v in EXIT_CODES.items())
+def _exit_text(codes: dict) -> str:
+    return "\b\nExit codes:\n" + "\n".join(f"  {k:<4} {v}" for k, v in codes.items())
 
 
 class Stop(Exception):
@@ -58,9 +69,10 @@ class Stop(Exception):
         self.code = code
 
 
-def _examples(*lines: str) -> str:
-    """A help epilog: the examples verbatim (click's ``\\b`` keeps their line breaks), then the exit codes."""
-    return "\b\nExamples:\n" + "\n".join(f"  {x}" for x in lines) + "\n\n" + EXIT_TEXT
+def _examples(*lines: str, codes: dict | None = None) -> str:
+    """A help epilog: the examples verbatim (click's ``\\b`` keeps their line breaks), then the
+    sub-command's exit codes (default: a fabric run's, :data:`EXIT_CODES`)."""
+    return "\b\nExamples:\n" + "\n".join(f"  {x}" for x in lines) + "\n\n" + _exit_text(codes or EXIT_CODES)
 
 
 def _need_root() -> None:
@@ -185,7 +197,7 @@ def _check_lab(folder: Path) -> int:
              epilog=_examples("fabriclab check experiments/scenarios/incast.yaml",
                               "fabriclab check experiments/scenarios/compare-topologies.yaml",
                               "sudo fabriclab check experiments/studies/cubic-bbr-dctcp.yaml   # + this kernel",
-                              "sudo fabriclab check labs/04-congestion                        # a lab's runs"))
+                              "sudo fabriclab check labs/04-congestion                        # a lab's runs", codes=CHECKS))
 @click.argument("file", metavar="FILE")
 def check(file: str) -> int:
     """Validate a scenario, comparison or study file, or a lab's folder, without running it; as
@@ -215,7 +227,7 @@ def check(file: str) -> int:
                   f"{_plural(len(s.points), 'sweep point')} x {_plural(len(s.seeds), 'seed')} = "
                   f"{_plural(len(s.cells), 'cell')} on {_plural(len(plans), 'fabric run')}{machine}")
             return 0
-        if isinstance(data, dict) and "fabrics" in data:     # a comparison file
+        if isinstance(data, dict) and ("fabrics" in data or ("base" in data and "traffic" in data)):   # a comparison
             from experiments import compare
             cmp = compare.validate_comparison(data)
             for _fabric, _traffic, sc in cmp["runs"]:
@@ -234,7 +246,7 @@ def check(file: str) -> int:
 @cli.command(short_help="the same traffic on several fabrics", epilog=_examples("sudo fabriclab compare",
                               "sudo fabriclab compare experiments/scenarios/compare-topologies.yaml --results out"))
 @click.argument("comparison", required=False, default=None, metavar="[COMPARISON.yaml]")
-@click.option("--results", default="results", show_default=True)
+@click.option("--results", default="results", show_default=True, help="the folder that gets the run's folder")
 @click.option("--quiet", is_flag=True, help="no progress, only warnings and errors")
 @click.option("--accept-unfaithful", is_flag=True,
               help="a failed fidelity check does not fail the runs (exit 0); every output says so")
@@ -258,7 +270,7 @@ def compare(comparison: str | None, results: str, quiet: bool, accept_unfaithful
                               "sudo fabriclab study experiments/studies/ecn-vs-droptail.yaml --results out",
                               "fabriclab study my-study.yaml --dask tcp://10.0.0.5:8786   # on a Dask cluster"))
 @click.argument("study", metavar="STUDY.yaml")
-@click.option("--results", default="results", show_default=True)
+@click.option("--results", default="results", show_default=True, help="the folder that gets the run's folder")
 @click.option("--quiet", is_flag=True, help="no progress, only warnings and errors")
 @click.option("--accept-unfaithful", is_flag=True,
               help="cells whose fidelity checks failed do not fail the study (exit 0); they are marked and left "
@@ -291,7 +303,7 @@ def study(study: str, results: str, quiet: bool, accept_unfaithful: bool, dask_a
 
 @cli.command(short_help="find a hidden fault in a fabric", epilog=_examples("sudo fabriclab diagnose --inject random --seed 3",
                               "sudo fabriclab diagnose --inject random --seed 7 --by-hand   # you find it",
-                              "sudo fabriclab diagnose experiments/scenarios/diagnose-spineleaf.yaml"))
+                              "sudo fabriclab diagnose experiments/scenarios/diagnose-spineleaf.yaml", codes=DIAGNOSES))
 @click.argument("scenario", required=False, default=str(DEFAULT_DIAGNOSE), metavar="[SCENARIO.yaml]")
 @click.option("--inject", type=click.Choice(["random"]), default=None,
               help="inject one seeded random fault (kind, place, size) unseen; revealed after the verdict")
@@ -301,7 +313,7 @@ def study(study: str, results: str, quiet: bool, accept_unfaithful: bool, dask_a
 @click.option("--by-hand", is_flag=True,
               help="a lab: you troubleshoot (iperf3 in the hosts, the ports' counters) and type your answer; it is "
                    "checked against the hidden fault")
-@click.option("--results", default="results", show_default=True)
+@click.option("--results", default="results", show_default=True, help="the folder that gets the run's folder")
 @click.option("--quiet", is_flag=True, help="no progress, only warnings and errors")
 def diagnose(scenario: str, inject: str | None, seed: int, rate_fraction: float, by_hand: bool, results: str,
              quiet: bool) -> int:
@@ -331,7 +343,7 @@ def _results_folder(path: str, *markers: str) -> Path:
     return d
 
 
-@cli.command(short_help="redraw a results folder's plots and report", epilog=_examples("fabriclab plot results/20261205T091500Z-incast"))
+@cli.command(short_help="redraw a results folder's plots and report", epilog=_examples("fabriclab plot results/20261205T091500Z-incast", codes=READS))
 @click.argument("results_dir", metavar="RESULTS_DIR")
 def plot(results_dir: str) -> int:
     """Redraw the plots of a results folder (a run's, a comparison's, a study's) and rewrite its
@@ -371,13 +383,15 @@ def plot(results_dir: str) -> int:
     return 0
 
 
-@cli.command(short_help="rebuild a results folder from its raw files", epilog=_examples("fabriclab analyze results/20261205T091500Z-incast"))
+@cli.command(short_help="rebuild a results folder from its raw files", epilog=_examples("fabriclab analyze results/20261205T091500Z-incast", codes=READS))
 @click.argument("results_dir", metavar="RESULTS_DIR")
 @click.option("--quiet", is_flag=True, help="no per-round lines")
 def analyze(results_dir: str, quiet: bool) -> int:
     """Rebuild a results folder's tables, summaries and plots from its raw files. No root."""
     from experiments import runner
     d = Path(results_dir)
+    if not d.is_dir():
+        raise Stop(2, f"{d}: no such results folder")
     if not (d / "scenario.yaml").is_file() or not (d / "environment.json").is_file():
         raise Stop(2, f"{d}: not a results folder (no scenario.yaml and environment.json)")
     try:
@@ -394,7 +408,7 @@ def analyze(results_dir: str, quiet: bool) -> int:
 
 
 @cli.command(short_help="draw a scenario's fabric as a PNG", epilog=_examples("fabriclab draw experiments/scenarios/incast.yaml",
-                              "fabriclab draw experiments/scenarios/allreduce-fattree.yaml --out fattree.png"))
+                              "fabriclab draw experiments/scenarios/allreduce-fattree.yaml --out fattree.png", codes=READS))
 @click.argument("scenario", metavar="SCENARIO.yaml")
 @click.option("--out", default="topology.png", show_default=True, help="the PNG to write")
 def draw(scenario: str, out: str) -> int:
@@ -406,7 +420,7 @@ def draw(scenario: str, out: str) -> int:
 
 
 @cli.command(short_help="the scenario's JSON Schema or key reference", epilog=_examples("fabriclab schema > fabriclab.schema.json   # for an editor's YAML support",
-                              "fabriclab schema --markdown               # docs/scenario-keys.md"))
+                              "fabriclab schema --markdown               # docs/scenario-keys.md", codes=READS))
 @click.option("--markdown", is_flag=True, help="the scenario-key reference instead (docs/scenario-keys.md)")
 def schema(markdown: bool) -> int:
     """Print the scenario's JSON Schema (editors complete and check YAML with it). No root."""
@@ -415,7 +429,7 @@ def schema(markdown: bool) -> int:
     return 0
 
 
-@cli.command(short_help="a running fabric's port counters", epilog=_examples("fabriclab ports", "fabriclab ports leaf1 --json"))
+@cli.command(short_help="a running fabric's port counters", epilog=_examples("fabriclab ports", "fabriclab ports leaf1 --json", codes=PORTS))
 @click.argument("switch", required=False, default=None)
 @click.option("--api", default=None,
               help="the controller's REST API (a run's first lines name it; default http://127.0.0.1:8080)")
@@ -439,7 +453,7 @@ def ports(switch: str | None, api: str | None, as_json: bool) -> int:
     return 0
 
 
-@cli.command(short_help="remove what a killed run left", epilog=_examples("sudo fabriclab clean"))
+@cli.command(short_help="remove what a killed run left", epilog=_examples("sudo fabriclab clean", codes=CLEANS))
 def clean() -> int:
     """Remove what a killed run left (its bridges, interfaces, processes), by the run's own record
     in /run/fabriclab; nothing else."""
@@ -455,7 +469,7 @@ def clean() -> int:
 @cli.group(short_help="coursework labs: list, show, check answers",
            epilog=_examples("fabriclab lab list",
                             "fabriclab lab show 4",
-                            "fabriclab lab check 4 --results results/lab4 --answers my-answers.yaml"))
+                            "fabriclab lab check 4 --results results/lab4 --answers my-answers.yaml", codes=LAB_CHECKS))
 def lab() -> None:
     """Coursework labs (labs/): each has a sheet (goals, background, the steps as commands,
     questions), the scenarios it runs and a checker that scores an answers file against the
@@ -469,7 +483,7 @@ def _lab(number: int):
     return labs.LABS[number]()
 
 
-@lab.command("list", short_help="the labs and their sheets", epilog=_examples("fabriclab lab list"))
+@lab.command("list", short_help="the labs and their sheets", epilog=_examples("fabriclab lab list", codes=READS))
 def lab_list() -> int:
     """The labs, each with its sheet."""
     from experiments import labs
@@ -479,7 +493,7 @@ def lab_list() -> int:
     return 0
 
 
-@lab.command("show", short_help="a lab's runs and questions", epilog=_examples("fabriclab lab show 4"))
+@lab.command("show", short_help="a lab's runs and questions", epilog=_examples("fabriclab lab show 4", codes=READS))
 @click.argument("number", type=int)
 def lab_show(number: int) -> int:
     """What lab NUMBER asks you to run and answer (its sheet says why and how)."""
@@ -497,7 +511,7 @@ def lab_show(number: int) -> int:
 
 @lab.command("check", short_help="score an answers file against your results",
              epilog=_examples("fabriclab lab check 4 --results results/lab4 --answers my-answers.yaml",
-                              "make lab-check LAB=4 RESULTS=results/lab4 ANSWERS=my-answers.yaml"))
+                              "make lab-check LAB=4 RESULTS=results/lab4 ANSWERS=my-answers.yaml", codes=LAB_CHECKS))
 @click.argument("number", type=int)
 @click.option("--results", required=True, help="the folder you gave --results for the lab's runs (or one run's folder)")
 @click.option("--answers", default=None, help="your answers (YAML, question id: answer); default RESULTS/answers.yaml")

@@ -172,8 +172,10 @@ def validate(data: Any) -> Scenario:
         ScenarioError: unknown key, wrong type, out-of-range value or an
             inconsistent combination; the message names the dotted key.
     """
+    if data is None:
+        raise ScenarioError("<top>", "the file is empty: a scenario needs at least its name (name: my-run)")
     if not isinstance(data, dict):
-        raise ScenarioError("<top>", f"expected a mapping, got {type(data).__name__}")
+        raise ScenarioError("<top>", f"expected a mapping of keys (name: ..., topology: ...), got {type(data).__name__}")
     data = apply_scale(data)          # a scaled scenario's real fabric into its own sections
     try:
         f = ScenarioFile.model_validate(data)

@@ -316,9 +316,11 @@ def load_study(path: str | Path) -> Study:
 
 def is_study(data: Any) -> bool:
     """Whether parsed YAML data is a study file: it has ``variants``, or a ``base`` without the
-    ``fabrics`` of a comparison file (no scenario has a base), so that a study with a misspelt
-    ``variants`` is checked as the study it is."""
-    return isinstance(data, dict) and ("variants" in data or ("base" in data and "fabrics" not in data))
+    ``fabrics`` and ``traffic`` of a comparison file (no scenario has a base, no study a top-level
+    traffic), so that a study with a misspelt ``variants`` is checked as the study it is, and a
+    comparison with a misspelt ``fabrics`` as a comparison."""
+    return isinstance(data, dict) and ("variants" in data or ("base" in data and "fabrics" not in data
+                                                              and "traffic" not in data))
 
 
 # --- which cells share a fabric -----------------------------------------------------------------

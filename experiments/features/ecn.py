@@ -24,12 +24,12 @@ def choose_marker(sc: Scenario, env: dict, needed: bool, priority_queues: bool =
     Raises:
         CapabilityError: ``ecn.marker`` names a mechanism this machine lacks (never a silent fallback).
     """
-    if not needed:
-        return "none", "no round asks for ECN marking"
     asked = sc.ecn.marker
     has_red = bool(env["qdiscs"].get("red"))
-    if asked == "red" and not has_red:
+    if asked == "red" and not has_red:        # asked for by name: refused, even with nothing to mark
         raise CapabilityError("ecn.marker: red: this kernel has no sch_red (use bpf or auto)")
+    if not needed:
+        return "none", "no round asks for ECN marking"
     if asked == "bpf" or (asked == "auto" and (not has_red or priority_queues)):
         if not ECN_BPF_OBJECT.exists():
             raise CapabilityError(f"ecn.marker: bpf: {ECN_BPF_OBJECT} is not built (run 'sudo make setup'; "

@@ -152,7 +152,7 @@ class Lab:
             raise LabError(f"answers: unknown question {unknown[0]!r} (lab {self.NUMBER} asks {', '.join(sorted(known))})")
         runs = find_runs(results, self.RUNS)
         if not runs:
-            raise LabError(f"{results}: no run of lab {self.NUMBER} in it (it needs "
+            raise LabError(f"{results}: no finished run of lab {self.NUMBER} in it (it needs "
                            + ", ".join(f"{n} from {p}" for n, p in self.RUNS.items()) + ")")
         fig = self.measure(runs)
         return [self._one(q, answers.get(q.id), fig) for q in self.QUESTIONS]
@@ -166,12 +166,29 @@ class Lab:
         if q.kind in ("choice", "text"):
             right = fig.values[q.id]
             return Verdict(q, answer, self.same(q, answer, right), str(right), note)
-        try:
-            x = float(answer)
-        except (TypeError, ValueError):
+        x = as_number(answer, q.unit)
+        if x is None:
             return Verdict(q, answer, False, _expected(q, fig), f"not a number; {note}")
         band = fig.bands[q.id]
         return Verdict(q, answer, x in band and math.isfinite(x), band.text(q.unit), f"{band.why}; {note}".rstrip("; "))
+
+
+def as_number(answer, unit: str) -> float | None:
+    """An answer as a number: a number, or text of one (a decimal comma too: ``2,87``), followed
+    by nothing or by the question's own ``unit`` (``9.19 Mbit/s``); None otherwise."""
+    if isinstance(answer, bool):
+        return None
+    if isinstance(answer, (int, float)):
+        return float(answer)
+    text = str(answer).strip()
+    if unit and text.lower().endswith(unit.lower()):
+        text = text[:-len(unit)].strip()
+    if text.count(",") == 1 and "." not in text:
+        text = text.replace(",", ".")
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def _expected(q: Question, fig: Figures) -> str:
@@ -179,13 +196,15 @@ def _expected(q: Question, fig: Figures) -> str:
 
 
 def find_runs(results: Path, wanted: dict[str, str]) -> dict[str, Path]:
-    """The newest run folder of each scenario name in ``wanted`` under ``results`` (the folder
-    itself, or folders ``<UTC time>-<name>`` in it), by its recorded scenario.yaml's name."""
+    """The newest finished run folder of each scenario name in ``wanted`` under ``results`` (the
+    folder itself, or folders ``<UTC time>-<name>`` in it), by its recorded scenario.yaml's name.
+    A run that did not finish (interrupted, killed: no ``timings.json``, which a run writes as it
+    ends, or no ``diagnosis.json``) is passed over."""
     results = Path(results)
     found: dict[str, Path] = {}
     candidates = [results] + (sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else [])
     for d in candidates:
-        if not (d / "scenario.yaml").is_file() and not (d / "diagnosis.json").is_file():
+        if not (d / "timings.json").is_file() and not (d / "diagnosis.json").is_file():
             continue
         name = _run_name(d)
         if name in wanted:

@@ -61,7 +61,7 @@ class Congestion(Lab):
         inc = runs.get(INCAST)
         if inc is None:
             for q in self.QUESTIONS[:6]:
-                fig.missing[q.id] = f"no run of {INCAST} in the results: sudo fabriclab run {self.RUNS[INCAST]}"
+                fig.missing[q.id] = f"no finished run of {INCAST} in the results: sudo fabriclab run {self.RUNS[INCAST]}"
         else:
             dt, ecn = _round(inc, "drop-tail"), _round(inc, "ecn-k20")
             pfc, both = _round(inc, "pfc"), _round(inc, "ecn-pfc")
@@ -94,7 +94,7 @@ class Congestion(Lab):
         roce = runs.get(ROCE)
         if roce is None:
             for q in self.QUESTIONS[6:]:
-                fig.missing[q.id] = f"no run of {ROCE} in the results: sudo fabriclab run {self.RUNS[ROCE]}"
+                fig.missing[q.id] = f"no finished run of {ROCE} in the results: sudo fabriclab run {self.RUNS[ROCE]}"
             return fig
         modes: dict[str, list[dict]] = {}
         for d in sorted((roce / "rounds").iterdir()):

@@ -53,6 +53,7 @@ def make_runs(root):
         d.mkdir(parents=True)
         (d / "summary.json").write_text(json.dumps(s))
     (inc / "scenario.yaml").write_text("name: incast\n")
+    (inc / "timings.json").write_text("{}")                     # a run that finished
     roce = root / "20261205T101000Z-roce-incast"
     for i, (mode, cnps, rtx) in enumerate((("dcqcn", 627, 15), ("dcqcn", 499, 106), ("dcqcn", 473, 224),
                                            ("none", 715, 890), ("none", 490, 58), ("none", 625, 186))):
@@ -61,6 +62,7 @@ def make_runs(root):
         (d / "summary.json").write_text(json.dumps({"roce": {"mode": mode, "cnps_received": cnps,
                                                              "retransmitted_packets": rtx}}))
     (roce / "scenario.yaml").write_text("name: roce-incast\n")
+    (roce / "timings.json").write_text("{}")
     return {"q1": 164, "q2": 17, "q3": 82, "q4": 0.997, "q5": 0, "q6": "ecn-pfc", "q7": 499, "q8": 186}
 
 
@@ -97,7 +99,7 @@ def test_lab4_with_only_one_run_marks_the_other_runs_questions_missing(tmp_path)
     verdicts = Congestion().check(tmp_path, right)
     assert [v.ok for v in verdicts] == [True] * 6 + [False] * 2
     assert "sudo fabriclab run experiments/scenarios/roce-incast.yaml" in verdicts[6].why
-    with pytest.raises(LabError, match="no run of lab 4"):
+    with pytest.raises(LabError, match="no finished run of lab 4"):
         Congestion().check(tmp_path / "20261205T101000Z-roce-incast", right)
 
 
@@ -204,6 +206,7 @@ def make_allreduce_run(root, n=8):
     run = root / "20261205T100000Z-allreduce-placement"
     (run).mkdir(parents=True)
     (run / "scenario.yaml").write_text("name: allreduce-placement\n")
+    (run / "timings.json").write_text("{}")
     for i, (name, b) in enumerate((("rack-local", 9.5e6), ("spread", 4.5e6))):
         d = run / "rounds" / f"{i + 1:02d}-{name}"
         d.mkdir(parents=True)
@@ -230,3 +233,19 @@ def test_lab3_right_and_wrong(tmp_path):
     assert "2(N - 1) = 14 for N = 8 ranks" in verdicts[0].why and "9.40 Mbit/s" in verdicts[1].why
     wrong = {"q1": 7, "q2": right["q2"] * 1.2, "q3": right["q3"] * 0.8, "q4": "spread", "q5": 6.0, "q6": 5}
     assert [v.ok for v in Collectives().check(tmp_path, wrong)] == [False] * 6
+
+
+def test_a_newer_run_that_did_not_finish_is_passed_over(tmp_path):
+    right = make_runs(tmp_path)
+    stopped = tmp_path / "20261205T110000Z-incast"                # interrupted: no timings.json, no summaries
+    (stopped / "rounds" / "01-drop-tail").mkdir(parents=True)
+    (stopped / "scenario.yaml").write_text("name: incast\n")
+    assert [v.ok for v in Congestion().check(tmp_path, right)] == [True] * 8
+
+
+def test_numbers_with_their_unit_or_a_decimal_comma():
+    from experiments.labs.base import as_number
+    assert as_number(9.19, "Mbit/s") == 9.19 and as_number("9.19 Mbit/s", "Mbit/s") == 9.19
+    assert as_number("2,87", "ms") == 2.87 and as_number(" 2.87ms ", "ms") == 2.87 and as_number("14", "steps") == 14
+    assert as_number("9.19 Gbit/s", "Mbit/s") is None and as_number("1,234.5", "") is None
+    assert as_number(True, "") is None and as_number("about twenty", "packets") is None
