@@ -26,8 +26,19 @@ def exit_on_sigterm() -> None:
 
     Why not the default or os-ken's own shutdown: os-ken's shutdown path raises on SystemExit
     (HubThread has no kill()); the controller holds no state worth flushing beyond its log.
+
+    A process forked from the controller inherits the handler: pyroute2 forks a helper to work in
+    a host's network namespace and ends it with SIGTERM. There the handler takes the default
+    action at once: removing the faults from a forked copy could wait forever on a lock another
+    thread held at the fork, and the copy would keep the controller's listening sockets.
     """
+    owner = os.getpid()
+
     def _stop(*_):
+        if os.getpid() != owner:                  # a forked helper: die as SIGTERM would
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            os._exit(128 + signal.SIGTERM)
         logging.getLogger("fabriclab.controller").info("stopping on SIGTERM")
         remove_everywhere()
         logging.shutdown()

@@ -96,3 +96,33 @@ def test_osken_manager_is_installed_as_fabriclabs_port():
     assert scripts["osken-manager"] == "controller.manager:main"
     from controller import manager
     assert callable(manager.main)
+
+
+def test_a_forked_helper_of_the_controller_dies_on_sigterm_without_its_handler(tmp_path):
+    """pyroute2 forks a helper per network namespace and ends it with SIGTERM: the controller's
+    handler must not run there (it removed the faults from the forked copy, hung on a lock and
+    kept the controller's listening sockets)."""
+    import subprocess
+    import sys
+    code = (
+        "import os, signal, sys, time\n"
+        "import controller.main as m\n"
+        "import controller.faultports as fp\n"
+        "def hang(*a, **k):\n"
+        "    time.sleep(60)\n"
+        "fp.remove_everywhere = hang\n"
+        "m.remove_everywhere = hang\n"
+        "m.exit_on_sigterm()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    time.sleep(30)\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.2)\n"
+        "t0 = time.monotonic()\n"
+        "os.kill(pid, signal.SIGTERM)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "print(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, round(time.monotonic() - t0, 1))\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    died_by_sigterm, took_s = res.stdout.split()
+    assert died_by_sigterm == "True" and float(took_s) < 5, res.stdout
