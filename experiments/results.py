@@ -16,6 +16,7 @@ pandas is optional for fabriclab: only this module needs it (``pip install panda
 """
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,9 +126,9 @@ def _round_row(rdir: Path, top: Path) -> dict:
     labels = _labels(rdir, top)
     for path in (rdir / "flows.csv", rdir / "queues.csv", rdir / "ports.csv"):
         if path.exists():           # the labels the run loop wrote beat the folder's name
-            with open(path) as f:
-                head = f.readline().strip().split(",")
-                first = f.readline().strip().split(",")
+            with open(path, newline="") as f:
+                rows = csv.reader(f)
+                head, first = next(rows, []), next(rows, [])
             if head[:3] == list(LABEL_COLUMNS) and len(first) >= 3:
                 labels.update(round=first[0], variant=first[1], seed=int(first[2]) if first[2] else None)
             break

@@ -222,6 +222,19 @@ def _run_name(d: Path) -> str | None:
     return json.loads((d / "diagnosis.json").read_text()).get("scenario")
 
 
+def round_folder(run: Path, name: str) -> Path:
+    """Round ``name``'s folder of a run with rounds (``rounds/<nn>-<name>``: the name exactly, so
+    ``pfc`` is not ``ecn-pfc``).
+
+    Raises:
+        FileNotFoundError: the run has no such round.
+    """
+    for d in sorted((Path(run) / "rounds").iterdir()) if (Path(run) / "rounds").is_dir() else ():
+        if d.name.split("-", 1)[-1] == name:
+            return d
+    raise FileNotFoundError(f"{run}: no round {name!r}")
+
+
 def read_answers(path: Path) -> dict:
     """The student's answers file: a YAML mapping of question id to answer (read under the
     scenario files' limits).

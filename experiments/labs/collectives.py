@@ -15,7 +15,7 @@ import csv
 from collections import Counter
 from pathlib import Path
 
-from experiments.labs.base import Figures, Lab, Question, around
+from experiments.labs.base import Figures, Lab, Question, around, round_folder
 
 RUN = "allreduce-placement"
 
@@ -23,12 +23,6 @@ RUN = "allreduce-placement"
 def _rows(path: Path) -> list[dict]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
-
-
-def _round_dir(run: Path, name: str) -> Path:
-    for d in sorted((run / "rounds").glob(f"*-{name}")):
-        return d
-    raise FileNotFoundError(f"{run}: no round {name!r}")
 
 
 def fit_alpha_beta(n: int, sizes_bytes: list[float], times_s: list[float]) -> tuple[float, float]:
@@ -64,7 +58,7 @@ class Collectives(Lab):
         """Lab 3's figures from the run's two rounds (their collective.csv and collective_steps.csv)."""
         fig = Figures()
         run = runs[RUN]
-        local, spread = _round_dir(run, "rack-local"), _round_dir(run, "spread")
+        local, spread = round_folder(run, "rack-local"), round_folder(run, "spread")
         steps = _rows(local / "collective_steps.csv")
         per = Counter((r["size_bytes"], r["iteration"], r["rank"]) for r in steps)
         n_ranks = len({r["rank"] for r in steps})

@@ -13,17 +13,15 @@ import json
 import statistics
 from pathlib import Path
 
-from experiments.labs.base import Figures, Lab, Question, around
+from experiments.labs.base import Figures, Lab, Question, around, round_folder
 from experiments.scenario import FRAME_BYTES
 
 INCAST, ROCE = "incast", "roce-incast"
 
 
 def _round(run: Path, name: str) -> dict:
-    """The summary of round ``name`` of a run folder (rounds/NN-name/summary.json)."""
-    for d in sorted((run / "rounds").glob(f"*-{name}")):
-        return json.loads((d / "summary.json").read_text())
-    raise FileNotFoundError(f"{run}: no round {name!r}")
+    """The summary of round ``name`` of a run folder."""
+    return json.loads((round_folder(run, name) / "summary.json").read_text())
 
 
 def _step_k_packets(summary: dict) -> float | None:

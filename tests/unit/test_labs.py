@@ -249,3 +249,12 @@ def test_numbers_with_their_unit_or_a_decimal_comma():
     assert as_number("2,87", "ms") == 2.87 and as_number(" 2.87ms ", "ms") == 2.87 and as_number("14", "steps") == 14
     assert as_number("9.19 Gbit/s", "Mbit/s") is None and as_number("1,234.5", "") is None
     assert as_number(True, "") is None and as_number("about twenty", "packets") is None
+
+
+def test_a_round_is_found_by_its_exact_name(tmp_path):
+    from experiments.labs.base import round_folder
+    for d in ("01-ecn-pfc", "02-pfc"):
+        (tmp_path / "rounds" / d).mkdir(parents=True)
+    assert round_folder(tmp_path, "pfc").name == "02-pfc" and round_folder(tmp_path, "ecn-pfc").name == "01-ecn-pfc"
+    with pytest.raises(FileNotFoundError):
+        round_folder(tmp_path, "drop-tail")
