@@ -27,6 +27,7 @@ LOCAL_IMPORTS_ALLOWED = {
     ("traffic/agent.py", "traffic.parallel"): "numpy: only the agents of a mixed-parallel job",
     ("traffic/agent.py", "traffic.roce"): "only RoCE agents",
     ("experiments/analysis.py", "scipy.stats"): "scipy.stats loads in ~0.7 s; only the ECMP balance test",
+    ("experiments/labs/bandwidth.py", "scipy.stats"): "scipy.stats loads in ~0.7 s; only lab 1's check fits a line",
     ("experiments/study.py", "experiments"): "a study's runs (the live fabric), statistics (scipy.stats, ~0.7 s) and "
                                              "report (matplotlib): `check` of a study file needs none of them",
     ("experiments/results.py", "pandas"): "pandas is optional: only experiments.results.load needs it",
