@@ -110,9 +110,14 @@ draw:
 	@mkdir -p $(RESULTS)
 	$(PY) -m experiments draw $(SCENARIO) --out $(RESULTS)/topology.png
 
+#: make test: the unit tier on both cores (pytest-xdist, one worker per test file), then the live tier
+#: one test at a time (one fabric per machine); both always run, and either failing fails the target.
 test: check-root setup
 	@mkdir -p $(TEST_REPORTS)
-	TEST_REPORTS=$(TEST_REPORTS) $(PY) -m pytest tests --durations=25 --junitxml=$(TEST_REPORTS)/host.xml $(PYTEST_ARGS)
+	@rc=0; \
+	TEST_REPORTS=$(TEST_REPORTS) $(PY) -m pytest tests/unit -n 2 --dist loadfile --durations=10 --junitxml=$(TEST_REPORTS)/host-unit.xml $(PYTEST_ARGS) || rc=1; \
+	TEST_REPORTS=$(TEST_REPORTS) $(PY) -m pytest tests --ignore=tests/unit --durations=25 --junitxml=$(TEST_REPORTS)/host.xml $(PYTEST_ARGS) || rc=1; \
+	exit $$rc
 
 test-times:
 	@python3 scripts/test_times.py $(wildcard $(TEST_REPORTS)/*.xml)
