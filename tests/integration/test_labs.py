@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 import yaml
+from scipy.stats import theilslopes
 
 from experiments import results as loader
 
@@ -135,3 +136,43 @@ def test_lab3_full_marks_for_the_right_answers_and_zero_for_wrong_ones(tmp_path,
     c = run_cli("lab", "check", "3", "--results", str(run.parent), "--answers", str(tmp_path / "wrong.yaml"))
     assert c.returncode == 1 and c.stdout.strip().endswith("score: 0/6"), c.stdout + c.stderr
     assert c.stdout.count(": WRONG; expected ") == 6
+
+
+def lab1_answers(folder) -> dict:
+    """Lab 1's answers as its sheet shows: pandas and scipy's Theil-Sen fit per switch count."""
+    flows = loader.load(folder).flows
+    flows = flows[flows["complete"]].copy()
+    flows["switches"] = flows["path"].str.count(">") - 1
+    fits = {}
+    for s in (1, 5):
+        sel = flows[flows["switches"] == s]
+        fit = theilslopes(sel["fct_s"], sel["bytes_planned"], method="joint")
+        fits[s] = (fit.intercept, 8 / fit.slope)
+    alpha5, b5 = fits[5]
+    return {"q1": int((flows["switches"] == 5).sum()), "q2": round(b5 / 1e6, 3), "q3": round(alpha5 * 1e3, 3),
+            "q4": round(fits[1][0] * 1e3, 3), "q5": round(alpha5 * b5 / 8 / 1e3, 2),
+            "q6": "5" if alpha5 > fits[1][0] else "1"}
+
+
+def test_lab1_full_marks_for_the_right_answers_and_zero_for_wrong_ones(tmp_path):
+    results = tmp_path / "results"
+    p = run_cli("run", str(ROOT / "experiments" / "scenarios" / "latency-bandwidth.yaml"), "--results", str(results),
+                timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert_clean(str(tmp_path))
+    right = lab1_answers(results)
+    print(right)
+    # the run's own figures against the model: B near the 10 Mbit/s links' TCP payload rate (9.56)
+    assert 8.5 <= right["q2"] <= 9.7 and right["q1"] >= 100
+    (tmp_path / "right.yaml").write_text(yaml.safe_dump(right))
+    p = subprocess.run(["make", "-s", "lab-check", "LAB=1", f"RESULTS={results}", f"ANSWERS={tmp_path / 'right.yaml'}"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    print(p.stdout)
+    assert p.returncode == 0 and p.stdout.strip().endswith("score: 6/6"), p.stdout + p.stderr
+    wrong = {"q1": right["q1"] + 20, "q2": right["q2"] * 1.25, "q3": right["q3"] * 2 + 1, "q4": right["q4"] * 3,
+             "q5": right["q5"] * 8 * 1000, "q6": {"5": "1", "1": "5"}[right["q6"]]}
+    (tmp_path / "wrong.yaml").write_text(yaml.safe_dump(wrong))
+    p = run_cli("lab", "check", "1", "--results", str(results), "--answers", str(tmp_path / "wrong.yaml"))
+    print(p.stdout)
+    assert p.returncode == 1 and p.stdout.strip().endswith("score: 0/6"), p.stdout + p.stderr
+    assert sum(": WRONG; expected " in x for x in p.stdout.splitlines()) == 6
