@@ -632,6 +632,38 @@ def stragglers(iterations: list[dict], hosts: list[str], top: int = 2) -> str:
 ROCE_COLUMNS = ("packets_sent", "retransmitted_packets", "timeouts", "cnps_received")
 
 
+def sent_bytes_by_level(recs: list[dict], steps: list[list[H.Move]], server_of_rank: list[str]) -> dict:
+    """The bytes the ranks sent in one collective, by where they went, from the ranks' records
+    (each step's bytes sent, as recorded) and the schedule ``steps`` (which rank each of a
+    rank's moves went to; a step's bytes are split over its moves by their elements).
+
+    Returns ``{"network_bytes", "network_bytes_max_rank", "nvlink_bytes"}``: the bytes sent to a
+    rank of another server (through its NIC and the fabric), summed over the ranks and the most
+    one rank sent, and the bytes sent inside a server (NVLink); each the median over the
+    iterations. Raises ValueError when a record's steps do not match the schedule."""
+    per_it: list[tuple[float, float, float]] = []
+    for it in range(min(len(r["iterations"]) for r in recs)):
+        net_by_rank, nvlink = [], 0.0
+        for rec in recs:
+            rank, net = rec["rank"], 0.0
+            rows = rec["iterations"][it]["steps"]
+            if len(rows) != len(steps):
+                raise ValueError(f"rank {rank}: {len(rows)} steps recorded, {len(steps)} scheduled")
+            for row, step in zip(rows, steps):
+                mine = [mv for mv in step if mv.src == rank]
+                total = sum(mv.elements for mv in mine)
+                for mv in mine:
+                    share = row[3] * mv.elements / total
+                    if server_of_rank[mv.dst] != server_of_rank[rank]:
+                        net += share
+                    else:
+                        nvlink += share
+            net_by_rank.append(net)
+        per_it.append((sum(net_by_rank), max(net_by_rank, default=0.0), nvlink))
+    med = [float(np.median([x[i] for x in per_it])) if per_it else None for i in range(3)]
+    return {"network_bytes": med[0], "network_bytes_max_rank": med[1], "nvlink_bytes": med[2]}
+
+
 def summarize(res: dict, out: Path, plots: bool = True) -> dict:
     """Write ``collective.csv`` (one row per size: T median over the iterations, algbw, busbw,
     the model's T and busbw, balance, exactness), ``collective_steps.csv`` (every rank's steps of
@@ -662,15 +694,24 @@ def summarize(res: dict, out: Path, plots: bool = True) -> dict:
         if t:
             row.update(C.bandwidths(kind, n, r["size_bytes"], t))
             row["model_busbw_bps"] = C.bandwidths(kind, n, r["size_bytes"], model_t)["busbw_bps"]
-        rows.append(row)
         recs = load_records(Path(r["dir"]), res["hosts"])
+        row.update(dict.fromkeys(("network_bytes", "network_bytes_max_rank", "nvlink_bytes")))
+        if all(recs) and its:
+            try:
+                where = res.get("server_of_rank") or res["hosts"]
+                row.update(sent_bytes_by_level(recs, schedule(res["hosts"], kind, r["size_bytes"] // 4,
+                                                              res.get("algorithm", "ring"), where), where))
+            except (ValueError, KeyError, IndexError, ZeroDivisionError):
+                pass                # a schedule the records do not follow (a stream baseline): left empty
+        rows.append(row)
         if all(recs) and its:
             for s in step_rows(recs, its[0]["begin_unix_s"]):
                 steps.append({"size_bytes": r["size_bytes"], **s})
     cols = ["size_bytes", "ranks", "kind", "placement", "algorithm", "servers", "gpus_per_server", "exact", "transfers", "expected_transfers", "time_s",
             "algbw_bps", "busbw_bps", "model_time_s", "model_busbw_bps", "measured_over_model", "traced_rate_bps",
             "traced_model_time_s", "measured_over_traced_model", "alpha_s", "rate_bps", "balance", "step_balance_max",
-            "stragglers", "nvlink_rate_bps", "nvlink_achieved_bps", "alpha_nvlink_s", *ROCE_COLUMNS]
+            "stragglers", "nvlink_rate_bps", "nvlink_achieved_bps", "alpha_nvlink_s", "network_bytes",
+            "network_bytes_max_rank", "nvlink_bytes", *ROCE_COLUMNS]
     write_csv(out / "collective.csv", cols, rows)
     write_csv(out / "collective_steps.csv", ["size_bytes", "iteration", "rank", "host", "step", "phase", "chunk",
                                                "bytes", "start_s", "send_done_s", "recv_done_s", "end_s"], steps)

@@ -158,6 +158,42 @@ def allreduce_placement_run(tmp_path_factory):
     return p, top
 
 
+@pytest.fixture(scope="session")
+def lab5_results(tmp_path_factory) -> Path:
+    """One results folder for lab 5's two runs (the shipped training and hierarchical-rail
+    scenarios), as a student gives both runs one --results folder."""
+    return tmp_path_factory.mktemp("lab5") / "results"
+
+
+def run_shipped(name: str, results: Path, timeout: float = 900):
+    """``run experiments/scenarios/<name>.yaml --results RESULTS --accept-unfaithful``: asserts it
+    exited 0, prints each self-check failure it accepted (every one a port's rate shortfall:
+    :func:`cpu_bound_fidelity_failures`) and returns ``(the finished process, its run folder)``."""
+    p = run_cli("run", str(ROOT / "experiments" / "scenarios" / f"{name}.yaml"), "--results", str(results),
+                "--accept-unfaithful", timeout=timeout)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (top,) = results.glob(f"*Z-{name}")
+    for line in cpu_bound_fidelity_failures(top):
+        print("accepted:", line)
+    return p, top
+
+
+@pytest.fixture(scope="session")
+def training_run(lab5_results):
+    """The shipped training scenario (experiments/scenarios/training.yaml, `make training`, lab 5's
+    first run), once per session: (its completed process, its run folder). test_training.py and
+    lab 5's check read it."""
+    return run_shipped("training", lab5_results)
+
+
+@pytest.fixture(scope="session")
+def hierarchical_rail_run(lab5_results):
+    """The shipped flat against hierarchical AllReduce (experiments/scenarios/hierarchical-rail.yaml,
+    `make hierarchical`, lab 5's second run), once per session: (its completed process, its run
+    folder). test_hierarchical.py and lab 5's check read it."""
+    return run_shipped("hierarchical-rail", lab5_results)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _remove_what_a_killed_run_left():
     """Before the first live test: remove what a recorded earlier run left behind, as ``make clean``
