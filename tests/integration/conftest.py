@@ -165,12 +165,18 @@ def lab5_results(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("lab5") / "results"
 
 
-def run_shipped(name: str, results: Path, timeout: float = 900):
-    """``run experiments/scenarios/<name>.yaml --results RESULTS --accept-unfaithful``: asserts it
-    exited 0, prints each self-check failure it accepted (every one a port's rate shortfall:
+def run_shipped(name: str, results: Path, timeout: float = 900, trim=None):
+    """``run experiments/scenarios/<name>.yaml --results RESULTS --accept-unfaithful`` (``trim``,
+    when given, changes the scenario's data first, and the run reads a copy beside RESULTS): asserts
+    it exited 0, prints each self-check failure it accepted (every one a port's rate shortfall:
     :func:`cpu_bound_fidelity_failures`) and returns ``(the finished process, its run folder)``."""
-    p = run_cli("run", str(ROOT / "experiments" / "scenarios" / f"{name}.yaml"), "--results", str(results),
-                "--accept-unfaithful", timeout=timeout)
+    scenario = ROOT / "experiments" / "scenarios" / f"{name}.yaml"
+    if trim is not None:
+        data = yaml.safe_load(scenario.read_text())
+        trim(data)
+        scenario = results.parent / f"{name}.yaml"
+        scenario.write_text(yaml.safe_dump(data, sort_keys=False))
+    p = run_cli("run", str(scenario), "--results", str(results), "--accept-unfaithful", timeout=timeout)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     (top,) = results.glob(f"*Z-{name}")
     for line in cpu_bound_fidelity_failures(top):
@@ -178,20 +184,36 @@ def run_shipped(name: str, results: Path, timeout: float = 900):
     return p, top
 
 
+def _trim_training(data: dict) -> None:
+    """The shipped training scenario as its test was calibrated (10 runs, test_training.py): 1.5 MB
+    of gradients in 400 kB buckets, 2 iterations, the overlap, fp16 and int8 rounds (top-k's
+    round left out: the host lane's budget; the unit tier checks its codec)."""
+    assert data["training"]["params_bytes"] == 2_000_000 and data["rounds"][-1]["name"] == "topk-8x"
+    data["training"].update(params_bytes=1_500_000, bucket_bytes=400_000, iterations=2)
+    data["rounds"] = data["rounds"][:-1]
+
+
+def _trim_hierarchical(data: dict) -> None:
+    """The shipped flat against hierarchical AllReduce as its test was calibrated (10 runs,
+    test_hierarchical.py): its largest size, 1 MiB, only."""
+    assert data["collective"]["sizes_bytes"][-1] == 1 << 20
+    data["collective"]["sizes_bytes"] = [1 << 20]
+
+
 @pytest.fixture(scope="session")
 def training_run(lab5_results):
     """The shipped training scenario (experiments/scenarios/training.yaml, `make training`, lab 5's
-    first run), once per session: (its completed process, its run folder). test_training.py and
-    lab 5's check read it."""
-    return run_shipped("training", lab5_results)
+    first run) as :func:`_trim_training` makes it, once per session: (its completed process, its run
+    folder). test_training.py and lab 5's check read it."""
+    return run_shipped("training", lab5_results, trim=_trim_training)
 
 
 @pytest.fixture(scope="session")
 def hierarchical_rail_run(lab5_results):
     """The shipped flat against hierarchical AllReduce (experiments/scenarios/hierarchical-rail.yaml,
-    `make hierarchical`, lab 5's second run), once per session: (its completed process, its run
-    folder). test_hierarchical.py and lab 5's check read it."""
-    return run_shipped("hierarchical-rail", lab5_results)
+    `make hierarchical`, lab 5's second run) at 1 MiB (:func:`_trim_hierarchical`), once per session:
+    (its completed process, its run folder). test_hierarchical.py and lab 5's check read it."""
+    return run_shipped("hierarchical-rail", lab5_results, trim=_trim_hierarchical)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -1,9 +1,9 @@
 """GPU servers on a rail-optimised pod, over kernel TCP: the shipped scenario
-(experiments/scenarios/hierarchical-rail.yaml, `make hierarchical`, lab 5's second run, once per
-session: conftest's ``hierarchical_rail_run``; its 1 MiB size is checked): 4 servers x 4 GPUs, one NIC per GPU at
-10 Mbit/s, NVLink at the textbook's 12x the NIC rate (outside the fabric). The same AllReduce of
-real float32 arrays as one flat ring over the 16 GPUs and as the hierarchical AllReduce: both
-exact on every rank with the transfers their schedules predict, and the hierarchical one faster
+(experiments/scenarios/hierarchical-rail.yaml, `make hierarchical`, lab 5's second run) at its
+1 MiB size only, as this test was calibrated, once per session (conftest's
+``hierarchical_rail_run``): 4 servers x 4 GPUs, one NIC per GPU at 10 Mbit/s, NVLink at the
+textbook's 12x the NIC rate (outside the fabric). The same AllReduce of real float32 arrays as
+one flat ring over the 16 GPUs and as the hierarchical AllReduce: both exact on every rank with the transfers their schedules predict, and the hierarchical one faster
 by about the factor the models predict (the flat ring's model on the paths this run's
 connections took: its server-crossing hops meet on the spines), with the bytes each sends through
 the network."""
@@ -59,18 +59,19 @@ def test_hierarchical_beats_the_flat_ring_on_a_rail_pod(hierarchical_rail_run, f
     figure("nvlink_achieved_over_target", hier["nvlink_achieved_bps"] / hier["nvlink_rate_bps"])
     # Calibrated on this machine kind (2026-12-05): 10 runs of this test's earlier, in-process version
     # (1 MiB only, the same pod) beside a CPU-heavy process (a plain pytest loop with a busy process
-    # beside it). The flat ring's server-crossing hops hash onto the spines, 4 per rail pair: B 9.56 Mbit/s when they split 2 and 2 (model speedup
-    # 3.84), 6.38 when 3 share an uplink (5.66); the traced model follows this run's paths.
+    # beside it). The flat ring's server-crossing hops hash onto the spines, 4 per rail pair: B 9.56
+    # Mbit/s when they split 2 and 2 (model speedup 3.84), 6.38 when 3 share an uplink (5.66); the
+    # traced model follows this run's paths.
     #   speedup                    3.146 / 3.458 / 5.534
     #   speedup / model            0.818 / 0.893 / 0.979  (sd 0.051)
     #   hierarchical T / model     1.139 / 1.153 / 1.243  (sd 0.036; each rail step is 45 frames
     #                                                      of a TCP window that restarts per step)
     #   flat ring T / traced model 1.016 / 1.032 / 1.116  (sd 0.036)
     #   NVLink achieved / target   0.968 / 0.978 / 0.983
-    # The shipped scenario (this test's runs since), 3 runs (this test and 2 seeds of
-    # scripts/lab_outcomes.py --lab 5, 2026-12-05): speedup 5.52 / 5.69 / 7.53, over the model
-    # 0.994 / 0.996 / 1.024, hierarchical T / model 1.08 / 1.10 / 1.12, flat / traced model 1.08 /
-    # 1.11 / 1.12, NVLink 0.968 / 0.979 / 0.980: within the bounds, not yet calibrated over 10 runs.
+    # The shipped scenario with both its sizes, 3 runs through `fabriclab run` (2026-12-05, lab 5's
+    # teacher's guide), at 1 MiB: speedup 5.52 / 5.69 / 7.53, over the model 0.994 / 0.996 / 1.024,
+    # hierarchical T / model 1.08 / 1.10 / 1.12, flat / traced model 1.08 / 1.11 / 1.12, NVLink
+    # 0.968 / 0.979 / 0.980: within the bounds.
     # Bounds: mean -/+ 3.3 sd (about 1 in 1000 for a normal spread), rounded outward.
     assert speedup > 2.5
     assert 0.70 <= speedup / model_speedup <= 1.08

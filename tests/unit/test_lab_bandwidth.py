@@ -18,7 +18,8 @@ def make_run(root, counts=None, seed=3):
     rng = random.Random(seed)
     run = root / "20261205T120000Z-latency-bandwidth"
     run.mkdir(parents=True)
-    (run / "scenario.yaml").write_text("name: latency-bandwidth\ntopology: {kind: fattree, k: 4, host_rate_mbps: 10}\n")
+    (run / "scenario.yaml").write_text("name: latency-bandwidth\n"
+                                      "topology: {kind: fattree, k: 4, host_rate_mbps: 10}\n")
     (run / "timings.json").write_text("{}")
     rows = []
     for s, n in (counts or {1: 14, 3: 26, 5: 160}).items():
@@ -27,7 +28,8 @@ def make_run(root, counts=None, seed=3):
             t = ALPHA_S[s] + 8 * d / B_BPS
             t *= 1.5 if i % 10 == 9 else 1 + rng.uniform(-0.002, 0.002)
             rows.append({**{k: "" for k in FLOW_COLUMNS}, "flow_id": len(rows), "bytes_planned": d, "fct_s": t,
-                         "ideal_fct_s": ALPHA_S[s] * 0.9 + 8 * max(0, d - 15000) / 9.56e6, "complete": True, "path": PATHS[s]})
+                         "ideal_fct_s": ALPHA_S[s] * 0.9 + 8 * max(0, d - 15000) / 9.56e6, "complete": True,
+                         "path": PATHS[s]})
     rows.append({**{k: "" for k in FLOW_COLUMNS}, "flow_id": len(rows), "bytes_planned": 9999, "complete": False,
                  "path": PATHS[5]})
     write_csv(run / "flows.csv", list(FLOW_COLUMNS), rows)
@@ -59,7 +61,8 @@ def test_right_answers_full_marks_and_wrong_ones_zero(tmp_path):
     assert [v.ok for v in verdicts] == [True] * 6, [(v.question.id, v.expected, v.why) for v in verdicts]
     assert "9.56 Mbit/s" in verdicts[1].why and "160 5-switch flows" in verdicts[1].why
     assert "model: 3.60 ms" in verdicts[2].why                    # the one-segment flows' ideal latency term
-    wrong = {"q1": 200, "q2": 10, "q3": ALPHA_S[1] * 1e3, "q4": ALPHA_S[5] * 1e3, "q5": 38.0, "q6": "one"}   # q5: alpha x B in bits, not kB
+    # q5: alpha x B in bits, not kB
+    wrong = {"q1": 200, "q2": 10, "q3": ALPHA_S[1] * 1e3, "q4": ALPHA_S[5] * 1e3, "q5": 38.0, "q6": "one"}
     verdicts = BandwidthLatency().check(tmp_path, wrong)
     assert [v.ok for v in verdicts] == [False] * 6, [(v.question.id, v.expected, v.why) for v in verdicts]
 
