@@ -3,7 +3,8 @@ Their sheets and answer templates are under labs/ (labs/README.md)."""
 from experiments.labs.base import Lab
 from experiments.labs.collectives import Collectives
 from experiments.labs.congestion import Congestion
+from experiments.labs.topology import Topology
 from experiments.labs.troubleshooting import Troubleshooting
 
 #: lab number -> its class (the sheet's folder is labs/<NN>-<slug>/)
-LABS: dict[int, type[Lab]] = {cls.NUMBER: cls for cls in (Collectives, Congestion, Troubleshooting)}
+LABS: dict[int, type[Lab]] = {cls.NUMBER: cls for cls in (Collectives, Congestion, Topology, Troubleshooting)}
