@@ -59,7 +59,8 @@ def main(argv=None) -> int:
         return 2
     lab = LABS[a.lab]()
     if any(verb_of(lab.command(n)) is None for n in lab.RUNS):
-        print(f"lab_outcomes: lab {a.lab}'s runs are not plain runs or comparisons (its outcomes are its seeds' own)", file=sys.stderr)
+        print(f"lab_outcomes: lab {a.lab}'s runs are not plain runs or comparisons (its outcomes are its seeds' own)",
+              file=sys.stderr)
         return 2
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(a.out or REPO / "results" / f"lab-outcomes-{a.lab}-{stamp}")
@@ -72,8 +73,8 @@ def main(argv=None) -> int:
             scenario = out / f"{name}-seed{seed}.yaml"
             scenario.write_text(yaml.safe_dump(data, sort_keys=False))
             t0 = time.monotonic()
-            p = subprocess.run([sys.executable, "-m", "experiments", verb_of(lab.command(name)), str(scenario), "--results", str(folder),
-                                "--quiet", "--accept-unfaithful"], cwd=REPO)
+            p = subprocess.run([sys.executable, "-m", "experiments", verb_of(lab.command(name)), str(scenario),
+                                "--results", str(folder), "--quiet", "--accept-unfaithful"], cwd=REPO)
             times[name].append(time.monotonic() - t0)
             if p.returncode != 0:
                 print(f"lab_outcomes: {name} seed {seed} failed (exit {p.returncode})", file=sys.stderr)
