@@ -3,15 +3,17 @@
     sudo .venv/bin/python scripts/lab_outcomes.py --lab 4 --seeds 5 [--out DIR]
 
 Runs each of the lab's runs once per seed (1..N: the scenario's seed, and its rounds' own
-seeds shifted, experiments.labs.base.Lab.reseed) as a student runs them, one fabric at a time,
+seeds shifted, experiments.labs.base.Lab.reseed) as a student runs them (``fabriclab run``, or
+``fabriclab compare`` for a lab whose run is a comparison), one fabric at a time,
 then reads each seed's figures with the lab's own checker and prints, per question, the
 expected answer's minimum, median and maximum over the seeds (a choice: how often each answer
 was right), how often another seed's right answer passes this seed's check (``copy_pass``: near
 0, the question needs the student's own run; near 1, the model or a classmate's run answers
 it), and each run's wall time, and which rounds failed a fidelity check (a CPU-starved machine:
 they are kept, as a student's would be, and named). Everything goes to DIR (default
-``results/lab-outcomes-<lab>-<time>``), with ``outcomes.json``. A lab whose run is not a plain
-``fabriclab run`` (lab 6's troubleshooting) is refused: its outcomes are the seeds' faults.
+``results/lab-outcomes-<lab>-<time>``), with ``outcomes.json``. A lab whose run is neither a
+plain ``fabriclab run`` nor a ``fabriclab compare`` (lab 6's troubleshooting) is refused: its
+outcomes are the seeds' faults.
 Exit 0, 1 when a run failed, 2 on bad arguments.
 """
 from __future__ import annotations
@@ -34,6 +36,16 @@ sys.path.insert(0, str(REPO))
 from experiments.labs import LABS  # noqa: E402
 from experiments.labs.base import find_runs  # noqa: E402
 
+#: the sub-commands of a lab's runs this script repeats (Lab.command: ``sudo fabriclab VERB FILE ...``)
+VERBS = ("run", "compare")
+
+
+def verb_of(command: str) -> str | None:
+    """The fabriclab sub-command of a lab's command line (``sudo fabriclab compare FILE --results
+    DIR`` -> ``compare``), or None when it is not one this script repeats (:data:`VERBS`)."""
+    words = command.split()
+    return words[2] if len(words) > 2 and words[:2] == ["sudo", "fabriclab"] and words[2] in VERBS else None
+
 
 def main(argv=None) -> int:
     """Run the lab over the seeds and print its outcomes (module docstring)."""
@@ -46,8 +58,9 @@ def main(argv=None) -> int:
         print(f"lab_outcomes: --lab one of {sorted(LABS)}, --seeds at least 1", file=sys.stderr)
         return 2
     lab = LABS[a.lab]()
-    if any(not lab.command(n).startswith("sudo fabriclab run ") for n in lab.RUNS):
-        print(f"lab_outcomes: lab {a.lab}'s runs are not plain runs (its outcomes are its seeds' own)", file=sys.stderr)
+    if any(verb_of(lab.command(n)) is None for n in lab.RUNS):
+        print(f"lab_outcomes: lab {a.lab}'s runs are not plain runs or comparisons (its outcomes are its seeds' own)",
+              file=sys.stderr)
         return 2
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(a.out or REPO / "results" / f"lab-outcomes-{a.lab}-{stamp}")
@@ -60,8 +73,8 @@ def main(argv=None) -> int:
             scenario = out / f"{name}-seed{seed}.yaml"
             scenario.write_text(yaml.safe_dump(data, sort_keys=False))
             t0 = time.monotonic()
-            p = subprocess.run([sys.executable, "-m", "experiments", "run", str(scenario), "--results", str(folder),
-                                "--quiet", "--accept-unfaithful"], cwd=REPO)
+            p = subprocess.run([sys.executable, "-m", "experiments", verb_of(lab.command(name)), str(scenario),
+                                "--results", str(folder), "--quiet", "--accept-unfaithful"], cwd=REPO)
             times[name].append(time.monotonic() - t0)
             if p.returncode != 0:
                 print(f"lab_outcomes: {name} seed {seed} failed (exit {p.returncode})", file=sys.stderr)

@@ -197,14 +197,16 @@ def _expected(q: Question, fig: Figures) -> str:
 
 def find_runs(results: Path, wanted: dict[str, str]) -> dict[str, Path]:
     """The newest finished run folder of each scenario name in ``wanted`` under ``results`` (the
-    folder itself, or folders ``<UTC time>-<name>`` in it), by its recorded scenario.yaml's name.
+    folder itself, or folders ``<UTC time>-<name>`` in it), by its recorded scenario.yaml's name
+    (a comparison's folder: by its comparison.json's name).
     A run that did not finish (interrupted, killed: no ``timings.json``, which a run writes as it
-    ends, or no ``diagnosis.json``) is passed over."""
+    ends, or no ``diagnosis.json``; a comparison whose comparison.json is not ``complete``) is
+    passed over."""
     results = Path(results)
     found: dict[str, Path] = {}
     candidates = [results] + (sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else [])
     for d in candidates:
-        if not (d / "timings.json").is_file() and not (d / "diagnosis.json").is_file():
+        if not (d / "timings.json").is_file() and not (d / "diagnosis.json").is_file() and not _complete_comparison(d):
             continue
         name = _run_name(d)
         if name in wanted:
@@ -212,7 +214,17 @@ def find_runs(results: Path, wanted: dict[str, str]) -> dict[str, Path]:
     return found
 
 
+def _complete_comparison(d: Path) -> bool:
+    """Whether ``d`` is a comparison's folder (``fabriclab compare``) that ran every planned run."""
+    try:
+        return bool(json.loads((d / "comparison.json").read_text()).get("complete"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _run_name(d: Path) -> str | None:
+    if _complete_comparison(d):
+        return json.loads((d / "comparison.json").read_text()).get("name")
     if (d / "scenario.yaml").is_file():
         try:
             data = read_yaml_file(d / "scenario.yaml")

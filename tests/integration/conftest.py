@@ -216,6 +216,33 @@ def hierarchical_rail_run(lab5_results):
     return run_shipped("hierarchical-rail", lab5_results, trim=_trim_hierarchical)
 
 
+#: The shipped topology comparison's link rate in the live tier (Mbit/s): 2, not its 5, so that the
+#: Fat-Tree's 16 hosts x 5 switch hops stay within one ovs-vswitchd core here (test_compare.py).
+COMPARE_RATE_MBPS = 2
+#: Its throughput runs in the live tier: the two permutations (8 flows per pair, 1 flow), each
+#: label's duration_s; the all-to-all and the sized-flow runs are left out (the host lane's budget).
+COMPARE_TRAFFIC_S = {"permutation-8-flows": 8, "permutation-1-flow": 4}
+
+
+@pytest.fixture(scope="session")
+def topology_comparison_run(tmp_path_factory):
+    """The shipped topology comparison (experiments/scenarios/compare-topologies.yaml, `make compare`,
+    lab 2's run) at COMPARE_RATE_MBPS with only the COMPARE_TRAFFIC_S runs, under its own name, once
+    per session through `fabriclab compare`: (its completed process, its comparison folder)."""
+    data = yaml.safe_load((ROOT / "experiments" / "scenarios" / "compare-topologies.yaml").read_text())
+    for topo in data["fabrics"].values():
+        for key in [k for k in topo if k.endswith("_rate_mbps")]:
+            topo[key] = COMPARE_RATE_MBPS
+    data["traffic"] = {label: dict(data["traffic"][label], duration_s=s) for label, s in COMPARE_TRAFFIC_S.items()}
+    results = tmp_path_factory.mktemp("lab2") / "results"
+    scenario = results.parent / "compare-topologies.yaml"
+    scenario.write_text(yaml.safe_dump(data))
+    p = run_cli("compare", str(scenario), "--results", str(results), timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (top,) = results.glob(f"*Z-{data['name']}")
+    return p, top
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _remove_what_a_killed_run_left():
     """Before the first live test: remove what a recorded earlier run left behind, as ``make clean``
