@@ -149,8 +149,9 @@ def lab1_answers(folder) -> dict:
         fit = theilslopes(sel["fct_s"], sel["bytes_planned"], method="joint")
         fits[s] = (fit.intercept, 8 / fit.slope)
     alpha5, b5 = fits[5]
-    return {"q1": int((flows["switches"] == 5).sum()), "q2": round(b5 / 1e6, 3), "q3": round(alpha5 * 1e3, 3),
-            "q4": round(fits[1][0] * 1e3, 3), "q5": round(alpha5 * b5 / 8 / 1e3, 2),
+    return {"q1": int((flows["switches"] == 5).sum()), "q2": round(float(b5) / 1e6, 3),
+            "q3": round(float(alpha5) * 1e3, 3), "q4": round(float(fits[1][0]) * 1e3, 3),
+            "q5": round(float(alpha5 * b5) / 8 / 1e3, 2),
             "q6": "5" if alpha5 > fits[1][0] else "1"}
 
 
@@ -163,7 +164,10 @@ def test_lab1_full_marks_for_the_right_answers_and_zero_for_wrong_ones(tmp_path)
     right = lab1_answers(results)
     print(right)
     # the run's own figures against the model: B near the 10 Mbit/s links' TCP payload rate (9.56)
-    assert 8.5 <= right["q2"] <= 9.7 and right["q1"] >= 100
+    # (a sanity bound, far outside what correct runs give: B 8.66 / 8.96 / 9.39 Mbit/s and 157-167 such
+    # flows in 5 seeds of scripts/lab_outcomes.py --lab 1, 9.40 in one more, 2026-12-05; it catches a fit
+    # in the wrong units or a scenario that no longer sends across the pods)
+    assert 7.5 <= right["q2"] <= 9.8 and right["q1"] >= 100
     (tmp_path / "right.yaml").write_text(yaml.safe_dump(right))
     p = subprocess.run(["make", "-s", "lab-check", "LAB=1", f"RESULTS={results}", f"ANSWERS={tmp_path / 'right.yaml'}"],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
