@@ -43,7 +43,7 @@ def flows_csv(run: Path) -> Path:
 
 
 def switches_on(path: str) -> int | None:
-    """The switches a traced path crosses (``h1>edge1>agg1>core1>agg3>edge5>h9`` -> 5); None for
+    """The switches a traced path crosses (``h9>p2e1>p2a2>c4>p3a2>p3e2>h16`` -> 5); None for
     a path not traced (empty, or ``error: ...``)."""
     if not path or path.startswith("error") or ">" not in path:
         return None
@@ -93,7 +93,8 @@ class BandwidthLatency(Lab):
         Question("q2", "5-switch flows: B, from the Theil-Sen fit of FCT against size", "Mbit/s", "number", RUN),
         Question("q3", "5-switch flows: alpha, the fit's intercept", "ms", "number", RUN),
         Question("q4", "1-switch flows (same edge switch): alpha, the fit's intercept", "ms", "number", RUN),
-        Question("q5", "5-switch flows: the size at which the two terms are equal, alpha x B", "kB", "number", RUN),
+        Question("q5", "5-switch flows: the size at which the two terms are equal, alpha x B / 8", "kB", "number",
+                 RUN),
         Question("q6", "which flows have the larger alpha: those crossing 1 switch or 5?", "", "choice", RUN,
                  ("1", "5")),
     )
@@ -101,8 +102,7 @@ class BandwidthLatency(Lab):
     def same(self, q: Question, answer, right) -> bool:
         """A choice of switch count may be written ``5``, ``5 switches`` or ``five``."""
         words = {"one": "1", "five": "5"}
-        a = str(answer).strip().lower().split()
-        return bool(a) and words.get(a[0], a[0]) == str(right)
+        return super().same(q, " ".join(words.get(w, w) for w in str(answer).lower().split()), right)
 
     def measure(self, runs: dict[str, Path]) -> Figures:
         """Lab 1's figures from the run's flows.csv: the Theil-Sen fit per switch count."""
@@ -126,21 +126,23 @@ class BandwidthLatency(Lab):
         if FAR in fits:
             alpha, b = fits[FAR]
             fig.values["q2"] = b / 1e6
-            fig.bands["q2"] = around(b / 1e6, 0.03, 0.05, f"the fit through your {n_far} {FAR}-switch flows +- 3%")
+            fig.bands["q2"] = around(b / 1e6, 0.03, 0.05, f"the fit through your {n_far} {FAR}-switch flows +- 3% "
+                                                            "(at least 0.05 Mbit/s)")
             fig.notes["q2"] = (f"model: the {link_bps / 1e6:g} Mbit/s links' TCP payload rate, "
                                f"{link_bps * PAYLOAD_FRACTION / 1e6:.2f} Mbit/s")
             fig.values["q3"] = alpha * 1e3
-            fig.bands["q3"] = around(alpha * 1e3, 0.1, 0.2, "the same fit's intercept +- 10%")
+            fig.bands["q3"] = around(alpha * 1e3, 0.1, 0.2, "the same fit's intercept +- 10% (at least 0.2 ms)")
             fig.notes["q3"] = _model_alpha_note(by[FAR])
             d_half = alpha * b / 8 / 1e3
             fig.values["q5"] = d_half
-            fig.bands["q5"] = around(d_half, 0.12, 0.3, "your alpha x B, in kB (1000 bytes) +- 12%")
+            fig.bands["q5"] = around(d_half, 0.12, 0.3, "your alpha x B / 8, in kB (1000 bytes), +- 12% "
+                                                        "(at least 0.3 kB)")
             fig.notes["q5"] = "a smaller flow's time is mostly latency; a larger one's mostly bandwidth"
         if NEAR in fits:
             alpha1 = fits[NEAR][0]
             fig.values["q4"] = alpha1 * 1e3
-            fig.bands["q4"] = around(alpha1 * 1e3, 0.1, 0.2, f"the fit through your {len(by[NEAR])} "
-                                                              f"{NEAR}-switch flows' intercept +- 10%")
+            fig.bands["q4"] = around(alpha1 * 1e3, 0.1, 0.2, f"the fit through your {len(by[NEAR])} {NEAR}-switch "
+                                                              "flows' intercept +- 10% (at least 0.2 ms)")
             fig.notes["q4"] = _model_alpha_note(by[NEAR])
         if NEAR in fits and FAR in fits:
             a1, a5 = fits[NEAR][0], fits[FAR][0]

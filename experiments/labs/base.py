@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -133,8 +134,13 @@ class Lab:
 
     def same(self, q: Question, answer, right) -> bool:
         """Whether a choice or text ``answer`` is the ``right`` one: equal, ignoring case and the
-        spaces around it (a lab may know equivalent spellings)."""
-        return str(answer).strip().lower() == str(right).strip().lower()
+        spaces around it, or, for a choice, naming exactly one of its choices among other words
+        (``the hierarchical one``); a lab may know equivalent spellings."""
+        a = str(answer).strip().lower()
+        if a == str(right).strip().lower():
+            return True
+        named = {c for c in q.choices if re.search(rf"(?<![\w-]){re.escape(c.lower())}(?![\w-])", a)}
+        return named == {str(right).strip().lower()}
 
     # -- the check, the same for every lab ---------------------------------------------------
 
@@ -165,22 +171,29 @@ class Lab:
             return Verdict(q, None, False, _expected(q, fig), "no answer given; " + note)
         if q.kind in ("choice", "text"):
             right = fig.values[q.id]
-            return Verdict(q, answer, self.same(q, answer, right), str(right), note)
+            ok = self.same(q, answer, right)
+            hint = f"answer one of: {', '.join(q.choices)}; " if q.choices and not ok else ""
+            return Verdict(q, answer, ok, str(right), (hint + note).rstrip("; "))
         x = as_number(answer, q.unit)
         if x is None:
-            return Verdict(q, answer, False, _expected(q, fig), f"not a number; {note}")
+            unit = f" in {q.unit} (give the number alone, or followed by {q.unit})" if q.unit else ""
+            return Verdict(q, answer, False, _expected(q, fig), f"not a number{unit}; {note}")
         band = fig.bands[q.id]
         return Verdict(q, answer, x in band and math.isfinite(x), band.text(q.unit), f"{band.why}; {note}".rstrip("; "))
 
 
 def as_number(answer, unit: str) -> float | None:
     """An answer as a number: a number, or text of one (a decimal comma too: ``2,87``), followed
-    by nothing or by the question's own ``unit`` (``9.19 Mbit/s``); None otherwise."""
+    by nothing or by the question's own ``unit`` (``9.19 Mbit/s``), or a ratio ``N:M`` (``3:1``
+    is 3); None otherwise."""
     if isinstance(answer, bool):
         return None
     if isinstance(answer, (int, float)):
         return float(answer)
     text = str(answer).strip()
+    ratio = re.fullmatch(r"(\d+(?:\.\d+)?)\s*:\s*(\d+(?:\.\d+)?)", text)
+    if ratio and float(ratio.group(2)) > 0:                       # 3:1 -> 3
+        return float(ratio.group(1)) / float(ratio.group(2))
     if unit and text.lower().endswith(unit.lower()):
         text = text[:-len(unit)].strip()
     if text.count(",") == 1 and "." not in text:
@@ -262,7 +275,16 @@ def read_answers(path: Path) -> dict:
         return {}
     if not isinstance(data, dict):
         raise LabError(f"answers file {path}: expected a mapping of question ids to answers (q1: 12.5)")
-    return {str(k): v for k, v in data.items()}
+    answers = {str(k): v for k, v in data.items()}
+    # YAML 1.1 reads an unquoted 3:1 as the base-60 number 181: keep a ratio as the student wrote it
+    for m in RATIO_LINE.finditer(Path(path).read_text(encoding="utf-8")):
+        answers[m.group(1)] = f"{m.group(2)}:{m.group(3)}"
+    return answers
+
+
+#: An answers file's line ``q3: 3:1`` (a ratio, quoted or not, maybe with a comment).
+RATIO_LINE = re.compile(r"""^ [ \t]* (q\d+) [ \t]*:[ \t]* ["']? [ \t]* (\d+(?:\.\d+)?) [ \t]*:[ \t]* (\d+(?:\.\d+)?)
+                            [ \t]* ["']? [ \t]* (?:\#.*)? $""", re.M | re.X)
 
 
 def report(lab: Lab, verdicts: list[Verdict]) -> str:

@@ -129,7 +129,16 @@ def test_lab_outcomes_repeats_a_comparison_and_refuses_a_troubleshooting_run():
     assert mod.main(["--lab", "6"]) == 2
 
 
-@pytest.mark.parametrize("answer,ok", [(3, True), ("3:1", False), ("3.0 ratio", True)])
+@pytest.mark.parametrize("answer,ok", [(3, True), ("3:1", True), ("6:2", True), ("3.0 ratio", True), ("1:3", False),
+                                       ("3 Mbit/s", False)])
 def test_the_ratio_is_a_number(tmp_path, answer, ok):
     right = make_comparison(tmp_path)
     assert Topology().check(tmp_path, {**right, "q1": answer})[0].ok is ok
+
+
+def test_a_ratio_written_unquoted_in_the_answers_file_is_read_as_written(tmp_path):
+    """YAML 1.1 reads an unquoted 3:1 as the base-60 number 181; the answers file keeps it 3:1."""
+    from experiments.labs.base import read_answers
+    f = tmp_path / "a.yaml"
+    f.write_text("q1: 3:1\nq2: '5:1'   # quoted\nq3: 2.5\nq4: 4 # no ratio\n")
+    assert read_answers(f) == {"q1": "3:1", "q2": "5:1", "q3": 2.5, "q4": 4}

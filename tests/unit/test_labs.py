@@ -258,3 +258,15 @@ def test_a_round_is_found_by_its_exact_name(tmp_path):
     assert round_folder(tmp_path, "pfc").name == "02-pfc" and round_folder(tmp_path, "ecn-pfc").name == "01-ecn-pfc"
     with pytest.raises(FileNotFoundError):
         round_folder(tmp_path, "drop-tail")
+
+
+def test_a_choice_named_among_other_words_and_the_choices_named_when_wrong(tmp_path):
+    right = make_runs(tmp_path)
+    lab = Congestion()
+    q6 = next(q for q in lab.QUESTIONS if q.id == "q6")
+    assert lab.same(q6, "the ecn-pfc round", "ecn-pfc") and not lab.same(q6, "ecn-pfc", "pfc")
+    assert not lab.same(q6, "pfc, then ecn-pfc", "ecn-pfc")                     # both named: not an answer
+    verdicts = {v.question.id: v for v in lab.check(tmp_path, {**right, "q6": "neither"})}
+    assert not verdicts["q6"].ok and "answer one of: pfc, ecn-pfc" in verdicts["q6"].why
+    verdicts = {v.question.id: v for v in lab.check(tmp_path, {**right, "q1": "160 ms"})}
+    assert "not a number in packets" in verdicts["q1"].why
