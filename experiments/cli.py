@@ -526,6 +526,9 @@ def lab_check(number: int, results: str, answers: str | None) -> int:
     if not d.is_dir():
         raise Stop(2, f"{d}: no such results folder")
     try:
+        if not labs.base.find_runs(d, the.RUNS):           # a wrong folder is named before missing answers
+            raise LabError(f"{d}: no finished run of lab {number} in it (it needs "
+                           + ", ".join(f"{n} from {p}" for n, p in the.RUNS.items()) + ")")
         verdicts = the.check(d, read_answers(Path(answers) if answers else d / "answers.yaml"))
     except LabError as e:
         raise Stop(2, str(e)) from None

@@ -132,7 +132,7 @@ class BandwidthLatency(Lab):
                                f"{link_bps * PAYLOAD_FRACTION / 1e6:.2f} Mbit/s")
             fig.values["q3"] = alpha * 1e3
             fig.bands["q3"] = around(alpha * 1e3, 0.1, 0.2, "the same fit's intercept +- 10% (at least 0.2 ms)")
-            fig.notes["q3"] = _model_alpha_note(by[FAR])
+            fig.notes["q3"] = _model_alpha_note(by[FAR], link_bps * PAYLOAD_FRACTION)
             d_half = alpha * b / 8 / 1e3
             fig.values["q5"] = d_half
             fig.bands["q5"] = around(d_half, 0.12, 0.3, "your alpha x B / 8, in kB (1000 bytes), +- 12% "
@@ -143,7 +143,7 @@ class BandwidthLatency(Lab):
             fig.values["q4"] = alpha1 * 1e3
             fig.bands["q4"] = around(alpha1 * 1e3, 0.1, 0.2, f"the fit through your {len(by[NEAR])} {NEAR}-switch "
                                                               "flows' intercept +- 10% (at least 0.2 ms)")
-            fig.notes["q4"] = _model_alpha_note(by[NEAR])
+            fig.notes["q4"] = _model_alpha_note(by[NEAR], link_bps * PAYLOAD_FRACTION)
         if NEAR in fits and FAR in fits:
             a1, a5 = fits[NEAR][0], fits[FAR][0]
             fig.values["q6"] = str(FAR if a5 > a1 else NEAR)
@@ -152,12 +152,15 @@ class BandwidthLatency(Lab):
         return fig
 
 
-def _model_alpha_note(flows: list[dict]) -> str:
-    one = [f["ideal_fct_s"] for f in flows if f["bytes"] <= 1448 and f["ideal_fct_s"]]
+def _model_alpha_note(flows: list[dict], b_bps: float) -> str:
+    """The model's alpha on these flows' paths: the run's ideal time of a one-segment flow (its
+    idle pings, scaled to the path: the handshake and the segment's trip) less that segment's own
+    8 D / B, as the fit's intercept (D = 0) leaves it out."""
+    one = [f["ideal_fct_s"] - 8 * f["bytes"] / b_bps for f in flows if f["bytes"] <= 1448 and f["ideal_fct_s"]]
     if not one:
         return "model: the run's idle pings, scaled to the path (no one-segment flow to read it from)"
-    return (f"model: {statistics.median(one) * 1e3:.2f} ms, the latency term of the run's ideal FCT on these "
-            "paths (its idle pings)")
+    return (f"model: {statistics.median(one) * 1e3:.2f} ms, the run's ideal time of a one-segment flow on these "
+            f"paths (from its idle pings) less the segment's own 8 D / B")
 
 
 def _link_rate_bps(run: Path) -> float:

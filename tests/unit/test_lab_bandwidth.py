@@ -60,7 +60,7 @@ def test_right_answers_full_marks_and_wrong_ones_zero(tmp_path):
     verdicts = BandwidthLatency().check(tmp_path, right)
     assert [v.ok for v in verdicts] == [True] * 6, [(v.question.id, v.expected, v.why) for v in verdicts]
     assert "9.56 Mbit/s" in verdicts[1].why and "160 5-switch flows" in verdicts[1].why
-    assert "model: 3.60 ms" in verdicts[2].why                    # the one-segment flows' ideal latency term
+    assert "model: 2.39 ms" in verdicts[2].why        # a one-segment flow's ideal time less its 8 D / B (1.21 ms)
     # q5: alpha x B in bits, not kB
     wrong = {"q1": 200, "q2": 10, "q3": ALPHA_S[1] * 1e3, "q4": ALPHA_S[5] * 1e3, "q5": 38.0, "q6": "one"}
     verdicts = BandwidthLatency().check(tmp_path, wrong)

@@ -131,6 +131,10 @@ def test_the_lab_command(tmp_path, capsys):
     (tmp_path / "bad.yaml").write_text("q12: 1\n")
     assert cli.main(["lab", "check", "4", "--results", str(tmp_path), "--answers", str(tmp_path / "bad.yaml")]) == 2
     assert re.search(r"unknown question 'q12'", capsys.readouterr().err)
+    # another lab's results and no answers file: the wrong folder is what is named
+    (tmp_path / "answers.yaml").unlink()
+    assert cli.main(["lab", "check", "3", "--results", str(tmp_path)]) == 2
+    assert "no finished run of lab 3 in it" in capsys.readouterr().err
     assert cli.main(["lab", "list"]) == 0 and "lab 4: congestion" in capsys.readouterr().out
     assert cli.main(["lab", "show", "4"]) == 0
     shown = capsys.readouterr().out
