@@ -3,7 +3,8 @@ applies and summarises every registered feature in this order (PFC before ECN: t
 is chosen knowing whether ports have per-priority queues; the userspace datapath's transmit
 count corrects the drops after PFC has added its cap drops, and the UDP accounting reads them
 after both; the port counters are read before the faults are taken back, and the faults
-summarise before the accounting and the fidelity checks read what they did); adding a feature (a
+summarise before the accounting and the fidelity checks read what they did; the forwarding
+verdict reads the CPU headroom's per-second readings, so it comes after them); adding a feature (a
 fault injector is one of controller.faults instead) is one module under this package, plus its
 import and an entry in the tuple here."""
 from __future__ import annotations
@@ -15,6 +16,7 @@ from experiments.features.delay import LinkDelay
 from experiments.features.ecn import Ecn
 from experiments.features.faults import Faults
 from experiments.features.fidelity import Fidelity
+from experiments.features.forwarding import Forwarding
 from experiments.features.hosts import HostTcp
 from experiments.features.ovstx import OvsTransmit
 from experiments.features.pfc import Pfc
@@ -25,6 +27,6 @@ from experiments.features.watch import ControlPlane
 #: Registered features by name, in the order the run loop calls them.
 FEATURES: dict[str, type[Feature]] = {f.name: f for f in (HostTcp, Pfc, LinkDelay, Ecn, Ports, Faults, OvsTransmit,
                                                           Accounting, Fidelity, ControlPlane, CpuHeadroom,
-                                                          ScaledFabric)}
+                                                          Forwarding, ScaledFabric)}
 
 __all__ = ["FEATURES", "Feature"]

@@ -27,6 +27,12 @@ NO_HEADROOM_CORES = 0.05
 #: (in cores: /proc/stat's steal time) is reported: for that time nothing here ran, neither the
 #: shapers' timers nor the senders, and the emulation's clock went on.
 STOLEN_CORES = 0.05
+#: The name of the userspace datapath's forwarding thread among the watched processes: Open vSwitch
+#: forwards every port that no PMD thread polls (all of fabriclab's veth ports) in ovs-vswitchd's
+#: main thread (its thread id is the process id). On a k=4 Fat-Tree or a Spine-Leaf carrying more
+#: than it can forward, that thread reads 0.96-1.01 of a core per second while the rest of the
+#: process (handlers, revalidators) stays near 0.
+FORWARDING_THREAD = "forwarding_thread"
 #: The kernel's clock ticks per second (the unit of /proc/stat and /proc/PID/stat times).
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
@@ -74,14 +80,22 @@ def parse_pid_stat(text: str) -> float:
     return (int(rest[11]) + int(rest[12])) / TICKS_PER_S
 
 
+def stat_path(pid: int | tuple[int, int] | None) -> str:
+    """The /proc stat file of a process (``pid``) or of one of its threads (``(pid, tid)``)."""
+    if isinstance(pid, tuple):
+        return f"/proc/{pid[0]}/task/{pid[1]}/stat"
+    return f"/proc/{pid}/stat"
+
+
 def read_times(pids: dict) -> CpuTimes:
-    """The machine's and ``pids``' (name -> pid or None) CPU times now."""
+    """The machine's and ``pids``' (name -> pid, ``(pid, tid)`` for one thread, or None) CPU
+    times now."""
     with open("/proc/stat") as f:
         total, idle, softirq, steal = parse_proc_stat(f.read())
     procs = {}
     for name, pid in pids.items():
         try:
-            with open(f"/proc/{pid}/stat") as f:
+            with open(stat_path(pid)) as f:
                 procs[name] = parse_pid_stat(f.read())
         except (OSError, TypeError, IndexError, ValueError):
             procs[name] = None
@@ -120,7 +134,10 @@ def headroom_section(seconds: list[dict], whole: dict, cores: int, others_known:
     Returns:
         ``{"cores", "idle_cores": {min, median, max}, "seconds", "seconds_without_headroom",
         "stolen_cores_per_second", "seconds_with_steal", "cores_used": {ovs-vswitchd, controller,
-        runner, softirq, ..., "agents_and_others"}, "warnings"}``.
+        runner, softirq, ..., "agents_and_others"}, "warnings"}``, and, when the readings hold
+        :data:`FORWARDING_THREAD` (the userspace datapath's forwarding thread, part of
+        ovs-vswitchd's share, so not in ``cores_used``), ``forwarding_thread_cores`` over the
+        round and ``forwarding_thread_cores_per_second``.
     """
     idle = [s["idle"] for s in seconds] or [whole["idle"]]
     used = {k: whole.get(k) for k in ("ovs-vswitchd", "controller", "runner")}
@@ -141,7 +158,13 @@ def headroom_section(seconds: list[dict], whole: dict, cores: int, others_known:
                         f"cores, at most {max(stolen):.2f}) in {len(robbed)} of {len(seconds)} seconds of the "
                         f"round (first at t = {robbed[0] * INTERVAL_S:.0f} s): timing figures may be stretched; "
                         "see the fidelity checks")
-    return {"cores": cores, "interval_s": INTERVAL_S, "seconds": len(seconds),
+    thread = {}
+    if whole.get(FORWARDING_THREAD) is not None:
+        thread = {"forwarding_thread_cores": round(whole[FORWARDING_THREAD], 4),
+                  "forwarding_thread_cores_per_second": [round(s[FORWARDING_THREAD], 3)
+                                                         if s.get(FORWARDING_THREAD) is not None else None
+                                                         for s in seconds]}
+    return {"cores": cores, "interval_s": INTERVAL_S, "seconds": len(seconds), **thread,
             "idle_cores": {"min": min(idle), "median": statistics.median(idle), "max": max(idle)},
             "idle_cores_per_second": [round(x, 3) for x in idle],
             "seconds_without_headroom": len(short),
@@ -195,7 +218,10 @@ class CpuHeadroom(Feature):
             ovs = dataplane.ovs_vswitchd_pid()
         except Exception:         # no pid file: its share is reported as unknown
             ovs = None
-        self.meter = CpuMeter({"ovs-vswitchd": ovs, "controller": lf.controller.pid, "runner": os.getpid()}).start()
+        pids = {"ovs-vswitchd": ovs, "controller": lf.controller.pid, "runner": os.getpid()}
+        if ovs is not None and self.ctx.env.get("datapath") == "user":
+            pids[FORWARDING_THREAD] = (ovs, ovs)
+        self.meter = CpuMeter(pids).start()
         return {}
 
     def after_round(self, lf, rnd: RoundRecord) -> dict | None:

@@ -143,46 +143,6 @@ def queue_failures(queues_csv: Path, buffer: tuple[str, int] | None) -> list[str
     return [first[i] for i in sorted(first)]
 
 
-#: A round whose traffic reached less than this share of the fluid model's aggregate ...
-FORWARDING_SHARE = 0.9
-#: ... while its bottleneck's queue stayed at or below this many packets 95% of the time is
-#: forwarding-limited: the emulator, not the fabric, set its throughput (links at 1000 Mbit/s on
-#: the userspace datapath: 5% of what the links allow, bottleneck p95 3 packets, peak 14).
-IDLE_QUEUE_PACKETS = 5
-
-
-def forwarding_check(summary: dict) -> dict | None:
-    """Whether a round of flows was forwarding-limited: its flows carried less than
-    :data:`FORWARDING_SHARE` of what the fabric's links allow (the fluid model's aggregate: the
-    hashed-ECMP model's median under ECMP, else max-min) while no switch port queued (the
-    bottleneck's p95 backlog at most :data:`IDLE_QUEUE_PACKETS`). Where links are faster than the
-    data plane can forward (Open vSwitch's userspace datapath forwards a few hundred Mbit/s in all
-    on two cores), packets wait or drop inside the data plane, not in the emulated queues, and the
-    figures describe the emulator. None when the summary has no throughput or bottleneck section.
-
-    Returns: ``{"wire_aggregate_mbps", "model_aggregate_mbps", "share", "bottleneck_p95_backlog_packets",
-    "forwarding_limited", "failures"}``.
-    """
-    tp, bn = summary.get("throughput"), summary.get("bottleneck")
-    if not tp or not bn or tp.get("wire_aggregate_mbps") is None:
-        return None
-    hashed = (tp.get("hash_ecmp_model_aggregate_mbps") or {}).get("median")
-    model = hashed if tp.get("model_routing") == "ecmp" and hashed else tp.get("model_aggregate_mbps")
-    p95 = bn.get("p95_backlog_packets")
-    if p95 is None:
-        p95 = bn.get("peak_backlog_packets")
-    if not model or p95 is None:
-        return None
-    share = tp["wire_aggregate_mbps"] / model
-    limited = share < FORWARDING_SHARE and p95 <= IDLE_QUEUE_PACKETS
-    fails = [f"forwarding-limited: the flows carried {tp['wire_aggregate_mbps']:.1f} Mbit/s on the wire, "
-             f"{share:.2f} of the {model:.1f} Mbit/s the configured links allow, while no switch port queued "
-             f"(bottleneck {bn.get('intf')} p95 backlog {p95:g} packets): the data plane, not the fabric, "
-             "set the rate; lower the link rates or the load"] if limited else []
-    return {"wire_aggregate_mbps": tp["wire_aggregate_mbps"], "model_aggregate_mbps": model, "share": round(share, 4),
-            "bottleneck_p95_backlog_packets": p95, "forwarding_limited": limited, "failures": fails}
-
-
 class Fidelity(Feature):
     """Every round's serialisation check (see the module docstring)."""
     name = "fidelity"
@@ -240,9 +200,6 @@ class Fidelity(Feature):
         fid["serialisation"] = serialisation_section(rec["serialisation"], bn,
                                                      frozenset(summary.get("paused_transmitters", ())),
                                                      frozenset(summary.get("fault_ports", ())))
-        fwd = forwarding_check(summary)
-        if fwd is not None:
-            fid["forwarding"] = fwd
         queues = rnd.dir / "queues.csv"
         if queues.exists():
             q = self.ctx.sc.queues
@@ -258,7 +215,7 @@ class Fidelity(Feature):
     def failures(self, summary: dict) -> list[str]:
         """The failed serialisation and queue checks (one line each, naming the port)."""
         fid = summary.get("fidelity") or {}
-        return [f for part in ("serialisation", "queues", "forwarding") for f in (fid.get(part) or {}).get("failures", [])]
+        return [f for part in ("serialisation", "queues") for f in (fid.get(part) or {}).get("failures", [])]
 
     def report(self, summary: dict) -> str | None:
         """``fidelity: <ok|FAILED>; bottleneck <port> 99.2% of gaps within 10% of a frame time, at 0.998 of its rate; ...``."""

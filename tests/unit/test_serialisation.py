@@ -259,19 +259,3 @@ def test_an_openflow_error_is_decoded_with_the_request_it_answers():
     assert e["text"] == ("OFPET_BAD_INSTRUCTION OFPBIC_BAD_TABLE_ID (type=3 code=2) answering OFPT_FLOW_MOD "
                          "xid 77: leaf1 flow mod table 1 goto_table 0")
     assert describe_error(99, 7, b"")["text"] == "99 7 (type=99 code=7) answering an unidentified request"
-
-
-def test_a_round_below_the_fluid_model_with_no_queue_anywhere_is_forwarding_limited():
-    from experiments.features.fidelity import forwarding_check
-    tp = {"wire_aggregate_mbps": 208.0, "model_routing": "ecmp", "model_aggregate_mbps": 2000.0,
-          "hash_ecmp_model_aggregate_mbps": {"median": 1500.0}}
-    s = {"throughput": tp, "bottleneck": {"intf": "spine1-eth1", "p95_backlog_packets": 3.0}}
-    f = forwarding_check(s)
-    assert f["forwarding_limited"] and f["share"] == round(208 / 1500, 4)      # against the hashed model
-    assert f["failures"][0].startswith("forwarding-limited: the flows carried 208.0 Mbit/s on the wire, 0.14 of "
-                                       "the 1500.0 Mbit/s the configured links allow, while no switch port queued")
-    queued = forwarding_check({**s, "bottleneck": {"intf": "x", "p95_backlog_packets": 40.0}})
-    assert not queued["forwarding_limited"] and queued["failures"] == []      # a real bottleneck: the fabric's
-    full = forwarding_check({**s, "throughput": {**tp, "wire_aggregate_mbps": 1490.0}})
-    assert not full["forwarding_limited"]
-    assert forwarding_check({"bottleneck": {}}) is None

@@ -1,0 +1,161 @@
+"""Whether the data plane, not the fabric, set a round's rate (a round's ``fidelity.forwarding``),
+decided from what limited the rate rather than from a threshold on what the flows carried.
+
+A round of flows that carried less than :data:`FORWARDING_SHARE` of what the configured links
+allow (the fluid model's aggregate: the hashed-ECMP model's median under ECMP, else max-min) has
+two kinds of explanation:
+
+- the traffic could not fill the links: short flows (a handshake, slow start and one RTT of idle
+  for a 4 KB response), flows that spent their life in slow start, idle or paced senders, TCP
+  waiting out a timeout. Nothing in the emulation was saturated; the figures are the fabric's
+  and the traffic's own, and the round passes (``limited_by``: null, with the reason);
+- a resource that forwards or sends the frames was saturated while the links were not: the
+  userspace datapath's one forwarding thread (Open vSwitch forwards every veth port in
+  ovs-vswitchd's main thread; measured 0.96-1.01 of a core per second while a 2x2x4 Spine-Leaf
+  at 1000 Mbit/s carried 0.13-0.19 of its model), or the host's CPU (no idle core: the shapers'
+  timers, the senders and the forwarding all wait). The round fails naming that resource and
+  the measured share of the seconds in which it was saturated.
+
+The evidence is the CPU headroom feature's per-second readings (experiments.features.cpu): the
+forwarding thread's cores and the machine's idle cores in each second of the round. A resource
+counts as the limit when it was saturated in at least half of the seconds the flows' throughput
+window spans (at least one), so one noisy second neither raises nor hides the verdict; the
+record says how many seconds were saturated against how many were needed, and the median
+reading, so a reader sees how close it was. A round without flows against a model (a
+collective's, a RoCE round's own figures) or without CPU readings is ``checked``: false with the
+reason, never a silent pass.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+
+from experiments.context import RoundRecord
+from experiments.features.base import Feature
+from experiments.features.cpu import NO_HEADROOM_CORES
+
+#: A round whose flows carried at least this share of the fluid model's aggregate was not limited
+#: by anything but the fabric.
+FORWARDING_SHARE = 0.9
+#: The forwarding thread is saturated in a second where it used at least this many cores. Measured
+#: (``python -m experiments run experiments/fidelity-set/<scenario>.yaml``, per-second readings
+#: in ``fidelity.cpu.forwarding_thread_cores_per_second``): a 2x2x4 Spine-Leaf at 1000 Mbit/s read
+#: 0.90-1.02 per second once the flows ran (median 0.99), a k=4 Fat-Tree permutation at 10 Mbit/s
+#: 0.93-1.01; runs the thread could carry (10 Mbit/s incasts, short flows on a k=8 Fat-Tree) read
+#: at most 0.45. The bound sits in the gap between them.
+SATURATED_CORES = 0.8
+#: A resource is the limit when saturated in at least this share of the seconds spanned by the
+#: flows' throughput window.
+SATURATED_SHARE = 0.5
+
+
+def _model_mbps(tp: dict) -> float | None:
+    """The model aggregate the round is held to (the hashed-ECMP median under ECMP, else the fluid
+    model's), Mbit/s, or None."""
+    hashed = (tp.get("hash_ecmp_model_aggregate_mbps") or {}).get("median")
+    return hashed if tp.get("model_routing") == "ecmp" and hashed else tp.get("model_aggregate_mbps")
+
+
+def _not_checked(reason: str) -> dict:
+    return {"checked": False, "reason": reason, "forwarding_limited": False, "limited_by": None, "failures": []}
+
+
+def forwarding_verdict(summary: dict, datapath: str | None) -> dict:
+    """The round's ``fidelity.forwarding`` section from its summary (the ``throughput`` section of
+    experiments.analysis and ``fidelity.cpu`` of experiments.features.cpu).
+
+    Args:
+        summary: the round's summary so far.
+        datapath: ``"user"`` (Open vSwitch's userspace datapath: one forwarding thread) or
+            ``"kernel"`` (forwarding in the kernel's softirq, on any core), or None.
+
+    Returns: ``{"checked", "wire_aggregate_mbps", "model_aggregate_mbps", "share",
+    "forwarding_limited", "limited_by"`` (``"forwarding_thread"``, ``"host_cpu"`` or None)``,
+    "evidence"`` (seconds considered and needed, saturated seconds and median readings of each
+    resource, the bounds)``, "verdict"`` (one line)``, "failures"}``; ``{"checked": false,
+    "reason", ...}`` when the round cannot be judged.
+    """
+    tp = summary.get("throughput") or {}
+    if tp.get("wire_aggregate_mbps") is None:
+        return _not_checked("the round has no flows' throughput against a model (its workload reports its own "
+                            "figures)")
+    model = _model_mbps(tp)
+    if not model:
+        return _not_checked("the round's throughput has no model aggregate to hold it to")
+    wire = tp["wire_aggregate_mbps"]
+    share = wire / model
+    base = {"checked": True, "wire_aggregate_mbps": wire, "model_aggregate_mbps": model, "share": round(share, 4),
+            "forwarding_share": FORWARDING_SHARE}
+    if share >= FORWARDING_SHARE:
+        return {**base, "forwarding_limited": False, "limited_by": None, "evidence": None, "failures": [],
+                "verdict": f"the flows carried {share:.2f} of the model: the fabric set the rate"}
+    cpu = (summary.get("fidelity") or {}).get("cpu")
+    if not cpu or not cpu.get("idle_cores_per_second"):
+        return {**base, **_not_checked(f"the flows carried {share:.2f} of the model, but the round has no "
+                                       "per-second CPU readings to tell what limited them")}
+    interval = cpu.get("interval_s") or 1.0
+    window = tp.get("window_s") or [0.0, 0.0]
+    span_s = max(0.0, window[1] - window[0])
+    idle = cpu["idle_cores_per_second"]
+    needed = min(len(idle), max(1, math.ceil(SATURATED_SHARE * span_s / interval)))
+    thread = [x for x in (cpu.get("forwarding_thread_cores_per_second") or []) if x is not None]
+    thread_sat = sum(x >= SATURATED_CORES for x in thread)
+    no_idle = sum(x < NO_HEADROOM_CORES for x in idle)
+    evidence = {"seconds": len(idle), "window_s": round(span_s, 3), "seconds_needed": needed,
+                "saturated_cores": SATURATED_CORES, "saturated_share": SATURATED_SHARE,
+                "forwarding_thread_saturated_seconds": thread_sat if thread else None,
+                "forwarding_thread_cores_max": max(thread) if thread else None,
+                "forwarding_thread_cores_median": statistics.median(thread) if thread else None,
+                "no_idle_cpu_seconds": no_idle, "no_idle_below_cores": NO_HEADROOM_CORES,
+                "idle_cores_min": min(idle)}
+    carried = (f"the flows carried {wire:.1f} Mbit/s on the wire, {share:.2f} of the {model:.1f} Mbit/s the "
+               "configured links allow")
+    if thread and thread_sat >= needed:
+        line = (f"forwarding-limited: {carried}, while Open vSwitch's forwarding thread was saturated (at least "
+                f"{SATURATED_CORES} of a core in {thread_sat} of {len(thread)} seconds, {needed} needed; median "
+                f"{evidence['forwarding_thread_cores_median']:.2f}; idle CPU per second: min {min(idle):.2f}, median "
+                f"{statistics.median(idle):.2f} cores): the data plane, not the fabric, set the rate; lower the link "
+                "rates or the load (or scale the scenario: scale.factor)")
+        return {**base, "forwarding_limited": True, "limited_by": "forwarding_thread", "evidence": evidence,
+                "verdict": line, "failures": [line]}
+    if no_idle >= needed:
+        used = {k: v for k, v in (cpu.get("cores_used") or {}).items() if v is not None}
+        top = ", ".join(f"{k} {v:.2f}" for k, v in sorted(used.items(), key=lambda kv: -kv[1])[:3])
+        where = "the kernel's forwarding (softirq) and " if datapath == "kernel" else ""
+        line = (f"CPU-limited: {carried}, while the machine had no idle CPU (below {NO_HEADROOM_CORES} cores) in "
+                f"{no_idle} of {len(idle)} seconds ({needed} needed): {where}the shapers' timers, the senders and "
+                f"the forwarding waited for a core (cores used over the round: {top}); run less beside it or "
+                "lower the load")
+        return {**base, "forwarding_limited": True, "limited_by": "host_cpu", "evidence": evidence,
+                "verdict": line, "failures": [line]}
+    peak = f"at most {max(thread):.2f} of a core, " if thread else ""
+    line = (f"not the data plane: {carried}, but nothing that forwards or sends was saturated (the forwarding "
+            f"thread {peak}{thread_sat if thread else 0} saturated second(s) of {needed} needed; idle CPU in every "
+            f"second but {no_idle}): the traffic did not fill the links (short flows, slow start, idle senders or "
+            "TCP waiting out a loss)")
+    return {**base, "forwarding_limited": False, "limited_by": None, "evidence": evidence, "verdict": line,
+            "failures": []}
+
+
+class Forwarding(Feature):
+    """Every round of flows: was the data plane the limit (see the module docstring)?"""
+    name = "forwarding"
+
+    def summarize(self, rnd: RoundRecord, summary: dict) -> None:
+        """``fidelity.forwarding`` (:func:`forwarding_verdict`), after the CPU headroom's section."""
+        summary.setdefault("fidelity", {})["forwarding"] = forwarding_verdict(summary, self.ctx.env.get("datapath"))
+
+    def failures(self, summary: dict) -> list[str]:
+        """The verdict's failure line, when a saturated resource set the round's rate."""
+        return list((((summary.get("fidelity") or {}).get("forwarding")) or {}).get("failures", []))
+
+    def report(self, summary: dict) -> str | None:
+        """``forwarding: <verdict>`` when the flows fell short of the model or it was not checked."""
+        f = (summary.get("fidelity") or {}).get("forwarding")
+        if not f:
+            return None
+        if not f.get("checked"):
+            return f"forwarding: not checked ({f['reason']})"
+        if f["failures"] or f["share"] >= FORWARDING_SHARE:
+            return None                      # a failure prints as one; a full round needs no line
+        return f"forwarding: {f['verdict']}"

@@ -1,0 +1,95 @@
+"""The forwarding verdict (experiments.features.forwarding): the data plane is blamed from what was
+saturated, not from what the flows carried."""
+from __future__ import annotations
+
+from experiments.features.cpu import FORWARDING_THREAD, headroom_section, per_second, CpuTimes
+from experiments.features.forwarding import SATURATED_CORES, forwarding_verdict
+
+
+def summary(wire_mbps, model_mbps=10.0, window_s=(0.0, 4.0), idle=None, thread=None, used=None):
+    """A round's summary with a throughput section and per-second CPU readings."""
+    cpu = {"interval_s": 1.0, "idle_cores_per_second": idle if idle is not None else [1.2] * 6,
+           "cores_used": used or {"ovs-vswitchd": 0.1, "agents_and_others": 0.3}}
+    if thread is not None:
+        cpu["forwarding_thread_cores_per_second"] = thread
+    return {"throughput": {"wire_aggregate_mbps": wire_mbps, "model_aggregate_mbps": model_mbps,
+                           "model_routing": "max-min", "window_s": list(window_s)},
+            "fidelity": {"cpu": cpu}}
+
+
+def test_short_flows_below_the_model_on_an_idle_forwarder_are_not_blamed_on_the_data_plane():
+    # two 4 KB responses at 10 Mbit/s: 0.72 of the link over a 7 ms window, the thread idle
+    f = forwarding_verdict(summary(7.2, window_s=(0.0, 0.007), thread=[0.01, 0.0, 0.02]), "user")
+    assert f["checked"] and not f["forwarding_limited"] and f["limited_by"] is None and f["failures"] == []
+    assert f["verdict"].startswith("not the data plane: the flows carried 7.2 Mbit/s on the wire, 0.72 of")
+    assert "the traffic did not fill the links" in f["verdict"]
+    assert f["evidence"]["seconds_needed"] == 1 and f["evidence"]["forwarding_thread_saturated_seconds"] == 0
+
+
+def test_a_saturated_forwarding_thread_is_named_even_with_a_queue_and_idle_cores():
+    # the 2x2x4 Spine-Leaf at 1000 Mbit/s: 0.187 of the model, the thread at a core, 0.69+ idle cores
+    thread = [0.3, 0.97, 0.99, 1.0, 0.98, 0.96, 0.99, 0.4]
+    f = forwarding_verdict(summary(187.0, 1000.0, window_s=(1.0, 7.0), idle=[0.8, 0.7, 0.69, 0.72, 0.75, 0.7, 0.9, 1.1],
+                                   thread=thread), "user")
+    assert f["forwarding_limited"] and f["limited_by"] == "forwarding_thread"
+    assert f["evidence"]["seconds_needed"] == 3 and f["evidence"]["forwarding_thread_saturated_seconds"] == 6
+    (line,) = f["failures"]
+    assert line.startswith("forwarding-limited: the flows carried 187.0 Mbit/s on the wire, 0.19 of the 1000.0")
+    assert "Open vSwitch's forwarding thread was saturated" in line and "6 of 8 seconds, 3 needed" in line
+    assert "host without idle CPU" not in line
+
+
+def test_one_saturated_second_does_not_make_a_verdict_over_a_long_window():
+    thread = [0.2, SATURATED_CORES + 0.01, 0.3, 0.2, 0.25, 0.2]
+    f = forwarding_verdict(summary(5.0, window_s=(0.0, 6.0), thread=thread), "user")
+    assert not f["forwarding_limited"] and f["evidence"]["seconds_needed"] == 3
+    assert "1 saturated second(s) of 3 needed" in f["verdict"]
+
+
+def test_no_idle_cpu_names_the_host_cpu_and_its_largest_users():
+    f = forwarding_verdict(summary(4.0, window_s=(0.0, 4.0), idle=[0.0, 0.01, 0.02, 0.0, 0.3],
+                                   thread=[0.5, 0.6, 0.55, 0.5, 0.4],
+                                   used={"ovs-vswitchd": 0.6, "agents_and_others": 1.3, "softirq": 0.05}), "user")
+    assert f["forwarding_limited"] and f["limited_by"] == "host_cpu"
+    assert f["failures"][0].startswith("CPU-limited: the flows carried 4.0 Mbit/s")
+    assert "agents_and_others 1.30, ovs-vswitchd 0.60" in f["failures"][0]
+
+
+def test_the_kernel_datapath_has_no_forwarding_thread_and_blames_the_cpu_only():
+    f = forwarding_verdict(summary(4.0, idle=[0.0] * 6), "kernel")
+    assert f["limited_by"] == "host_cpu" and "the kernel's forwarding (softirq)" in f["failures"][0]
+    ok = forwarding_verdict(summary(4.0, idle=[0.9] * 6), "kernel")
+    assert not ok["forwarding_limited"] and ok["evidence"]["forwarding_thread_saturated_seconds"] is None
+
+
+def test_a_round_at_the_model_passes_whatever_the_thread_did():
+    f = forwarding_verdict(summary(9.5, thread=[1.0] * 6), "user")
+    assert not f["forwarding_limited"] and f["evidence"] is None and f["share"] == 0.95
+
+
+def test_against_the_hashed_ecmp_model_under_ecmp():
+    s = summary(700.0, 2000.0, thread=[1.0] * 6)
+    s["throughput"].update(model_routing="ecmp", hash_ecmp_model_aggregate_mbps={"median": 1500.0})
+    f = forwarding_verdict(s, "user")
+    assert f["model_aggregate_mbps"] == 1500.0 and f["share"] == round(700 / 1500, 4) and f["forwarding_limited"]
+
+
+def test_a_round_that_cannot_be_judged_says_not_checked_and_why():
+    f = forwarding_verdict({"collective": {}}, "user")
+    assert f["checked"] is False and "no flows' throughput" in f["reason"] and f["failures"] == []
+    s = summary(3.0)
+    del s["fidelity"]
+    g = forwarding_verdict(s, "user")
+    assert g["checked"] is False and "no per-second CPU readings" in g["reason"] and g["share"] == 0.3
+
+
+def test_the_cpu_section_reads_the_forwarding_thread_apart_from_the_process():
+    a = CpuTimes(0.0, 0.0, 0.0, 0.0, {"ovs-vswitchd": 1.0, FORWARDING_THREAD: 0.9, "controller": 0.0, "runner": 0.0})
+    b = CpuTimes(1.0, 2.0, 0.5, 0.0, {"ovs-vswitchd": 2.0, FORWARDING_THREAD: 1.85, "controller": 0.0, "runner": 0.1})
+    sec = per_second(a, b)
+    out = headroom_section([sec], sec, 2, {})
+    assert out["forwarding_thread_cores_per_second"] == [0.95] and out["forwarding_thread_cores"] == 0.95
+    assert FORWARDING_THREAD not in out["cores_used"]           # part of ovs-vswitchd's: not counted twice
+    assert out["cores_used"]["agents_and_others"] == round(1.5 - 1.0 - 0.1, 4)
+    plain = headroom_section([sec], {**sec, FORWARDING_THREAD: None}, 2, {})
+    assert "forwarding_thread_cores_per_second" not in plain
