@@ -95,43 +95,55 @@ def forwarding_verdict(summary: dict, datapath: str | None) -> dict:
                                        "per-second CPU readings to tell what limited them")}
     interval = cpu.get("interval_s") or 1.0
     window = tp.get("window_s") or [0.0, 0.0]
-    span_s = max(0.0, window[1] - window[0])
+    # the seconds the traffic was there: its throughput window, or its longest flow's life when
+    # longer (a window of "all flows running" can be short against an incast's whole transfer)
+    span_s = max(0.0, window[1] - window[0], (summary.get("flows") or {}).get("fct_max_s") or 0.0)
+    if span_s < interval:
+        return {**base, **_not_checked(
+            f"the flows carried {share:.2f} of the model in {1000 * span_s:.0f} ms, less than one {interval:g} s CPU "
+            "reading: too short to tell a saturated data plane from flows that could not fill a link (a handshake, "
+            "slow start, an RTT of idle)")}
     idle = cpu["idle_cores_per_second"]
     needed = min(len(idle), max(1, math.ceil(SATURATED_SHARE * span_s / interval)))
-    thread = [x for x in (cpu.get("forwarding_thread_cores_per_second") or []) if x is not None]
-    thread_sat = sum(x >= SATURATED_CORES for x in thread)
-    no_idle = sum(x < NO_HEADROOM_CORES for x in idle)
-    evidence = {"seconds": len(idle), "window_s": round(span_s, 3), "seconds_needed": needed,
+    thread_all = cpu.get("forwarding_thread_cores_per_second") or []
+    thread = [x for x in thread_all if x is not None]
+    sat = [x is not None and x >= SATURATED_CORES for x in thread_all] + [False] * (len(idle) - len(thread_all))
+    dry = [x < NO_HEADROOM_CORES for x in idle]
+    short = sum(a or b for a, b in zip(sat, dry))           # seconds the emulation was short of CPU
+    thread_sat, no_idle = sum(sat), sum(dry)
+    evidence = {"seconds": len(idle), "span_s": round(span_s, 3), "seconds_needed": needed,
                 "saturated_cores": SATURATED_CORES, "saturated_share": SATURATED_SHARE,
+                "seconds_short_of_cpu": short,
                 "forwarding_thread_saturated_seconds": thread_sat if thread else None,
                 "forwarding_thread_cores_max": max(thread) if thread else None,
                 "forwarding_thread_cores_median": statistics.median(thread) if thread else None,
                 "no_idle_cpu_seconds": no_idle, "no_idle_below_cores": NO_HEADROOM_CORES,
-                "idle_cores_min": min(idle)}
+                "idle_cores_min": min(idle), "idle_cores_median": statistics.median(idle)}
     carried = (f"the flows carried {wire:.1f} Mbit/s on the wire, {share:.2f} of the {model:.1f} Mbit/s the "
                "configured links allow")
-    if thread and thread_sat >= needed:
+    if short >= needed and thread and thread_sat >= no_idle:
         line = (f"forwarding-limited: {carried}, while Open vSwitch's forwarding thread was saturated (at least "
-                f"{SATURATED_CORES} of a core in {thread_sat} of {len(thread)} seconds, {needed} needed; median "
+                f"{SATURATED_CORES} of a core in {thread_sat} of {len(thread)} seconds, and short of CPU in {short}, "
+                f"{needed} needed; median "
                 f"{evidence['forwarding_thread_cores_median']:.2f}; idle CPU per second: min {min(idle):.2f}, median "
                 f"{statistics.median(idle):.2f} cores): the data plane, not the fabric, set the rate; lower the link "
                 "rates or the load (or scale the scenario: scale.factor)")
         return {**base, "forwarding_limited": True, "limited_by": "forwarding_thread", "evidence": evidence,
                 "verdict": line, "failures": [line]}
-    if no_idle >= needed:
+    if short >= needed:
         used = {k: v for k, v in (cpu.get("cores_used") or {}).items() if v is not None}
         top = ", ".join(f"{k} {v:.2f}" for k, v in sorted(used.items(), key=lambda kv: -kv[1])[:3])
         where = "the kernel's forwarding (softirq) and " if datapath == "kernel" else ""
         line = (f"CPU-limited: {carried}, while the machine had no idle CPU (below {NO_HEADROOM_CORES} cores) in "
-                f"{no_idle} of {len(idle)} seconds ({needed} needed): {where}the shapers' timers, the senders and "
+                f"{no_idle} of {len(idle)} seconds (short of CPU in {short}, {needed} needed; the forwarding thread "
+                f"saturated in {thread_sat}): {where}the shapers' timers, the senders and "
                 f"the forwarding waited for a core (cores used over the round: {top}); run less beside it or "
                 "lower the load")
         return {**base, "forwarding_limited": True, "limited_by": "host_cpu", "evidence": evidence,
                 "verdict": line, "failures": [line]}
     peak = f"at most {max(thread):.2f} of a core, " if thread else ""
     line = (f"not the data plane: {carried}, but nothing that forwards or sends was saturated (the forwarding "
-            f"thread {peak}{thread_sat if thread else 0} saturated second(s) of {needed} needed; idle CPU in every "
-            f"second but {no_idle}): the traffic did not fill the links (short flows, slow start, idle senders or "
+            f"thread {peak}saturated or no idle CPU in {short} second(s) of {needed} needed): the traffic did not fill the links (short flows, slow start, idle senders or "
             "TCP waiting out a loss)")
     return {**base, "forwarding_limited": False, "limited_by": None, "evidence": evidence, "verdict": line,
             "failures": []}

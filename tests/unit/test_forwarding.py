@@ -17,13 +17,36 @@ def summary(wire_mbps, model_mbps=10.0, window_s=(0.0, 4.0), idle=None, thread=N
             "fidelity": {"cpu": cpu}}
 
 
-def test_short_flows_below_the_model_on_an_idle_forwarder_are_not_blamed_on_the_data_plane():
-    # two 4 KB responses at 10 Mbit/s: 0.72 of the link over a 7 ms window, the thread idle
-    f = forwarding_verdict(summary(7.2, window_s=(0.0, 0.007), thread=[0.01, 0.0, 0.02]), "user")
+def test_flows_over_before_one_cpu_reading_are_not_judged_even_on_a_busy_machine():
+    # two 4 KB responses at 10 Mbit/s: 0.72 of the link over a 7 ms window, no idle CPU
+    f = forwarding_verdict(summary(7.2, window_s=(0.0, 0.007), idle=[0.0, 0.0], thread=[0.01, 0.0]), "user")
+    assert not f["checked"] and not f["forwarding_limited"] and f["failures"] == [] and f["share"] == 0.72
+    assert f["reason"].startswith("the flows carried 0.72 of the model in 7 ms, less than one 1 s CPU reading")
+
+
+def test_slow_flows_on_an_idle_forwarder_are_not_blamed_on_the_data_plane():
+    # 2 s of flows at 0.72 of the link (senders that paused), the thread idle, idle CPU throughout
+    f = forwarding_verdict(summary(7.2, window_s=(0.0, 2.0), thread=[0.01, 0.0, 0.02]), "user")
     assert f["checked"] and not f["forwarding_limited"] and f["limited_by"] is None and f["failures"] == []
     assert f["verdict"].startswith("not the data plane: the flows carried 7.2 Mbit/s on the wire, 0.72 of")
     assert "the traffic did not fill the links" in f["verdict"]
     assert f["evidence"]["seconds_needed"] == 1 and f["evidence"]["forwarding_thread_saturated_seconds"] == 0
+
+
+def test_an_incast_is_judged_over_its_longest_flow_not_only_while_all_flows_ran():
+    s = summary(50.0, 100.0, window_s=(0.5, 1.5), idle=[0.6] * 8, thread=[0.9, 0.95, 0.97, 0.5, 0.4, 0.3, 0.2, 0.1])
+    s["flows"] = {"fct_max_s": 8.0}
+    f = forwarding_verdict(s, "user")
+    assert f["evidence"]["seconds_needed"] == 4 and not f["forwarding_limited"]        # 3 of 4 needed
+
+
+def test_seconds_short_of_cpu_either_way_add_up_and_the_larger_cause_is_named():
+    # the thread below a core because another process took the other core's share: 2 + 2 seconds
+    s = summary(30.0, 100.0, window_s=(0.0, 6.0), idle=[0.5, 0.0, 0.0, 0.4, 0.5, 0.6],
+                thread=[0.95, 0.7, 0.7, 0.9, 0.3, 0.3])
+    f = forwarding_verdict(s, "user")
+    assert f["forwarding_limited"] and f["evidence"]["seconds_short_of_cpu"] == 4
+    assert f["limited_by"] == "forwarding_thread"                                       # 2 >= 2
 
 
 def test_a_saturated_forwarding_thread_is_named_even_with_a_queue_and_idle_cores():
@@ -35,7 +58,7 @@ def test_a_saturated_forwarding_thread_is_named_even_with_a_queue_and_idle_cores
     assert f["evidence"]["seconds_needed"] == 3 and f["evidence"]["forwarding_thread_saturated_seconds"] == 6
     (line,) = f["failures"]
     assert line.startswith("forwarding-limited: the flows carried 187.0 Mbit/s on the wire, 0.19 of the 1000.0")
-    assert "Open vSwitch's forwarding thread was saturated" in line and "6 of 8 seconds, 3 needed" in line
+    assert "Open vSwitch's forwarding thread was saturated" in line and "6 of 8 seconds, and short of CPU in 6, 3 needed" in line
     assert "host without idle CPU" not in line
 
 
@@ -43,7 +66,7 @@ def test_one_saturated_second_does_not_make_a_verdict_over_a_long_window():
     thread = [0.2, SATURATED_CORES + 0.01, 0.3, 0.2, 0.25, 0.2]
     f = forwarding_verdict(summary(5.0, window_s=(0.0, 6.0), thread=thread), "user")
     assert not f["forwarding_limited"] and f["evidence"]["seconds_needed"] == 3
-    assert "1 saturated second(s) of 3 needed" in f["verdict"]
+    assert "saturated or no idle CPU in 1 second(s) of 3 needed" in f["verdict"]
 
 
 def test_no_idle_cpu_names_the_host_cpu_and_its_largest_users():
