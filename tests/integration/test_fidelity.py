@@ -117,7 +117,8 @@ def test_a_refused_flow_rule_fails_the_set_up_with_the_decoded_error(tmp_path):
                                  "lane's kernel datapath under an emulated CPU has a different one")
 def test_links_faster_than_the_data_plane_forwards_are_named_forwarding_limited(tmp_path):
     """Every link at 1000 Mbit/s, a permutation of 3 s flows: the data plane forwards a fraction of
-    that and no switch port queues; the run says so (achieved against configured) and exits 3. (At
+    that; the run says so (achieved against configured), names Open vSwitch's forwarding thread,
+    saturated for most of the flows' seconds, and exits 3. (At
     12 us per frame the shaper's timer also misses frame times, so ports backlogged for a moment
     may fail the serialisation check too: seen 0.91-0.95 of their rate.)"""
     scenario = small_scenario(tmp_path, topology={"host_rate_mbps": 1000, "uplink_rate_mbps": 1000},
@@ -125,7 +126,12 @@ def test_links_faster_than_the_data_plane_forwards_are_named_forwarding_limited(
     p = run_cli("run", str(scenario), "--results", str(tmp_path / "r"), timeout=300)
     assert p.returncode == 3, (p.returncode, p.stderr[-3000:])
     assert "FIDELITY CHECK FAILED: forwarding-limited: the flows carried" in p.stderr, p.stderr[-3000:]
+    assert "while Open vSwitch's forwarding thread was saturated" in p.stderr, p.stderr[-3000:]
     (top,) = [d for d in (tmp_path / "r").iterdir() if d.is_dir()]
     fwd = json.loads((top / "summary.json").read_text())["fidelity"]["forwarding"]
     assert fwd["forwarding_limited"] and fwd["share"] < 0.9 and fwd["model_aggregate_mbps"] >= 1000, fwd
+    # the resource named from what was measured: the forwarding thread at a core for most seconds
+    ev = fwd["evidence"]
+    assert fwd["limited_by"] == "forwarding_thread", fwd
+    assert ev["forwarding_thread_saturated_seconds"] >= ev["seconds_needed"] >= 2, ev
     assert_clean(str(tmp_path / "r"))
