@@ -44,6 +44,11 @@ FORWARDING_SHARE = 0.9
 #: 0.93-1.01; runs the thread could carry (10 Mbit/s incasts, short flows on a k=8 Fat-Tree) read
 #: at most 0.45. The bound sits in the gap between them.
 SATURATED_CORES = 0.8
+#: Traffic that lasted fewer round trips than this (the run's measured full-frame RTT) is not
+#: judged: a TCP flow spends about 2 RTTs in its handshake and request and log2(BDP / 10 segments)
+#: RTTs in slow start (at most 10 for a BDP of up to 10,000 packets), so over 100 RTTs its ramp
+#: costs at most about 12% of the time and a shortfall below 0.9 of the model needs another cause.
+MIN_RTTS = 100
 #: A resource is the limit when saturated in at least this share of the seconds spanned by the
 #: flows' throughput window.
 SATURATED_SHARE = 0.5
@@ -98,6 +103,13 @@ def forwarding_verdict(summary: dict, datapath: str | None) -> dict:
     # the seconds the traffic was there: its throughput window, or its longest flow's life when
     # longer (a window of "all flows running" can be short against an incast's whole transfer)
     span_s = max(0.0, window[1] - window[0], (summary.get("flows") or {}).get("fct_max_s") or 0.0)
+    scale = summary.get("scale") or {}
+    rtt_s = scale.get("measured_rtt_full_frame_s") or scale.get("measured_rtt_s")
+    if rtt_s and span_s < MIN_RTTS * rtt_s:
+        return {**base, **_not_checked(
+            f"the flows carried {share:.2f} of the model over {span_s:.3f} s, {span_s / rtt_s:.0f} round trips of "
+            f"{1000 * rtt_s:.1f} ms (fewer than {MIN_RTTS}): handshakes and slow start weigh too much in flows that "
+            "short to tell a saturated data plane from flows that could not fill a link")}
     if span_s < interval:
         return {**base, **_not_checked(
             f"the flows carried {share:.2f} of the model in {1000 * span_s:.0f} ms, less than one {interval:g} s CPU "

@@ -265,13 +265,13 @@ def _start_clean(_remove_what_a_killed_run_left):
 
 #: A failed self-check that the machine, not fabriclab, caused: a port that sent below its rate
 #: while frames waited (its dequeue ran late or stood still, as on a host without idle CPU).
-CPU_BOUND_FAILURE = re.compile(r"^\S+: sent [0-9.]+ of its [0-9.]+ Mbit/s while backlogged ")
+CPU_BOUND_FAILURE = re.compile(r"^(\S+: sent [0-9.]+ of its [0-9.]+ Mbit/s while backlogged |CPU-limited: )")
 
 
 def cpu_bound_fidelity_failures(run_dir) -> list[str]:
     """For a test whose subject is not the emulation's timing, run with ``--accept-unfaithful``:
     every failed self-check in the run's rounds (``<round>: <line>``), after asserting that each
-    is a port's rate shortfall (:data:`CPU_BOUND_FAILURE`) and that its round records it as
+    is a port's rate shortfall or a round the machine's CPU limited (:data:`CPU_BOUND_FAILURE`) and that its round records it as
     accepted. Any other failure (a packet longer than a frame, a qdisc replaced, a control-plane
     problem) fails the test.
 

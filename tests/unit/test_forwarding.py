@@ -24,6 +24,18 @@ def test_flows_over_before_one_cpu_reading_are_not_judged_even_on_a_busy_machine
     assert f["reason"].startswith("the flows carried 0.72 of the model in 7 ms, less than one 1 s CPU reading")
 
 
+def test_flows_that_lived_few_round_trips_are_not_judged_as_their_ramp_weighs_too_much():
+    # 2 x 100 kB over 160 ms of propagation: 0.3 of the model over 1.2 s, 7.5 round trips, no idle CPU
+    s = summary(3.0, window_s=(0.0, 1.2), idle=[0.0, 0.0], thread=[0.1, 0.1])
+    s["scale"] = {"measured_rtt_s": 0.1601, "measured_rtt_full_frame_s": 0.16}
+    f = forwarding_verdict(s, "kernel")
+    assert not f["checked"] and f["failures"] == []
+    assert f["reason"].startswith("the flows carried 0.30 of the model over 1.200 s, 8 round trips of 160.0 ms "
+                                  "(fewer than 100)")
+    s["scale"] = {"measured_rtt_full_frame_s": 0.002}                      # 600 round trips: judged
+    assert forwarding_verdict(s, "kernel")["limited_by"] == "host_cpu"
+
+
 def test_slow_flows_on_an_idle_forwarder_are_not_blamed_on_the_data_plane():
     # 2 s of flows at 0.72 of the link (senders that paused), the thread idle, idle CPU throughout
     f = forwarding_verdict(summary(7.2, window_s=(0.0, 2.0), thread=[0.01, 0.0, 0.02]), "user")
