@@ -33,6 +33,8 @@ STOLEN_CORES = 0.05
 #: than it can forward, that thread reads 0.96-1.01 of a core per second while the rest of the
 #: process (handlers, revalidators) stays near 0.
 FORWARDING_THREAD = "forwarding_thread"
+#: A watched thread's run-queue wait (runnable but without a CPU) is kept under its name plus this.
+WAIT_SUFFIX = "_runqueue_wait"
 #: The kernel's clock ticks per second (the unit of /proc/stat and /proc/PID/stat times).
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
@@ -87,9 +89,20 @@ def stat_path(pid: int | tuple[int, int] | None) -> str:
     return f"/proc/{pid}/stat"
 
 
+def parse_schedstat(text: str) -> float:
+    """Seconds a task waited on a run queue (runnable, no CPU for it) from its /proc/.../schedstat
+    text (``on-CPU ns, run-queue wait ns, timeslices``).
+
+    Raises:
+        ValueError, IndexError: not such a text.
+    """
+    return int(text.split()[1]) / 1e9
+
+
 def read_times(pids: dict) -> CpuTimes:
     """The machine's and ``pids``' (name -> pid, ``(pid, tid)`` for one thread, or None) CPU
-    times now."""
+    times now; for a thread also the time it waited for a CPU, as ``<name>`` +
+    :data:`WAIT_SUFFIX` (None where the kernel keeps no schedstat)."""
     with open("/proc/stat") as f:
         total, idle, softirq, steal = parse_proc_stat(f.read())
     procs = {}
@@ -99,6 +112,12 @@ def read_times(pids: dict) -> CpuTimes:
                 procs[name] = parse_pid_stat(f.read())
         except (OSError, TypeError, IndexError, ValueError):
             procs[name] = None
+        if isinstance(pid, tuple):
+            try:
+                with open(stat_path(pid).removesuffix("stat") + "schedstat") as f:
+                    procs[name + WAIT_SUFFIX] = parse_schedstat(f.read())
+            except (OSError, IndexError, ValueError):
+                procs[name + WAIT_SUFFIX] = None
     return CpuTimes(time.monotonic(), total, idle, softirq, procs, steal)
 
 
@@ -137,7 +156,9 @@ def headroom_section(seconds: list[dict], whole: dict, cores: int, others_known:
         runner, softirq, ..., "agents_and_others"}, "warnings"}``, and, when the readings hold
         :data:`FORWARDING_THREAD` (the userspace datapath's forwarding thread, part of
         ovs-vswitchd's share, so not in ``cores_used``), ``forwarding_thread_cores`` over the
-        round and ``forwarding_thread_cores_per_second``.
+        round, ``forwarding_thread_cores_per_second`` and, where the kernel keeps schedstat,
+        ``forwarding_thread_wait_cores_per_second`` (the share of each second it was runnable but
+        waited for a CPU).
     """
     idle = [s["idle"] for s in seconds] or [whole["idle"]]
     used = {k: whole.get(k) for k in ("ovs-vswitchd", "controller", "runner")}
@@ -164,6 +185,10 @@ def headroom_section(seconds: list[dict], whole: dict, cores: int, others_known:
                   "forwarding_thread_cores_per_second": [round(s[FORWARDING_THREAD], 3)
                                                          if s.get(FORWARDING_THREAD) is not None else None
                                                          for s in seconds]}
+        wait = FORWARDING_THREAD + WAIT_SUFFIX
+        if whole.get(wait) is not None:
+            thread["forwarding_thread_wait_cores_per_second"] = [
+                round(s[wait], 3) if s.get(wait) is not None else None for s in seconds]
     return {"cores": cores, "interval_s": INTERVAL_S, "seconds": len(seconds), **thread,
             "idle_cores": {"min": min(idle), "median": statistics.median(idle), "max": max(idle)},
             "idle_cores_per_second": [round(x, 3) for x in idle],

@@ -44,6 +44,9 @@ FORWARDING_SHARE = 0.9
 #: 0.93-1.01; runs the thread could carry (10 Mbit/s incasts, short flows on a k=8 Fat-Tree) read
 #: at most 0.45. The bound sits in the gap between them.
 SATURATED_CORES = 0.8
+#: In the seconds the forwarding thread had work, a median wait for a CPU of at least this share
+#: of a second means other work took its core (the host's CPU is the limit), not its own speed.
+WAIT_BLAME_CORES = 0.2
 #: Traffic that lasted fewer round trips than this (the run's measured full-frame RTT) is not
 #: judged: a TCP flow spends about 2 RTTs in its handshake and request and log2(BDP / 10 segments)
 #: RTTs in slow start (at most 10 for a BDP of up to 10,000 packets), so over 100 RTTs its ramp
@@ -116,47 +119,65 @@ def forwarding_verdict(summary: dict, datapath: str | None) -> dict:
             "reading: too short to tell a saturated data plane from flows that could not fill a link (a handshake, "
             "slow start, an RTT of idle)")}
     idle = cpu["idle_cores_per_second"]
-    needed = min(len(idle), max(1, math.ceil(SATURATED_SHARE * span_s / interval)))
-    thread_all = cpu.get("forwarding_thread_cores_per_second") or []
-    thread = [x for x in thread_all if x is not None]
-    sat = [x is not None and x >= SATURATED_CORES for x in thread_all] + [False] * (len(idle) - len(thread_all))
+    n = len(idle)
+    needed = min(n, max(1, math.ceil(SATURATED_SHARE * span_s / interval)))
+
+    def per_second(key: str) -> list[float | None]:
+        return ((cpu.get(key) or []) + [None] * n)[:n]
+    run, wait = per_second("forwarding_thread_cores_per_second"), per_second("forwarding_thread_wait_cores_per_second")
+    has_thread = any(x is not None for x in run)
+    # the forwarding thread had work for most of a second: it ran, or it was runnable and waited
+    busy = [r is not None and r + (w or 0.0) >= SATURATED_CORES for r, w in zip(run, wait)]
+    ran = [r is not None and r >= SATURATED_CORES for r in run]
     dry = [x < NO_HEADROOM_CORES for x in idle]
-    short = sum(a or b for a, b in zip(sat, dry))           # seconds the emulation was short of CPU
-    thread_sat, no_idle = sum(sat), sum(dry)
-    evidence = {"seconds": len(idle), "span_s": round(span_s, 3), "seconds_needed": needed,
+    short = sum(a or b for a, b in zip(busy, dry))           # seconds the emulation was short of CPU
+    thread = [r for r in run if r is not None]
+    waits = [w for w in wait if w is not None]
+    evidence = {"seconds": n, "span_s": round(span_s, 3), "seconds_needed": needed,
                 "saturated_cores": SATURATED_CORES, "saturated_share": SATURATED_SHARE,
                 "seconds_short_of_cpu": short,
-                "forwarding_thread_saturated_seconds": thread_sat if thread else None,
+                "forwarding_thread_busy_seconds": sum(busy) if has_thread else None,
+                "forwarding_thread_saturated_seconds": sum(ran) if has_thread else None,
                 "forwarding_thread_cores_max": max(thread) if thread else None,
                 "forwarding_thread_cores_median": statistics.median(thread) if thread else None,
-                "no_idle_cpu_seconds": no_idle, "no_idle_below_cores": NO_HEADROOM_CORES,
+                "forwarding_thread_wait_cores_median": statistics.median(waits) if waits else None,
+                "no_idle_cpu_seconds": sum(dry), "no_idle_below_cores": NO_HEADROOM_CORES,
                 "idle_cores_min": min(idle), "idle_cores_median": statistics.median(idle)}
     carried = (f"the flows carried {wire:.1f} Mbit/s on the wire, {share:.2f} of the {model:.1f} Mbit/s the "
                "configured links allow")
-    if short >= needed and thread and thread_sat >= no_idle:
-        line = (f"forwarding-limited: {carried}, while Open vSwitch's forwarding thread was saturated (at least "
-                f"{SATURATED_CORES} of a core in {thread_sat} of {len(thread)} seconds, and short of CPU in {short}, "
-                f"{needed} needed; median "
-                f"{evidence['forwarding_thread_cores_median']:.2f}; idle CPU per second: min {min(idle):.2f}, median "
-                f"{statistics.median(idle):.2f} cores): the data plane, not the fabric, set the rate; lower the link "
-                "rates or the load (or scale the scenario: scale.factor)")
-        return {**base, "forwarding_limited": True, "limited_by": "forwarding_thread", "evidence": evidence,
+    idle_text = f"idle CPU per second: min {min(idle):.2f}, median {statistics.median(idle):.2f} cores"
+    used = {k: v for k, v in (cpu.get("cores_used") or {}).items() if v is not None}
+    top = ", ".join(f"{k} {v:.2f}" for k, v in sorted(used.items(), key=lambda kv: -kv[1])[:3])
+    if short >= needed and has_thread and sum(busy) >= needed:
+        busy_run = [r for r, b in zip(run, busy) if b]
+        busy_wait = [w or 0.0 for w, b in zip(wait, busy) if b]
+        med_run, med_wait = statistics.median(busy_run), statistics.median(busy_wait)
+        if med_wait < WAIT_BLAME_CORES:
+            line = (f"forwarding-limited: {carried}, while Open vSwitch's forwarding thread was saturated (at least "
+                    f"{SATURATED_CORES} of a core running or waiting for one in {sum(busy)} of {n} seconds, "
+                    f"{needed} needed; in those seconds median {med_run:.2f} running, {med_wait:.2f} waiting; {idle_text}): the data "
+                    "plane, not the fabric, set the rate; lower the link rates or the load (or scale the scenario: "
+                    "scale.factor)")
+            return {**base, "forwarding_limited": True, "limited_by": "forwarding_thread", "evidence": evidence,
+                    "verdict": line, "failures": [line]}
+        line = (f"CPU-limited: {carried}, while Open vSwitch's forwarding thread had frames to forward but waited for a "
+                f"CPU (busy or waiting for at least {SATURATED_CORES} of a second in {sum(busy)} of {n} seconds, "
+                f"{needed} needed; in those seconds median {med_run:.2f} running, {med_wait:.2f} waiting; {idle_text}; cores used over "
+                f"the round: {top}): other work on this machine took its core; run less beside it or lower the load")
+        return {**base, "forwarding_limited": True, "limited_by": "host_cpu", "evidence": evidence,
                 "verdict": line, "failures": [line]}
     if short >= needed:
-        used = {k: v for k, v in (cpu.get("cores_used") or {}).items() if v is not None}
-        top = ", ".join(f"{k} {v:.2f}" for k, v in sorted(used.items(), key=lambda kv: -kv[1])[:3])
         where = "the kernel's forwarding (softirq) and " if datapath == "kernel" else ""
         line = (f"CPU-limited: {carried}, while the machine had no idle CPU (below {NO_HEADROOM_CORES} cores) in "
-                f"{no_idle} of {len(idle)} seconds (short of CPU in {short}, {needed} needed; the forwarding thread "
-                f"saturated in {thread_sat}): {where}the shapers' timers, the senders and "
-                f"the forwarding waited for a core (cores used over the round: {top}); run less beside it or "
-                "lower the load")
+                f"{sum(dry)} of {n} seconds (short of CPU in {short}, {needed} needed): {where}the shapers' timers, "
+                f"the senders and the forwarding waited for a core (cores used over the round: {top}); run less "
+                "beside it or lower the load")
         return {**base, "forwarding_limited": True, "limited_by": "host_cpu", "evidence": evidence,
                 "verdict": line, "failures": [line]}
     peak = f"at most {max(thread):.2f} of a core, " if thread else ""
     line = (f"not the data plane: {carried}, but nothing that forwards or sends was saturated (the forwarding "
-            f"thread {peak}saturated or no idle CPU in {short} second(s) of {needed} needed): the traffic did not fill the links (short flows, slow start, idle senders or "
-            "TCP waiting out a loss)")
+            f"thread {peak}short of CPU in {short} second(s) of {needed} needed): the traffic did not fill the "
+            "links (short flows, slow start, idle senders or TCP waiting out a loss)")
     return {**base, "forwarding_limited": False, "limited_by": None, "evidence": evidence, "verdict": line,
             "failures": []}
 

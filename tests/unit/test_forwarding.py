@@ -6,12 +6,14 @@ from experiments.features.cpu import FORWARDING_THREAD, headroom_section, per_se
 from experiments.features.forwarding import SATURATED_CORES, forwarding_verdict
 
 
-def summary(wire_mbps, model_mbps=10.0, window_s=(0.0, 4.0), idle=None, thread=None, used=None):
+def summary(wire_mbps, model_mbps=10.0, window_s=(0.0, 4.0), idle=None, thread=None, used=None, wait=None):
     """A round's summary with a throughput section and per-second CPU readings."""
     cpu = {"interval_s": 1.0, "idle_cores_per_second": idle if idle is not None else [1.2] * 6,
            "cores_used": used or {"ovs-vswitchd": 0.1, "agents_and_others": 0.3}}
     if thread is not None:
         cpu["forwarding_thread_cores_per_second"] = thread
+    if wait is not None:
+        cpu["forwarding_thread_wait_cores_per_second"] = wait
     return {"throughput": {"wire_aggregate_mbps": wire_mbps, "model_aggregate_mbps": model_mbps,
                            "model_routing": "max-min", "window_s": list(window_s)},
             "fidelity": {"cpu": cpu}}
@@ -52,13 +54,29 @@ def test_an_incast_is_judged_over_its_longest_flow_not_only_while_all_flows_ran(
     assert f["evidence"]["seconds_needed"] == 4 and not f["forwarding_limited"]        # 3 of 4 needed
 
 
-def test_seconds_short_of_cpu_either_way_add_up_and_the_larger_cause_is_named():
-    # the thread below a core because another process took the other core's share: 2 + 2 seconds
+def test_seconds_short_of_cpu_either_way_add_up():
+    # 2 seconds with the thread at a core, 2 more with no idle CPU: 4 of the 3 needed
     s = summary(30.0, 100.0, window_s=(0.0, 6.0), idle=[0.5, 0.0, 0.0, 0.4, 0.5, 0.6],
-                thread=[0.95, 0.7, 0.7, 0.9, 0.3, 0.3])
+                thread=[0.95, 0.3, 0.3, 0.9, 0.3, 0.3])
     f = forwarding_verdict(s, "user")
-    assert f["forwarding_limited"] and f["evidence"]["seconds_short_of_cpu"] == 4
-    assert f["limited_by"] == "forwarding_thread"                                       # 2 >= 2
+    assert f["forwarding_limited"] and f["evidence"]["seconds_short_of_cpu"] == 4 and f["limited_by"] == "host_cpu"
+
+
+def test_a_forwarding_thread_that_waited_for_a_cpu_blames_the_host_not_the_data_plane():
+    # another process took the thread's core: it ran 0.5 and waited 0.45 of each second
+    s = summary(30.0, 100.0, window_s=(0.0, 6.0), idle=[0.3] * 6, thread=[0.5] * 6, wait=[0.45] * 6,
+                used={"ovs-vswitchd": 0.5, "agents_and_others": 1.2})
+    f = forwarding_verdict(s, "user")
+    assert f["forwarding_limited"] and f["limited_by"] == "host_cpu"
+    assert f["failures"][0].startswith("CPU-limited: the flows carried 30.0 Mbit/s")
+    assert "forwarding thread had frames to forward but waited for a CPU" in f["failures"][0]
+    assert "median 0.50 running, 0.45 waiting" in f["failures"][0] and "agents_and_others 1.20" in f["failures"][0]
+    # the same thread at a core with little waiting: its own speed is the limit
+    g = forwarding_verdict({**s, "fidelity": {"cpu": {**s["fidelity"]["cpu"],
+                                                      "forwarding_thread_cores_per_second": [0.97] * 6,
+                                                      "forwarding_thread_wait_cores_per_second": [0.03] * 6}}},
+                           "user")
+    assert g["limited_by"] == "forwarding_thread" and "median 0.97 running, 0.03 waiting" in g["failures"][0]
 
 
 def test_a_saturated_forwarding_thread_is_named_even_with_a_queue_and_idle_cores():
@@ -70,7 +88,7 @@ def test_a_saturated_forwarding_thread_is_named_even_with_a_queue_and_idle_cores
     assert f["evidence"]["seconds_needed"] == 3 and f["evidence"]["forwarding_thread_saturated_seconds"] == 6
     (line,) = f["failures"]
     assert line.startswith("forwarding-limited: the flows carried 187.0 Mbit/s on the wire, 0.19 of the 1000.0")
-    assert "Open vSwitch's forwarding thread was saturated" in line and "6 of 8 seconds, and short of CPU in 6, 3 needed" in line
+    assert "Open vSwitch's forwarding thread was saturated" in line and "for one in 6 of 8 seconds, 3 needed" in line
     assert "host without idle CPU" not in line
 
 
@@ -78,7 +96,7 @@ def test_one_saturated_second_does_not_make_a_verdict_over_a_long_window():
     thread = [0.2, SATURATED_CORES + 0.01, 0.3, 0.2, 0.25, 0.2]
     f = forwarding_verdict(summary(5.0, window_s=(0.0, 6.0), thread=thread), "user")
     assert not f["forwarding_limited"] and f["evidence"]["seconds_needed"] == 3
-    assert "saturated or no idle CPU in 1 second(s) of 3 needed" in f["verdict"]
+    assert "short of CPU in 1 second(s) of 3 needed" in f["verdict"]
 
 
 def test_no_idle_cpu_names_the_host_cpu_and_its_largest_users():
@@ -128,3 +146,13 @@ def test_the_cpu_section_reads_the_forwarding_thread_apart_from_the_process():
     assert out["cores_used"]["agents_and_others"] == round(1.5 - 1.0 - 0.1, 4)
     plain = headroom_section([sec], {**sec, FORWARDING_THREAD: None}, 2, {})
     assert "forwarding_thread_cores_per_second" not in plain
+
+
+def test_a_watched_thread_is_read_with_its_wait_for_a_cpu():
+    import os
+    from experiments.features.cpu import WAIT_SUFFIX, parse_schedstat, read_times
+    assert parse_schedstat("28728445535 11245074273 100763\n") == 11.245074273
+    t = read_times({"me": (os.getpid(), os.getpid()), "gone": (2 ** 22 + 1, 2 ** 22 + 1), "proc": os.getpid()})
+    assert t.procs_s["me"] >= 0 and t.procs_s["me" + WAIT_SUFFIX] >= 0
+    assert t.procs_s["gone"] is None and t.procs_s["gone" + WAIT_SUFFIX] is None
+    assert "proc" + WAIT_SUFFIX not in t.procs_s                         # a process: no wait read
