@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Iterable
 
 from common.errors import SetupError
+from common.procs import host_spawn
 from common.units import FRAME_BYTES
 from controller.faults import FAULTS, parse_fault
 from experiments import diagnosis as D
@@ -137,9 +138,9 @@ class LiveProbes:
                 # a receiver that gets nothing (a sender whose link is down) ends at this deadline; a
                 # slow host's probe may take up to 4 times its time
                 deadline = START_S + START_PER_FLOW_S * len(flows) + 4 * self.probe_s + 2
-                p = self.lf.host(f.dst).popen([sys.executable, "-m", "traffic.udp_probe", "recv", str(PROBE_PORT),
-                                               f"{deadline:.1f}", str(out), str(RECEIVER_IDLE_S)],
-                                              cwd=str(REPO), stdout=subprocess.PIPE, text=True)
+                p = host_spawn(self.lf.host(f.dst), [sys.executable, "-m", "traffic.udp_probe", "recv", str(PROBE_PORT),
+                                                     f"{deadline:.1f}", str(out), str(RECEIVER_IDLE_S)],
+                               cwd=str(REPO), stdout=subprocess.PIPE, text=True)
                 self.state.add_process(p.pid, f"probe receiver {f.dst}")
                 procs.append(p)
                 rx[i] = (p, out)
@@ -151,8 +152,8 @@ class LiveProbes:
             for i, f in enumerate(flows):
                 rate = self.rate_mbps(f)
                 packets = max(50, int(rate * 1e6 * self.probe_s / (FRAME_BYTES * 8)))
-                p = self.lf.host(f.src).popen(
-                    [sys.executable, "-m", "traffic.udp_probe", "send", self.lf.fabric.node(f.dst).ip,
+                p = host_spawn(
+                    self.lf.host(f.src), [sys.executable, "-m", "traffic.udp_probe", "send", self.lf.fabric.node(f.dst).ip,
                      str(PROBE_PORT), f"{rate:.4f}", str(packets), str(FRAME_BYTES), "0", str(i), str(start),
                      str(WARMUP), str(f.sport)], cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                     text=True)
