@@ -22,8 +22,6 @@ from pathlib import Path
 
 from common.errors import PathError
 
-#: A results folder's mode (before a stricter umask).
-FOLDER_MODE = 0o755
 #: The umask bits added when the caller's umask would leave results world-writable.
 SAFE_UMASK_BITS = 0o022
 #: File systems that are the kernel's, not a place for results (nor for answers to read).
@@ -162,8 +160,8 @@ def safe_umask() -> int:
 
 
 def make_folder(path: str | Path) -> Path:
-    """Create the results folder ``path`` (and its missing parents) with :data:`FOLDER_MODE`,
-    after :func:`safe_umask`. ``path`` itself must not exist: what stands there (a symlink planted
+    """Create the results folder ``path`` (and its missing parents) after :func:`safe_umask`:
+    0755 under umask 022 or 000, as the umask says when it keeps the world out (077: 0700). ``path`` itself must not exist: what stands there (a symlink planted
     after :func:`next_folder` chose the name) is never followed.
 
     Raises:
@@ -172,8 +170,8 @@ def make_folder(path: str | Path) -> Path:
     safe_umask()
     p = Path(path)
     try:
-        p.parent.mkdir(parents=True, exist_ok=True, mode=FOLDER_MODE)
-        p.mkdir(mode=FOLDER_MODE)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.mkdir()
     except FileExistsError:
         raise PathError(f"{p}: something appeared there before fabriclab could create it (a planted symlink?); "
                         "nothing started") from None
