@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterable
 
 from common.errors import SetupError
-from common.procs import host_spawn
+from experiments.procs import host_spawn
 from common.units import FRAME_BYTES
 from controller.faults import FAULTS, parse_fault
 from experiments import diagnosis as D

@@ -20,7 +20,7 @@ from mininet.net import Mininet
 from mininet.node import OVSSwitch, RemoteController
 
 from common.errors import SetupError
-from common.procs import spawn
+from experiments.procs import spawn
 from controller import dataplane, portsetup
 from controller.rest import ControlClient, free_port
 from experiments.state import RunState

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from common.errors import SetupError
-from common.procs import host_spawn, spawn
+from experiments.procs import host_spawn, spawn
 from experiments import reach
 from experiments.fabric import REPO, LiveFabric
 from experiments.state import RunState

@@ -1,6 +1,6 @@
 """Processes fabriclab leaves running (Open vSwitch from the set-up; the controller, the queue
 sampler and the agents of a run) keep none of their caller's descriptors above 2 and lead a session
-of their own: the two starters, scripts/detached.sh and common.procs, checked here with a marker
+of their own: the two starters, scripts/detached.sh and experiments.procs, checked here with a marker
 file held open on a descriptor above 2. The live check (the set-up's real Open vSwitch, a real run's
 processes) is tests/integration/test_detached_daemons.py."""
 import json
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from common.procs import host_spawn, spawn
+from experiments.procs import host_spawn, spawn
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,7 +62,7 @@ def test_setup_starts_open_vswitch_through_detached():
 
 
 def test_spawn_closes_the_callers_descriptors_and_starts_a_session(held):
-    """common.procs.spawn: the marker is on no descriptor of the child, which leads its session."""
+    """experiments.procs.spawn: the marker is on no descriptor of the child, which leads its session."""
     fd, path = held
     p = spawn([sys.executable, "-c", REPORT], stdout=subprocess.PIPE, text=True)
     got = json.loads(p.communicate(timeout=30)[0])
@@ -98,8 +98,8 @@ def test_host_spawn_asks_popen_to_close_descriptors():
             host_spawn(h, ["x"], **kw)
 
 
-def test_the_runs_long_lived_processes_start_through_common_procs():
-    """The controller, the sampler, the agents and the diagnosis probes start through common.procs:
+def test_the_runs_long_lived_processes_start_through_experiments_procs():
+    """The controller, the sampler, the agents and the diagnosis probes start through experiments.procs:
     no bare Popen or host popen of a long-lived process is left in those modules."""
     for rel, starts in (("experiments/fabric.py", ["spawn("]), ("experiments/live.py", ["host_spawn(", "spawn("]),
                         ("experiments/diagnose.py", ["host_spawn("])):
