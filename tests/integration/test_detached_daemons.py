@@ -67,7 +67,10 @@ def test_setup_starts_open_vswitch_without_the_callers_descriptors(held, figure)
     but this one holds the marker. Open vSwitch is left running."""
     fd, path = held
     assert ovs_bridges() == [], "a fabric is up: stopping Open vSwitch would break it"
-    subprocess.run([OVS_CTL, "stop"], check=True, capture_output=True, timeout=60)
+    # stopped as the set-up would start it (systemd would take an ovs-ctl stop for a service still up)
+    stop = (["systemctl", "stop", "openvswitch-switch"] if Path("/run/systemd/system").is_dir()
+            else [OVS_CTL, "stop"])
+    subprocess.run(stop, check=True, capture_output=True, timeout=60)
     assert ovs_pids() == {}
     t0 = time.monotonic()
     p = subprocess.run(["bash", "scripts/setup.sh"], cwd=ROOT, pass_fds=(fd,), capture_output=True, text=True,
