@@ -92,6 +92,7 @@ def run(sc: Scenario, results_root: Path, quiet: bool = False, platform: Platfor
             fabric is down) and ``accept_unfaithful`` is false.
         ScenarioError, CapabilityError: a key this machine cannot run (nothing started).
         BusyError: another run holds the machine (nothing created).
+        PathError: ``results_root`` cannot hold the run's folder (experiments.folders; nothing started).
         SetupError: building or configuring the fabric failed.
         InjectedFault: when asked to by $FABRICLAB_INJECT_FAULT (tests).
     """
