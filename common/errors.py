@@ -73,3 +73,10 @@ class UnfaithfulRun(FabriclabError):
         more = f" (and {len(self.failures) - 3} more)" if len(self.failures) > 3 else ""
         super().__init__(f"{len(self.failures)} fidelity check(s) failed, results in {out} are not to be "
                          f"trusted: {_bounded(first, MAX_MESSAGE_CHARS)}{more}")
+
+
+class PathError(FabriclabError):
+    """A path the user gave (``--results``, ``--answers``) cannot be used: a file where a folder
+    goes, below a file, not writable, under /proc or /sys, a dangling symlink or one another user
+    planted. The message names the path, on one line; the command-line front ends turn it into exit
+    code 2, before anything is created or started."""

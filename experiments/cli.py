@@ -27,7 +27,8 @@ from pathlib import Path
 
 import click
 
-from common.errors import BusyError, CapabilityError, RunError, ScenarioError, SetupError, UnfaithfulRun
+from common.errors import BusyError, CapabilityError, PathError, RunError, ScenarioError, SetupError, UnfaithfulRun
+from experiments import folders
 from experiments.plan import build_fabric, check_against_fabric
 from experiments.scenario import read_yaml_file, validate
 from experiments.state import clean_stale, describe_report
@@ -37,14 +38,16 @@ from experiments.state import clean_stale, describe_report
 
 #: The exit codes of a fabric run, documented in its --help (every sub-command lists its own).
 EXIT_CODES = {0: "success", 1: "the run failed (set-up, an agent, the controller)",
-              2: "bad input (a key, a capability this machine lacks, not root, another run holds the machine)",
+              2: "bad input (a key, a --results path that cannot hold results, a capability this machine lacks, "
+                 "not root, another run holds the machine)",
               3: "a fidelity check failed (results written and marked)", 130: "interrupted (Ctrl-C)",
               143: "stopped by SIGTERM (fabric torn down)", 129: "stopped by SIGHUP: the terminal closed"}
 #: A sub-command that only reads files: success or bad input.
 READS = {0: "success", 2: "bad input (a file or folder that cannot be read, a bad key)"}
 CHECKS = {0: "valid (and, as root, this machine can run it)", 2: "a bad key, or this machine lacks what it needs"}
 DIAGNOSES = {0: "the verdict (or your answer) matches the hidden fault", 1: "it does not, or the run failed",
-             2: "bad input (a key, not root, another run holds the machine)", 130: "interrupted (Ctrl-C)"}
+             2: "bad input (a key, a --results path, not root, another run holds the machine)",
+             130: "interrupted (Ctrl-C)"}
 PORTS = {0: "success", 1: "no controller answers (no run going)", 2: "no such switch in the fabric"}
 CLEANS = {0: "cleaned, or nothing recorded to clean", 1: "something recorded could not be removed", 2: "not root"}
 LAB_CHECKS = {0: "full marks", 1: "an answer is wrong", 2: "the results or the answers cannot be read, no such lab"}
@@ -93,13 +96,30 @@ def _scenario(path: str, diagnose: bool = False):
         raise Stop(2, str(e)) from None
 
 
+def _results_root(results: str, name: str) -> None:
+    """``--results`` checked before anything starts: the folder (or where it would be made) and
+    the name the next ``name`` folder would get in it (experiments.folders); Stop(2) naming the path."""
+    try:
+        folders.next_folder(folders.check_results_root(results), name)
+    except PathError as e:
+        raise Stop(2, str(e)) from None
+
+
+def _read_path(path: str, what: str, folder: bool) -> Path:
+    """A path given to be read (a results folder, an answers file), checked; Stop(2) naming it."""
+    try:
+        return folders.check_input_path(path, what, folder)
+    except PathError as e:
+        raise Stop(2, str(e)) from None
+
+
 def _guard(work) -> int:
     """Run ``work()`` (a fabric run) and turn what it raises into the exit code and one line."""
     try:
         rv = work()
     except UnfaithfulRun as e:
         raise Stop(3, str(e)) from None
-    except (ScenarioError, CapabilityError, BusyError) as e:
+    except (ScenarioError, CapabilityError, BusyError, PathError) as e:
         raise Stop(2, str(e)) from None
     except SetupError as e:
         raise Stop(1, f"set-up failed: {e}") from None
@@ -143,6 +163,7 @@ def run(scenario: str, results: str, quiet: bool, accept_unfaithful: bool) -> in
     """Run a scenario (default: the 8:1 incast, drop-tail / ECN / PFC / ECN+PFC): build its fabric,
     run its rounds, write CSV/JSON and plots into a new folder under --results."""
     sc = _scenario(scenario)
+    _results_root(results, sc.name)
     _need_root()
     from experiments import runner
 
@@ -258,6 +279,7 @@ def compare(comparison: str | None, results: str, quiet: bool, accept_unfaithful
         cmp = comparisons.load_comparison(comparison or comparisons.DEFAULT)
     except ScenarioError as e:
         raise Stop(2, str(e)) from None
+    _results_root(results, cmp["name"])
     _need_root()
 
     def go() -> int:
@@ -290,6 +312,7 @@ def study(study: str, results: str, quiet: bool, accept_unfaithful: bool, dask_a
             print(f"fabriclab: note: {note}")
     except ScenarioError as e:
         raise Stop(2, str(e)) from None
+    _results_root(results, the_study.name)
     if dask_address:
         return _study_on_dask(studies, the_study, dask_address, results, quiet, accept_unfaithful)
     _need_root()
@@ -324,8 +347,9 @@ def diagnose(scenario: str, inject: str | None, seed: int, rate_fraction: float,
     sc = _scenario(scenario, diagnose=True)
     if inject is None and not any(r.faults for r in sc.rounds):
         raise Stop(2, f"{scenario} has no faults: give it a faults section, or --inject random")
-    _need_root()
     from experiments import diagnose as diagnosis
+    _results_root(results, diagnosis.folder_name(sc, inject, seed))
+    _need_root()
 
     def go() -> int:
         _out, record = diagnosis.diagnose(sc, Path(results), inject=inject, seed=seed, rate_fraction=rate_fraction,
@@ -335,9 +359,7 @@ def diagnose(scenario: str, inject: str | None, seed: int, rate_fraction: float,
 
 
 def _results_folder(path: str, *markers: str) -> Path:
-    d = Path(path)
-    if not d.is_dir():
-        raise Stop(2, f"{d}: no such results folder")
+    d = _read_path(path, "results folder", folder=True)
     if not any((d / m).exists() for m in markers):
         raise Stop(2, f"{d}: not a results folder (no {', '.join(markers[:-1])} or {markers[-1]} in it)")
     return d
@@ -389,9 +411,7 @@ def plot(results_dir: str) -> int:
 def analyze(results_dir: str, quiet: bool) -> int:
     """Rebuild a results folder's tables, summaries and plots from its raw files. No root."""
     from experiments import runner
-    d = Path(results_dir)
-    if not d.is_dir():
-        raise Stop(2, f"{d}: no such results folder")
+    d = _read_path(results_dir, "results folder", folder=True)
     if not (d / "scenario.yaml").is_file() or not (d / "environment.json").is_file():
         raise Stop(2, f"{d}: not a results folder (no scenario.yaml and environment.json)")
     try:
@@ -522,14 +542,15 @@ def lab_check(number: int, results: str, answers: str | None) -> int:
     from experiments import labs
     LabError, read_answers, report = labs.base.LabError, labs.base.read_answers, labs.base.report
     the = _lab(number)
-    d = Path(results)
-    if not d.is_dir():
-        raise Stop(2, f"{d}: no such results folder")
+    d = _read_path(results, "results folder", folder=True)
+    answers_file = Path(answers) if answers else d / "answers.yaml"
     try:
         if not labs.base.find_runs(d, the.RUNS):           # a wrong folder is named before missing answers
             raise LabError(f"{d}: no finished run of lab {number} in it (it needs "
                            + ", ".join(f"{n} from {p}" for n, p in the.RUNS.items()) + ")")
-        verdicts = the.check(d, read_answers(Path(answers) if answers else d / "answers.yaml"))
+        if answers or os.path.lexists(answers_file):      # a missing default is said by read_answers
+            _read_path(str(answers_file), "answers file", folder=False)
+        verdicts = the.check(d, read_answers(answers_file))
     except LabError as e:
         raise Stop(2, str(e)) from None
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -567,7 +588,7 @@ def _study_on_dask(studies, the_study, address: str, results: str, quiet: bool, 
                 raise CapabilityError(refused[sc.name])
         studies.preflight(the_study, plans, env={}, check=check)
         out, result = studies.run_study(the_study, Path(results), quiet=quiet, dispatch=dispatch)
-    except (CapabilityError, ScenarioError) as e:
+    except (CapabilityError, ScenarioError, PathError) as e:
         raise Stop(2, str(e)) from None
     except KeyboardInterrupt:
         raise Stop(130, "interrupted (runs already sent finish on their workers)") from None

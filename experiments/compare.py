@@ -22,11 +22,10 @@ import copy
 import csv
 import json
 import re
-from datetime import datetime, timezone
 from pathlib import Path
 
 from common.errors import ScenarioError
-from experiments import plot, report, runner
+from experiments import folders, plot, report, runner
 from experiments.scenario import NAME, read_yaml_file, validate
 
 TOP_KEYS = ("name", "description", "base", "fabrics", "traffic")
@@ -158,9 +157,7 @@ def run_comparison(cmp: dict, results_root: Path, quiet: bool = False, accept_un
     Raises: whatever :func:`experiments.runner.run` raises for a run (the runs
     before it keep their folders).
     """
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = Path(results_root) / f"{stamp}-{cmp['name']}"
-    out.mkdir(parents=True)
+    out = folders.make_folder(folders.next_folder(folders.check_results_root(results_root), cmp["name"]))
     rows = []
     for i, (fabric, traffic, sc) in enumerate(cmp["runs"], 1):
         if not quiet:

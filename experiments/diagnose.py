@@ -23,14 +23,15 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
 
 from common.errors import SetupError
+from experiments.procs import host_spawn
 from common.units import FRAME_BYTES
 from controller.faults import FAULTS, parse_fault
 from experiments import diagnosis as D
+from experiments import folders
 from experiments.collrun import traced_path
 from experiments.context import HOST_QUEUE_PACKETS
 from experiments.draw import draw
@@ -137,9 +138,9 @@ class LiveProbes:
                 # a receiver that gets nothing (a sender whose link is down) ends at this deadline; a
                 # slow host's probe may take up to 4 times its time
                 deadline = START_S + START_PER_FLOW_S * len(flows) + 4 * self.probe_s + 2
-                p = self.lf.host(f.dst).popen([sys.executable, "-m", "traffic.udp_probe", "recv", str(PROBE_PORT),
-                                               f"{deadline:.1f}", str(out), str(RECEIVER_IDLE_S)],
-                                              cwd=str(REPO), stdout=subprocess.PIPE, text=True)
+                p = host_spawn(self.lf.host(f.dst), [sys.executable, "-m", "traffic.udp_probe", "recv", str(PROBE_PORT),
+                                                     f"{deadline:.1f}", str(out), str(RECEIVER_IDLE_S)],
+                               cwd=str(REPO), stdout=subprocess.PIPE, text=True)
                 self.state.add_process(p.pid, f"probe receiver {f.dst}")
                 procs.append(p)
                 rx[i] = (p, out)
@@ -151,8 +152,8 @@ class LiveProbes:
             for i, f in enumerate(flows):
                 rate = self.rate_mbps(f)
                 packets = max(50, int(rate * 1e6 * self.probe_s / (FRAME_BYTES * 8)))
-                p = self.lf.host(f.src).popen(
-                    [sys.executable, "-m", "traffic.udp_probe", "send", self.lf.fabric.node(f.dst).ip,
+                p = host_spawn(
+                    self.lf.host(f.src), [sys.executable, "-m", "traffic.udp_probe", "send", self.lf.fabric.node(f.dst).ip,
                      str(PROBE_PORT), f"{rate:.4f}", str(packets), str(FRAME_BYTES), "0", str(i), str(start),
                      str(WARMUP), str(f.sport)], cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                     text=True)
@@ -267,6 +268,11 @@ def by_hand(lf, fmap: dict, ask, say) -> D.Verdict | None:
     return None
 
 
+def folder_name(sc: Scenario, inject: str | None, seed: int) -> str:
+    """The name a diagnosis's folder gets after its UTC time: ``diagnose-<scenario>[-seed<n>]``."""
+    return f"diagnose-{sc.name}" + (f"-seed{seed}" if inject == "random" else "")
+
+
 def diagnose(sc: Scenario, results_root: Path, inject: str | None = None, seed: int = 0, rate_fraction: float = 0.6,
              probe_s: float = 2.0, budget_mbps: float | None = None, reveal: bool = True, quiet: bool = False,
              platform=PLATFORM, ask=None) -> tuple[Path, dict]:
@@ -286,11 +292,10 @@ def diagnose(sc: Scenario, results_root: Path, inject: str | None = None, seed: 
     faults = hidden_faults(sc, fmap, inject, seed)
     specs = [parse_fault(fmap, f, f"faults[{i}]") for i, f in enumerate(faults)]
     budget = budget_mbps or BUDGET_MBPS[env["datapath"]]
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = Path(results_root) / (f"{stamp}-diagnose-{sc.name}" + (f"-seed{seed}" if inject == "random" else ""))
+    out = folders.next_folder(folders.check_results_root(results_root), folder_name(sc, inject, seed))
     slack_s = env["shaper"]["slack_s"]
     with platform.run_state(out.name) as state:
-        out.mkdir(parents=True)
+        folders.make_folder(out)
         say(f"diagnose: {sc.topology.kind} fabric, {len(fabric.hosts)} hosts, {len(fmap['links'])} links "
             f"({D.directed_links(fmap)} directed); datapath={env['datapath']}; results -> {out}")
         with platform.live_fabric(fabric, out, state, datapath=env["datapath"],

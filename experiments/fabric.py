@@ -20,6 +20,7 @@ from mininet.net import Mininet
 from mininet.node import OVSSwitch, RemoteController
 
 from common.errors import SetupError
+from experiments.procs import spawn
 from controller import dataplane, portsetup
 from controller.rest import ControlClient, free_port
 from experiments.state import RunState
@@ -202,11 +203,11 @@ class LiveFabric:
             ecn_args += ["--control-dir", str(self.control_dir)]
         rest_port = free_port()
         self.rest_url = f"http://127.0.0.1:{rest_port}"
-        self.controller = subprocess.Popen(
+        self.controller = spawn(
             [sys.executable, "-m", "controller.main", "--fabric-map", str(map_path),
              "--ready-file", str(self.ready_file), "--host", "127.0.0.1", "--port", str(OF_PORT),
              "--routing", self.routing, "--rest-port", str(rest_port)] + ecn_args,
-            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.state.add_process(self.controller.pid, "controller")
         self.api = ControlClient(self.rest_url, is_alive=lambda: self.controller.poll() is None)

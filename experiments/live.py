@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from common.errors import SetupError
+from experiments.procs import host_spawn, spawn
 from experiments import reach
 from experiments.fabric import REPO, LiveFabric
 from experiments.state import RunState
@@ -113,8 +114,8 @@ class Agents:
     def start(self, host: str, role: str, job: dict):
         """Launch one agent (``role`` rx/tx) in ``host``; :meth:`wait_ready` waits for it."""
         h = self.lf.host(host)
-        p = h.popen([sys.executable, "-m", "traffic.agent", json.dumps(job)], cwd=str(REPO),
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = host_spawn(h, [sys.executable, "-m", "traffic.agent", json.dumps(job)], cwd=str(REPO),
+                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.state.add_process(p.pid, f"agent {host} {role}")
         self.procs.append((f"{host}.{role}", p))
         return p
@@ -209,10 +210,10 @@ def start_sampler(lf: LiveFabric, state: RunState, out: Path, hz: float, method:
     """Start the queue sampler process on every switch port (``method``: ``auto``, ``bpf`` or
     ``netlink``, controller.qstats); waits for READY. SetupError if it did not start."""
     intfs = lf.fabric.switch_interfaces()
-    p = subprocess.Popen([sys.executable, "-m", "controller.qstats", "--intfs", ",".join(intfs),
-                          "--hz", str(hz), "--out", str(out / "queues_raw.csv"), "--meta", str(out / "sampler.json"),
-                          "--method", method],
-                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    p = spawn([sys.executable, "-m", "controller.qstats", "--intfs", ",".join(intfs),
+               "--hz", str(hz), "--out", str(out / "queues_raw.csv"), "--meta", str(out / "sampler.json"),
+               "--method", method],
+              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     state.add_process(p.pid, "sampler")
     line = p.stdout.readline()
     if line.strip() != "READY":

@@ -20,7 +20,6 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
@@ -29,7 +28,7 @@ import yaml
 from controller import dataplane
 from controller.dataplane import PortQueue
 from controller.routing import ECMP_METHOD
-from experiments import draw, probe as envprobe, report
+from experiments import draw, folders, probe as envprobe, report
 from experiments.context import HOST_QUEUE_PACKETS, RoundRecord, RunContext, maybe_fault
 from experiments.fabric import REPO, LiveFabric
 from experiments.features import FEATURES
@@ -93,6 +92,7 @@ def run(sc: Scenario, results_root: Path, quiet: bool = False, platform: Platfor
             fabric is down) and ``accept_unfaithful`` is false.
         ScenarioError, CapabilityError: a key this machine cannot run (nothing started).
         BusyError: another run holds the machine (nothing created).
+        PathError: ``results_root`` cannot hold the run's folder (experiments.folders; nothing started).
         SetupError: building or configuring the fabric failed.
         InjectedFault: when asked to by $FABRICLAB_INJECT_FAULT (tests).
     """
@@ -121,13 +121,8 @@ def preflight(sc: Scenario, env: dict | None = None, platform: Platform | None =
 
 
 def _results_folder(results_root: Path, name: str) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = results_root / f"{stamp}-{name}"
-    n = 1
-    while out.exists():
-        n += 1
-        out = results_root / f"{stamp}-{name}-{n}"
-    return out
+    """The run's folder to be: checked (experiments.folders), not created. PathError otherwise."""
+    return folders.next_folder(folders.check_results_root(results_root), name)
 
 
 def _round_dir(ctx: RunContext, index: int, rnd: Round) -> Path:
@@ -158,7 +153,8 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
     t_begin = time.monotonic()
     timings = {}
     layout = check_against_fabric(sc)          # a scenario that does not fit its fabric: refused before the probe
-    ctx = _context(sc, layout, platform.probe(), _results_folder(results_root, sc.name), quiet, accept_unfaithful)
+    out = _results_folder(results_root, sc.name)  # a bad --results: refused before anything starts
+    ctx = _context(sc, layout, platform.probe(), out, quiet, accept_unfaithful)
     env = ctx.env
     fabric, fabric_map, plan, rounds, out, multi = ctx.fabric, ctx.fabric_map, ctx.plan, ctx.rounds, ctx.out, ctx.multi
     features = [f(ctx) for f in feature_registry.values()]
@@ -186,7 +182,7 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
     round_env: list[dict] = []
     # the run lock first: a run refused because another is active creates nothing (BusyError)
     with platform.run_state(out.name) as state, contextlib.ExitStack() as run_long:
-        out.mkdir(parents=True)
+        folders.make_folder(out)
         (out / "scenario.yaml").write_text(yaml.safe_dump(sc.to_data(), sort_keys=False))
         (out / "environment.json").write_text(json.dumps(env, indent=2))
         ctx.say(" ".join([f"datapath={env['datapath']} kernel={env['kernel']}"]

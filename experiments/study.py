@@ -45,7 +45,6 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Optional, Protocol, Union
 
@@ -53,6 +52,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from common.errors import BusyError, CapabilityError, ScenarioError, SetupError
 from common.params import quote
+from experiments import folders
 from experiments.metrics import METRICS, measure, one_line
 from experiments.tables import write_csv
 from experiments.progress import Progress
@@ -460,15 +460,12 @@ FCT_COLUMNS = ("cell", "variant", "seed", "flow_id", "bytes", "fct_s", "ideal_fc
 
 
 def study_folder(results_root: Path, name: str) -> Path:
-    """A new ``<UTC time>-<name>`` folder under ``results_root`` (created)."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = Path(results_root) / f"{stamp}-{name}"
-    n = 1
-    while out.exists():
-        n += 1
-        out = Path(results_root) / f"{stamp}-{name}-{n}"
-    out.mkdir(parents=True)
-    return out
+    """A new ``<UTC time>-<name>`` folder under ``results_root`` (created, experiments.folders).
+
+    Raises:
+        PathError: ``results_root`` cannot hold it (experiments.folders.check_results_root).
+    """
+    return folders.make_folder(folders.next_folder(folders.check_results_root(results_root), name))
 
 
 def cell_record(cell: Cell, round_dir: Optional[Path], study_dir: Path, error: Optional[str] = None) -> dict:

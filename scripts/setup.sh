@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Idempotent set-up for fabriclab (run by `make setup`, `make experiment`, `make test`).
 #  1. apt packages that are missing (one apt-get update, only if something is missing)
-#  2. Open vSwitch started if it does not answer
+#  2. Open vSwitch started if it does not answer (detached: none of the caller's descriptors above 2,
+#     a session of its own; scripts/detached.sh)
 #  3. the BPF ECN marker (controller/bpf/*.bpf.c -> build/*.bpf.o), rebuilt when its source changes
 #  4. .venv from /usr/bin/python3 --system-site-packages (Debian's mininet lives there),
 #     with the pinned pip packages of pyproject.toml; redone only when pyproject.toml changes
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/detached.sh
 
 # chromium: tests/unit/test_studyreport.py renders a study's report.html headless (about 113 MB to
 # download; 9 s to install on the CI machine kind)
@@ -33,10 +35,10 @@ fi
 
 if ! ovs-vsctl --timeout=3 show >/dev/null 2>&1; then
   echo "fabriclab: starting Open vSwitch"
-  if [ -d /run/systemd/system ] && systemctl start openvswitch-switch 2>/dev/null; then
+  if [ -d /run/systemd/system ] && detached systemctl start openvswitch-switch 2>/dev/null; then
     :
   else
-    /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null 2>&1 || true
+    detached /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null 2>&1 || true
   fi
   for _ in $(seq 1 50); do ovs-vsctl --timeout=3 show >/dev/null 2>&1 && break; sleep 0.2; done
   if ! ovs-vsctl --timeout=3 show >/dev/null 2>&1; then

@@ -80,12 +80,13 @@ def small_scenario(tmp_path: Path, name="small", **over) -> Path:
     return p
 
 
-def start_run(tmp_path: Path, scenario: Path):
-    """Start ``python -m experiments run SCENARIO`` in the background; return ``(process, results
-    folder, output lines so far)`` once its traffic has started (its ``incast:`` line)."""
+def start_run(tmp_path: Path, scenario: Path, pass_fds: tuple = ()):
+    """Start ``python -m experiments run SCENARIO`` in the background (``pass_fds``: descriptors it
+    inherits beyond 0-2); return ``(process, results folder, output lines so far)`` once its traffic
+    has started (its ``incast:`` line)."""
     results = tmp_path / "results"
     proc = subprocess.Popen([PY, "-m", "experiments", "run", str(scenario), "--results", str(results)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, pass_fds=pass_fds)
     lines = []
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
