@@ -205,6 +205,8 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
                     f"{len(fabric.hosts)} hosts, oversubscription {fabric.params['oversubscription']:g}:1; "
                     f"controller API {lf.rest_url}/fabriclab/")
             env["controller_api"] = f"{lf.rest_url}/fabriclab/"
+            # where the token that changes need is (the owner reads it; the token itself is never recorded)
+            env["controller_token_file"] = str(getattr(lf, "token_file", None) or "") or None
             maybe_fault("after_fabric")
             for f in features:
                 f.after_fabric(lf)
