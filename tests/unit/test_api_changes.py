@@ -42,6 +42,7 @@ def run(tmp_path):
     server = serve(api, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.server_address[1]}"
     yield ctx, sc, url, plane, fp
+    fp.remove_all()                  # no fault thread outlives the test
     server.shutdown()
     server.server_close()
 
