@@ -201,12 +201,14 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
                                   routing=sc.routing.mode, **fabric_args) as lf:
             timings.update(lf.timings_s)
             timings["setup_s"] = time.monotonic() - t_begin
+            # where the token the API's changes need is (its owner reads it; the token is recorded nowhere)
+            token_file = getattr(lf, "token_file", None)
             ctx.say(f"fabric up in {timings['setup_s']:.1f} s: {len(fabric.switches)} switches, "
                     f"{len(fabric.hosts)} hosts, oversubscription {fabric.params['oversubscription']:g}:1; "
-                    f"controller API {lf.rest_url}/fabriclab/")
+                    f"controller API {lf.rest_url}/fabriclab/" + (f" (changes need the token in {token_file})"
+                                                                   if token_file else ""))
             env["controller_api"] = f"{lf.rest_url}/fabriclab/"
-            # where the token that changes need is (the owner reads it; the token itself is never recorded)
-            env["controller_token_file"] = str(getattr(lf, "token_file", None) or "") or None
+            env["controller_token_file"] = str(token_file) if token_file else None
             maybe_fault("after_fabric")
             for f in features:
                 f.after_fabric(lf)
