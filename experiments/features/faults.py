@@ -33,7 +33,7 @@ MECHANISMS = {
 }
 
 #: faults.csv's columns.
-COLUMNS = ("round", "id", "kind", "place", "layer", "description", "start_s", "stop_s", "applied_at_s",
+COLUMNS = ("round", "id", "kind", "place", "layer", "description", "hidden", "start_s", "stop_s", "applied_at_s",
            "removed_at_s", "state", "frame_fraction_set", "frames_seen", "frames_dropped",
            "drop_fraction_measured", "bytes_dropped", "nominal_mbps", "rate_applied_mbps", "rate_restored",
            "flaps", "down_s_total", "params", "error")
@@ -48,7 +48,7 @@ def fault_rows(round_name: str, records: list[dict]) -> list[dict]:
         flaps = r.get("flaps") or []
         down = [f["up_at_s"] - f["down_at_s"] for f in flaps if f.get("up_at_s") is not None]
         rows.append({"round": round_name, "id": r["id"], "kind": r["kind"], "place": r["place"], "layer": r["layer"],
-                     "description": r["description"], "start_s": spec.get("start_s"), "stop_s": spec.get("stop_s"),
+                     "description": r["description"], "hidden": bool(r.get("hidden")), "start_s": spec.get("start_s"), "stop_s": spec.get("stop_s"),
                      "applied_at_s": _round(r["applied_at_s"]), "removed_at_s": _round(r["removed_at_s"]),
                      "state": r["state"], "frame_fraction_set": spec.get("frame_fraction"),
                      "frames_seen": r["frames_seen"], "frames_dropped": r["frames_dropped"],
@@ -178,12 +178,16 @@ class Faults(Feature):
         return out
 
     def report(self, summary: dict) -> str | None:
-        """``faults: corrupt 0.01 of frames on a->b: 146 of 3019 frames dropped (0.0484); ...``."""
+        """``faults: corrupt 0.01 of frames on a->b: 146 of 3019 frames dropped (0.0484); ...``; a hidden
+        fault only as ``1 hidden fault(s) (in faults.csv)``."""
         fs = summary.get("faults")
         if not fs:
             return None
         parts = []
+        hidden = sum(bool(f.get("hidden")) for f in fs)
         for f in fs:
+            if f.get("hidden"):      # the terminal keeps it hidden; faults.csv and summary.json have it
+                continue
             what = f["description"]
             if f["frames_seen"] is not None:
                 what += f": {f['frames_dropped']} of {f['frames_seen']} frames dropped"
@@ -196,4 +200,6 @@ class Faults(Feature):
             if f["state"] == "not started":
                 what += " (not started)"
             parts.append(what)
+        if hidden:
+            parts.append(f"{hidden} hidden fault(s) (in faults.csv)")
         return "faults: " + "; ".join(parts)

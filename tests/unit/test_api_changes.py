@@ -117,6 +117,8 @@ def test_an_outsider_is_refused_and_the_owners_hidden_fault_is_in_the_rounds_res
     line = changes.report(summary)
     assert line.startswith("API: 1 change(s) not by the runner (POST /fabriclab/faults (hidden) at ")
     assert "by curl/8.5.0); 3 request(s) refused" in line and "c1" not in line
+    assert faults.report(summary) == "faults: 1 hidden fault(s) (in faults.csv)"
+    assert summary["faults"][0]["hidden"] is True
     warns = changes.warnings(summary)
     assert len(warns) == 2 and "the runner did not make" in warns[0] and "refused 3 request(s)" in warns[1]
     assert all("c1" not in w for w in warns)
