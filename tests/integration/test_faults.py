@@ -268,6 +268,7 @@ def _curl_code(out: str) -> int:
     return int(out.rsplit("\n", 1)[-1])
 
 
+@pytest.mark.lane("host", reason="the VM's guest has no curl; who may change what does not depend on the datapath")
 def test_only_the_runs_owner_changes_the_fabric_and_every_change_is_in_the_rounds_results(fabric, unchanged, tmp_path):
     """A local user without the run's token (``nobody``, with curl) is refused and nothing changes;
     the owner's hidden fault, in a round whose scenario has none, is in that round's faults.csv and
