@@ -295,7 +295,8 @@ def _handler(api: ControlApi) -> type:
             path = self.path.split("?", 1)[0]
             auth, client = self.headers.get("Authorization"), self.headers.get("User-Agent")
             refused = api.refusal(method, path, auth)
-            if refused is not None:      # before the body is read or parsed: nothing of it is looked at
+            if refused is not None:      # before the body is parsed: nothing of it is looked at
+                self._drain()
                 code, out = api.handle(method, path, None, auth, client)
                 return self._send(code, out, bearer=code == 401)
             n = int(self.headers.get("Content-Length") or 0)
@@ -308,6 +309,16 @@ def _handler(api: ControlApi) -> type:
                     return self._send(code, out)
             code, out = api.handle(method, path, body, auth, client)
             self._send(code, out)
+
+        def _drain(self, cap_bytes: int = 1 << 20) -> None:
+            """Read and drop a refused request's body (up to ``cap_bytes``): a body left unread
+            would make the close reset the connection before the client reads the answer."""
+            try:
+                n = min(int(self.headers.get("Content-Length") or 0), cap_bytes)
+            except ValueError:
+                n = 0
+            if n > 0:
+                self.rfile.read(n)
 
         def _send(self, code: int, out: dict, bearer: bool = False) -> None:
             data = json.dumps(out).encode()
