@@ -227,6 +227,7 @@ class RunState:
             except (OSError, ValueError):
                 old = {}
             self.stale_report = cleanup_record(old)
+        (self.dir / TOKEN_FILE).unlink(missing_ok=True)     # a killed run's token opens nothing now
         self._write()
         return self
 
