@@ -258,6 +258,8 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
                                         + one_line(measure(done[-1][2]), (done[-1][2].get("bottleneck") or {}).get("intf")))
                     if on_round is not None:
                         on_round(r.name, rdir, done[-1][2])
+                for f in features:
+                    env.update(_merge(env, f.after_rounds(lf)))
                 maybe_fault("after_rounds")
             t_down = time.monotonic()
         timings["teardown_s"] = time.monotonic() - t_down

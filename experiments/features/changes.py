@@ -1,16 +1,18 @@
 """The controller API's changes (every round): what the REST API (controller.rest) accepted since
 the last round, read at the round's end (``GET /fabriclab/changes``, with the run's token), and
 how many requests it refused. Each accepted change (a fault, an ECN or PFC profile, a start, the
-hosts, a routing change: any request but a read) becomes a row of the round's ``changes.csv`` and
+hosts: any request but a read, so a route added later too) becomes a row of the round's ``changes.csv`` and
 an item of its summary's ``api_changes`` section, with its time, the request and its answer and
 the client that sent it (``fabriclab-runner`` for the runner's own); a hidden fault's change is
 there too (its body and the ids it got), in the round's results once the round is over, and the
 terminal says only that a hidden one was made. A change the runner did not make is a warning: the
-round's figures are of a fabric the scenario did not ask for.
+round's figures are of a fabric the scenario did not ask for. What the API accepted after the last
+round is in the run's environment.json (``api_changes_after_rounds``).
 """
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 from common.errors import SetupError
@@ -59,20 +61,45 @@ class ApiChanges(Feature):
         self._t0 = time.time()
         return {}
 
-    def after_round(self, lf, rnd: RoundRecord) -> dict:
-        """The changes accepted and the requests refused since the last round's end (the round's
-        own, its set-up's and any made between rounds); ``error`` when the controller does not answer."""
-        rec = {"origin_unix_s": self._t0, "changes": [], "refused": [], "refused_total": 0}
-        try:
-            got = lf.api.call("GET", "/changes", timeout_s=10, what="API changes")
-        except SetupError as e:     # a dead controller: the control-plane check names it
-            return {**rec, "error": str(e)}
+    def _read(self, lf) -> dict:
+        """The changes accepted and the requests refused since the last read (``changes``,
+        ``refused``, ``refused_total``); SetupError when the controller does not answer."""
+        got = lf.api.call("GET", "/changes", timeout_s=10, what="API changes")
         new = [c for c in got["changes"] if c["seq"] > self._seen_seq]
         self._seen_seq = max([self._seen_seq] + [c["seq"] for c in new])
         refused_total = got.get("refused_total", 0) - self._seen_refused
         refused = got.get("refused", [])[self._seen_refused:]
         self._seen_refused = got.get("refused_total", 0)
-        return {**rec, "changes": new, "refused": refused, "refused_total": refused_total}
+        return {"changes": new, "refused": refused, "refused_total": refused_total}
+
+    def after_round(self, lf, rnd: RoundRecord) -> dict:
+        """The changes accepted and the requests refused since the last round's end (the round's
+        own, its set-up's and any made between rounds); ``error`` when the controller does not answer."""
+        rec = {"origin_unix_s": self._t0, "changes": [], "refused": [], "refused_total": 0}
+        try:
+            return {**rec, **self._read(lf)}
+        except SetupError as e:     # a dead controller: the control-plane check names it
+            return {**rec, "error": str(e)}
+
+    def after_rounds(self, lf) -> dict:
+        """What the API accepted or refused after the last round's end, while that round was
+        analysed (no round's figures saw it, but it is on record): the run's environment.json
+        ``api_changes_after_rounds`` (``accepted``: the change records, ``refused``: how many), and
+        a warning for each change the runner did not make; nothing when there was none."""
+        try:
+            got = self._read(lf)
+        except SetupError as e:
+            return {"api_changes_after_rounds": {"error": str(e)}}
+        if not got["changes"] and not got["refused_total"]:
+            return {}
+        others = [c for c in got["changes"] if c.get("client") != RUNNER_AGENT]
+        if others:
+            print(f"fabriclab: WARNING: the controller's API accepted {len(others)} change(s) after the last round "
+                  "(in environment.json api_changes_after_rounds): "
+                  + "; ".join(f"{c['method']} {c['path']}{' (hidden)' if c.get('hidden') else ''} by "
+                              f"{c.get('client') or 'a client without a name'}" for c in others[:5]),
+                  file=sys.stderr)
+        return {"api_changes_after_rounds": {"accepted": got["changes"], "refused": got["refused_total"]}}
 
     def summarize(self, rnd: RoundRecord, summary: dict) -> None:
         """``changes.csv`` and the summary's ``api_changes``: ``accepted`` (changes.csv's rows),

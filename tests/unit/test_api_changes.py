@@ -135,3 +135,15 @@ def test_a_round_nobody_touched_says_nothing_and_the_next_round_gets_only_its_ow
     got = changes.after_round(lf, rec)
     assert [c["seq"] for c in got["changes"]] == [1] and got["refused_total"] == 0
     assert changes.after_round(lf, rec)["changes"] == []
+
+
+def test_a_change_after_the_last_round_is_in_the_runs_environment(run, capsys):
+    ctx, sc, url, plane, fp = run
+    rec, summary, (faults, changes) = one_round(ctx, sc, url, lambda: None)
+    lf = Lf(url)
+    assert changes.after_rounds(lf) == {}                                   # nothing since: nothing said
+    assert curl(url, "PUT", "/fabriclab/faults", {})[0] == 401
+    assert curl(url, "POST", "/fabriclab/faults", {"kind": "degrade", "link": "p0a1->c1"}, token=TOKEN)[0] == 200
+    got = changes.after_rounds(lf)["api_changes_after_rounds"]
+    assert [(c["method"], c["client"]) for c in got["accepted"]] == [("POST", "curl/8.5.0")] and got["refused"] == 1
+    assert "accepted 1 change(s) after the last round" in capsys.readouterr().err
