@@ -49,7 +49,7 @@ from controller.faultports import FaultPorts
 from controller import options
 from controller.pfcports import PfcPorts, share_gil_realtime
 from controller.portstats import read_ports
-from controller.rest import ControlApi, serve
+from controller.rest import ControlApi, read_token, serve
 from controller.routing import compute_routes, hash_basis
 from controller.tables import Multipath, Output, SetReg, ToController, port_sets_of, switch_flows
 
@@ -64,13 +64,14 @@ class FabricController(BaseApp):
     Configured by os-ken's configuration options in group ``[fabriclab]`` (parsed before the app
     manager instantiates the app; :mod:`controller.options`): the fabric (``topo``, a Mininet-style
     spec built in memory, or ``fabric-map``, a JSON file), ``ready-file``, ``routing``
-    (``ecmp``|``single``), ``ecn-plan``, ``pfc-plan``, ``control-dir`` and ``rest-port`` (the REST
-    API, controller.rest, on 127.0.0.1; 0: none). :attr:`config` holds them as
+    (``ecmp``|``single``), ``ecn-plan``, ``pfc-plan``, ``control-dir``, ``rest-port`` (the REST
+    API, controller.rest, on 127.0.0.1; 0: none) and ``token-file`` (the API's token: changes
+    need it; none: the API only reads). :attr:`config` holds them as
     :func:`controller.options.settings` returns them.
 
     Raises (on instantiation): common.errors.SetupError without exactly one of ``topo`` and
-    ``fabric-map``; ValueError or ScenarioError for a bad ``topo``; OSError or ValueError for an
-    unreadable map file.
+    ``fabric-map``, or with a ``token-file`` that cannot be read or is empty; ValueError or
+    ScenarioError for a bad ``topo``; OSError or ValueError for an unreadable map file.
     """
 
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
@@ -94,13 +95,16 @@ class FabricController(BaseApp):
         self.rest = None
         self.faults = FaultPorts(self.fabric)
         if self.config.get("rest_port") is not None:
+            token = read_token(self.config["token_file"]) if self.config.get("token_file") else None
             api = ControlApi(self._status, lambda: self.ecn, lambda: self.pfc,
                              has_ecn=bool(self.config.get("ecn_plan")), has_pfc=bool(self.config.get("pfc_plan")),
                              faults=self.faults, ports=lambda: read_ports(self.fabric, self.faults.live_rx_errors,
-                                                               self.faults.link_speeds))
+                                                               self.faults.link_speeds),
+                             token=token)
             try:
                 self.rest = serve(api, "127.0.0.1", self.config["rest_port"])
-                LOG.info("REST API on http://127.0.0.1:%d/fabriclab/", self.rest.server_address[1])
+                LOG.info("REST API on http://127.0.0.1:%d/fabriclab/ (%s)", self.rest.server_address[1],
+                         "changes need the token of " + self.config["token_file"] if token else "reads only")
             except OSError as e:
                 LOG.error("REST API not started on 127.0.0.1:%d: %s", self.config["rest_port"], e)
         LOG.info("fabric map: %d switches, %d hosts", len(self.by_dpid), len(self.mac_of))

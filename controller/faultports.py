@@ -58,13 +58,14 @@ class _Fault:
         self.flap_events: list[list] = []     # [down_at_s, up_at_s or None]
 
     def record(self) -> dict:
-        """What the fault did (JSON): the spec, times, frames seen and dropped, rates, flaps."""
+        """What the fault did (JSON): the spec, whether it is hidden, times, frames seen and dropped,
+        rates, flaps."""
         counts = {intf: d.counters() for intf, d in self.drops.items()}
         seen = sum(c["seen_packets"] for c in counts.values())
         dropped = sum(c["dropped_packets"] for c in counts.values())
         return {"id": self.id, "kind": self.spec.kind, "place": self.spec.place, "layer": FAULTS[self.spec.kind].LAYER,
                 "description": FAULTS[self.spec.kind].describe(self.spec), "spec": self.spec.to_data(),
-                "state": self.state, "applied_at_s": self.applied_at_s, "removed_at_s": self.removed_at_s,
+                "hidden": self.hidden, "state": self.state, "applied_at_s": self.applied_at_s, "removed_at_s": self.removed_at_s,
                 "error": self.error, "frames_seen": seen if counts else None,
                 "frames_dropped": dropped if counts else None,
                 "bytes_dropped": sum(c["dropped_bytes"] for c in counts.values()) if counts else None,

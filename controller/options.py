@@ -36,6 +36,8 @@ OPTS = [
     cfg.StrOpt("control-dir", help="folder for the ECN marker's record (with ecn-plan)"),
     cfg.IntOpt("rest-port", default=8080, min=0, max=65535,
                help="the REST API's port on 127.0.0.1 (Ryu's REST apps use 8080; 0: no API)"),
+    cfg.StrOpt("token-file", help="file holding the REST API's token: requests that change anything must carry "
+                                  "it (Authorization: Bearer TOKEN); without it the API takes no changes"),
 ]
 
 
@@ -65,7 +67,7 @@ def cli_args(**values) -> list[str]:
 
 def settings(conf=None) -> dict:
     """The app's settings from ``conf`` (default os-ken's ``cfg.CONF``, parsed):
-    ``{"topo", "fabric_map", "ready_file", "routing", "ecn_plan", "pfc_plan", "control_dir"}`` as
+    ``{"topo", "fabric_map", "ready_file", "routing", "ecn_plan", "pfc_plan", "control_dir", "token_file"}`` as
     given (str or None) and ``"rest_port"`` (int, or None for 0: no API).
 
     Raises:

@@ -22,6 +22,16 @@ run does not have, 405 for a method a path does not take, 409 before the switche
   ``POST /fabriclab/faults`` ``{"faults": [...], "hidden": false}`` (or one fault): schedule
   faults, times from now (controller.messages.FaultsAdd); ``DELETE /fabriclab/faults``: end them
   all, answer their records (hidden ones too).
+- ``GET /fabriclab/changes``: every change this API accepted (hidden faults too) and every request
+  it refused, with their times (owner only).
+
+Who may do what. Reads (``GET``) are open to every local user, as ``fabriclab ports`` needs, but
+for ``/changes``, which would show hidden faults. Every other request changes something and needs
+``Authorization: Bearer TOKEN``, the run's token (:func:`new_token`), which the runner writes in its
+0700 state folder with mode 0600 and hands the controller as a file (``--token-file``: never in
+its arguments): without it 401, with a wrong one 403, and nothing changes. A controller started
+without a token takes no changes at all (403). Each accepted change is kept with its time
+(:attr:`ControlApi.changes`) for the round's results.
 
 The server is the standard library's, one request at a time on its own thread (the runner's
 requests are sequential; a change takes effect before its answer). :class:`ControlClient` is the
@@ -29,8 +39,10 @@ runner's side.
 """
 from __future__ import annotations
 
+import hmac
 import json
 import logging
+import secrets
 import socket
 import threading
 import time
@@ -47,6 +59,35 @@ LOG = logging.getLogger("fabriclab.controller.rest")
 #: Ryu's REST apps listen on 8080; fabriclab takes it when it is free (another port otherwise).
 DEFAULT_PORT = 8080
 PREFIX = "/fabriclab"
+#: Methods that only read: open to every local user (but :data:`OWNER_READS`).
+READ_METHODS = frozenset({"GET", "HEAD"})
+#: Paths (below :data:`PREFIX`) whose reads need the token too: they show hidden faults.
+OWNER_READS = frozenset({"/changes"})
+#: The client name the runner's requests carry (``User-Agent``); changes record who asked.
+RUNNER_AGENT = "fabriclab-runner"
+#: At most this many refused requests are kept (a flood of refusals costs no memory).
+MAX_REFUSED = 1000
+
+
+def new_token() -> str:
+    """A fresh random API token (43 URL-safe characters, 256 bits)."""
+    return secrets.token_urlsafe(32)
+
+
+def read_token(path) -> str:
+    """The token in file ``path`` (surrounding whitespace dropped).
+
+    Raises:
+        SetupError: the file cannot be read, or is empty (the message names the path).
+    """
+    try:
+        with open(path) as f:
+            token = f.read().strip()
+    except OSError as e:
+        raise SetupError(f"the REST API's token file {path}: {e.strerror or e}") from None
+    if not token:
+        raise SetupError(f"the REST API's token file {path} is empty")
+    return token
 
 
 class HttpError(Exception):
@@ -67,13 +108,29 @@ class ControlApi:
         pfc: () -> the PFC part (controller.pfcports.PfcPorts), likewise.
         faults: the fault manager (controller.faultports.FaultPorts), or None (404).
         ports: () -> every switch port's counters (controller.portstats.read_ports), or None (404).
+        token: the run's token (:func:`new_token`): a request other than a read must carry it as
+            ``Authorization: Bearer TOKEN``; None: every such request is refused (403).
+        clock: () -> Unix time in seconds, for the change records.
+
+    Attributes:
+        changes: every accepted change, oldest first: ``{"seq", "at_unix_s", "method", "path",
+            "body", "answer", "client", "hidden"}`` (``answer``: the answer's scalar values and ids;
+            ``client``: the request's ``User-Agent``, as the client named itself).
+        refused: the refused requests (at most :data:`MAX_REFUSED`): ``{"at_unix_s", "method",
+            "path", "code", "client"}``; ``refused_total`` counts them all.
     """
 
     def __init__(self, status: Callable[[], dict], ecn: Callable, pfc: Callable, has_ecn: bool, has_pfc: bool,
-                 faults=None, ports: Callable | None = None):
+                 faults=None, ports: Callable | None = None, token: str | None = None,
+                 clock: Callable[[], float] = time.time):
         self.status, self._ecn, self._pfc = status, ecn, pfc
         self.has_ecn, self.has_pfc = has_ecn, has_pfc
         self._faults, self._ports = faults, ports
+        self._token = None if token is None else token.encode()
+        self.clock = clock
+        self.changes: list[dict] = []
+        self.refused: list[dict] = []
+        self.refused_total = 0
         self.lock = threading.Lock()
         self.routes = {
             ("GET", "/status"): lambda body: self.status(),
@@ -88,6 +145,8 @@ class ControlApi:
             ("GET", "/faults"): lambda body: self.faults().listing(),
             ("POST", "/faults"): self.post_faults,
             ("DELETE", "/faults"): lambda body: {"removed": self.faults().remove_all()},
+            ("GET", "/changes"): lambda body: {"changes": list(self.changes), "refused": list(self.refused),
+                                               "refused_total": self.refused_total},
         }
 
     @staticmethod
@@ -159,8 +218,50 @@ class ControlApi:
             return {"changed": p.set_enabled(msg.enabled)}
         return {"changed": p.set_limits(msg.xoff_bytes, msg.xon_bytes, msg.cap_bytes)}
 
-    def handle(self, method: str, path: str, body) -> tuple[int, dict]:
-        """Answer one request: (HTTP status, JSON object)."""
+    def refusal(self, method: str, path: str, authorization: str | None) -> tuple[int, str] | None:
+        """Whether a request may go on: None, or (401 or 403, why). Reads are open but
+        :data:`OWNER_READS`; anything else needs ``Authorization: Bearer <the token>`` (compared
+        in constant time)."""
+        sub = path[len(PREFIX):].rstrip("/") if path.startswith(PREFIX + "/") else path
+        if method in READ_METHODS and sub not in OWNER_READS:
+            return None
+        what = "reading it" if method in READ_METHODS else "a change"
+        if self._token is None:
+            return 403, f"{method} {path}: this controller was started without a token (--token-file): it takes no changes"
+        if not authorization:
+            return 401, (f"{method} {path}: {what} needs the run's token: Authorization: Bearer TOKEN "
+                         "(the token is in the run's state folder, readable by the run's owner only)")
+        scheme, _, given = authorization.strip().partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
+            return 403, f"{method} {path}: wrong token (the run's token is in its state folder)"
+        return None
+
+    def _refuse(self, method: str, path: str, code: int, client: str | None) -> None:
+        self.refused_total += 1
+        if len(self.refused) < MAX_REFUSED:
+            self.refused.append({"at_unix_s": self.clock(), "method": method, "path": path, "code": code,
+                                 "client": client})
+        LOG.warning("refused %s %s (%d) from %s", method, path, code, client or "a client without a name")
+
+    def _record(self, method: str, path: str, body, out: dict, client: str | None) -> None:
+        answer = {k: v for k, v in out.items() if isinstance(v, (int, float, str, bool)) or v is None or k == "ids"}
+        if isinstance(out.get("removed"), list):
+            answer["removed_ids"] = [r.get("id") for r in out["removed"] if isinstance(r, dict)]
+        self.changes.append({"seq": len(self.changes) + 1, "at_unix_s": self.clock(), "method": method,
+                             "path": path, "body": body, "answer": answer, "client": client,
+                             "hidden": bool(isinstance(body, dict) and body.get("hidden") is True)})
+
+    def handle(self, method: str, path: str, body, authorization: str | None = None,
+               client: str | None = None) -> tuple[int, dict]:
+        """Answer one request: (HTTP status, JSON object). ``authorization``: the request's
+        ``Authorization`` header (:meth:`refusal`); ``client``: its ``User-Agent`` (recorded with
+        the change it makes). A refused request changes nothing and is counted in :attr:`refused`;
+        an accepted change (a 200 answer to anything but a read) goes to :attr:`changes`."""
+        refused = self.refusal(method, path, authorization)
+        if refused is not None:
+            with self.lock:
+                self._refuse(method, path, refused[0], client)
+            return refused[0], {"error": refused[1]}
         if not path.startswith(PREFIX + "/"):
             return 404, {"error": f"no such path {path!r} (the API is under {PREFIX}/)"}
         sub = path[len(PREFIX):].rstrip("/")
@@ -173,7 +274,10 @@ class ControlApi:
             return 404, {"error": f"no {method} {path} (paths: {', '.join(PREFIX + p for p in known)})"}
         with self.lock:
             try:
-                return 200, route(body)
+                out = route(body)
+                if method not in READ_METHODS:
+                    self._record(method, path, body, out, client)
+                return 200, out
             except HttpError as e:
                 return e.code, {"error": str(e)}
             except (MessageError, ScenarioError, ValueError, KeyError, TypeError) as e:
@@ -188,6 +292,13 @@ def _handler(api: ControlApi) -> type:
         """One HTTP request: its JSON body to ``api.handle``, the answer back as JSON."""
 
         def _answer(self, method: str) -> None:
+            path = self.path.split("?", 1)[0]
+            auth, client = self.headers.get("Authorization"), self.headers.get("User-Agent")
+            refused = api.refusal(method, path, auth)
+            if refused is not None:      # before the body is parsed: nothing of it is looked at
+                self._drain()
+                code, out = api.handle(method, path, None, auth, client)
+                return self._send(code, out, bearer=code == 401)
             n = int(self.headers.get("Content-Length") or 0)
             body = None
             if n:
@@ -196,12 +307,24 @@ def _handler(api: ControlApi) -> type:
                 except ValueError as e:
                     code, out = 400, {"error": f"the body is not JSON: {e}"}
                     return self._send(code, out)
-            code, out = api.handle(method, self.path.split("?", 1)[0], body)
+            code, out = api.handle(method, path, body, auth, client)
             self._send(code, out)
 
-        def _send(self, code: int, out: dict) -> None:
+        def _drain(self, cap_bytes: int = 1 << 20) -> None:
+            """Read and drop a refused request's body (up to ``cap_bytes``): a body left unread
+            would make the close reset the connection before the client reads the answer."""
+            try:
+                n = min(int(self.headers.get("Content-Length") or 0), cap_bytes)
+            except ValueError:
+                n = 0
+            if n > 0:
+                self.rfile.read(n)
+
+        def _send(self, code: int, out: dict, bearer: bool = False) -> None:
             data = json.dumps(out).encode()
             self.send_response(code)
+            if bearer:
+                self.send_header("WWW-Authenticate", 'Bearer realm="fabriclab"')
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -256,10 +379,14 @@ class ControlClient:
     Args:
         url: the API's base URL (``http://127.0.0.1:PORT``).
         is_alive: () -> whether the controller process still runs (a dead one ends a wait early).
+        token: the run's token, sent as ``Authorization: Bearer`` (changes need it); None: reads only.
     """
 
-    def __init__(self, url: str, is_alive: Callable[[], bool] = lambda: True):
+    def __init__(self, url: str, is_alive: Callable[[], bool] = lambda: True, token: str | None = None):
         self.url, self.is_alive = url.rstrip("/"), is_alive
+        self.headers = {"Content-Type": "application/json", "User-Agent": RUNNER_AGENT}
+        if token is not None:
+            self.headers["Authorization"] = f"Bearer {token}"
 
     def call(self, method: str, path: str, body: dict | None = None, timeout_s: float = 20.0,
              what: str = "controller") -> dict:
@@ -272,8 +399,7 @@ class ControlClient:
         data = None if body is None else json.dumps(body).encode()
         deadline = time.monotonic() + timeout_s
         while True:
-            req = urllib.request.Request(self.url + PREFIX + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+            req = urllib.request.Request(self.url + PREFIX + path, data=data, method=method, headers=self.headers)
             try:
                 with urllib.request.urlopen(req, timeout=max(0.1, deadline - time.monotonic())) as r:
                     return json.loads(r.read())

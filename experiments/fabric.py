@@ -22,7 +22,7 @@ from mininet.node import OVSSwitch, RemoteController
 from common.errors import SetupError
 from experiments.procs import spawn
 from controller import dataplane, portsetup
-from controller.rest import ControlClient, free_port
+from controller.rest import ControlClient, free_port, new_token
 from experiments.state import RunState
 from topologies.mininet_topo import FabricTopo
 from topologies.spineleaf import Fabric
@@ -109,7 +109,9 @@ class LiveFabric:
     links), ``ovs_s`` (bridges and ports), ``switch_connect_s``, ``ports_s`` (offloads and queues),
     ``pfc_s``/``ecn_s``; after exit also the teardown's ``teardown_bridges_s``, ``teardown_links_s``,
     ``teardown_hosts_s``), ``ecn_record`` / ``pfc_record`` (what the controller applied),
-    ``rest_url`` (the controller's REST API, controller.rest: curl it during a run).
+    ``rest_url`` (the controller's REST API, controller.rest: curl it during a run), ``token_file``
+    (the file with the token its changes need, in the run's state folder), ``api`` (the runner's
+    :class:`controller.rest.ControlClient`, with the token).
 
     Raises:
         SetupError: port 6653 is taken, the controller dies, switches do not
@@ -133,6 +135,7 @@ class LiveFabric:
         self.control_dir = self.workdir / "control"
         self.ecn_record: dict = {}
         self.rest_url = None
+        self.token_file = None
         self.api = None
         self.net = None
         self.controller = None
@@ -203,14 +206,19 @@ class LiveFabric:
             ecn_args += ["--control-dir", str(self.control_dir)]
         rest_port = free_port()
         self.rest_url = f"http://127.0.0.1:{rest_port}"
+        # a fresh token per run, in the 0700 state folder (0600); the controller reads the file,
+        # so the token is in no process's arguments
+        token = new_token()
+        self.token_file = self.state.write_api_token(token)
         self.controller = spawn(
             [sys.executable, "-m", "controller.main", "--fabric-map", str(map_path),
              "--ready-file", str(self.ready_file), "--host", "127.0.0.1", "--port", str(OF_PORT),
-             "--routing", self.routing, "--rest-port", str(rest_port)] + ecn_args,
+             "--routing", self.routing, "--rest-port", str(rest_port), "--token-file", str(self.token_file)]
+            + ecn_args,
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.state.add_process(self.controller.pid, "controller")
-        self.api = ControlClient(self.rest_url, is_alive=lambda: self.controller.poll() is None)
+        self.api = ControlClient(self.rest_url, is_alive=lambda: self.controller.poll() is None, token=token)
         deadline = time.monotonic() + 20
         while not port_listening(OF_PORT):
             if self.controller.poll() is not None:

@@ -197,10 +197,14 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
                                   routing=sc.routing.mode, **fabric_args) as lf:
             timings.update(lf.timings_s)
             timings["setup_s"] = time.monotonic() - t_begin
+            # where the token the API's changes need is (its owner reads it; the token is recorded nowhere)
+            token_file = getattr(lf, "token_file", None)
             ctx.say(f"fabric up in {timings['setup_s']:.1f} s: {len(fabric.switches)} switches, "
                     f"{len(fabric.hosts)} hosts, oversubscription {fabric.params['oversubscription']:g}:1; "
-                    f"controller API {lf.rest_url}/fabriclab/")
+                    f"controller API {lf.rest_url}/fabriclab/" + (f" (changes need the token in {token_file})"
+                                                                   if token_file else ""))
             env["controller_api"] = f"{lf.rest_url}/fabriclab/"
+            env["controller_token_file"] = str(token_file) if token_file else None
             maybe_fault("after_fabric")
             for f in features:
                 f.after_fabric(lf)
@@ -250,6 +254,8 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
                                         + one_line(measure(done[-1][2]), (done[-1][2].get("bottleneck") or {}).get("intf")))
                     if on_round is not None:
                         on_round(r.name, rdir, done[-1][2])
+                for f in features:
+                    env.update(_merge(env, f.after_rounds(lf)))
                 maybe_fault("after_rounds")
             t_down = time.monotonic()
         timings["teardown_s"] = time.monotonic() - t_down

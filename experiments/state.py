@@ -5,6 +5,8 @@ The record lives in ``$FABRICLAB_STATE_DIR`` (default ``/run/fabriclab``):
 ``state.json`` lists OVS bridges, root-namespace interfaces and processes
 (pid plus kernel start time, so a reused pid is never killed). A ``lock``
 file held with flock marks a live run. Nothing here kills by process name.
+``api-token`` (mode 0600, for the run's lifetime) holds the token the controller's REST API asks
+of every request that changes something (controller.rest).
 """
 from __future__ import annotations
 
@@ -32,6 +34,10 @@ def _forked_child_defaults() -> None:
 
 
 os.register_at_fork(after_in_child=_forked_child_defaults)
+
+
+#: The REST API token's file name in the state folder.
+TOKEN_FILE = "api-token"
 
 
 def state_dir() -> Path:
@@ -221,6 +227,7 @@ class RunState:
             except (OSError, ValueError):
                 old = {}
             self.stale_report = cleanup_record(old)
+        (self.dir / TOKEN_FILE).unlink(missing_ok=True)     # a killed run's token opens nothing now
         self._write()
         return self
 
@@ -253,6 +260,13 @@ class RunState:
         self.rec["restore"][key] = value
         self._write()
 
+    def write_api_token(self, token: str) -> Path:
+        """Write the run's REST API token to ``api-token`` in the state folder (mode 0600; the
+        folder is 0700) and return its path; removed when the run ends."""
+        path = self.dir / TOKEN_FILE
+        _private_write(path, token + "\n")
+        return path
+
     def forget(self, key: str) -> None:
         """The change recorded under ``key`` was undone by its owner."""
         self.rec["restore"].pop(key, None)
@@ -264,6 +278,7 @@ class RunState:
         try:
             self.final_report = cleanup_record(self.rec)
             self.path.unlink(missing_ok=True)
+            (self.dir / TOKEN_FILE).unlink(missing_ok=True)
         finally:
             fcntl.flock(self._lock, fcntl.LOCK_UN)
             self._lock.close()
@@ -292,6 +307,7 @@ def clean_stale() -> dict | None:
                 rec = {}
             report = cleanup_record(rec)
             path.unlink(missing_ok=True)
+            (d / TOKEN_FILE).unlink(missing_ok=True)
             return report
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)

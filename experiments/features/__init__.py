@@ -3,14 +3,16 @@ applies and summarises every registered feature in this order (PFC before ECN: t
 is chosen knowing whether ports have per-priority queues; the userspace datapath's transmit
 count corrects the drops after PFC has added its cap drops, and the UDP accounting reads them
 after both; the port counters are read before the faults are taken back, and the faults
-summarise before the accounting and the fidelity checks read what they did; the forwarding
-verdict reads the CPU headroom's per-second readings, so it comes after them); adding a feature (a
+summarise before the accounting and the fidelity checks read what they did; the API's changes are
+read after the faults are taken back, which is one of them; the forwarding verdict reads the CPU
+headroom's per-second readings, so it comes after them); adding a feature (a
 fault injector is one of controller.faults instead) is one module under this package, plus its
 import and an entry in the tuple here."""
 from __future__ import annotations
 
 from experiments.features.accounting import Accounting
 from experiments.features.base import Feature
+from experiments.features.changes import ApiChanges
 from experiments.features.cpu import CpuHeadroom
 from experiments.features.delay import LinkDelay
 from experiments.features.ecn import Ecn
@@ -25,7 +27,8 @@ from experiments.features.scaled import ScaledFabric
 from experiments.features.watch import ControlPlane
 
 #: Registered features by name, in the order the run loop calls them.
-FEATURES: dict[str, type[Feature]] = {f.name: f for f in (HostTcp, Pfc, LinkDelay, Ecn, Ports, Faults, OvsTransmit,
+FEATURES: dict[str, type[Feature]] = {f.name: f for f in (HostTcp, Pfc, LinkDelay, Ecn, Ports, Faults, ApiChanges,
+                                                          OvsTransmit,
                                                           Accounting, Fidelity, ControlPlane, CpuHeadroom,
                                                           Forwarding, ScaledFabric)}
 

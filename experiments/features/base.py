@@ -65,6 +65,11 @@ class Feature:
         kept in ``rnd.features[name]``) or None."""
         return None
 
+    def after_rounds(self, lf) -> dict:
+        """The last round is over and analysed, the fabric still up: additions to the run's
+        environment.json (merged one level deep). Default: nothing."""
+        return {}
+
     def summarize(self, rnd: RoundRecord, summary: dict) -> None:
         """Add this feature's section to the round's ``summary`` (and write its own files into
         ``rnd.dir``). A feature that stopped a port's transmitter on purpose during the round (a

@@ -4,7 +4,8 @@ their schedule (controller.faultports); at the round's end every fault still on 
 (``DELETE /fabriclab/faults``) and its record becomes a row of the round's ``faults.csv`` and an
 item of its summary's ``faults`` section: what, where, when (asked and applied), how much, and what
 it did (frames seen and dropped, the rate applied and whether the port's class was put back
-exactly, the flaps' down and up times).
+exactly, the flaps' down and up times). Every round ends every fault, so a fault the run's owner
+added over the REST API (hidden ones too) is ended with the round it ran in and is in its records.
 
 The fidelity checks do not hold a port a fault slowed or took down to its nominal rate
 (``summary["fault_ports"]``), and the UDP accounting counts the frames the faults dropped
@@ -15,8 +16,8 @@ from __future__ import annotations
 import json
 import time
 
-from common.errors import CapabilityError, SetupError
-from controller.faults import FAULTS, FrameDrop, LinkFlap, RateLimit
+from common.errors import CapabilityError, ScenarioError, SetupError
+from controller.faults import FAULTS, FrameDrop, LinkFlap, RateLimit, parse_fault
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
 from experiments.tables import write_csv
@@ -32,7 +33,7 @@ MECHANISMS = {
 }
 
 #: faults.csv's columns.
-COLUMNS = ("round", "id", "kind", "place", "layer", "description", "start_s", "stop_s", "applied_at_s",
+COLUMNS = ("round", "id", "kind", "place", "layer", "description", "hidden", "start_s", "stop_s", "applied_at_s",
            "removed_at_s", "state", "frame_fraction_set", "frames_seen", "frames_dropped",
            "drop_fraction_measured", "bytes_dropped", "nominal_mbps", "rate_applied_mbps", "rate_restored",
            "flaps", "down_s_total", "params", "error")
@@ -47,7 +48,7 @@ def fault_rows(round_name: str, records: list[dict]) -> list[dict]:
         flaps = r.get("flaps") or []
         down = [f["up_at_s"] - f["down_at_s"] for f in flaps if f.get("up_at_s") is not None]
         rows.append({"round": round_name, "id": r["id"], "kind": r["kind"], "place": r["place"], "layer": r["layer"],
-                     "description": r["description"], "start_s": spec.get("start_s"), "stop_s": spec.get("stop_s"),
+                     "description": r["description"], "hidden": bool(r.get("hidden")), "start_s": spec.get("start_s"), "stop_s": spec.get("stop_s"),
                      "applied_at_s": _round(r["applied_at_s"]), "removed_at_s": _round(r["removed_at_s"]),
                      "state": r["state"], "frame_fraction_set": spec.get("frame_fraction"),
                      "frames_seen": r["frames_seen"], "frames_dropped": r["frames_dropped"],
@@ -114,14 +115,20 @@ class Faults(Feature):
         return {"faults": {"ids": ids, "origin_unix_s": self._t0}}
 
     def after_round(self, lf, rnd: RoundRecord) -> dict | None:
-        """End every fault still on; their records."""
-        if not rnd.round.faults:
-            return None
+        """End every fault still on, the scenario's and any added over the REST API; their records
+        (None: the round had none)."""
+        t0 = self._t0 if rnd.round.faults else None
         try:
+            if not rnd.round.faults:      # a read first: ending nothing would be a change on record
+                held = lf.api.call("GET", "/faults", timeout_s=30, what="faults")
+                if not held["faults"] and not held["hidden"]:
+                    return None
             removed = lf.api.call("DELETE", "/faults", timeout_s=60, what="faults")["removed"]
         except SetupError as e:      # the controller died: the fabric goes down with the run
-            return {"origin_unix_s": self._t0, "records": [], "error": str(e)}
-        return {"origin_unix_s": self._t0, "records": removed}
+            return {"origin_unix_s": t0, "records": [], "error": str(e)} if rnd.round.faults else None
+        if not rnd.round.faults and not removed:
+            return None
+        return {"origin_unix_s": t0, "records": removed}
 
     def summarize(self, rnd: RoundRecord, summary: dict) -> None:
         """``faults.csv`` and the summary's ``faults`` section; the ports the fidelity checks leave
@@ -135,7 +142,7 @@ class Faults(Feature):
         write_csv(rnd.dir / "faults.csv", COLUMNS, rows)
         summary["faults"] = [{k: r[k] for k in COLUMNS if k not in ("round", "params")} for r in rows]
         ports = set()
-        for f in rnd.round.faults:
+        for f in list(rnd.round.faults) + self._api_specs(rec["records"], rnd.round.faults):
             for a in FAULTS[f.kind].actions(self.ctx.fabric_map, f):
                 if isinstance(a, RateLimit):
                     ports.add(a.intf)
@@ -145,6 +152,20 @@ class Faults(Feature):
                     pass
         summary["fault_ports"] = sorted(ports)
         summary["fault_dropped_frames"] = sum(r["frames_dropped"] or 0 for r in rows)
+
+    def _api_specs(self, records: list[dict], asked) -> list:
+        """The specs of the records that are not the scenario's (faults added over the REST API)."""
+        own = [f.to_data() for f in asked]
+        out = []
+        for r in records:
+            if r["spec"] in own:
+                own.remove(r["spec"])
+                continue
+            try:
+                out.append(parse_fault(self.ctx.fabric_map, r["spec"]))
+            except ScenarioError:
+                pass
+        return out
 
     def failures(self, summary: dict) -> list[str]:
         """A fault that failed, or a port whose class was not put back exactly."""
@@ -157,12 +178,16 @@ class Faults(Feature):
         return out
 
     def report(self, summary: dict) -> str | None:
-        """``faults: corrupt 0.01 of frames on a->b: 146 of 3019 frames dropped (0.0484); ...``."""
+        """``faults: corrupt 0.01 of frames on a->b: 146 of 3019 frames dropped (0.0484); ...``; a hidden
+        fault only as ``1 hidden fault(s) (in faults.csv)``."""
         fs = summary.get("faults")
         if not fs:
             return None
         parts = []
+        hidden = sum(bool(f.get("hidden")) for f in fs)
         for f in fs:
+            if f.get("hidden"):      # the terminal keeps it hidden; faults.csv and summary.json have it
+                continue
             what = f["description"]
             if f["frames_seen"] is not None:
                 what += f": {f['frames_dropped']} of {f['frames_seen']} frames dropped"
@@ -175,4 +200,6 @@ class Faults(Feature):
             if f["state"] == "not started":
                 what += " (not started)"
             parts.append(what)
+        if hidden:
+            parts.append(f"{hidden} hidden fault(s) (in faults.csv)")
         return "faults: " + "; ".join(parts)

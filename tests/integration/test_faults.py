@@ -255,3 +255,86 @@ def test_a_slow_host_sends_at_its_fraction(fabric, unchanged, figure):
     assert len(rows) == 2000                   # the host held its frames: nothing lost in the fabric
     # the switches see only a slower sender: no errors, no drops, every port at its nominal rate
     assert all(r["rx_errors"] == p0[i]["rx_errors"] and r["rate_mbps"] == r["nominal_mbps"] for i, r in p1.items())
+
+
+def _as_nobody(*argv: str) -> subprocess.CompletedProcess:
+    """``argv`` run as the unprivileged user ``nobody`` (no groups), as any local user could."""
+    return subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *argv],
+                          capture_output=True, text=True, timeout=30)
+
+
+def _curl_code(out: str) -> int:
+    """The status ``curl -w '\\n%{http_code}'`` printed last."""
+    return int(out.rsplit("\n", 1)[-1])
+
+
+@pytest.mark.lane("host", reason="the VM's guest has no curl; who may change what does not depend on the datapath")
+def test_only_the_runs_owner_changes_the_fabric_and_every_change_is_in_the_rounds_results(fabric, tmp_path):
+    """A local user without the run's token (``nobody``, with curl) is refused and nothing changes;
+    the owner's hidden fault, in a round whose scenario has none, is in that round's faults.csv and
+    changes.csv (the run's features as the run loop calls them, on the live controller). Its own
+    snapshots before and after the outsider's requests stand for the ``unchanged`` fixture's
+    (its call 2.20 / 2.38 / 2.98 s min / median / max over 5 runs on the shared 2-core machine;
+    the fixture's two snapshots would add about 1.5 s)."""
+    from types import SimpleNamespace
+
+    from experiments.context import RoundRecord
+    from experiments.features.changes import ApiChanges
+    from experiments.features.faults import Faults
+
+    lf, _ = fabric
+    url = lf.rest_url + "/fabriclab"
+    token_file = lf.token_file
+    token = token_file.read_text().strip()
+    st, dst = os.stat(token_file), os.stat(token_file.parent)
+    assert (st.st_mode & 0o777, dst.st_mode & 0o777, st.st_uid) == (0o600, 0o700, os.getuid())
+    for what in ("cmdline", "environ"):                         # not in ps, not in the environment
+        assert token.encode() not in open(f"/proc/{lf.controller.pid}/{what}", "rb").read(), what
+    before = snapshot(lf)
+    fault = json.dumps({"faults": [{"kind": "drop", "switch": lf.fabric.switches[0].name, "frame_fraction": 1.0}],
+                        "hidden": True})
+    curl = ["curl", "-s", "-w", "\n%{http_code}"]
+    # the outsider: cannot read the token, cannot change anything, can read the counters
+    assert _as_nobody("cat", str(token_file)).returncode != 0
+    refused = [(_curl_code(_as_nobody(*curl, "-X", "POST", "-d", fault, url + "/faults").stdout), 401),
+               (_curl_code(_as_nobody(*curl, "-X", "POST", "-H", "Authorization: Bearer guess", "-d", fault,
+                                      url + "/faults").stdout), 403),
+               (_curl_code(_as_nobody(*curl, "-X", "DELETE", url + "/faults").stdout), 401),
+               (_curl_code(_as_nobody(*curl, url + "/changes").stdout), 401)]
+    assert [got for got, _ in refused] == [want for _, want in refused]
+    assert _curl_code(_as_nobody(*curl, url + "/ports").stdout) == 200
+    assert lf.api.call("GET", "/faults") == {"faults": [], "hidden": 0}
+    after = snapshot(lf)
+    assert [k for k in before if before[k] != after.get(k)] == []      # no qdisc, XDP program or flow moved
+    # the owner, with the token from the root-only file
+    rdir = tmp_path / "round"
+    rdir.mkdir()
+    rec = RoundRecord(index=0, round=SimpleNamespace(name="quiet", faults=[]), dir=rdir)
+    ctx = SimpleNamespace(fabric_map=lf.fabric_map)
+    feats = [Faults(ctx), ApiChanges(ctx)]
+    for f in feats:
+        f.before_round(lf, rec)
+    try:
+        out = subprocess.run([*curl, "-X", "POST", "-H", f"Authorization: Bearer {token}", "-d", fault,
+                              url + "/faults"], capture_output=True, text=True, timeout=30).stdout
+        assert _curl_code(out) == 200
+        assert lf.api.call("GET", "/faults")["hidden"] == 1
+    finally:                     # the round's end: every fault ended, the records and changes read
+        for f in feats:
+            got = f.after_round(lf, rec)
+            if got is not None:
+                rec.features[f.name] = got
+    summary = {}
+    for f in feats:
+        f.summarize(rec, summary)
+    assert [(x["kind"], x["place"], x["state"]) for x in summary["faults"]] == \
+        [("drop", lf.fabric.switches[0].name, "removed")]
+    a = summary["api_changes"]
+    (mine,) = [c for c in a["accepted"] if not c["by_runner"]]
+    assert (mine["method"], mine["path"], mine["hidden"]) == ("POST", "/fabriclab/faults", True)
+    assert mine["client"].startswith("curl/") and json.loads(mine["body"]) == json.loads(fault)
+    assert a["refused"] == 4 and [(r["method"], r["code"]) for r in a["refused_requests"]] == \
+        [("POST", 401), ("POST", 403), ("DELETE", 401), ("GET", 401)]
+    with open(rdir / "changes.csv") as fh:
+        assert "curl/" in fh.read()
+    assert lf.api.call("GET", "/faults") == {"faults": [], "hidden": 0}    # ended with its round

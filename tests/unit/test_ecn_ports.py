@@ -73,9 +73,9 @@ def test_start_attaches_the_marker_to_every_port_and_records_its_maps(tmp_path):
 def api(tmp_path):
     """EcnPorts behind a live REST server on a free port, and the runner's client."""
     ep, p, m, tc = ports(tmp_path)
-    server = serve(ControlApi(lambda: {"ok": True}, lambda: ep, lambda: None, has_ecn=True, has_pfc=False),
-                   "127.0.0.1", 0)
-    yield ep, p, m, ControlClient(f"http://127.0.0.1:{server.server_address[1]}")
+    server = serve(ControlApi(lambda: {"ok": True}, lambda: ep, lambda: None, has_ecn=True, has_pfc=False,
+                              token="t0k"), "127.0.0.1", 0)
+    yield ep, p, m, ControlClient(f"http://127.0.0.1:{server.server_address[1]}", token="t0k")
     server.shutdown()
     server.server_close()
 
@@ -130,7 +130,8 @@ def test_a_profile_the_port_cannot_hold_is_refused_and_nothing_changes(api):
         client.call("PUT", "/ecn", {"ports": {"nosuch-eth9": "off"}})
     code = None
     try:
-        urllib.request.urlopen(urllib.request.Request(client.url + "/fabriclab/ecn", method="DELETE"), timeout=5)
+        urllib.request.urlopen(urllib.request.Request(client.url + "/fabriclab/ecn", method="DELETE",
+                                                          headers=client.headers), timeout=5)
     except urllib.error.HTTPError as e:
         code, body = e.code, json.loads(e.read())
     assert code == 405 and "use GET, PUT" in body["error"]

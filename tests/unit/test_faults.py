@@ -175,34 +175,38 @@ def test_a_host_fault_needs_the_hosts_namespaces():
     assert rec["state"] == "failed" and "POST /fabriclab/hosts" in rec["error"]
 
 
+OWNER = "Bearer t0k"     # the token the ControlApis below were given
+
+
 def test_the_rest_routes_add_list_and_remove_faults():
     fp, plane = manager()
-    api = ControlApi(dict, lambda: None, lambda: None, False, False, faults=fp, ports=lambda: [{"intf": "x"}])
-    code, out = api.handle("POST", "/fabriclab/faults", {"kind": "degrade", "link": "p0a1->c1"})
+    api = ControlApi(dict, lambda: None, lambda: None, False, False, faults=fp, ports=lambda: [{"intf": "x"}],
+                     token="t0k")
+    code, out = api.handle("POST", "/fabriclab/faults", {"kind": "degrade", "link": "p0a1->c1"}, OWNER)
     assert (code, out) == (200, {"ids": [1]})
     time.sleep(0.05)
     assert fp.link_speeds() == {"p0a1-eth3": 5.0, "c1-eth1": 5.0}     # both ports of the link report it
-    code, out = api.handle("POST", "/fabriclab/faults", {"faults": [{"kind": "degrade", "link": "p0a1->c9"}]})
+    code, out = api.handle("POST", "/fabriclab/faults", {"faults": [{"kind": "degrade", "link": "p0a1->c9"}]}, OWNER)
     assert code == 400 and out["error"] == "faults[0].link: no node 'c9' in this fabric"
     assert api.handle("GET", "/fabriclab/ports", None) == (200, {"ports": [{"intf": "x"}]})
     assert [f["state"] for f in api.handle("GET", "/fabriclab/faults", None)[1]["faults"]] == ["active"]
-    code, out = api.handle("DELETE", "/fabriclab/faults", None)
+    code, out = api.handle("DELETE", "/fabriclab/faults", None, OWNER)
     assert code == 200 and out["removed"][0]["rates"]["p0a1-eth3"]["restored"] is True
-    assert api.handle("POST", "/fabriclab/hosts", {"host_pids": {"h1": 0}})[0] == 400
+    assert api.handle("POST", "/fabriclab/hosts", {"host_pids": {"h1": 0}}, OWNER)[0] == 400
     bare = ControlApi(dict, lambda: None, lambda: None, False, False)
     assert bare.handle("GET", "/fabriclab/faults", None)[0] == 404
 
 
 def test_a_hidden_fault_is_left_out_of_the_list_until_its_removal_reveals_it():
     fp, plane = manager()
-    api = ControlApi(dict, lambda: None, lambda: None, False, False, faults=fp, ports=lambda: [])
-    assert api.handle("POST", "/fabriclab/faults", {"faults": [{"kind": "drop", "switch": "c1"}], "hidden": True})[0] == 200
-    api.handle("POST", "/fabriclab/faults", {"kind": "degrade", "link": "p0a1->c1"})
+    api = ControlApi(dict, lambda: None, lambda: None, False, False, faults=fp, ports=lambda: [], token="t0k")
+    assert api.handle("POST", "/fabriclab/faults", {"faults": [{"kind": "drop", "switch": "c1"}], "hidden": True}, OWNER)[0] == 200
+    api.handle("POST", "/fabriclab/faults", {"kind": "degrade", "link": "p0a1->c1"}, OWNER)
     time.sleep(0.05)
     code, out = api.handle("GET", "/fabriclab/faults", None)
     assert code == 200 and [f["kind"] for f in out["faults"]] == ["degrade"] and out["hidden"] == 1
-    assert sorted(f["kind"] for f in api.handle("DELETE", "/fabriclab/faults", None)[1]["removed"]) == ["degrade", "drop"]
-    code, out = api.handle("POST", "/fabriclab/faults", {"faults": [{"kind": "drop", "switch": "c1"}], "hidden": "yes"})
+    assert sorted(f["kind"] for f in api.handle("DELETE", "/fabriclab/faults", None, OWNER)[1]["removed"]) == ["degrade", "drop"]
+    code, out = api.handle("POST", "/fabriclab/faults", {"faults": [{"kind": "drop", "switch": "c1"}], "hidden": "yes"}, OWNER)
     assert code == 400 and out["error"] == "faults.hidden: expected true or false, got 'yes'"
 
 

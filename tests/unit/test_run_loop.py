@@ -95,6 +95,10 @@ def recording_feature(log: list, queues: int = 0):
             log.append(f"after {rnd.index}")
             return {"counted": 10 * rnd.index}
 
+        def after_rounds(self, lf):
+            log.append("after_rounds")
+            return {"recorder": {"after_rounds": True}}
+
         def summarize(self, rnd, summary):
             log.append(f"feature summary {rnd.index}")
             summary["recorder"] = rnd.features["recorder"]
@@ -164,7 +168,7 @@ def test_rounds_run_in_order_and_each_summary_is_written_once(tmp_path, summary_
     for i in range(4):
         expected += [f"before {i}", f"run {i} options {i}", f"after {i}", f"workload summary {i}",
                      f"feature summary {i}", f"plots {i}"]
-    expected += ["fabric down", "unlock", "finish [0, 1, 2, 3]"]
+    expected += ["after_rounds", "fabric down", "unlock", "finish [0, 1, 2, 3]"]
     assert log == expected
     assert fabric_args == [{"switch_queue": fabric_args[0]["switch_queue"], "host_queue": fabric_args[0]["host_queue"],
                             "datapath": "user", "routing": "ecmp", "recorder_plan": {"rounds": 4}}]
@@ -178,6 +182,7 @@ def test_rounds_run_in_order_and_each_summary_is_written_once(tmp_path, summary_
         assert renv["recorder_round"] == i and renv["recorder"] == {"planned": True}
     env = json.loads((out / "environment.json").read_text())
     assert env["recorder_round_per_round"] == dict(zip(names, range(4)))
+    assert env["recorder"] == {"planned": True, "after_rounds": True}      # merged one level deep
     assert env["scale"]["measured_rtt_s"] == 0.001
     timings = json.loads((out / "timings.json").read_text())
     assert timings["reachability_s"] == 0.25 and timings["mininet_build_s"] == 0.5
