@@ -90,17 +90,17 @@ class IncastBlocks(Workload):
                                                  rec.raw["codes"])
         env = json.loads((out / "environment.json").read_text())
         receiver = rec.raw["receiver"]
+        start = client.get("start_at_unix_s") or 0.0
+        ends = [b["end_unix_s"] - start for b in client.get("blocks", []) if b.get("end_unix_s") is not None]
+        window = (0.0, max(ends) if ends else 0.0)
+        _, ports = analysis.write_port_tables(out, sc, fmap, start, window[1])
+        bn, chosen = analysis.choose_bottleneck(ports, receiver, bool(rec.options.get("receiver_is_bottleneck")))
         rate = next((h["rate_mbps"] for h in fmap["hosts"] if h["name"] == receiver), None)
-        rule = self._stall_rule(rec, env, client, servers, rate)
+        rule = self._stall_rule(env, client, servers, rate)
         conns = blocksrun.connection_rows(client, servers)
         rows = blocksrun.block_rows(client, conns, rule)
         write_csv(out / "blocks.csv", list(blocksrun.BLOCK_COLUMNS), rows)
         write_csv(out / "block_connections.csv", list(blocksrun.CONNECTION_COLUMNS), conns)
-        ends = [r["end_s"] for r in rows if r["end_s"] is not None]
-        start = client.get("start_at_unix_s") or 0.0
-        _, ports = analysis.write_port_tables(out, sc, fmap, start, max(ends) if ends else 0.0)
-        bn, chosen = analysis.choose_bottleneck(ports, receiver, bool(rec.options.get("receiver_is_bottleneck")))
-        window = (0.0, max(ends) if ends else 0.0)
         bsum = analysis.bottleneck_summary(bn, receiver, window)
         return {
             "scenario": sc.name, "round": rec.round.name if self.ctx.multi else None,
@@ -116,20 +116,15 @@ class IncastBlocks(Workload):
             "hosts_tcp": analysis.hosts_tcp(env),
         }
 
-    @staticmethod
-    def _stall_rule(rec: RoundRecord, env: dict, client: dict, servers: dict, rate_mbps: float | None):
+    def _stall_rule(self, env: dict, client: dict, servers: dict, rate_mbps: float | None):
         """The round's blocksrun.StallRule: its senders and block bytes, the receiver's rate, the
         measured round trip (``scale.measured_rtt_s`` of the round's environment record), the
-        round's RTOmin as the kernel applies it (``rto_min_effective_ms``; the kernel's 200 ms when
-        the round sets none) and the servers' segment size; None without a rate or senders."""
+        switch buffer (``queues``) and the servers' segment size; None without a rate or senders."""
         n, size = client.get("senders"), client.get("block_bytes")
         if not (n and size and rate_mbps):
             return None
-        asked = rec.round.hosts.rto_min_ms
-        effective = (env.get("rto_min_effective_ms") or {}).get(str(asked)) if asked is not None else None
-        rto_min_s = (effective if effective is not None else asked) / 1e3 if asked is not None else None
-        return blocksrun.stall_rule(n, size, rate_mbps, (env.get("scale") or {}).get("measured_rtt_s"), rto_min_s,
-                                    blocksrun.senders_mss_bytes(servers))
+        return blocksrun.stall_rule(n, size, rate_mbps, (env.get("scale") or {}).get("measured_rtt_s"),
+                                    self.ctx.sc.queues.limit_bytes, blocksrun.senders_mss_bytes(servers))
 
     def format_round(self, summary: dict, rdir: Path) -> str:
         """The folder, the blocks line and the bottleneck line."""

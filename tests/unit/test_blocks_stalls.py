@@ -1,6 +1,6 @@
 """Which blocks of an incast in blocks stalled, and what stalled them (experiments.blocksrun), on
 synthetic agent records: the ideal block time from the bytes on the wire, the stall threshold
-from RTOmin, the cause from the late senders' counters, and the rounds table that shows them
+from a round trip through the full buffer, the cause from the late senders' counters, and the rounds table that shows them
 beside the goodput over the whole block phase. Pure, no sockets."""
 import types
 
@@ -8,7 +8,7 @@ import pytest
 
 from common.units import TCP_FRAME_OVERHEAD_BYTES, tcp_wire_bytes
 from experiments import blocksrun
-from experiments.blocksrun import (STALL_FLOOR_S, StallRule, block_rows, blocks_summary, classify_stall,
+from experiments.blocksrun import (StallRule, block_rows, blocks_summary, classify_stall,
                                    connection_rows, format_rounds, round_row, stall_rule)
 
 RATE_MBPS, N, SIZE = 10.0, 8, 8192
@@ -24,19 +24,25 @@ def test_tcp_wire_bytes_counts_a_header_per_segment():
             tcp_wire_bytes(*bad)
 
 
+BUFFER_BYTES = 16 * 1514
+
+
 def test_the_ideal_is_every_senders_bytes_on_the_wire_plus_a_round_trip():
-    r = stall_rule(N, SIZE, RATE_MBPS, rtt_s=0.00153, rto_min_s=0.2, mss_bytes=1448)
+    r = stall_rule(N, SIZE, RATE_MBPS, rtt_s=0.00153, buffer_bytes=BUFFER_BYTES, mss_bytes=1448)
     assert r.ideal_s == pytest.approx(8 * 8588 * 8 / 10e6 + 0.00153)       # 56.5 ms
-    assert r.threshold_s == pytest.approx(0.1 * 0.2)                       # a tenth of RTOmin above the floor
-    assert stall_rule(N, SIZE, RATE_MBPS, None, 0.008).threshold_s == STALL_FLOOR_S
-    kernel = stall_rule(N, SIZE, RATE_MBPS, None, None)                    # no rto_min_ms: the kernel's 200 ms
-    assert kernel.rto_min_s == 0.2 and kernel.rtt_s == 0 and kernel.mss_bytes == 1448
-    assert kernel.as_dict()["ideal_block_time_s"] == kernel.ideal_s
-    with pytest.raises(ValueError):
-        stall_rule(N, SIZE, 0, None, None)
+    # a stall: more than a round trip through the full buffer (16 frames at 10 Mbit/s, 19.4 ms)
+    assert r.queue_s == pytest.approx(16 * 1514 * 8 / 10e6) and r.threshold_s == pytest.approx(0.00153 + r.queue_s)
+    unmeasured = stall_rule(N, SIZE, RATE_MBPS, None, 100 * 1514)
+    assert unmeasured.rtt_s == 0 and unmeasured.mss_bytes == 1448 and unmeasured.threshold_s == unmeasured.queue_s
+    assert unmeasured.as_dict()["ideal_block_time_s"] == unmeasured.ideal_s
+    for bad in ((N, SIZE, 0, None, BUFFER_BYTES), (0, SIZE, RATE_MBPS, None, BUFFER_BYTES),
+                (N, SIZE, RATE_MBPS, None, 0)):
+        with pytest.raises(ValueError):
+            stall_rule(*bad)
 
 
-RULE = StallRule(ideal_s=0.0565, threshold_s=0.02, rate_mbps=RATE_MBPS, rtt_s=0.0015, rto_min_s=0.2, mss_bytes=1448)
+RULE = StallRule(ideal_s=0.0565, threshold_s=0.02, rate_mbps=RATE_MBPS, rtt_s=0.0015, queue_s=0.0185,
+                 mss_bytes=1448)
 
 
 def _conn(sender, last_byte_s, timeouts=0, loss_probes=0):
@@ -111,7 +117,7 @@ def test_the_rounds_table_counts_every_stalled_block_beside_the_overall_goodput(
     causes = ["tlp" if k % 20 < 9 else None for k in range(40)]
     durations = [0.27 if c else 0.057 for c in causes]
     client, servers = _records(durations, causes)
-    rule = stall_rule(N, SIZE, RATE_MBPS, 0.0015, 0.2, blocksrun.senders_mss_bytes(servers))
+    rule = stall_rule(N, SIZE, RATE_MBPS, 0.0015, BUFFER_BYTES, blocksrun.senders_mss_bytes(servers))
     rows = block_rows(client, connection_rows(client, servers), rule)
     assert [r["stall_cause"] for r in rows] == causes
     b = blocks_summary(client, servers, rows, RATE_MBPS, rule)
@@ -140,7 +146,7 @@ def test_rto_and_other_stalls_are_counted_apart_and_an_unknown_shows_in_the_tabl
     causes = ["rto", "tlp", "other", None, "rto"]
     client, servers = _records([0.5, 0.3, 0.2, 0.056, 0.45], causes)
     del servers["h9"]["connections"][0]["blocks"][2]          # the late sender of block 2 left no record
-    rule = stall_rule(N, SIZE, RATE_MBPS, 0.0015, 0.2)
+    rule = stall_rule(N, SIZE, RATE_MBPS, 0.0015, BUFFER_BYTES)
     rows = block_rows(client, connection_rows(client, servers), rule)
     b = blocks_summary(client, servers, rows, RATE_MBPS, rule)
     assert b["stalled_by"] == {"rto": 2, "tlp": 1, "other": 0, "unknown": 1} and b["blocks_stalled"] == 4

@@ -70,7 +70,7 @@ def test_a_round_summary_from_real_agent_records(tmp_path):
     mss = b["stall_rule"]["mss_bytes"]
     assert mss == min(s["connections"][0]["snd_mss"] for s in servers) and b["stall_rule"]["rtt_s"] == 0
     assert b["ideal_block_time_s"] == 3 * tcp_wire_bytes(100_000, mss) * 8 / 10e6
-    assert b["stall_rule"]["rto_min_s"] == 0.2                   # the round sets none: the kernel's
+    assert b["stall_rule"]["queue_s"] == 16 * 1514 * 8 / 10e6      # the scenario's 16-packet buffer
     assert b["blocks_stalled"] == sum(b["stalled_by"].values()) and b["timeouts_method"] == "tcpi_total_rto"
     assert summary["bottleneck"]["intf"] == toward and summary["bottleneck"]["drops"] == 5
     assert summary["total_drops"] == 5 and not (rdir / "queues_raw.csv").exists()
