@@ -178,19 +178,20 @@ class _Served:
     def open(self, block: int, nbytes: int) -> None:
         """Close the block in flight (its request's successor came) and open ``block``: snapshot
         the counters, record the RTO and smoothed RTT the connection has now."""
-        now_counters = tcp_counters(self.sock)
-        self.close_block(now_counters)
-        self.snap, self.ns_snap = now_counters, netstat_counters()
+        now_counters, now_ns = tcp_counters(self.sock), netstat_counters()
+        self.close_block(now_counters, now_ns)            # one reading ends a block and starts the next
+        self.snap, self.ns_snap = now_counters, now_ns
         self.open_block = {"block": block, "bytes": nbytes, "sent_bytes": 0, "request_unix_s": time.time(),
                            "written_unix_s": None, "rto_at_request_ms": now_counters["rto_us"] / 1e3,
                            "srtt_at_request_ms": now_counters["srtt_us"] / 1e3}
         self.rec["blocks"].append(self.open_block)
         self.left = nbytes
 
-    def close_block(self, now_counters: dict) -> None:
-        """Fill the open block's TCP deltas (the next request, EOF or the deadline came)."""
+    def close_block(self, now_counters: dict, now_ns: dict | None = None) -> None:
+        """Fill the open block's TCP deltas (the next request, EOF or the deadline came) from the
+        counters now (``now_ns``: the namespace's, read here when None)."""
         if self.open_block is not None:
-            now_ns = netstat_counters()
+            now_ns = netstat_counters() if now_ns is None else now_ns
             ns = {k: now_ns[k] - self.ns_snap[k] if k in now_ns and k in self.ns_snap else None
                   for k in NETSTAT_COUNTERS.values()}
             self.open_block.update(counter_delta(self.snap, now_counters, ns))
