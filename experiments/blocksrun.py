@@ -424,4 +424,4 @@ def format_rounds(rows: list[dict], out: Path) -> str:
                      f"{stalled:>7} {f(r['stalled_rto'], 'd'):>4} {f(r['stalled_tlp'], 'd'):>4} {other:>5} "
                      f"{f(r['retransmissions_total'], 'd'):>5} {f(r['timeouts_total'], 'd'):>5} "
                      f"{f(r['loss_probes_total'], 'd'):>5}")
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
