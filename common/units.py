@@ -3,6 +3,25 @@
 #: A full-size Ethernet frame as a veth and the shapers count it: 1500 B MTU + 14 B header.
 FRAME_BYTES = 1514
 
+#: Bytes a TCP segment carries besides its payload on the wire as the shapers count them:
+#: Ethernet header 14 + IPv4 20 + TCP 20 + the timestamp option 12 (a 1448-byte segment in a
+#: 1514-byte frame).
+TCP_FRAME_OVERHEAD_BYTES = 66
+
+
+def tcp_wire_bytes(payload_bytes: int, mss_bytes: int = FRAME_BYTES - TCP_FRAME_OVERHEAD_BYTES) -> int:
+    """The bytes on the wire (Ethernet frames without preamble or FCS, as the shapers count them)
+    of ``payload_bytes`` of one TCP connection's data cut into segments of at most ``mss_bytes``
+    (default 1448: a 1500-byte MTU with timestamps); 0 for no payload. Handshake, ACKs and
+    retransmissions are not counted.
+
+    Raises:
+        ValueError: ``payload_bytes`` negative or ``mss_bytes`` not positive.
+    """
+    if payload_bytes < 0 or mss_bytes <= 0:
+        raise ValueError(f"payload_bytes must be >= 0 and mss_bytes > 0, got {payload_bytes}, {mss_bytes}")
+    return payload_bytes + -(-payload_bytes // mss_bytes) * TCP_FRAME_OVERHEAD_BYTES
+
 #: How late the port shaper's timer may fire without costing the line time: the shaper's bucket
 #: holds what the line sends in this long (see :func:`shaper_burst_bytes`;
 #: controller.timers.shaper_slack_s says why it is not the machine's measured timer lateness).

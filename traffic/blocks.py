@@ -17,15 +17,19 @@ Two agent roles (run by traffic.agent; the job is JSON, the agent never reads th
   connection (block number, byte count) it sends that many bytes back. It reads the start time
   from stdin whenever it comes (it must accept the client's connections before the start) and
   ends when every expected connection has closed, or at its deadline. Per connection and block
-  it records the TCP_INFO deltas of the block's data: retransmissions (``tcpi_total_retrans``)
-  and RTO timeouts (``tcpi_total_rto``, kernel >= 6.7; else counted by polling
-  ``tcpi_retransmits``, a lower bound, and ``timeouts_method`` says so).
+  it records the counter deltas of the block's data, read when the block's request arrives and
+  when the next one does (so no event between two reads is missed): retransmissions
+  (``tcpi_total_retrans``), RTO timeouts (``tcpi_total_rto``, kernel >= 6.7; on an older kernel
+  the namespace's TcpExt TCPTimeouts, and ``timeouts_method`` says which), tail loss probes (the
+  namespace's TcpExt TCPLossProbes: struct tcp_info has no loss-probe counter, up to 6.18 at
+  least), and the RTO and smoothed RTT the connection had when the request came.
 - ``blocks-client`` (:func:`run_blocks_client`), on the aggregator: ``{"servers": [{"host",
   "ip", "port"}, ...], "block_bytes", "blocks" (or None), "duration_s" (or None),
   "deadline_unix_s", "out", "dscp", "connect_timeout_s" (default 10)}``. Opens one connection to
   every server and keeps it, then prints READY; from the start time, block after block: sends a
   request on every connection at once, waits until every response is complete, records the
-  block's times and goodput. Stops after ``blocks`` blocks or once ``duration_s`` has passed
+  block's times, goodput and the longest spell in which no byte arrived on any connection (a
+  stalled link). Stops after ``blocks`` blocks or once ``duration_s`` has passed
   since the start (whichever comes first); the deadline always ends it.
 
 All times are Unix seconds (every namespace shares the clock).
@@ -51,12 +55,25 @@ TCP_INFO_ASK_BYTES = 512
 #: struct tcp_info must be at least this long to hold tcpi_total_rto, tcpi_total_rto_recoveries
 #: and tcpi_total_rto_time (linux/tcp.h, kernel 6.7: u16 at 240, u16 at 242, u32 at 244).
 TCP_INFO_RTO_BYTES = 248
-#: Seconds between two TCP_INFO polls of a connection with a block in flight, when the kernel
-#: has no tcpi_total_rto (the fallback count of timeouts).
-POLL_S = 0.002
+#: The struct tcp_info fields this agent reads, with the byte just past each (linux/tcp.h):
+#: :func:`tcp_info_fields` names those a kernel's struct holds. None counts tail loss probes: up
+#: to kernel 6.18 (whose struct is 280 bytes, ending in AccECN counters) a loss probe shows in
+#: struct tcp_info only as a retransmission, so the namespace's TcpExt counters count them.
+TCP_INFO_FIELDS = (("tcpi_retransmits", 3), ("tcpi_backoff", 5), ("tcpi_rto", 12), ("tcpi_snd_mss", 20),
+                   ("tcpi_rtt", 72), ("tcpi_total_retrans", 104), ("tcpi_total_rto", 242),
+                   ("tcpi_total_rto_recoveries", 244), ("tcpi_total_rto_time", 248))
 TIMEOUTS_FROM_KERNEL = "tcpi_total_rto"
-TIMEOUTS_POLLED = ("polled tcpi_retransmits every 2 ms (kernel < 6.7 has no tcpi_total_rto): a lower "
-                   "bound, a timeout recovered between two polls is missed")
+TIMEOUTS_FROM_NAMESPACE = ("TcpExt TCPTimeouts of the server's network namespace (struct tcp_info has no "
+                           "tcpi_total_rto before kernel 6.7): exact while the namespace holds only this "
+                           "connection, as on the fabric (one server per sender host)")
+LOSS_PROBES_METHOD = ("TcpExt TCPLossProbes of the server's network namespace (struct tcp_info has no "
+                      "loss-probe counter): exact while the namespace holds only this connection")
+
+
+def tcp_info_fields(tcp_info_bytes: int) -> list[str]:
+    """The names of :data:`TCP_INFO_FIELDS` a struct tcp_info of ``tcp_info_bytes`` (what the
+    kernel returned) holds, in struct order."""
+    return [name for name, end in TCP_INFO_FIELDS if end <= tcp_info_bytes]
 
 
 def parse_tcp_counters(raw: bytes) -> dict:
@@ -68,16 +85,20 @@ def parse_tcp_counters(raw: bytes) -> dict:
 
     Returns:
         ``{"retransmits" (consecutive RTO retransmissions of the head segment now, u8),
-        "backoff" (u8), "total_retrans" (segments retransmitted over the connection's life),
-        "total_rto", "total_rto_recoveries", "total_rto_time_ms"}``; the last three are None
-        when ``raw`` is shorter than :data:`TCP_INFO_RTO_BYTES` (kernel < 6.7).
+        "backoff" (u8), "rto_us" (the retransmission timeout now, microseconds), "snd_mss"
+        (payload bytes per full segment), "srtt_us" (smoothed RTT, microseconds), "total_retrans"
+        (segments retransmitted over the connection's life), "total_rto",
+        "total_rto_recoveries", "total_rto_time_ms"}``; the last three are None when ``raw`` is
+        shorter than :data:`TCP_INFO_RTO_BYTES` (kernel < 6.7).
 
     Raises:
         ValueError: ``raw`` shorter than 104 bytes.
     """
     if len(raw) < 104:
         raise ValueError(f"struct tcp_info of {len(raw)} bytes: too short for tcpi_total_retrans")
-    out = {"retransmits": raw[2], "backoff": raw[4], "total_retrans": struct.unpack_from("=I", raw, 100)[0],
+    out = {"retransmits": raw[2], "backoff": raw[4], "rto_us": struct.unpack_from("=I", raw, 8)[0],
+           "snd_mss": struct.unpack_from("=I", raw, 16)[0], "srtt_us": struct.unpack_from("=I", raw, 68)[0],
+           "total_retrans": struct.unpack_from("=I", raw, 100)[0],
            "total_rto": None, "total_rto_recoveries": None, "total_rto_time_ms": None}
     if len(raw) >= TCP_INFO_RTO_BYTES:
         rto, recoveries, rto_time = struct.unpack_from("=HHI", raw, 240)
@@ -86,9 +107,10 @@ def parse_tcp_counters(raw: bytes) -> dict:
 
 
 #: The namespace's TCP timer counters read at each block's boundaries (/proc/net/netstat, TcpExt):
-#: RTOs, and tail loss probes, whose timer (at most the RTO, so bounded by RTOmin too) repairs a
-#: lost tail without an RTO: a block's last segments lost in an incast usually end this way.
-NETSTAT_COUNTERS = {"TCPTimeouts": "ns_timeouts", "TCPLossProbes": "loss_probes"}
+#: RTOs, tail loss probes (whose timer is at most the RTO, so bounded by RTOmin too: a block's
+#: last segments lost in an incast usually end this way) and the probes that repaired a loss.
+NETSTAT_COUNTERS = {"TCPTimeouts": "ns_timeouts", "TCPLossProbes": "loss_probes",
+                    "TCPLossProbeRecovery": "loss_probe_recoveries"}
 
 
 def netstat_counters(path: str = "/proc/net/netstat") -> dict:
@@ -112,17 +134,19 @@ def tcp_counters(sock: socket.socket) -> dict:
     return parse_tcp_counters(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_ASK_BYTES))
 
 
-def counter_delta(before: dict, after: dict, polled_timeouts: int | None) -> dict:
-    """One block's TCP figures from the counters before and after it (:func:`parse_tcp_counters`).
+def counter_delta(before: dict, after: dict, ns_delta: dict) -> dict:
+    """One block's TCP figures from the counters before and after it (:func:`parse_tcp_counters`)
+    and the namespace's netstat deltas over it (``ns_delta``: ``{our name: delta or None}``,
+    :data:`NETSTAT_COUNTERS`).
 
     Returns:
         ``{"retrans", "timeouts", "rto_recoveries", "rto_time_ms"}``: differences of
         ``total_retrans``, ``total_rto``, ``total_rto_recoveries``, ``total_rto_time_ms``;
-        without the kernel's RTO counters ``timeouts`` is ``polled_timeouts`` and the other two
-        None. ``total_rto`` is a u16: a difference is taken modulo 2^16.
+        without the kernel's RTO counters ``timeouts`` is the namespace's (``ns_timeouts``, None
+        when unread) and the other two None. ``total_rto`` is a u16: a difference is taken modulo 2^16.
     """
     if after["total_rto"] is None:
-        return {"retrans": after["total_retrans"] - before["total_retrans"], "timeouts": polled_timeouts,
+        return {"retrans": after["total_retrans"] - before["total_retrans"], "timeouts": ns_delta.get("ns_timeouts"),
                 "rto_recoveries": None, "rto_time_ms": None}
     return {"retrans": after["total_retrans"] - before["total_retrans"],
             "timeouts": (after["total_rto"] - before["total_rto"]) % 65536,
@@ -141,33 +165,38 @@ class _Served:
     """One accepted connection of a server: its record, the request bytes read so far, the block
     in flight and the counters at its request."""
 
-    def __init__(self, sock: socket.socket, addr, polled: bool):
-        self.sock, self.polled = sock, polled
+    def __init__(self, sock: socket.socket, addr):
+        self.sock = sock
         self.inbuf = bytearray()
         self.left = 0                       # response bytes still to write
         self.snap = None                    # counters when the current block's request arrived
         self.ns_snap = {}                   # the namespace's netstat counters then
         self.open_block = None              # that block's record until its delta is known
-        self.timeouts = 0                   # polled: RTOs seen during the open block
-        self.last_retransmits = 0
-        self.rec = {"peer_ip": addr[0], "peer_port": addr[1], "accepted_unix_s": time.time(), "blocks": [],
-                    "eof": False}
+        self.rec = {"peer_ip": addr[0], "peer_port": addr[1], "accepted_unix_s": time.time(),
+                    "snd_mss": tcp_counters(sock)["snd_mss"], "blocks": [], "eof": False}
 
-    def close_block(self, now_counters: dict) -> None:
-        """Fill the open block's TCP deltas (the next request, EOF or the deadline came)."""
+    def open(self, block: int, nbytes: int) -> None:
+        """Close the block in flight (its request's successor came) and open ``block``: snapshot
+        the counters, record the RTO and smoothed RTT the connection has now."""
+        now_counters, now_ns = tcp_counters(self.sock), netstat_counters()
+        self.close_block(now_counters, now_ns)            # one reading ends a block and starts the next
+        self.snap, self.ns_snap = now_counters, now_ns
+        self.open_block = {"block": block, "bytes": nbytes, "sent_bytes": 0, "request_unix_s": time.time(),
+                           "written_unix_s": None, "rto_at_request_ms": now_counters["rto_us"] / 1e3,
+                           "srtt_at_request_ms": now_counters["srtt_us"] / 1e3}
+        self.rec["blocks"].append(self.open_block)
+        self.left = nbytes
+
+    def close_block(self, now_counters: dict, now_ns: dict | None = None) -> None:
+        """Fill the open block's TCP deltas (the next request, EOF or the deadline came) from the
+        counters now (``now_ns``: the namespace's, read here when None)."""
         if self.open_block is not None:
-            self.open_block.update(counter_delta(self.snap, now_counters, self.timeouts if self.polled else None))
-            now_ns = netstat_counters()
-            self.open_block.update({k: now_ns[k] - self.ns_snap[k] if k in now_ns and k in self.ns_snap else None
-                                    for k in NETSTAT_COUNTERS.values()})
+            now_ns = netstat_counters() if now_ns is None else now_ns
+            ns = {k: now_ns[k] - self.ns_snap[k] if k in now_ns and k in self.ns_snap else None
+                  for k in NETSTAT_COUNTERS.values()}
+            self.open_block.update(counter_delta(self.snap, now_counters, ns))
+            self.open_block.update(ns)
             self.open_block = None
-
-    def poll(self) -> None:
-        """Fallback count of timeouts: a rise of tcpi_retransmits is an RTO retransmission."""
-        c = tcp_counters(self.sock)
-        if c["retransmits"] > self.last_retransmits:
-            self.timeouts += c["retransmits"] - self.last_retransmits
-        self.last_retransmits = c["retransmits"]
 
 
 def run_blocks_server(job: dict) -> dict:
@@ -175,12 +204,16 @@ def run_blocks_server(job: dict) -> dict:
 
     Returns:
         ``{"role": "blocks-server", "port", "listening_unix_s", "start_at_unix_s" (None if the
-        start never came), "timeouts_method", "tcp_info_bytes", "connections": [{"peer_ip",
-        "peer_port", "accepted_unix_s", "eof", "error"?, "blocks": [{"block", "bytes",
-        "request_unix_s", "written_unix_s", "retrans", "timeouts", "rto_recoveries",
-        "rto_time_ms", "ns_timeouts", "loss_probes"}]}], "complete"}`` (``ns_timeouts`` and
-        ``loss_probes``: the namespace's netstat counters over the block, :data:`NETSTAT_COUNTERS`); ``complete``: every expected connection was accepted
-        and closed cleanly by the client.
+        start never came), "timeouts_method" (where ``timeouts`` come from: the kernel's
+        tcpi_total_rto, the namespace's TCPTimeouts, or None: not counted), "loss_probes_method",
+        "tcp_info_bytes" (the kernel's struct tcp_info), "tcp_info_fields" (:func:`tcp_info_fields`
+        of it), "connections": [{"peer_ip", "peer_port", "accepted_unix_s", "snd_mss", "eof",
+        "error"?, "blocks": [{"block", "bytes", "sent_bytes", "request_unix_s", "written_unix_s",
+        "rto_at_request_ms", "srtt_at_request_ms", "retrans", "timeouts", "rto_recoveries",
+        "rto_time_ms", "ns_timeouts", "loss_probes", "loss_probe_recoveries"}]}], "complete"}``
+        (``ns_timeouts``, ``loss_probes``, ``loss_probe_recoveries``: the namespace's netstat
+        counters over the block, :data:`NETSTAT_COUNTERS`, None when unread); ``complete``: every
+        expected connection was accepted and closed cleanly by the client.
     """
     srv = _socket(job.get("dscp", 0))
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -188,7 +221,10 @@ def run_blocks_server(job: dict) -> dict:
     srv.listen(64)
     srv.setblocking(False)
     tcp_info_bytes = len(srv.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_ASK_BYTES))
-    polled = tcp_info_bytes < TCP_INFO_RTO_BYTES
+    if tcp_info_bytes >= TCP_INFO_RTO_BYTES:
+        timeouts_method = TIMEOUTS_FROM_KERNEL
+    else:
+        timeouts_method = TIMEOUTS_FROM_NAMESPACE if "ns_timeouts" in netstat_counters() else None
     expect = job.get("expect_connections", 1)
     listening = time.time()
     print("READY", flush=True)
@@ -200,13 +236,12 @@ def run_blocks_server(job: dict) -> dict:
     served: list[_Served] = []
     closed = 0
     while time.time() < job["deadline_unix_s"] and not (len(served) >= expect and closed == len(served)):
-        busy = [c for c in served if c.open_block is not None and c.rec["eof"] is False]
-        for key, events in sel.select(timeout=POLL_S if polled and busy else 0.05):
+        for key, events in sel.select(timeout=0.05):
             if key.data == "listen":
                 sock, addr = srv.accept()
                 sock.setblocking(False)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                c = _Served(sock, addr, polled)
+                c = _Served(sock, addr)
                 served.append(c)
                 sel.register(sock, selectors.EVENT_READ, c)
                 continue
@@ -246,14 +281,7 @@ def run_blocks_server(job: dict) -> dict:
                     if c.left:
                         raise ValueError(f"request for block {block} before block "
                                          f"{c.open_block['block']}'s response was written")
-                    now_counters = tcp_counters(c.sock)
-                    c.close_block(now_counters)
-                    c.snap, c.timeouts, c.last_retransmits = now_counters, 0, now_counters["retransmits"]
-                    c.ns_snap = netstat_counters()
-                    c.open_block = {"block": block, "bytes": nbytes, "sent_bytes": 0, "request_unix_s": time.time(),
-                                    "written_unix_s": None}
-                    c.rec["blocks"].append(c.open_block)
-                    c.left = nbytes
+                    c.open(block, nbytes)
                     sel.modify(c.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, c)
             except (BlockingIOError, InterruptedError):
                 continue
@@ -263,10 +291,6 @@ def run_blocks_server(job: dict) -> dict:
                 sel.unregister(c.sock)
                 c.sock.close()
                 closed += 1
-        if polled:
-            for c in busy:
-                if c.open_block is not None and c.sock.fileno() >= 0:
-                    c.poll()
     for c in served:
         if c.sock.fileno() >= 0:
             c.close_block(tcp_counters(c.sock))
@@ -274,7 +298,8 @@ def run_blocks_server(job: dict) -> dict:
             c.sock.close()
     srv.close()
     return {"role": "blocks-server", "port": job["port"], "listening_unix_s": listening, "start_at_unix_s": start_at,
-            "timeouts_method": TIMEOUTS_POLLED if polled else TIMEOUTS_FROM_KERNEL, "tcp_info_bytes": tcp_info_bytes,
+            "timeouts_method": timeouts_method, "loss_probes_method": LOSS_PROBES_METHOD,
+            "tcp_info_bytes": tcp_info_bytes, "tcp_info_fields": tcp_info_fields(tcp_info_bytes),
             "connections": [c.rec for c in served],
             "complete": len(served) >= expect and all(c.rec["eof"] is True for c in served)}
 
@@ -311,10 +336,14 @@ def run_blocks_client(job: dict, ready) -> dict:
         [{"host", "ip", "port", "local_port", "connect_began_unix_s", "connected_unix_s",
         "handshake_retrans", "handshake_timeouts"}], "blocks": [{"block", "start_unix_s",
         "end_unix_s" (None: incomplete), "duration_s", "bytes", "complete", "goodput_mbps",
-        "connections": [{"host", "bytes", "first_byte_unix_s", "last_byte_unix_s"}]}],
+        "longest_gap_s", "connections": [{"host", "bytes", "first_byte_unix_s",
+        "last_byte_unix_s"}]}],
         "stopped_by" ("blocks", "duration", "deadline" or "error"), "error"?, "complete",
         "all_connected_before_start", "active_opens_after_start"}``.
         ``goodput_mbps`` is senders x block_bytes x 8 / the block's time (Mbit/s of payload);
+        ``longest_gap_s`` the longest spell from the request to the block's last byte in which
+        no byte arrived on any connection (seconds; at least the requests' round trip: the link
+        toward the client idle, waiting for a timer or a straggler);
         ``active_opens_after_start`` is the namespace's TCP ActiveOpens counted from the start to
         the end (0: no SYN sent after the start by any process of the namespace).
 
@@ -350,6 +379,7 @@ def run_blocks_client(job: dict, ready) -> dict:
         k = len(blocks)
         per = [{"host": r["host"], "bytes": 0, "first_byte_unix_s": None, "last_byte_unix_s": None} for r in recs]
         t0 = time.time()
+        last_rx, gap = t0, 0.0
         req = REQUEST.pack(MAGIC, k, size)
         try:
             for s in socks:                       # 16 bytes always fit an empty send buffer
@@ -366,6 +396,7 @@ def run_blocks_client(job: dict, ready) -> dict:
                     if not got:
                         raise ConnectionError(f"server {p['host']} closed the connection in block {k}")
                     now = time.time()
+                    gap, last_rx = max(gap, now - last_rx), now
                     if p["first_byte_unix_s"] is None:
                         p["first_byte_unix_s"] = now
                     p["bytes"] += got
@@ -382,7 +413,7 @@ def run_blocks_client(job: dict, ready) -> dict:
         blocks.append({"block": k, "start_unix_s": t0, "end_unix_s": t1 if done else None,
                        "duration_s": t1 - t0 if done else None, "bytes": got_bytes, "complete": done,
                        "goodput_mbps": n * size * 8 / (t1 - t0) / 1e6 if done and t1 > t0 else None,
-                       "connections": per})
+                       "longest_gap_s": gap if done else None, "connections": per})
         if not done:
             stopped_by = stopped_by or "deadline"
             break

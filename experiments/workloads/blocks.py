@@ -88,18 +88,19 @@ class IncastBlocks(Workload):
         sc, fmap, out = self.ctx.sc, self.ctx.fabric_map, rec.dir
         client, servers = blocksrun.load_records(out / "agents", rec.raw["receiver"], rec.raw["senders"],
                                                  rec.raw["codes"])
+        env = json.loads((out / "environment.json").read_text())
+        receiver = rec.raw["receiver"]
+        start = client.get("start_at_unix_s") or 0.0
+        ends = [b["end_unix_s"] - start for b in client.get("blocks", []) if b.get("end_unix_s") is not None]
+        window = (0.0, max(ends) if ends else 0.0)
+        _, ports = analysis.write_port_tables(out, sc, fmap, start, window[1])
+        bn, chosen = analysis.choose_bottleneck(ports, receiver, bool(rec.options.get("receiver_is_bottleneck")))
+        rate = next((h["rate_mbps"] for h in fmap["hosts"] if h["name"] == receiver), None)
+        rule = self._stall_rule(env, client, servers, rate)
         conns = blocksrun.connection_rows(client, servers)
-        rows = blocksrun.block_rows(client, conns)
+        rows = blocksrun.block_rows(client, conns, rule)
         write_csv(out / "blocks.csv", list(blocksrun.BLOCK_COLUMNS), rows)
         write_csv(out / "block_connections.csv", list(blocksrun.CONNECTION_COLUMNS), conns)
-        ends = [r["end_s"] for r in rows if r["end_s"] is not None]
-        start = client.get("start_at_unix_s") or 0.0
-        _, ports = analysis.write_port_tables(out, sc, fmap, start, max(ends) if ends else 0.0)
-        receiver = rec.raw["receiver"]
-        bn, chosen = analysis.choose_bottleneck(ports, receiver, bool(rec.options.get("receiver_is_bottleneck")))
-        window = (0.0, max(ends) if ends else 0.0)
-        env = json.loads((out / "environment.json").read_text())
-        rate = next((h["rate_mbps"] for h in fmap["hosts"] if h["name"] == receiver), None)
         bsum = analysis.bottleneck_summary(bn, receiver, window)
         return {
             "scenario": sc.name, "round": rec.round.name if self.ctx.multi else None,
@@ -107,13 +108,23 @@ class IncastBlocks(Workload):
             "topology": dict(sc.topology.model_dump(), oversubscription=fmap["params"].get("oversubscription")),
             "routing": env.get("routing"), "datapath": env["datapath"], "kernel": env["kernel"],
             "scale": env.get("scale"),
-            "blocks": blocksrun.blocks_summary(client, servers, rows, rate),
+            "blocks": blocksrun.blocks_summary(client, servers, rows, rate, rule),
             "bottleneck": dict(bsum, chosen=chosen) if bsum is not None and chosen else bsum,
             "total_drops": sum(p["drops"] for p in ports),
             "sampler": json.loads((out / "sampler.json").read_text()),
             "timings_s": rec.timings_s,
             "hosts_tcp": analysis.hosts_tcp(env),
         }
+
+    def _stall_rule(self, env: dict, client: dict, servers: dict, rate_mbps: float | None):
+        """The round's blocksrun.StallRule: its senders and block bytes, the receiver's rate, the
+        measured round trip (``scale.measured_rtt_s`` of the round's environment record), the
+        switch buffer (``queues``) and the servers' segment size; None without a rate or senders."""
+        n, size = client.get("senders"), client.get("block_bytes")
+        if not (n and size and rate_mbps):
+            return None
+        return blocksrun.stall_rule(n, size, rate_mbps, (env.get("scale") or {}).get("measured_rtt_s"),
+                                    self.ctx.sc.queues.limit_bytes, blocksrun.senders_mss_bytes(servers))
 
     def format_round(self, summary: dict, rdir: Path) -> str:
         """The folder, the blocks line and the bottleneck line."""

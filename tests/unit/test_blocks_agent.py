@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from traffic.blocks import TCP_INFO_RTO_BYTES, TIMEOUTS_FROM_KERNEL, counter_delta, parse_tcp_counters
+from traffic.blocks import (LOSS_PROBES_METHOD, TCP_INFO_RTO_BYTES, TIMEOUTS_FROM_KERNEL, counter_delta,
+                            parse_tcp_counters, tcp_info_fields)
 
 REPO = Path(__file__).resolve().parents[2]
 SERVERS = 3
@@ -80,6 +81,8 @@ def test_blocks_are_barrier_synchronised_over_persistent_connections(tmp_path):
     assert [b["block"] for b in blocks] == list(range(count))
     for b in blocks:
         assert b["complete"] and b["bytes"] == SERVERS * size
+        # no byte can arrive before the requests' round trip, nor can a gap outlast the block
+        assert 0 < b["longest_gap_s"] <= b["duration_s"]
         assert b["start_unix_s"] >= start
         assert b["goodput_mbps"] == pytest.approx(SERVERS * size * 8 / b["duration_s"] / 1e6)
         assert [c["bytes"] for c in b["connections"]] == [size] * SERVERS
@@ -96,11 +99,16 @@ def test_blocks_are_barrier_synchronised_over_persistent_connections(tmp_path):
             # send() returned, which may be after the client had the bytes)
             assert b["start_unix_s"] <= x["request_unix_s"] <= min(x["written_unix_s"], b["end_unix_s"])
             assert x["retrans"] >= 0
+            assert x["loss_probes"] >= 0 and x["loss_probe_recoveries"] >= 0
+            assert x["rto_at_request_ms"] > 0 and x["srtt_at_request_ms"] > 0
             if s["tcp_info_bytes"] >= TCP_INFO_RTO_BYTES:
                 assert s["timeouts_method"] == TIMEOUTS_FROM_KERNEL
                 assert x["timeouts"] >= 0 and x["rto_recoveries"] >= 0 and x["rto_time_ms"] >= 0
             else:
                 assert x["timeouts"] is not None and x["rto_recoveries"] is None
+        assert s["loss_probes_method"] == LOSS_PROBES_METHOD
+        assert s["tcp_info_fields"] == tcp_info_fields(s["tcp_info_bytes"])
+        assert s["connections"][0]["snd_mss"] > 0
 
 
 def test_duration_repeats_blocks_until_it_has_passed(tmp_path):
@@ -112,23 +120,36 @@ def test_duration_repeats_blocks_until_it_has_passed(tmp_path):
     assert all(len(s["connections"][0]["blocks"]) == len(blocks) for s in servers)
 
 
-def test_tcp_counters_of_an_older_kernel_fall_back_to_the_polled_count():
+def test_tcp_counters_of_an_older_kernel_fall_back_to_the_namespace_count():
     raw = bytearray(104)
     raw[2], raw[4] = 1, 2
+    struct.pack_into("=I", raw, 8, 204000)          # tcpi_rto, us
+    struct.pack_into("=I", raw, 16, 1448)           # tcpi_snd_mss
+    struct.pack_into("=I", raw, 68, 3100)           # tcpi_rtt (smoothed), us
     struct.pack_into("=I", raw, 100, 7)
     old = parse_tcp_counters(bytes(raw))
-    assert old == {"retransmits": 1, "backoff": 2, "total_retrans": 7, "total_rto": None,
-                   "total_rto_recoveries": None, "total_rto_time_ms": None}
+    assert old == {"retransmits": 1, "backoff": 2, "rto_us": 204000, "snd_mss": 1448, "srtt_us": 3100,
+                   "total_retrans": 7, "total_rto": None, "total_rto_recoveries": None, "total_rto_time_ms": None}
     later = dict(old, total_retrans=10)
-    assert counter_delta(old, later, polled_timeouts=2) == {"retrans": 3, "timeouts": 2, "rto_recoveries": None,
-                                                            "rto_time_ms": None}
+    assert counter_delta(old, later, {"ns_timeouts": 2, "loss_probes": 1}) == {
+        "retrans": 3, "timeouts": 2, "rto_recoveries": None, "rto_time_ms": None}
+    assert counter_delta(old, later, {})["timeouts"] is None          # no netstat: not counted
     new = bytearray(280)
     struct.pack_into("=I", new, 100, 5)
     struct.pack_into("=HHI", new, 240, 65535, 3, 400)
     a = parse_tcp_counters(bytes(new))
     struct.pack_into("=HHI", new, 240, 1, 4, 1600)           # the u16 counter wrapped
     b = parse_tcp_counters(bytes(new))
-    assert counter_delta(a, b, polled_timeouts=None) == {"retrans": 0, "timeouts": 2, "rto_recoveries": 1,
-                                                         "rto_time_ms": 1200}
+    # the kernel's count wins over the namespace's
+    assert counter_delta(a, b, {"ns_timeouts": 9}) == {"retrans": 0, "timeouts": 2, "rto_recoveries": 1,
+                                                       "rto_time_ms": 1200}
     with pytest.raises(ValueError):
         parse_tcp_counters(bytes(100))
+
+
+def test_the_tcp_info_fields_a_kernel_offers_are_named_from_its_struct_size():
+    assert tcp_info_fields(104) == ["tcpi_retransmits", "tcpi_backoff", "tcpi_rto", "tcpi_snd_mss", "tcpi_rtt",
+                                    "tcpi_total_retrans"]
+    assert tcp_info_fields(248)[-3:] == ["tcpi_total_rto", "tcpi_total_rto_recoveries", "tcpi_total_rto_time"]
+    assert tcp_info_fields(280) == tcp_info_fields(248)          # 6.18's AccECN counters are not read
+    assert "tcpi_total_rto" not in tcp_info_fields(240)

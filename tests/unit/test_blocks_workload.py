@@ -6,6 +6,7 @@ import csv
 import json
 import shutil
 
+from common.units import tcp_wire_bytes
 from experiments import runner
 from experiments.context import RoundRecord
 from experiments.plan import check_against_fabric
@@ -65,22 +66,31 @@ def test_a_round_summary_from_real_agent_records(tmp_path):
     assert b["bytes_total"] == 4 * 3 * 100_000 and b["all_connected_before_start"]
     assert len(b["retransmissions"]) == len(b["timeouts"]) == 4
     assert all(x is not None for x in b["timeouts"]) and b["blocks_with_timeout"] == sum(1 for x in b["timeouts"] if x)
-    assert b["ideal_block_time_s"] == 3 * 100_000 * 8 / 10e6
+    # no measured round trip in this environment record: the ideal is the wire time alone
+    mss = b["stall_rule"]["mss_bytes"]
+    assert mss == min(s["connections"][0]["snd_mss"] for s in servers) and b["stall_rule"]["rtt_s"] == 0
+    assert b["ideal_block_time_s"] == 3 * tcp_wire_bytes(100_000, mss) * 8 / 10e6
+    assert b["stall_rule"]["queue_s"] == 16 * 1514 * 8 / 10e6      # the scenario's 16-packet buffer
+    assert b["blocks_stalled"] == sum(b["stalled_by"].values()) and b["timeouts_method"] == "tcpi_total_rto"
     assert summary["bottleneck"]["intf"] == toward and summary["bottleneck"]["drops"] == 5
     assert summary["total_drops"] == 5 and not (rdir / "queues_raw.csv").exists()
     with open(rdir / "blocks.csv") as f:
         rows = list(csv.DictReader(f))
     assert [int(r["block"]) for r in rows] == [0, 1, 2, 3]
+    assert all(r["stalled"] in ("True", "False") and float(r["longest_gap_s"]) > 0 for r in rows)
     assert all(float(a["end_s"]) <= float(b_["start_s"]) for a, b_ in zip(rows, rows[1:]))
     with open(rdir / "block_connections.csv") as f:
         conns = list(csv.DictReader(f))
     assert len(conns) == 4 * 3 and {c["sender"] for c in conns} == set(hosts)
     assert all(int(c["bytes"]) == 100_000 and c["retrans"] != "" for c in conns)
-    assert "goodput median" in w.format_round(summary, rdir)
+    line = w.format_round(summary, rdir)
+    assert "goodput overall" in line and "per block median" in line and "blocks stalled (RTO " in line
     w.finish_run([(rec, summary)])
     with open(out / "blocks_rounds.csv") as f:
         (row,) = list(csv.DictReader(f))
     assert row["name"] == "n3" and row["senders"] == "3" and row["folder"] == "rounds/01-n3"
+    assert int(row["blocks_stalled"]) == sum(int(row[f"stalled_{c}"]) for c in ("rto", "tlp", "other", "unknown"))
+    assert float(row["block_time_ideal_s"]) == b["ideal_block_time_s"]
 
 
 def test_a_oneshot_incast_round_plans_its_own_senders_over_tcp_and_roce(tmp_path):
