@@ -526,7 +526,7 @@ def run_udp_sender(job: dict) -> dict:
     while open_flows and time.time() < job["deadline_unix_s"]:
         for key, _ in sel.select(timeout=0.05):
             s, rec = key.fileobj, key.data
-            while True:                     # send until the host pushes back
+            while not job.get("stopped"):   # send until the host pushes back (or SIGTERM: loopback never does)
                 if rec["state"] == "sending":
                     left = (rec["bytes_planned"] - rec["bytes_sent"]) if rec["until_unix_s"] is None else (
                         UDP_DATA_BYTES if time.time() < rec["until_unix_s"] else 0)
