@@ -4,7 +4,8 @@ analysed and marked ``stopped``, no later round runs, the fabric goes down, the 
 are written and the run ends with the signal's code; further signals are said and ignored; the
 stop is bounded by experiments.live.STOP_LIMIT_S. Then real agents over loopback (no root): a TCP
 and a UDP round stopped by SIGTERM as the run loop stops it (senders, then receivers) keep every
-finished flow with its completion time and the UDP receiver's counts in flows.csv."""
+finished flow with its completion time and the UDP receiver's counts in flows.csv; a stopped
+incast in blocks keeps its finished blocks."""
 import csv
 import json
 import signal
@@ -192,3 +193,27 @@ def test_a_stopped_udp_round_keeps_the_receivers_counts(tmp_path):
     assert int(done["datagrams_received"]) == int(done["datagrams_sent"]) and done["fct_s"] != "", done
     assert cut["complete"] == "False" and cut["error"] == "stopped by the runner while sending", cut
     assert 0 < int(cut["datagrams_received"]) <= int(cut["datagrams_sent"]), cut
+
+
+def test_a_stopped_incast_in_blocks_keeps_its_finished_blocks(tmp_path):
+    """The blocks client and servers end on SIGTERM as at their deadline: the client's record has
+    the blocks that finished and says it was stopped; every server writes its record."""
+    deadline = time.time() + 60
+    ports = [_tcp_port() for _ in range(2)]
+    servers = [_agent({"role": "blocks-server", "port": p, "bind_ip": "127.0.0.1", "deadline_unix_s": deadline,
+                       "out": str(tmp_path / f"s{i}.json")}) for i, p in enumerate(ports)]
+    for p in servers:
+        assert p.stdout.readline().strip() == "READY"
+    client = _agent({"role": "blocks-client", "block_bytes": 100_000, "blocks": None, "duration_s": 50,
+                     "deadline_unix_s": deadline, "out": str(tmp_path / "c.json"),
+                     "servers": [{"host": f"s{i}", "ip": "127.0.0.1", "port": p} for i, p in enumerate(ports)]})
+    assert client.stdout.readline().strip() == "READY", client.stderr.read()
+    start = time.time() + 0.2
+    for p in [client, *servers]:
+        p.stdin.write(f"{start}\n")
+        p.stdin.flush()
+    time.sleep(1.0)
+    _stop(client, *servers)
+    got = json.loads((tmp_path / "c.json").read_text())
+    assert got["stopped_by"] == "stopped" and sum(b["complete"] for b in got["blocks"]) > 0, got["stopped_by"]
+    assert all(json.loads((tmp_path / f"s{i}.json").read_text())["role"] == "blocks-server" for i in range(2))
