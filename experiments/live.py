@@ -88,10 +88,19 @@ class SignalStop:
 
     @contextmanager
     def keeping(self):
-        """While inside: a signal stops the round and keeps it instead of unwinding (class doc)."""
+        """While inside: a signal stops the round and keeps it instead of unwinding (class doc).
+        An error raised inside once a signal stopped the round (a workload that could not make
+        sense of its agents' partial records) is said, and the run unwinds with the signal's
+        exit as it would have without keeping."""
         self._keeping = True
         try:
             yield
+        except Exception as e:
+            if not self.stopped:
+                raise
+            _say(f"fabriclab: the stopped round could not be kept ({type(e).__name__}: {e}); "
+                 "stopping without it")
+            _raise_for(self.signum)
         finally:
             self._keeping = False
 

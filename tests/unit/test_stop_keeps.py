@@ -217,3 +217,18 @@ def test_a_stopped_incast_in_blocks_keeps_its_finished_blocks(tmp_path):
     got = json.loads((tmp_path / "c.json").read_text())
     assert got["stopped_by"] == "stopped" and sum(b["complete"] for b in got["blocks"]) > 0, got["stopped_by"]
     assert all(json.loads((tmp_path / f"s{i}.json").read_text())["role"] == "blocks-server" for i in range(2))
+
+
+def test_a_round_that_cannot_be_kept_still_ends_with_the_signals_code(tmp_path, capfd):
+    """A workload that fails on what its stopped agents left (say, a record it needs is missing):
+    the run says so and unwinds with the signal's exit (143), not as a failed run (1)."""
+    log = []
+    base = signalling_workload(log, 0, [signal.SIGTERM])
+
+    class Failing(base):
+        def summarize(self, rec):
+            raise KeyError("h1.rx")
+    with pytest.raises(SystemExit) as e:
+        run_signalled(tmp_path, Failing, log)
+    assert e.value.code == 143 and log[-2:] == ["fabric down", "unlock"]
+    assert "the stopped round could not be kept (KeyError: 'h1.rx'); stopping without it" in capfd.readouterr().err
