@@ -103,7 +103,7 @@ def test_a_second_and_third_ctrl_c_while_the_round_is_kept_are_said_and_ignored(
     assert "SIGTERM ignored" in err
 
 
-def test_a_stop_that_overruns_its_limit_unwinds_at_the_limit(tmp_path, monkeypatch, capfd):
+def test_a_stop_that_overruns_its_limit_unwinds_at_the_limit(tmp_path, monkeypatch, capfd, figure):
     """The workload keeps working 30 s after the signal: at STOP_LIMIT_S (here 1 s) the run unwinds
     as a signal outside a round does: the fabric goes down, the round is not analysed."""
     monkeypatch.setattr(SIGNAL_STOP, "limit_s", 1.0)
@@ -111,8 +111,9 @@ def test_a_stop_that_overruns_its_limit_unwinds_at_the_limit(tmp_path, monkeypat
     t0 = time.monotonic()
     with pytest.raises(SystemExit) as e:
         run_signalled(tmp_path, signalling_workload(log, 0, [signal.SIGTERM], hang_s=30), log)
-    took = time.monotonic() - t0
-    assert e.value.code == 143 and took < 5, took
+    took = figure("signal_to_unwind_s", time.monotonic() - t0)
+    # 10 runs beside a fabric run (2026-12-06): 1.025 / 1.036 / 1.058 s (min / median / max)
+    assert e.value.code == 143 and took < 2.0, took
     assert log[-2:] == ["fabric down", "unlock"] and "workload summary 0" not in log
     assert "took more than 1 s: stopping without it" in capfd.readouterr().err
 
