@@ -33,9 +33,11 @@ SIGNAL_NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM", signal.SIGHU
 
 #: The longest a run stopped by a signal during a round spends keeping what it measured, from the
 #: first signal to its exit (seconds): the agents' grace (2 x :data:`STOP_GRACE_S`), the sampler,
-#: the round's analysis, the teardown and the run's closing files. Measured on a 1-spine,
-#: 3-host round on 2 loaded cores: about 7 s from the signal to the exit (docs/results.md). Past
-#: it the run unwinds at once, as a signal outside a round does (what is written so far stays).
+#: the round's analysis, the teardown and the run's closing files. Measured from the signal to
+#: the exit on a 1-spine, 3-host fabric at 10 Mbit/s (10 runs each, 2026-12-06): a UDP incast
+#: 2.18 / 2.55 / 3.32 s, TCP Poisson arrivals 2.62 / 3.04 / 3.57 s (min / median / max;
+#: docs/results.md). Past it the run unwinds at once, as a signal outside a round does (what is
+#: written so far stays).
 STOP_LIMIT_S = 60.0
 
 
