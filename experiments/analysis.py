@@ -838,14 +838,15 @@ ROUND_COLUMNS = ("round", "variant", "seed", "round_index", "bottleneck_profile"
                  "bottleneck_mean_tx_mbps", "bottleneck_intf", "jain_index", "fairness_how",
                  "pfc_enabled", "pauses", "paused_time_s", "pfc_cap_drops",
                  "reaction_p99_s", "roce_mode", "message_fct_median_s", "message_fct_median_ci95_low_s",
-                 "message_fct_median_ci95_high_s", "message_fct_p99_s", "cnps", "retransmitted_packets")
+                 "message_fct_median_ci95_high_s", "message_fct_p99_s", "cnps", "retransmitted_packets", "stopped")
 
 
 def round_row(i: int, name: str, s: dict, variant: str | None = None, seed: int | None = None) -> dict:
     """One row of rounds.csv from round ``i``'s (0-based) summary ``s``: the round's ``name``,
     ``variant`` (default: its name) and ``seed`` first (experiments.tables.LABEL_COLUMNS), then
     ``round_index`` (1-based) and its figures; ``pfc_enabled`` a boolean (None without PFC), the
-    RoCE message FCT's 95% interval as two columns."""
+    RoCE message FCT's 95% interval as two columns; ``stopped`` last (why the round's traffic was
+    cut short, e.g. ``SIGTERM``; empty for a round that ran to its end)."""
     e, bn, f, fa = s.get("ecn") or {}, s.get("bottleneck") or {}, s["flows"], s.get("fairness") or {}
     c = e.get("bottleneck_counters") or {}
     q = e.get("queue_after_first_rtt") or {}
@@ -862,7 +863,8 @@ def round_row(i: int, name: str, s: dict, variant: str | None = None, seed: int 
             "peak_backlog_packets": bn.get("peak_backlog_packets"),
             "bottleneck_mean_tx_mbps": bn.get("mean_tx_mbps"), "bottleneck_intf": bn.get("intf"),
             "jain_index": fa.get("jain_index"), "fairness_how": fa.get("how"),
-            **_pfc_columns(s.get("pfc")), **_roce_columns(s.get("roce"))}
+            **_pfc_columns(s.get("pfc")), **_roce_columns(s.get("roce")),
+            "stopped": s.get("stopped")}
 
 
 def _roce_columns(r: dict | None) -> dict:

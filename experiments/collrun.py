@@ -18,7 +18,7 @@ from common.roce import OVERHEAD_BYTES
 from controller.dataplane import ovs_trace_output_port
 from experiments import plot
 from experiments.fluid import hash_ecmp_min_rate, max_min_on_paths, max_min_rates
-from experiments.live import Agents, start_sampler, stop_sampler
+from experiments.live import ROUND_STOP, Agents, start_sampler, stop_sampler
 from experiments.model import Collective
 from experiments.rocerun import SPORT_BASE
 from experiments.tables import write_csv
@@ -543,6 +543,8 @@ def run_round(lf, state, coll: Collective, out: Path, sample_hz: float, quiet: b
                                                for t in probe])) if probe else None)
             res["alpha_nvlink_s"] = None
         for size in coll.sizes_bytes or [coll.size_bytes]:
+            if ROUND_STOP.is_set():       # the round was stopped: the sizes run so far are kept
+                break
             el = size // 4
             d = out / f"size-{size}"
             recs, codes = run(lf, state, hosts, kind, el, d, timeout_s=coll.timeout_s, init=coll.init,

@@ -73,6 +73,8 @@ class RoundRecord:
         features: per feature name, what its ``after_round`` returned.
         timings_s: the run's set-up phases and this round's ``traffic_s`` (seconds).
         rows: per flow records once the workload collected them (None: the workload has none).
+        stopped: why the round's traffic was stopped before its end (a signal's name, such as
+            ``SIGTERM``, or a watcher's reason; experiments.live.ROUND_STOP), None when it ran to its end.
     """
     index: int
     round: dict
@@ -82,3 +84,4 @@ class RoundRecord:
     features: dict = field(default_factory=dict)
     timings_s: dict = field(default_factory=dict)
     rows: list | None = None
+    stopped: str | None = None

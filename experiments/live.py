@@ -6,6 +6,7 @@ Shared by the run loop and every workload module (they import it; it imports non
 from __future__ import annotations
 
 import json
+import os
 import re
 import select
 import signal
@@ -28,15 +29,129 @@ _SIGNALLED: list[int] = []   # signals received during run(), in order
 
 #: The exit code of a run ended by each signal (128 + the signal's number, as a shell reports it).
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+#: How each signal is named on the terminal and in a stopped round's summary (``stopped``).
+SIGNAL_NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
+
+#: The longest a run stopped by a signal during a round spends keeping what it measured, from the
+#: first signal to its exit (seconds): the agents' grace (2 x :data:`STOP_GRACE_S`), the sampler,
+#: the round's analysis, the teardown and the run's closing files. Measured from the signal to
+#: the exit on a 1-spine, 3-host fabric at 10 Mbit/s (10 runs each, 2026-12-06): a UDP incast
+#: 2.18 / 2.55 / 3.32 s, TCP Poisson arrivals 2.62 / 3.04 / 3.57 s (min / median / max;
+#: docs/results.md). Past it the run unwinds at once, as a signal outside a round does (what is
+#: written so far stays).
+STOP_LIMIT_S = 60.0
+
+
+def _say(text: str) -> None:
+    """One line on stderr from a signal handler (os.write: a print there could meet the main
+    thread's own write to stderr and raise "reentrant call")."""
+    try:
+        os.write(2, (text + "\n").encode())
+    except OSError:
+        pass
+
+
+class SignalStop:
+    """What SIGTERM, SIGINT and SIGHUP do to a run (the handler of :func:`signals_unwind`).
+
+    Outside a round's traffic (set-up, between rounds) a signal unwinds the run where it is (every
+    ``finally`` runs, the fabric is torn down). Inside a round (:meth:`keeping`: from the start of
+    its traffic to the end of its analysis) the first signal instead asks the round to stop
+    (:data:`ROUND_STOP`, reason the signal's name): the agents get SIGTERM and write what they
+    counted, the round is saved and analysed, marked ``stopped``, and the run ends after it
+    (:attr:`stopped`; the run loop runs no further round, tears the fabric down, writes its
+    closing files and exits with the signal's code). Every further signal from then on is said
+    and ignored, so a second Ctrl-C does not lose the round; the whole stop is bounded: once
+    :data:`STOP_LIMIT_S` has passed since the first signal, the run unwinds at once.
+    """
+
+    def __init__(self):
+        self.limit_s = STOP_LIMIT_S
+        self._keeping = False
+        self.signum: int | None = None      # the signal whose stop is being kept
+        self.expired = False
+        self._t0 = 0.0
+        self._timer: threading.Timer | None = None
+
+    @property
+    def stopped(self) -> bool:
+        """True once a signal stopped a round and the run is ending after it."""
+        return self.signum is not None
+
+    def reset(self) -> None:
+        """A new run: no stop, no window, no timer."""
+        self.cancel()
+        self._keeping, self.signum, self.expired = False, None, False
+
+    def cancel(self) -> None:
+        """Stop the timer of :data:`STOP_LIMIT_S` (the run is exiting)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    @contextmanager
+    def keeping(self):
+        """While inside: a signal stops the round and keeps it instead of unwinding (class doc).
+        An error raised inside once a signal stopped the round (a workload that could not make
+        sense of its agents' partial records) is said, and the run unwinds with the signal's
+        exit as it would have without keeping."""
+        self._keeping = True
+        try:
+            yield
+        except Exception as e:
+            if not self.stopped:
+                raise
+            _say(f"fabriclab: the stopped round could not be kept ({type(e).__name__}: {e}); "
+                 "stopping without it")
+            _raise_for(self.signum)
+        finally:
+            self._keeping = False
+
+    def on_signal(self, signum: int) -> bool:
+        """Called by the handler with each signal; True when the signal is absorbed (the run goes
+        on keeping the round), False when the run must unwind now."""
+        name = SIGNAL_NAMES.get(signum, str(signum))
+        if self.stopped:
+            if self.expired:
+                return False
+            left = max(0.0, self.limit_s - (time.monotonic() - self._t0))
+            _say(f"fabriclab: {name} ignored: still writing what the stopped round measured, then the "
+                 f"fabric goes down (at most {left:.0f} s more)")
+            return True
+        if not self._keeping:
+            return False
+        self.signum, self._t0 = signum, time.monotonic()
+        ROUND_STOP.request(name)
+        main = threading.main_thread().ident
+        self._timer = threading.Timer(self.limit_s, self._expire, args=(main,))
+        self._timer.daemon = True
+        self._timer.start()
+        _say(f"fabriclab: {name}: stopping the round's traffic; the agents write what they counted and the "
+             f"round is analysed (marked stopped) before the fabric goes down, at most {self.limit_s:.0f} s; "
+             "further signals are ignored until then")
+        return True
+
+    def _expire(self, main_ident: int) -> None:
+        """The timer: the stop took :data:`STOP_LIMIT_S`; make the main thread unwind now."""
+        self.expired = True
+        _say(f"fabriclab: keeping the stopped round took more than {self.limit_s:.0f} s: stopping without it")
+        signal.pthread_kill(main_ident, self.signum)
+
+
+#: The run's one signal policy (a run is one process).
+SIGNAL_STOP = SignalStop()
 
 
 def _on_signal(signum, _frame):
-    """SIGTERM/SIGINT/SIGHUP (the terminal closed): unwind through every `finally` (the fabric is
-    torn down). Recorded too: Python drops an exception raised while a ``__del__`` runs
+    """SIGTERM/SIGINT/SIGHUP (the terminal closed): during a round, stop and keep it
+    (:class:`SignalStop`); otherwise unwind through every `finally` (the fabric is torn
+    down). Recorded too: Python drops an exception raised while a ``__del__`` runs
     ("Exception ignored in ..."), and a Ctrl-C that landed there once let a run finish with exit 0
     (CI); :func:`check_signalled` raises it again."""
     _SIGNALLED.append(signum)
-    _raise_for(signum)
+    if SIGNAL_STOP.on_signal(signum):
+        return
+    _raise_for(SIGNAL_STOP.signum if SIGNAL_STOP.stopped else signum)
 
 
 def _raise_for(signum) -> None:
@@ -46,7 +161,8 @@ def _raise_for(signum) -> None:
 
 
 class RoundStop:
-    """A request, from a thread that watches the round (experiments.features.watch), to end the
+    """A request, from a thread that watches the round (experiments.features.watch) or from a
+    signal (:class:`SignalStop`), to end the
     round's traffic now: :meth:`Agents.wait` stops the agents still running once it is set
     (SIGTERM, so the TCP and UDP agents write what they measured; SIGKILL after
     :data:`STOP_GRACE_S`), so a round whose emulation broke under it ends within about a second
@@ -82,9 +198,14 @@ STOP_POLL_S = 0.25
 STOP_GRACE_S = 2.0
 
 
-def check_signalled() -> None:
-    """Raise KeyboardInterrupt / SystemExit(143 or 129) if a signal arrived during this run and was lost."""
-    if _SIGNALLED:
+def check_signalled(ending: bool = False) -> None:
+    """Raise KeyboardInterrupt / SystemExit(143 or 129) if a signal arrived during this run and
+    was lost inside a ``__del__``. A signal whose round :class:`SignalStop` is keeping is raised
+    only when ``ending`` (the run's last step: it ends with that signal's code)."""
+    if SIGNAL_STOP.stopped:
+        if ending or SIGNAL_STOP.expired:
+            _raise_for(SIGNAL_STOP.signum)
+    elif _SIGNALLED:
         _raise_for(_SIGNALLED[0])
 
 
@@ -92,14 +213,18 @@ def check_signalled() -> None:
 def signals_unwind():
     """While inside: SIGTERM, SIGINT and SIGHUP raise SystemExit(143, 129) or KeyboardInterrupt
     where the program is, so every ``with`` and ``finally`` on the way out runs (the fabric is torn
-    down, the run record cleared); on a normal exit a signal that was lost inside a ``__del__`` is
-    raised again (:func:`check_signalled`). The previous handlers come back on the way out."""
+    down, the run record cleared), except inside :meth:`SignalStop.keeping` (a round's traffic and
+    analysis), where they stop the round and keep it; on a normal exit a signal that was lost
+    inside a ``__del__``, or whose round was kept, is raised now (:func:`check_signalled`). The
+    previous handlers come back on the way out."""
     _SIGNALLED.clear()
+    SIGNAL_STOP.reset()
     old = {sig: signal.signal(sig, _on_signal) for sig in SIGNAL_EXIT}
     try:
         yield
-        check_signalled()
+        check_signalled(ending=True)
     finally:
+        SIGNAL_STOP.cancel()
         for sig, handler in old.items():
             signal.signal(sig, handler)
 

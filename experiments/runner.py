@@ -32,7 +32,7 @@ from experiments import draw, folders, probe as envprobe, report
 from experiments.context import HOST_QUEUE_PACKETS, RoundRecord, RunContext, maybe_fault
 from experiments.fabric import REPO, LiveFabric
 from experiments.features import FEATURES
-from experiments.live import (ROUND_STOP, check_signalled, measure_rtt_s, signals_unwind,
+from experiments.live import (ROUND_STOP, SIGNAL_STOP, check_signalled, measure_rtt_s, signals_unwind,
                               warm_up_reachability)
 from experiments.metrics import measure, one_line
 from experiments.progress import Progress
@@ -242,18 +242,24 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
                         ctx.say(f"round {i + 1}/{len(rounds)} {r.name}: "
                                 + ", ".join(parts + [w.describe_round(r)]))
                     t_round = time.monotonic()
-                    rec.raw = w.run_round(lf, state, rec)
-                    rec.timings_s = dict(timings, traffic_s=time.monotonic() - t_round)
-                    for f in features:
-                        got = f.after_round(lf, rec)
-                        if got is not None:
-                            rec.features[f.name] = got
-                    _save_round(rec, w.name)
-                    done.append((w.name, rec, _analyse_round(ctx, w, features, rec)))
+                    # a signal from here to the end of the analysis stops the round's traffic and
+                    # keeps what it measured; the run ends after it (experiments.live.SignalStop)
+                    with SIGNAL_STOP.keeping():
+                        rec.raw = w.run_round(lf, state, rec)
+                        rec.timings_s = dict(timings, traffic_s=time.monotonic() - t_round)
+                        rec.stopped = ROUND_STOP.reason if ROUND_STOP.is_set() else None
+                        for f in features:
+                            got = f.after_round(lf, rec)
+                            if got is not None:
+                                rec.features[f.name] = got
+                        _save_round(rec, w.name)
+                        done.append((w.name, rec, _analyse_round(ctx, w, features, rec)))
                     progress.advance(1, f"round {i + 1}/{len(rounds)} {r.name}: "
                                         + one_line(measure(done[-1][2]), (done[-1][2].get("bottleneck") or {}).get("intf")))
                     if on_round is not None:
                         on_round(r.name, rdir, done[-1][2])
+                    if SIGNAL_STOP.stopped:
+                        break                  # the run ends after the round a signal stopped
                 for f in features:
                     env.update(_merge(env, f.after_rounds(lf)))
                 maybe_fault("after_rounds")
@@ -269,6 +275,11 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
             w.finish_run([(rec, s) for n, rec, s in done if n == name])
     _write_report(out)
     ctx.say(f"fabric down in {timings['teardown_s']:.1f} s; {timings['total_s']:.1f} s in all; results in {out}")
+    if SIGNAL_STOP.stopped:
+        kept = done[-1][1].dir if done else out
+        print(f"fabriclab: the stopped round's results are kept in {kept} (summary.json: stopped); "
+              f"{len(done)} of {len(rounds)} round(s) ran", file=sys.stderr, flush=True)
+        check_signalled(ending=True)          # exit with the signal's code (130, 143, 129)
     failed = [(rec.round.name, line) for _, rec, s in done for line in s["fidelity"]["failures"]]
     if failed:
         if not accept_unfaithful:
@@ -288,7 +299,8 @@ def _save_round(rec: RoundRecord, workload: str) -> None:
     timings) into its folder, before its analysis."""
     (rec.dir / ROUND_RECORD).write_text(json.dumps(
         {"index": rec.index, "name": rec.round.name, "workload": workload, "options": rec.options,
-         "raw": rec.raw, "features": rec.features, "timings_s": rec.timings_s}, indent=1, default=str))
+         "raw": rec.raw, "features": rec.features, "timings_s": rec.timings_s, "stopped": rec.stopped},
+        indent=1, default=str))
 
 
 def analyze(out: Path, quiet: bool = False, features: dict | None = None, workloads: dict | None = None) -> list[Path]:
@@ -315,7 +327,7 @@ def analyze(out: Path, quiet: bool = False, features: dict | None = None, worklo
             continue
         saved = json.loads((rdir / ROUND_RECORD).read_text())
         rec = RoundRecord(index=i, round=r, dir=rdir, options=saved["options"], raw=saved["raw"],
-                          features=saved["features"], timings_s=saved["timings_s"])
+                          features=saved["features"], timings_s=saved["timings_s"], stopped=saved.get("stopped"))
         w = made.setdefault(saved["workload"], registry[saved["workload"]](ctx))
         done.append((saved["workload"], rec, _analyse_round(ctx, w, feats, rec)))
     if not done:
@@ -342,6 +354,7 @@ def _analyse_round(ctx: RunContext, w, features: list, rec: RoundRecord) -> dict
     then the workload's plots, summary.txt (the round's lines as printed: the workload's, then each
     feature's) and every warning. Returns the summary."""
     summary = w.summarize(rec)
+    summary["stopped"] = rec.stopped
     for f in features:
         f.summarize(rec, summary)
     failures = [line for f in features for line in f.failures(summary)]
@@ -351,6 +364,8 @@ def _analyse_round(ctx: RunContext, w, features: list, rec: RoundRecord) -> dict
     w.after_summary(rec, summary)
     label_csvs(rec.dir, {"round": rec.round.name, "variant": rec.round.variant, "seed": rec.round.seed})
     lines = [w.format_round(summary, rec.dir)] + [x for x in (f.report(summary) for f in features) if x]
+    if rec.stopped:
+        lines.append(stopped_line(rec.stopped))
     (rec.dir / report.SUMMARY_TEXT).write_text("\n".join(lines) + "\n")
     for f in features:
         for warning in f.warnings(summary):
@@ -360,6 +375,13 @@ def _analyse_round(ctx: RunContext, w, features: list, rec: RoundRecord) -> dict
     if not ctx.quiet:
         print("\n".join(lines), flush=True)
     return summary
+
+
+def stopped_line(reason: str) -> str:
+    """The line a stopped round's summary ends with (terminal, summary.txt, report.html): why it
+    stopped, and that its figures cover only the time before the stop."""
+    return (f"stopped ({reason}): the round's traffic was cut short; its agents wrote what they counted "
+            "until then (an unfinished flow's error says \"stopped by the runner\")")
 
 
 def _run_environment(env: dict, rounds: list[Round], round_env: list[dict], multi: bool) -> dict:

@@ -526,7 +526,7 @@ def run_udp_sender(job: dict) -> dict:
     while open_flows and time.time() < job["deadline_unix_s"]:
         for key, _ in sel.select(timeout=0.05):
             s, rec = key.fileobj, key.data
-            while True:                     # send until the host pushes back
+            while not job.get("stopped"):   # send until the host pushes back (or SIGTERM: loopback never does)
                 if rec["state"] == "sending":
                     left = (rec["bytes_planned"] - rec["bytes_sent"]) if rec["until_unix_s"] is None else (
                         UDP_DATA_BYTES if time.time() < rec["until_unix_s"] else 0)
@@ -581,18 +581,24 @@ def _ready_then_start_time() -> float:
     return float(sys.stdin.readline())
 
 
-#: The roles whose loops end at ``job["deadline_unix_s"]`` and so can end early on SIGTERM.
-STOPPABLE_ROLES = ("receiver", "sender", "udp-receiver", "udp-sender")
+#: The roles whose loops end at ``job["deadline_unix_s"]`` (or, RoCE, at ``job["stopped"]``) and
+#: so can end early on SIGTERM, still writing their record.
+STOPPABLE_ROLES = ("receiver", "sender", "udp-receiver", "udp-sender", "blocks-server", "blocks-client", "roce")
+#: The signals a stoppable agent ends early on (the runner sends SIGTERM; SIGINT and SIGHUP, should
+#: one reach an agent, end it the same way instead of losing its record).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def stop_on_sigterm(job: dict) -> None:
-    """On SIGTERM, end the job's loops as at its deadline (``job["deadline_unix_s"]`` set to 0 and
-    ``job["stopped"]`` to True), so the agent still writes what it measured. Call from the main
-    thread."""
+    """On SIGTERM (and SIGINT, SIGHUP: :data:`STOP_SIGNALS`), end the job's loops as at its
+    deadline (``job["deadline_unix_s"]`` set to 0 and ``job["stopped"]`` to True), so the agent
+    still writes what it measured: bytes, finished flows' times, a UDP receiver's counts. Call
+    from the main thread."""
     def handler(signum, frame):
         job["deadline_unix_s"] = 0.0
         job["stopped"] = True
-    signal.signal(signal.SIGTERM, handler)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, handler)
 
 
 def _unfinished(job: dict, state: str) -> str:

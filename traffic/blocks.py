@@ -338,7 +338,7 @@ def run_blocks_client(job: dict, ready) -> dict:
         "end_unix_s" (None: incomplete), "duration_s", "bytes", "complete", "goodput_mbps",
         "longest_gap_s", "connections": [{"host", "bytes", "first_byte_unix_s",
         "last_byte_unix_s"}]}],
-        "stopped_by" ("blocks", "duration", "deadline" or "error"), "error"?, "complete",
+        "stopped_by" ("blocks", "duration", "deadline", "stopped": SIGTERM, or "error"), "error"?, "complete",
         "all_connected_before_start", "active_opens_after_start"}``.
         ``goodput_mbps`` is senders x block_bytes x 8 / the block's time (Mbit/s of payload);
         ``longest_gap_s`` the longest spell from the request to the block's last byte in which
@@ -364,8 +364,8 @@ def run_blocks_client(job: dict, ready) -> dict:
         sel.register(s, selectors.EVENT_READ, i)
     buf = memoryview(bytearray(CHUNK_BYTES))
     blocks, stopped_by, error = [], None, None
-    deadline = job["deadline_unix_s"]
     while stopped_by is None:
+        deadline = job["deadline_unix_s"]          # read each time: SIGTERM sets it to 0 (traffic.agent)
         now = time.time()
         if job.get("blocks") is not None and len(blocks) >= job["blocks"]:
             stopped_by = "blocks"
@@ -374,7 +374,7 @@ def run_blocks_client(job: dict, ready) -> dict:
             stopped_by = "duration"
             break
         if now >= deadline:
-            stopped_by = "deadline"
+            stopped_by = "stopped" if job.get("stopped") else "deadline"
             break
         k = len(blocks)
         per = [{"host": r["host"], "bytes": 0, "first_byte_unix_s": None, "last_byte_unix_s": None} for r in recs]
@@ -386,7 +386,7 @@ def run_blocks_client(job: dict, ready) -> dict:
                 if s.send(req) != REQUEST.size:
                     raise OSError("a request did not fit the send buffer")
             pending = n
-            while pending and time.time() < deadline:
+            while pending and time.time() < job["deadline_unix_s"]:
                 for key, _ in sel.select(timeout=0.05):
                     p = per[key.data]
                     try:
@@ -415,7 +415,7 @@ def run_blocks_client(job: dict, ready) -> dict:
                        "goodput_mbps": n * size * 8 / (t1 - t0) / 1e6 if done and t1 > t0 else None,
                        "longest_gap_s": gap if done else None, "connections": per})
         if not done:
-            stopped_by = stopped_by or "deadline"
+            stopped_by = stopped_by or ("stopped" if job.get("stopped") else "deadline")
             break
         for i, s in enumerate(socks):
             sel.register(s, selectors.EVENT_READ, i)

@@ -670,8 +670,9 @@ class Engine:
 
     def loop(self, finished, deadline_unix_s: float) -> str | None:
         """Move frames until ``finished(now)`` holds, nothing waits to be sent and nothing arrived
-        for a linger of 3 x rto_s (peers may still need ACKs), or until ``deadline_unix_s``.
-        Returns None, or ``"deadline passed"``."""
+        for a linger of 3 x rto_s (peers may still need ACKs), or until ``deadline_unix_s`` or
+        ``job["stopped"]`` (the agent's SIGTERM). Returns None, ``"deadline passed"`` or
+        ``"stopped by the runner"``."""
         job, senders, receivers, stats = self.job, self.senders, self.receivers, self.stats
         rx, tx, nps = self.rx, self.tx, self.nps
         now = time.monotonic()
@@ -690,6 +691,8 @@ class Engine:
             now = time.monotonic()
             if now >= deadline_mono:
                 return "deadline passed"
+            if job.get("stopped"):              # SIGTERM (traffic.agent.stop_on_sigterm)
+                return "stopped by the runner"
             stats["loops"] += 1
             while self.inbox:
                 self.inbox.popleft()(now)

@@ -80,10 +80,10 @@ def small_scenario(tmp_path: Path, name="small", **over) -> Path:
     return p
 
 
-def start_run(tmp_path: Path, scenario: Path, pass_fds: tuple = ()):
+def start_run(tmp_path: Path, scenario: Path, traffic_line: str = "incast:", pass_fds: tuple = ()):
     """Start ``python -m experiments run SCENARIO`` in the background (``pass_fds``: descriptors it
     inherits beyond 0-2); return ``(process, results folder, output lines so far)`` once its traffic
-    has started (its ``incast:`` line)."""
+    has started (its ``incast:`` line, or the pattern's: ``traffic_line``)."""
     results = tmp_path / "results"
     proc = subprocess.Popen([PY, "-m", "experiments", "run", str(scenario), "--results", str(results)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, pass_fds=pass_fds)
@@ -92,9 +92,9 @@ def start_run(tmp_path: Path, scenario: Path, pass_fds: tuple = ()):
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         lines.append(line)
-        if "incast:" in line or not line:
+        if traffic_line in line or not line:
             break
-    assert any("incast:" in x for x in lines), "".join(lines)
+    assert any(traffic_line in x for x in lines), "".join(lines)
     return proc, results, lines
 
 

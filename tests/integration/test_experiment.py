@@ -4,9 +4,11 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.chromium import check_report_folder
 from tests.notebook import notebook_blocks, run_notebook_blocks
@@ -257,15 +259,41 @@ def _start_run(tmp_path, scenario):
     return proc, results
 
 
+def _kept_rows(results: Path, said: str) -> tuple[dict, list[dict]]:
+    """The stopped round's summary and flows.csv rows; both say it was stopped by ``said``."""
+    top = only_run_dir(results)
+    summary = json.loads((top / "summary.json").read_text())
+    assert summary["stopped"] == said, summary.get("stopped")
+    assert f"stopped ({said})" in (top / "summary.txt").read_text()
+    with open(top / "flows.csv") as fh:
+        return summary, list(csv.DictReader(fh))
+
+
 @_LIFECYCLE
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_mid_run_tears_down(tmp_path, sig):
-    """SIGTERM and Ctrl-C (SIGINT) during traffic: the runner exits and leaves nothing."""
-    scenario = small_scenario(tmp_path, traffic={"response_bytes": 5_000_000})
+@pytest.mark.parametrize("transport, sigs, code", [("udp", [signal.SIGTERM], 143),
+                                                   ("tcp", [signal.SIGINT, signal.SIGINT], 130)])
+def test_a_signal_mid_traffic_keeps_what_the_round_measured_and_tears_down(tmp_path, transport, sigs, code):
+    """SIGTERM, or Ctrl-C twice (the second is said and ignored), during an incast's traffic: the
+    agents write what they counted before the fabric goes down: flows.csv has both flows with the
+    bytes that arrived (UDP: the receiver's datagram counts, lost = sent - received), the summary
+    says ``stopped``; exit 128 + the signal; nothing left running."""
+    scenario = small_scenario(tmp_path, traffic={"response_bytes": 5_000_000, "transport": transport})
     proc, results = _start_run(tmp_path, scenario)
-    proc.send_signal(sig)
-    proc.communicate(timeout=120)
-    assert proc.returncode != 0
+    time.sleep(1.0)                   # the traffic starts 0.5 s after the line that says it will
+    for sig in sigs:
+        proc.send_signal(sig)
+        time.sleep(0.3)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == code, out[-2000:]
+    said = signal.Signals(sigs[0]).name
+    assert f"{said}: stopping the round's traffic" in out, out[-2000:]
+    assert (f"{said} ignored: still writing" in out) is (len(sigs) > 1), out[-2000:]
+    summary, rows = _kept_rows(results, said)
+    assert len(rows) == 2 and all(int(r["bytes_received"]) > 0 for r in rows), rows
+    assert all(r["error"] == "stopped by the runner while sending" for r in rows), [r["error"] for r in rows]
+    if transport == "udp":
+        assert all(0 < int(r["datagrams_received"]) <= int(r["datagrams_sent"]) for r in rows), rows
+        assert summary["flows"]["bytes_received"] == sum(int(r["bytes_received"]) for r in rows)
     assert_clean(str(results))
 
 
@@ -273,13 +301,33 @@ def test_signal_mid_run_tears_down(tmp_path, sig):
 @pytest.mark.parametrize("sig, code, said", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGHUP, 129, "SIGHUP")])
 def test_sigterm_and_sighup_say_so_tear_down_and_exit_with_the_signal_code(tmp_path, sig, code, said):
     """SIGTERM (a service manager, `kill`) and SIGHUP (the terminal closed) end a run as Ctrl-C
-    does: a line saying what happened, the fabric torn down, exit 128 + the signal's number."""
-    scenario = small_scenario(tmp_path, traffic={"response_bytes": 5_000_000})
-    proc, results = _start_run(tmp_path, scenario)
+    does: a line saying what happened, the fabric torn down, exit 128 + the signal's number. Flows
+    arriving over time (Poisson, 1 spine, 3 hosts at 10 Mbit/s), stopped 2 s into their arrivals:
+    every flow that finished by then is in flows.csv, complete, with its completion time; the
+    others say they were stopped."""
+    scenario = tmp_path / "arrivals.yaml"
+    scenario.write_text(yaml.safe_dump({
+        "name": "arrivals", "seed": 1,
+        "topology": {"spines": 1, "leaves": 1, "hosts_per_leaf": 3, "host_rate_mbps": 10, "uplink_rate_mbps": 10},
+        "traffic": {"pattern": "poisson", "size_distribution": "websearch", "load": 0.3, "flows": 40,
+                    "timeout_s": 30},
+        "measurement": {"sample_hz": 100}}))
+    proc, results, _ = start_run(tmp_path, scenario, traffic_line="poisson:")
+    time.sleep(2.0)
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == code, out[-2000:]
     assert f"stopped by {said}" in out and "torn down" in out, out[-2000:]
+    _, rows = _kept_rows(results, said)
+    top = only_run_dir(results)
+    closed = {f["flow_id"] for p in (top / "agents").glob("*.tx.json")
+              for f in json.loads(p.read_text())["flows"] if f["state"] == "closed"}
+    assert len(rows) == 40 and closed, [r["error"] for r in rows]
+    for r in rows:
+        if int(r["flow_id"]) in closed:
+            assert r["complete"] == "True" and float(r["fct_s"]) > 0 and r["bytes_received"] == r["bytes_planned"], r
+        else:
+            assert r["complete"] == "False" and r["error"].startswith("stopped by the runner while "), r
     assert_clean(str(results))
 
 
