@@ -67,7 +67,7 @@ def test_a_signal_during_a_round_keeps_it_marked_stopped_and_ends_the_run_after_
     assert f"stopped: {name}" in log
     # the stopped round ran its after-round hooks and was analysed; no later round began
     assert log[log.index(f"stopped: {name}") + 1:] == ["after 1", "workload summary 1", "feature summary 1", "plots 1",
-                                                   "fabric down", "unlock", "finish [0, 1]"]
+                                                   "after_rounds", "fabric down", "unlock", "finish [0, 1]"]
     (out,) = (tmp_path / "results").iterdir()
     rounds = sorted((out / "rounds").iterdir())
     assert [d.name for d in rounds] == ["01-drop-tail", "02-ecn-k20"]
