@@ -16,6 +16,7 @@ import re
 import socket
 import struct
 import subprocess
+import tempfile
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime
 
 from common.errors import SetupError
 from common.units import shaper_burst_bytes
+from controller import porttree
 from controller.timers import shaper_slack_s
 
 # pyroute2 ships the pfifo options encoder but not bfifo's; both qdiscs take
@@ -1240,3 +1242,165 @@ def htb_ceilings_mbps(names: set[str], netns_pid: int | None = None, classid: in
     except NetlinkError as e:
         raise SetupError(f"class rates: {e}") from None
     return out
+
+
+# --- the intended data plane, verified and put back before each round -----------------------
+
+def port_trees(namespaces: dict[int | None, list[str]]) -> dict[str, tuple[str, ...]]:
+    """Every qdisc and HTB class of the named interfaces, as :mod:`controller.porttree` nodes:
+    ``{ifname: sorted nodes}`` (a FIFO with its limit, an HTB class with its rate and ceiling);
+    an interface that is gone maps to ``()``. One qdisc dump per namespace and one class dump
+    per interface with an HTB root (the kernel dumps classes per device only).
+
+    Args:
+        namespaces: ``{netns_pid or None (the root namespace): [ifname, ...]}``.
+
+    Raises:
+        SetupError: a namespace could not be entered or the kernel refused a dump.
+    """
+    out: dict[str, list[str]] = {}
+    for pid, ifnames in namespaces.items():
+        wanted = set(ifnames)
+        out.update({n: [] for n in ifnames})
+        try:
+            with _ipr(pid) as ipr:
+                names = {i: n for i, n in _index_names(ipr).items() if n in wanted}
+                htb = set()
+                for m in ipr.get_qdiscs():
+                    name = names.get(m["index"])
+                    if name is None:
+                        continue
+                    kind = m.get_attr("TCA_KIND")
+                    opts = m.get_attr("TCA_OPTIONS") if kind in porttree.FIFO_KINDS else None
+                    limit = opts.get("limit") if opts is not None else None
+                    out[name].append(porttree.qdisc_node(kind, _tc_handle(m["handle"]), _tc_handle(m["parent"]), limit))
+                    if kind == "htb":
+                        htb.add(m["index"])
+                for idx in htb:
+                    for c in ipr.get_classes(index=idx):
+                        if c.get_attr("TCA_KIND") != "htb":
+                            continue
+                        o = c.get_attr("TCA_OPTIONS")
+                        p = o.get_attr("TCA_HTB_PARMS")
+                        rate = (o.get_attr("TCA_HTB_RATE64") or p["rate"]) * 8
+                        ceil = (o.get_attr("TCA_HTB_CEIL64") or p["ceil"]) * 8
+                        out[names[idx]].append(porttree.class_node("htb", _tc_handle(c["handle"]),
+                                                                   _tc_handle(c["parent"]), rate, ceil))
+        except NetlinkError as e:
+            raise SetupError(f"tc: qdisc dump refused ({e.code})") from None
+        except OSError as e:
+            raise SetupError(f"tc: cannot enter a host's namespace ({e})") from None
+    return {n: tuple(sorted(v)) for n, v in out.items()}
+
+
+def delete_port_qdiscs(ifname: str, netns_pid: int | None = None, root: bool = True, hooks: bool = False) -> None:
+    """Delete ``ifname``'s root qdisc (with every class and qdisc under it; the kernel puts its
+    default back) and, with ``hooks``, its clsact/ingress qdisc (with every filter on it). A qdisc
+    that is not there is no error.
+
+    Raises:
+        SetupError: the interface is missing or the kernel refused (its message).
+    """
+    try:
+        with _ipr(netns_pid) as ipr:
+            idx = _link_index(ipr, ifname)
+            present = {(m["parent"], m.get_attr("TCA_KIND")) for m in ipr.get_qdiscs(index=idx)}
+            for parent, kind in sorted(present):
+                if (root and parent == 0xFFFFFFFF and kind != "noqueue") or (hooks and kind in porttree.HOOK_KINDS):
+                    ipr.tc("del", kind, idx, parent=parent)
+    except NetlinkError as e:
+        raise SetupError(f"tc on {ifname}: kernel refused to delete its qdiscs ({e})") from None
+
+
+#: The Open vSwitch columns that make it install qdiscs on a port of its own accord: a port's QoS
+#: (egress queues: it replaces the root qdisc) and an interface's ingress policing (an ingress
+#: qdisc with a policer). fabriclab sets neither.
+OVS_QOS_COLUMNS = ("qos", "ingress_policing_rate", "ingress_policing_burst")
+
+
+def ovs_port_qos(names: list[str]) -> dict[str, dict]:
+    """What Open vSwitch is asked to do to the queues of the named ports, in one ovs-vsctl call:
+    ``{port: {"qos": QoS row uuid or None, "queues": {queue id: Queue uuid} of that QoS,
+    "ingress_policing_rate": kbit/s, "ingress_policing_burst": kbit}}`` (ports it does not know
+    are absent).
+
+    Raises:
+        SetupError: ovs-vsctl failed.
+    """
+    text = run(["ovs-vsctl", "--timeout=5", "--format=json", "--columns=name,qos", "list", "Port",
+                "--", "--columns=name,ingress_policing_rate,ingress_policing_burst", "list", "Interface",
+                "--", "--columns=_uuid,queues", "list", "QoS"])
+    out = [json.loads(line) for line in text.splitlines() if line.strip()]   # one table per line
+    ports, ifaces, qos = (t.get("data", []) for t in out)
+    queues = {row[0][1]: {k: v[1] for k, v in row[1][1]} for row in qos}
+    wanted = set(names)
+    res = {}
+    for name, q in ports:
+        if name in wanted:
+            uuid = q[1] if isinstance(q, list) and q[0] == "uuid" else None
+            res[name] = {"qos": uuid, "queues": queues.get(uuid, {}) if uuid else {},
+                         "ingress_policing_rate": 0, "ingress_policing_burst": 0}
+    for name, rate, burst in ifaces:
+        if name in res:
+            res[name].update(ingress_policing_rate=int(rate), ingress_policing_burst=int(burst))
+    return res
+
+
+def ovs_clear_qos(names: list[str]) -> None:
+    """Take the named ports' QoS away and their interfaces' ingress policing off, in one
+    transaction (ovs-vsctl waits until ovs-vswitchd has applied it: it removes the qdiscs it
+    installed). The QoS and Queue rows themselves stay in the database, unreferenced.
+
+    Raises:
+        SetupError: ovs-vsctl failed.
+    """
+    if not names:
+        return
+    argv = ["ovs-vsctl", "--timeout=10"]
+    for n in names:
+        argv += ["--", "clear", "Port", n, "qos", "--", "set", "Interface", n, "ingress_policing_rate=0",
+                 "ingress_policing_burst=0"]
+    run(argv, timeout_s=20)
+
+
+def _flows_file(flows: list[str]) -> str:
+    """A temporary file holding ``flows``, one per line; the caller removes it."""
+    f = tempfile.NamedTemporaryFile("w", prefix="fabriclab-flows-", suffix=".txt", delete=False)
+    f.write("\n".join(flows) + "\n")
+    f.close()
+    return f.name
+
+
+def ovs_flow_differences(bridge: str, flows: list[str]) -> list[str]:
+    """How ``bridge``'s flow tables differ from ``flows`` (ovs-ofctl lines, OpenFlow 1.3): the lines
+    of ``ovs-ofctl diff-flows`` (``-`` an intended entry missing or changed, ``+`` one found that is
+    not intended); empty when they are the same.
+
+    Raises:
+        SetupError: ovs-ofctl failed (no such bridge, a line it cannot parse).
+    """
+    path = _flows_file(flows)
+    try:
+        p = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "diff-flows", path, bridge],
+                           capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        raise SetupError(f"ovs-ofctl diff-flows {bridge}: timed out after 10 s") from None
+    finally:
+        os.unlink(path)
+    if p.returncode not in (0, 2):
+        raise SetupError(f"ovs-ofctl diff-flows {bridge} exited {p.returncode}: {p.stderr.strip()}")
+    return [line for line in p.stdout.splitlines() if line.strip()]
+
+
+def ovs_replace_flows(bridge: str, flows: list[str]) -> None:
+    """Make ``bridge``'s flow tables exactly ``flows`` (``ovs-ofctl replace-flows``: only the
+    entries that differ are added, changed or deleted; OpenFlow 1.3).
+
+    Raises:
+        SetupError: ovs-ofctl failed.
+    """
+    path = _flows_file(flows)
+    try:
+        run(["ovs-ofctl", "-O", "OpenFlow13", "replace-flows", bridge, path])
+    finally:
+        os.unlink(path)

@@ -73,6 +73,9 @@ class RoundRecord:
         features: per feature name, what its ``after_round`` returned.
         timings_s: the run's set-up phases and this round's ``traffic_s`` (seconds).
         rows: per flow records once the workload collected them (None: the workload has none).
+        port_intent: what the features install on the ports this round, as their
+            :meth:`experiments.features.base.Feature.port_intent` returned it (non-empty ones, in
+            the features' order), for the check that puts the round's data plane back as planned.
     """
     index: int
     round: dict
@@ -82,3 +85,4 @@ class RoundRecord:
     features: dict = field(default_factory=dict)
     timings_s: dict = field(default_factory=dict)
     rows: list | None = None
+    port_intent: list = field(default_factory=list)
