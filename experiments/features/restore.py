@@ -37,7 +37,7 @@ def merge_intents(base: dict[str, porttree.PortIntent], layers: list[dict]) -> t
     where RED replaces the FIFO.
 
     Raises:
-        ValueError: a layer names a field PortIntent does not have.
+        TypeError: a layer names a field PortIntent does not have.
     """
     out, red = dict(base), {}
     for layer in layers:
