@@ -78,6 +78,7 @@ def test_a_port_qos_set_through_ovs_mid_run_stops_the_round_and_the_next_round_s
     # round 2: each tamper found, put back, said; the round ran on the plan
     dp = second["fidelity"]["data_plane"]
     restored = "\n".join(dp["restored"])
+    print(f"round 1 check: {first['fidelity']['data_plane']['checked']}\nround 2 check: {dp['checked']}\n{restored}")
     assert dp["failures"] == [], dp
     assert "leaf1-eth1: an Open vSwitch QoS (" in restored and "set on the port: cleared" in restored, restored
     assert "leaf1-eth1: found " in restored or "leaf1-eth1: missing " in restored, restored
