@@ -13,6 +13,7 @@ round's baseline, and that round would report a buffer the ports do not have.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -66,7 +67,17 @@ class IntendedDataPlane(Feature):
     def __init__(self, ctx):
         super().__init__(ctx)
         self.flows: dict[str, list[str]] | None = None
+        self.trees: dataplane.PortTrees | None = None
         self._record: dict | None = None
+
+    def enter(self, stack: contextlib.ExitStack, state) -> None:
+        """Close the tree reader's sockets when the run ends."""
+        stack.callback(self._close)
+
+    def _close(self) -> None:
+        if self.trees is not None:
+            self.trees.close()
+            self.trees = None
 
     def before_round(self, lf, rnd: RoundRecord) -> dict:
         """Compare, put back, read back; the record goes into this round's fidelity block."""
@@ -115,7 +126,9 @@ class IntendedDataPlane(Feature):
                 for intf, (_, q) in queues.items()}
         intents, red = merge_intents(base, rnd.port_intent)
         unchecked.update(i.unchecked for i in intents.values() if i.unchecked)
-        found = dataplane.port_trees(namespaces)
+        if self.trees is None:
+            self.trees = dataplane.PortTrees(namespaces)
+        found = self.trees()
         plans = {intf: porttree.restore_plan(intents[intf], found.get(intf, ())) for intf in intents}
         done = {}
         for intf, plan in sorted(plans.items()):
@@ -139,7 +152,7 @@ class IntendedDataPlane(Feature):
             done[intf] = line
         if not done:
             return
-        again = dataplane.port_trees({pid: [i for i in names if i in done] for pid, names in namespaces.items()})
+        again = self.trees()
         for intf, line in done.items():
             plan = porttree.restore_plan(intents[intf], again.get(intf, ()))
             if plan.needed:

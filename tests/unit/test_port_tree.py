@@ -171,8 +171,9 @@ class FakeDataPlane:
         self.trees, self.qos, self.flows, self.stubborn = dict(trees), dict(qos or {}), dict(flows or {}), set(stubborn)
         self.calls = []
 
-    def port_trees(self, namespaces):
-        return {n: self.trees.get(n, ()) for names in namespaces.values() for n in names}
+    def PortTrees(self, namespaces):                # noqa: N802 (stands in for the class)
+        names = [n for ns in namespaces.values() for n in ns]
+        return lambda: {n: self.trees.get(n, ()) for n in names}
 
     def delete_port_qdiscs(self, intf, pid, root=True, hooks=False):
         self.calls.append(("delete", intf, root, hooks))
@@ -208,7 +209,7 @@ class FakeDataPlane:
 def fake(monkeypatch):
     def make(**kw):
         dp = FakeDataPlane(**kw)
-        for name in ("port_trees", "delete_port_qdiscs", "ovs_port_qos", "ovs_clear_qos", "ovs_flow_differences",
+        for name in ("PortTrees", "delete_port_qdiscs", "ovs_port_qos", "ovs_clear_qos", "ovs_flow_differences",
                      "ovs_replace_flows"):
             monkeypatch.setattr(restore.dataplane, name, getattr(dp, name))
 
