@@ -8,8 +8,11 @@ NICs) and times, per check, in wall-clock milliseconds (min / median / max over 
 vSwitch's QoS and policing columns of every switch port (one ovs-vsctl), every port's qdiscs
 and classes (controller.dataplane.port_trees: one qdisc dump per namespace, one class dump per
 shaped port), every switch's flow tables against the controller's (ovs-ofctl diff-flows per
-switch, in parallel), and the whole check as a round runs it
-(experiments.features.restore.IntendedDataPlane.before_round), nothing to put back.
+switch, in parallel), their fingerprints (controller.dataplane.ovs_flow_fingerprint, one after
+the other), and the whole check as a round runs it
+(experiments.features.restore.IntendedDataPlane.before_round), nothing to put back: the first
+round's (every switch's tables compared line by line) and the later rounds' (only those whose
+fingerprint changed).
 """
 from __future__ import annotations
 
@@ -49,7 +52,8 @@ def main() -> int:
     sc = validate({"name": "bench-restore", "topology": {"kind": "fattree", "k": 4}, "queues": {"buffer_packets": 100},
                    "traffic": {"senders": 2}})
     fab = build_fabric(sc)
-    res: dict[str, list[float]] = {"ovs_rows": [], "port_trees": [], "flow_tables": [], "whole_check": []}
+    res: dict[str, list[float]] = {"ovs_rows": [], "port_trees": [], "flow_tables": [], "flow_prints": [],
+                                   "first_check": [], "whole_check": []}
     with tempfile.TemporaryDirectory(prefix="fabriclab-bench-") as tmp, RunState("bench-restore") as st:
         with LiveFabric(fab, Path(tmp), st, datapath=probe.probe()["datapath"],
                         switch_queue=lambda r: dataplane.PortQueue(r, buffer_packets=100),
@@ -68,13 +72,16 @@ def main() -> int:
                 res["ovs_rows"].append(wall_ms(lambda: dataplane.ovs_port_qos(switch_ports)))
                 res["port_trees"].append(wall_ms(lambda: dataplane.port_trees(namespaces)))
                 res["flow_tables"].append(wall_ms(all_flows))
+                res["flow_prints"].append(wall_ms(lambda: [dataplane.ovs_flow_fingerprint(sw) for sw in flows]))
                 rnd = RoundRecord(index=i, round=None, dir=Path(tmp))
-                res["whole_check"].append(wall_ms(lambda: feature.before_round(lf, rnd)))
+                res["first_check" if i == 0 else "whole_check"].append(wall_ms(lambda: feature.before_round(lf, rnd)))
                 rec = feature.after_round(lf, rnd)
                 assert not rec["restored"] and not rec["failures"], rec
     print(f"Fat-Tree k=4: {len(switch_ports)} switch ports, {sum(map(len, namespaces.values())) - len(switch_ports)} "
           f"host NICs, {len(flows)} switches; {a.runs} runs; wall ms per check, min / median / max")
     for name, v in res.items():
+        if not v:
+            continue
         print(f"  {name:12s} {min(v):8.1f} / {statistics.median(v):8.1f} / {max(v):8.1f} ms")
     return 0
 

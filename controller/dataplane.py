@@ -1488,3 +1488,63 @@ def ovs_replace_flows(bridge: str, flows: list[str]) -> None:
         run(["ovs-ofctl", "-O", "OpenFlow13", "replace-flows", bridge, path])
     finally:
         os.unlink(path)
+
+
+#: Where ovs-vswitchd listens for OpenFlow on each bridge (``ovs-ofctl`` connects there too).
+OVS_RUNDIRS = ("/var/run/openvswitch", "/run/openvswitch")
+_OFP = struct.Struct("!BBHI")            # struct ofp_header: version, type, length, xid
+OFP13, OFPT_HELLO, OFPT_MULTIPART_REQUEST, OFPT_MULTIPART_REPLY, OFPMP_FLOW = 4, 0, 18, 19, 1
+
+
+def ovs_flow_fingerprint(bridge: str, timeout_s: float = 5.0) -> bytes:
+    """A fingerprint of ``bridge``'s flow tables: every entry of an OpenFlow 1.3 flow-stats reply
+    (on the bridge's management socket, as ``ovs-ofctl`` talks to it) with its age and counters
+    zeroed, sorted and concatenated. Equal fingerprints: the same entries (match, priority,
+    timeouts, flags, cookie, instructions). About a millisecond per bridge, against ~6 ms for an
+    ``ovs-ofctl`` process: a round's check compares it with the fingerprint of the tables last
+    verified against the plan, and only reads them with ``ovs-ofctl diff-flows`` when it differs.
+
+    Raises:
+        SetupError: no management socket, a refused or malformed exchange, or a timeout.
+    """
+    path = next((f"{d}/{bridge}.mgmt" for d in OVS_RUNDIRS if os.path.exists(f"{d}/{bridge}.mgmt")), None)
+    if path is None:
+        raise SetupError(f"Open vSwitch bridge {bridge}: no management socket in {' or '.join(OVS_RUNDIRS)}")
+    entries = []
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout_s)
+            s.connect(path)
+            body = struct.pack("!HH4xB3xII4xQQHH4x", OFPMP_FLOW, 0, 0xFF, 0xFFFFFFFF, 0xFFFFFFFF, 0, 0, 1, 4)
+            s.sendall(_OFP.pack(OFP13, OFPT_HELLO, 8, 1)
+                      + _OFP.pack(OFP13, OFPT_MULTIPART_REQUEST, _OFP.size + len(body), 2) + body)
+            buf = b""
+            while True:
+                while len(buf) < 8 or len(buf) < _OFP.unpack_from(buf)[2]:
+                    chunk = s.recv(1 << 16)
+                    if not chunk:
+                        raise SetupError(f"Open vSwitch bridge {bridge}: connection closed during the flow dump")
+                    buf += chunk
+                version, mtype, length, xid = _OFP.unpack_from(buf)
+                msg, buf = buf[:length], buf[length:]
+                if mtype == 1:                                   # OFPT_ERROR
+                    raise SetupError(f"Open vSwitch bridge {bridge}: OpenFlow error answering the flow dump "
+                                     f"(type {struct.unpack_from('!H', msg, 8)[0]})")
+                if mtype != OFPT_MULTIPART_REPLY or xid != 2:
+                    continue
+                _kind, flags = struct.unpack_from("!HH", msg, 8)
+                off = 16
+                while off + 2 <= len(msg):
+                    n = struct.unpack_from("!H", msg, off)[0]
+                    if n < 56:
+                        raise SetupError(f"Open vSwitch bridge {bridge}: malformed flow-stats entry")
+                    e = bytearray(msg[off:off + n])
+                    e[4:12] = bytes(8)                           # duration_sec, duration_nsec
+                    e[32:48] = bytes(16)                         # packet_count, byte_count
+                    entries.append(bytes(e))
+                    off += n
+                if not flags & 1:                                # OFPMPF_REPLY_MORE
+                    break
+    except OSError as e:
+        raise SetupError(f"Open vSwitch bridge {bridge}: flow dump failed ({e})") from None
+    return b"".join(sorted(entries))

@@ -197,7 +197,11 @@ class FakeDataPlane:
         for n in names:
             self.qos.pop(n, None)
 
+    def ovs_flow_fingerprint(self, sw):
+        return b"tampered" if self.flows.get(sw) else b"as planned"
+
     def ovs_flow_differences(self, sw, flows):
+        self.calls.append(("diff flows", sw))
         return ["-table=1 priority=200,reg0=0,reg1=0x1 actions=output:3"] if self.flows.get(sw) else []
 
     def ovs_replace_flows(self, sw, flows):
@@ -210,7 +214,7 @@ def fake(monkeypatch):
     def make(**kw):
         dp = FakeDataPlane(**kw)
         for name in ("PortTrees", "delete_port_qdiscs", "ovs_port_qos", "ovs_clear_qos", "ovs_flow_differences",
-                     "ovs_replace_flows"):
+                     "ovs_replace_flows", "ovs_flow_fingerprint"):
             monkeypatch.setattr(restore.dataplane, name, getattr(dp, name))
 
         class Ports:
@@ -230,12 +234,12 @@ def fake(monkeypatch):
     return make
 
 
-def run_check(intent=(), ports=("leaf1-eth1", "leaf1-eth2")):
+def run_check(intent=(), ports=("leaf1-eth1", "leaf1-eth2"), f=None):
     fmap = small_map()
     ctx = SimpleNamespace(sc=SimpleNamespace(routing=SimpleNamespace(mode="ecmp"), queues=SimpleNamespace(limit_bytes=75_000)))
     q = PortQueue(rate_mbps=10, buffer_packets=50)
     lf = SimpleNamespace(port_plans={None: [PortPlan(p, q, switch_port=True) for p in ports]}, fabric_map=fmap)
-    f = IntendedDataPlane(ctx)
+    f = f or IntendedDataPlane(ctx)
     rnd = RoundRecord(index=2, round=None, dir=None, port_intent=list(intent))
     assert f.before_round(lf, rnd) == {}
     rnd.features[f.name] = f.after_round(lf, rnd)
@@ -248,9 +252,16 @@ def test_a_clean_data_plane_is_checked_and_left_alone(fake):
     dp = fake(trees={"leaf1-eth1": INSTALLED, "leaf1-eth2": INSTALLED})
     f, summary = run_check()
     block = summary["fidelity"]["data_plane"]
-    assert block["restored"] == [] and block["failures"] == [] and dp.calls == []
+    assert block["restored"] == [] and block["failures"] == []
+    assert sorted(dp.calls) == [("diff flows", s) for s in ("leaf1", "leaf2", "spine1", "spine2")]
     assert "2 ports' qdiscs and classes" in block["checked"] and "4 switches' flow tables" in block["checked"]
     assert f.failures(summary) == [] and f.report(summary) is None
+    # the next round: the tables fingerprint as verified, so none is read line by line
+    dp.calls.clear()
+    dp.flows["spine1"] = True                   # ... unless it changed
+    f, summary = run_check(f=f)
+    assert dp.calls == [("diff flows", "spine1"), ("replace flows", "spine1"), ("diff flows", "spine1")]
+    assert summary["fidelity"]["data_plane"]["restored"][0].startswith("spine1: flow tables differed")
 
 
 def test_a_tampered_port_qos_and_flow_table_are_put_back_and_said(fake):
@@ -280,7 +291,8 @@ def test_a_removed_hook_fails_the_round_without_touching_the_port(fake):
     dp = fake(trees={"leaf1-eth1": INSTALLED, "leaf1-eth2": INSTALLED})
     f, summary = run_check(intent=[{"*": {"clsact": True}}], ports=("leaf1-eth1",))
     (line,) = f.failures(summary)
-    assert "leaf1-eth1: missing clsact ffff: parent ffff:fff1: cannot be put back" in line and dp.calls == []
+    assert "leaf1-eth1: missing clsact ffff: parent ffff:fff1: cannot be put back" in line
+    assert not [c for c in dp.calls if c[0] in ("delete", "install")]
 
 
 def test_a_data_plane_that_cannot_be_read_fails_the_round_with_the_reason(fake, monkeypatch):
