@@ -44,12 +44,12 @@ def test_a_controller_killed_mid_run_fails_the_round_naming_it(tmp_path):
 @_HOST
 def test_a_port_qos_set_through_ovs_mid_run_stops_the_round_and_the_next_round_starts_from_the_plan(tmp_path):
     """Open vSwitch replaces a port's qdiscs when the port gets a QoS: the watcher sees the port
-    toward the receiver's qdiscs change within a second, stops the round's traffic (2 x 3 MB
-    into 10 Mbit/s would take 4.8 s) and names the port and what replaced fabriclab's queue. A
+    toward the receiver's qdiscs change within a second, stops the round's traffic (2 x 2 MB
+    into 10 Mbit/s would take 3.2 s) and names the port and what replaced fabriclab's queue. A
     host NIC's root replaced by tc and a stranger's flow entry come at the same time, and all
     three are left in place: the next round puts each back to the plan before its traffic, says
     so in its fidelity block, and runs in full on the intended queues."""
-    scenario = small_scenario(tmp_path, traffic={"response_bytes": 3_000_000, "timeout_s": 30},
+    scenario = small_scenario(tmp_path, traffic={"response_bytes": 2_000_000, "timeout_s": 30},
                               rounds=[{"name": "tampered"}, {"name": "after"}])
     proc, results, lines = start_run(tmp_path, scenario)
     time.sleep(0.8)
@@ -73,8 +73,9 @@ def test_a_port_qos_set_through_ovs_mid_run_stops_the_round_and_the_next_round_s
     line = [f for f in first["fidelity"]["failures"] if "leaf1-eth1: its qdiscs were replaced" in f][0]
     assert "where fabriclab installed htb 1: parent root; pfifo 10: parent 1:1" in line, line
     assert "the round was stopped" in line, line
+    # stopped: the flows did not finish (the next round's, on the plan, do)
     assert 0 < first["flows"]["bytes_received"] <= first["flows"]["bytes_sent"], first["flows"]
-    assert first["timings_s"]["traffic_s"] < 4.0, first["timings_s"]     # stopped, not the 4.8 s in full
+    assert not first["flows"]["all_complete"], first["flows"]
     # round 2: each tamper found, put back, said; the round ran on the plan
     dp = second["fidelity"]["data_plane"]
     restored = "\n".join(dp["restored"])
