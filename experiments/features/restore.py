@@ -98,8 +98,10 @@ class IntendedDataPlane(Feature):
         queues = {p.ifname: (pid, p.queue) for pid, plans in lf.port_plans.items() for p in plans}
         switch_ports = [p.ifname for p in lf.port_plans.get(None, [])]
         try:
-            self._ovs_rows(switch_ports, restored, failures)
-            self._trees(namespaces, queues, rnd, restored, failures, unchecked)
+            if self.trees is None:
+                self.trees = dataplane.PortTrees(namespaces)
+            before = self._ovs_rows(switch_ports, restored, failures)
+            self._trees(namespaces, queues, rnd, restored, failures, unchecked, before)
             self._flow_tables(lf, restored, failures)
         except SetupError as e:
             failures.append(f"the data plane could not be checked before the round: {e}")
@@ -108,12 +110,15 @@ class IntendedDataPlane(Feature):
                         "check_ms": round((time.perf_counter() - t0) * 1e3, 1)}
         return {}
 
-    def _ovs_rows(self, ports: list[str], restored: list, failures: list) -> None:
-        """No QoS and no ingress policing on any switch port (fabriclab sets neither)."""
+    def _ovs_rows(self, ports: list[str], restored: list, failures: list) -> dict:
+        """No QoS and no ingress policing on any switch port (fabriclab sets neither). Returns the
+        ports' trees as read before clearing (Open vSwitch takes its qdiscs away with the QoS, so
+        what the port held is described from this reading), or {} when nothing was cleared."""
         rows = dataplane.ovs_port_qos(ports)
         bad = {p: r for p, r in rows.items() if r["qos"] or r["ingress_policing_rate"] or r["ingress_policing_burst"]}
         if not bad:
-            return
+            return {}
+        before = {p: t for p, t in self.trees().items() if p in bad}
         dataplane.ovs_clear_qos(sorted(bad))
         after = dataplane.ovs_port_qos(sorted(bad))
         for p, r in sorted(bad.items()):
@@ -128,24 +133,25 @@ class IntendedDataPlane(Feature):
                 failures.append(f"{p}: {' and '.join(what)} set on the port could not be cleared")
             else:
                 restored.append(f"{p}: {' and '.join(what)} set on the port: cleared")
+        return before
 
     def _trees(self, namespaces: dict, queues: dict, rnd: RoundRecord, restored: list, failures: list,
-               unchecked: set) -> None:
-        """Every port's qdiscs and classes against the intent; reinstalled where they differ."""
+               unchecked: set, before: dict) -> None:
+        """Every port's qdiscs and classes against the intent; reinstalled where they differ
+        (``before``: trees read before Open vSwitch's QoS was cleared, which describe those ports)."""
         base = {intf: porttree.PortIntent(int(round(q.rate_mbps * 1e6)), q.fifo_kind, q.fifo_limit)
                 if q is not None else porttree.PortIntent(1, "pfifo", 1, unchecked="no queue of the fabric's own")
                 for intf, (_, q) in queues.items()}
         intents, red = merge_intents(base, rnd.port_intent)
         unchecked.update(i.unchecked for i in intents.values() if i.unchecked)
-        if self.trees is None:
-            self.trees = dataplane.PortTrees(namespaces)
         found = self.trees()
         plans = {intf: porttree.restore_plan(intents[intf], found.get(intf, ())) for intf in intents}
         done = {}
         for intf, plan in sorted(plans.items()):
             if not plan.needed:
                 continue
-            line = porttree.describe(intf, plan)
+            first = porttree.restore_plan(intents[intf], before[intf]) if intf in before else plan
+            line = porttree.describe(intf, first if first.needed else plan)
             if plan.impossible:
                 failures.append(f"{line}: cannot be put back: {plan.impossible}")
                 continue
