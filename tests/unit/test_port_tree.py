@@ -304,3 +304,49 @@ def test_a_data_plane_that_cannot_be_read_fails_the_round_with_the_reason(fake, 
     f, summary = run_check()
     (line,) = f.failures(summary)
     assert line == "the data plane could not be checked before the round: ovs-vsctl exited 1: database connection failed"
+
+
+def test_a_flow_fingerprint_ignores_age_and_counters_and_reads_every_reply_part(tmp_path, monkeypatch):
+    """ovs_flow_fingerprint against a fake switch on a Unix socket: two replies (the first marked
+    'more'), entries whose age and counters differ between dumps give the same fingerprint; a
+    changed priority does not."""
+    import socket
+    import struct
+    import threading
+    from controller import dataplane
+
+    def entry(priority: int, age_s: int, packets: int) -> bytes:
+        body = struct.pack("!HBxIIHHHH4xQQQ", 56, 0, age_s, 7, priority, 0, 0, 0, 0, packets, packets * 1500)
+        return body + struct.pack("!HH4x", 1, 4)        # an empty OXM match, padded; no instructions
+
+    def serve(entries_a, entries_b):
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(str(tmp_path / "br0.mgmt"))
+        srv.listen(1)
+
+        def run():
+            c, _ = srv.accept()
+            c.recv(1 << 16)
+            for flags, part in ((1, entries_a), (0, entries_b)):
+                body = struct.pack("!HH4x", 1, flags) + part
+                c.sendall(struct.pack("!BBHI", 4, 19, 8 + len(body), 2) + body)
+            c.close()
+            srv.close()
+        t = threading.Thread(target=run)
+        t.start()
+        return t
+
+    monkeypatch.setattr(dataplane, "OVS_RUNDIRS", (str(tmp_path),))
+    t = serve(entry(200, 1, 10), entry(0, 1, 3))
+    first = dataplane.ovs_flow_fingerprint("br0")
+    t.join()
+    (tmp_path / "br0.mgmt").unlink()
+    t = serve(entry(0, 9, 500), entry(200, 9, 4000))      # older, busier, other order: the same tables
+    assert dataplane.ovs_flow_fingerprint("br0") == first and len(first) == 2 * 56
+    t.join()
+    (tmp_path / "br0.mgmt").unlink()
+    t = serve(entry(201, 1, 10), entry(0, 1, 3))
+    assert dataplane.ovs_flow_fingerprint("br0") != first
+    t.join()
+    with pytest.raises(restore.SetupError, match="no management socket"):
+        dataplane.ovs_flow_fingerprint("nobridge")
