@@ -16,6 +16,7 @@ import re
 import socket
 import struct
 import subprocess
+import tempfile
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime
 
 from common.errors import SetupError
 from common.units import shaper_burst_bytes
+from controller import porttree
 from controller.timers import shaper_slack_s
 
 # pyroute2 ships the pfifo options encoder but not bfifo's; both qdiscs take
@@ -1240,3 +1242,309 @@ def htb_ceilings_mbps(names: set[str], netns_pid: int | None = None, classid: in
     except NetlinkError as e:
         raise SetupError(f"class rates: {e}") from None
     return out
+
+
+# --- the intended data plane, verified and put back before each round -----------------------
+
+#: rtnetlink message types and attributes a port's tree is read with (linux/rtnetlink.h, pkt_sched.h).
+RTM_GETQDISC, RTM_GETTCLASS = 38, 42
+NLM_F_DUMP_REQUEST = NLM_F_REQUEST | 0x300
+NLMSG_DONE = 3
+TCA_KIND, TCA_OPTIONS = 1, 2
+TCA_HTB_PARMS, TCA_HTB_RATE64, TCA_HTB_CEIL64 = 1, 6, 7
+_NLMSG = struct.Struct("=IHHII")         # struct nlmsghdr
+_TCMSG = struct.Struct("=BxxxiIII")      # struct tcmsg: family, ifindex, handle, parent, info
+_RTA = struct.Struct("=HH")              # struct rtattr
+
+
+def _attrs(buf: bytes, off: int, end: int) -> dict[int, bytes]:
+    """The rtattrs in ``buf[off:end]``: ``{type: payload}`` (the nested flag masked off)."""
+    out = {}
+    while off + 4 <= end:
+        length, kind = _RTA.unpack_from(buf, off)
+        if length < 4:
+            break
+        out[kind & 0x3FFF] = buf[off + 4:off + length]
+        off += (length + 3) & ~3
+    return out
+
+
+class PortTrees:
+    """Reads every qdisc and HTB class of the named interfaces as :mod:`controller.porttree` nodes
+    (a FIFO with its limit, an HTB class with its rate and ceiling): calling it returns ``{ifname:
+    sorted nodes}``, an interface that is gone mapping to ``()``. One raw netlink socket per
+    namespace, opened once with the interfaces' indexes; a call is one qdisc dump per namespace
+    and one class dump per interface with an HTB root (the kernel dumps classes per device
+    only), decoding only the kind, the handles and those few options: pyroute2 decoding every
+    attribute of a Fat-Tree k=4's 96 ports and 16 namespaces took 360-530 ms a reading here
+    (``bench/bench_restore.py`` measures this one).
+
+    Args:
+        namespaces: ``{netns_pid or None (the root namespace): [ifname, ...]}``.
+
+    Raises:
+        SetupError: a namespace could not be entered, or the kernel refused a dump.
+    """
+
+    def __init__(self, namespaces: dict[int | None, list[str]]):
+        self._ns: list[tuple[socket.socket, dict[int, str]]] = []
+        self.ifnames = [n for names in namespaces.values() for n in names]
+        try:
+            for pid, names in namespaces.items():
+                sock = in_netns(pid, lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE))
+                self._ns.append((sock, {}))
+                sock.bind((0, 0))
+                for n in names:
+                    try:
+                        self._ns[-1][1][in_netns(pid, lambda n=n: socket.if_nametoindex(n))] = n
+                    except OSError:
+                        pass          # gone: it reads as ()
+        except OSError as e:
+            self.close()
+            raise SetupError(f"tc: cannot read a namespace's qdiscs ({e})") from None
+        self._seq = 0
+
+    def _dump(self, sock: socket.socket, kind: int, ifindex: int = 0):
+        """Yield ``(tcmsg fields, attrs)`` of one dump request."""
+        self._seq += 1
+        sock.send(_NLMSG.pack(_NLMSG.size + _TCMSG.size, kind, NLM_F_DUMP_REQUEST, self._seq, 0)
+                  + _TCMSG.pack(0, ifindex, 0, 0, 0))
+        while True:
+            buf = sock.recv(1 << 16)
+            off = 0
+            while off + _NLMSG.size <= len(buf):
+                length, mtype, _flags, seq, _pid = _NLMSG.unpack_from(buf, off)
+                if length < _NLMSG.size:
+                    return
+                if seq == self._seq:
+                    if mtype == NLMSG_DONE:
+                        return
+                    if mtype == NLMSG_ERROR:
+                        err = -struct.unpack_from("=i", buf, off + _NLMSG.size)[0]
+                        if err:
+                            raise SetupError(f"tc: dump refused ({err}: {os.strerror(err)})")
+                        return
+                    tc = _TCMSG.unpack_from(buf, off + _NLMSG.size)
+                    yield tc, _attrs(buf, off + _NLMSG.size + _TCMSG.size, off + length)
+                off += (length + 3) & ~3
+
+    def __call__(self) -> dict[str, tuple[str, ...]]:
+        out: dict[str, list[str]] = {n: [] for n in self.ifnames}
+        try:
+            for sock, names in self._ns:
+                htb = []
+                for (_fam, idx, handle, parent, _info), at in self._dump(sock, RTM_GETQDISC):
+                    name = names.get(idx)
+                    if name is None:
+                        continue
+                    kind = at.get(TCA_KIND, b"").rstrip(b"\0").decode()
+                    opts = at.get(TCA_OPTIONS)
+                    limit = struct.unpack_from("=I", opts)[0] if kind in porttree.FIFO_KINDS and opts else None
+                    out[name].append(porttree.qdisc_node(kind, _tc_handle(handle), _tc_handle(parent), limit))
+                    if kind == "htb":
+                        htb.append(idx)
+                for idx in htb:
+                    for (_fam, _i, handle, parent, _info), at in self._dump(sock, RTM_GETTCLASS, idx):
+                        if at.get(TCA_KIND, b"").rstrip(b"\0") != b"htb" or TCA_OPTIONS not in at:
+                            continue
+                        o = _attrs(at[TCA_OPTIONS], 0, len(at[TCA_OPTIONS]))
+                        parms = o.get(TCA_HTB_PARMS, b"")
+                        if len(parms) < 24:
+                            continue
+                        rate = struct.unpack_from("=Q", o[TCA_HTB_RATE64])[0] if TCA_HTB_RATE64 in o else \
+                            struct.unpack_from("=I", parms, 8)[0]          # tc_ratespec.rate, bytes/s
+                        ceil = struct.unpack_from("=Q", o[TCA_HTB_CEIL64])[0] if TCA_HTB_CEIL64 in o else \
+                            struct.unpack_from("=I", parms, 20)[0]
+                        out[names[idx]].append(porttree.class_node("htb", _tc_handle(handle), _tc_handle(parent),
+                                                                   rate * 8, ceil * 8))
+        except OSError as e:
+            raise SetupError(f"tc: qdisc dump failed ({e})") from None
+        return {n: tuple(sorted(v)) for n, v in out.items()}
+
+    def close(self) -> None:
+        """Close the sockets (idempotent)."""
+        for sock, _ in self._ns:
+            sock.close()
+        self._ns = []
+
+
+def port_trees(namespaces: dict[int | None, list[str]]) -> dict[str, tuple[str, ...]]:
+    """One reading of :class:`PortTrees` (sockets opened and closed around it)."""
+    trees = PortTrees(namespaces)
+    try:
+        return trees()
+    finally:
+        trees.close()
+
+
+def delete_port_qdiscs(ifname: str, netns_pid: int | None = None, root: bool = True, hooks: bool = False) -> None:
+    """Delete ``ifname``'s root qdisc (with every class and qdisc under it; the kernel puts its
+    default back) and, with ``hooks``, its clsact/ingress qdisc (with every filter on it). A qdisc
+    that is not there is no error.
+
+    Raises:
+        SetupError: the interface is missing or the kernel refused (its message).
+    """
+    try:
+        with _ipr(netns_pid) as ipr:
+            idx = _link_index(ipr, ifname)
+            present = {(m["parent"], m.get_attr("TCA_KIND")) for m in ipr.get_qdiscs(index=idx)}
+            for parent, kind in sorted(present):
+                if (root and parent == 0xFFFFFFFF and kind != "noqueue") or (hooks and kind in porttree.HOOK_KINDS):
+                    ipr.tc("del", kind, idx, parent=parent)
+    except NetlinkError as e:
+        raise SetupError(f"tc on {ifname}: kernel refused to delete its qdiscs ({e})") from None
+
+
+#: The Open vSwitch columns that make it install qdiscs on a port of its own accord: a port's QoS
+#: (egress queues: it replaces the root qdisc) and an interface's ingress policing (an ingress
+#: qdisc with a policer). fabriclab sets neither.
+OVS_QOS_COLUMNS = ("qos", "ingress_policing_rate", "ingress_policing_burst")
+
+
+def ovs_port_qos(names: list[str]) -> dict[str, dict]:
+    """What Open vSwitch is asked to do to the queues of the named ports, in one ovs-vsctl call:
+    ``{port: {"qos": QoS row uuid or None, "queues": {queue id: Queue uuid} of that QoS,
+    "ingress_policing_rate": kbit/s, "ingress_policing_burst": kbit}}`` (ports it does not know
+    are absent).
+
+    Raises:
+        SetupError: ovs-vsctl failed.
+    """
+    text = run(["ovs-vsctl", "--timeout=5", "--format=json", "--columns=name,qos", "list", "Port",
+                "--", "--columns=name,ingress_policing_rate,ingress_policing_burst", "list", "Interface",
+                "--", "--columns=_uuid,queues", "list", "QoS"])
+    out = [json.loads(line) for line in text.splitlines() if line.strip()]   # one table per line
+    ports, ifaces, qos = (t.get("data", []) for t in out)
+    queues = {row[0][1]: {k: v[1] for k, v in row[1][1]} for row in qos}
+    wanted = set(names)
+    res = {}
+    for name, q in ports:
+        if name in wanted:
+            uuid = q[1] if isinstance(q, list) and q[0] == "uuid" else None
+            res[name] = {"qos": uuid, "queues": queues.get(uuid, {}) if uuid else {},
+                         "ingress_policing_rate": 0, "ingress_policing_burst": 0}
+    for name, rate, burst in ifaces:
+        if name in res:
+            res[name].update(ingress_policing_rate=int(rate), ingress_policing_burst=int(burst))
+    return res
+
+
+def ovs_clear_qos(names: list[str]) -> None:
+    """Take the named ports' QoS away and their interfaces' ingress policing off, in one
+    transaction (ovs-vsctl waits until ovs-vswitchd has applied it: it removes the qdiscs it
+    installed). The QoS and Queue rows themselves stay in the database, unreferenced.
+
+    Raises:
+        SetupError: ovs-vsctl failed.
+    """
+    if not names:
+        return
+    argv = ["ovs-vsctl", "--timeout=10"]
+    for n in names:
+        argv += ["--", "clear", "Port", n, "qos", "--", "set", "Interface", n, "ingress_policing_rate=0",
+                 "ingress_policing_burst=0"]
+    run(argv, timeout_s=20)
+
+
+def _flows_file(flows: list[str]) -> str:
+    """A temporary file holding ``flows``, one per line; the caller removes it."""
+    f = tempfile.NamedTemporaryFile("w", prefix="fabriclab-flows-", suffix=".txt", delete=False)
+    f.write("\n".join(flows) + "\n")
+    f.close()
+    return f.name
+
+
+def ovs_flow_differences(bridge: str, flows: list[str]) -> list[str]:
+    """How ``bridge``'s flow tables differ from ``flows`` (ovs-ofctl lines, OpenFlow 1.3): the lines
+    of ``ovs-ofctl diff-flows`` (``-`` an intended entry missing or changed, ``+`` one found that is
+    not intended); empty when they are the same.
+
+    Raises:
+        SetupError: ovs-ofctl failed (no such bridge, a line it cannot parse).
+    """
+    path = _flows_file(flows)
+    try:
+        p = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "diff-flows", path, bridge],
+                           capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        raise SetupError(f"ovs-ofctl diff-flows {bridge}: timed out after 10 s") from None
+    finally:
+        os.unlink(path)
+    if p.returncode not in (0, 2):
+        raise SetupError(f"ovs-ofctl diff-flows {bridge} exited {p.returncode}: {p.stderr.strip()}")
+    return [line for line in p.stdout.splitlines() if line.strip()]
+
+
+def ovs_replace_flows(bridge: str, flows: list[str]) -> None:
+    """Make ``bridge``'s flow tables exactly ``flows`` (``ovs-ofctl replace-flows``: only the
+    entries that differ are added, changed or deleted; OpenFlow 1.3).
+
+    Raises:
+        SetupError: ovs-ofctl failed.
+    """
+    path = _flows_file(flows)
+    try:
+        run(["ovs-ofctl", "-O", "OpenFlow13", "replace-flows", bridge, path])
+    finally:
+        os.unlink(path)
+
+
+#: Where ovs-vswitchd listens for OpenFlow on each bridge (``ovs-ofctl`` connects there too).
+OVS_RUNDIRS = ("/var/run/openvswitch", "/run/openvswitch")
+_OFP = struct.Struct("!BBHI")            # struct ofp_header: version, type, length, xid
+OFP13, OFPT_HELLO, OFPT_MULTIPART_REQUEST, OFPT_MULTIPART_REPLY, OFPMP_FLOW = 4, 0, 18, 19, 1
+
+
+def ovs_flow_fingerprint(bridge: str, timeout_s: float = 5.0) -> bytes:
+    """A fingerprint of ``bridge``'s flow tables: every entry of an OpenFlow 1.3 flow-stats reply
+    (on the bridge's management socket, as ``ovs-ofctl`` talks to it) with its age and counters
+    zeroed, sorted and concatenated. Equal fingerprints: the same entries (match, priority,
+    timeouts, flags, cookie, instructions). About a millisecond per bridge, against ~6 ms for an
+    ``ovs-ofctl`` process: a round's check compares it with the fingerprint of the tables last
+    verified against the plan, and only reads them with ``ovs-ofctl diff-flows`` when it differs.
+
+    Raises:
+        SetupError: no management socket, a refused or malformed exchange, or a timeout.
+    """
+    path = next((f"{d}/{bridge}.mgmt" for d in OVS_RUNDIRS if os.path.exists(f"{d}/{bridge}.mgmt")), None)
+    if path is None:
+        raise SetupError(f"Open vSwitch bridge {bridge}: no management socket in {' or '.join(OVS_RUNDIRS)}")
+    entries = []
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout_s)
+            s.connect(path)
+            body = struct.pack("!HH4xB3xII4xQQHH4x", OFPMP_FLOW, 0, 0xFF, 0xFFFFFFFF, 0xFFFFFFFF, 0, 0, 1, 4)
+            s.sendall(_OFP.pack(OFP13, OFPT_HELLO, 8, 1)
+                      + _OFP.pack(OFP13, OFPT_MULTIPART_REQUEST, _OFP.size + len(body), 2) + body)
+            buf = b""
+            while True:
+                while len(buf) < 8 or len(buf) < _OFP.unpack_from(buf)[2]:
+                    chunk = s.recv(1 << 16)
+                    if not chunk:
+                        raise SetupError(f"Open vSwitch bridge {bridge}: connection closed during the flow dump")
+                    buf += chunk
+                version, mtype, length, xid = _OFP.unpack_from(buf)
+                msg, buf = buf[:length], buf[length:]
+                if mtype == 1:                                   # OFPT_ERROR
+                    raise SetupError(f"Open vSwitch bridge {bridge}: OpenFlow error answering the flow dump "
+                                     f"(type {struct.unpack_from('!H', msg, 8)[0]})")
+                if mtype != OFPT_MULTIPART_REPLY or xid != 2:
+                    continue
+                _kind, flags = struct.unpack_from("!HH", msg, 8)
+                off = 16
+                while off + 2 <= len(msg):
+                    n = struct.unpack_from("!H", msg, off)[0]
+                    if n < 56:
+                        raise SetupError(f"Open vSwitch bridge {bridge}: malformed flow-stats entry")
+                    e = bytearray(msg[off:off + n])
+                    e[4:12] = bytes(8)                           # duration_sec, duration_nsec
+                    e[32:48] = bytes(16)                         # packet_count, byte_count
+                    entries.append(bytes(e))
+                    off += n
+                if not flags & 1:                                # OFPMPF_REPLY_MORE
+                    break
+    except OSError as e:
+        raise SetupError(f"Open vSwitch bridge {bridge}: flow dump failed ({e})") from None
+    return b"".join(sorted(entries))

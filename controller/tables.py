@@ -96,3 +96,39 @@ def switch_flows(routes: dict[str, list[int]], basis: int) -> list[FlowEntry]:
 def port_sets_of(flows: list[FlowEntry]) -> int:
     """How many ECMP port sets the entries hold (for the controller's log line)."""
     return len({dict(e.match)["reg1"] for e in flows if e.table_id == ECMP_TABLE and e.match})
+
+
+#: OpenFlow match field names (os-ken's) as ovs-ofctl writes them.
+_OFCTL_FIELDS = {"eth_type": "dl_type", "ipv4_dst": "nw_dst", "reg0": "reg0", "reg1": "reg1"}
+#: OVS's names of the ``multipath`` hash fields (lib/flow.c, flow_hash_fields_to_str).
+_OFCTL_HASH_FIELDS = {0: "eth_src", 1: "symmetric_l4", HASH_FIELDS_L3L4_UDP: "symmetric_l3l4+udp"}
+
+
+def ofctl_line(e: FlowEntry) -> str:
+    """One entry as an ``ovs-ofctl`` flow line (OpenFlow 1.3), as :mod:`controller.app` installs
+    it: ``table=0,priority=200,dl_type=0x0800,nw_dst=10.0.0.1 actions=output:3`` (an entry
+    without actions or ``goto_table`` drops). ``ovs-ofctl diff-flows`` and ``replace-flows`` read
+    these lines against a switch's tables.
+
+    Raises:
+        KeyError: a match field or hash this module does not write.
+        TypeError: an action it does not know.
+    """
+    match = "".join(f",{_OFCTL_FIELDS[k]}={v:#06x}" if k == "eth_type" else f",{_OFCTL_FIELDS[k]}={v}"
+                    for k, v in e.match)
+    acts = []
+    for a in e.actions:
+        if isinstance(a, Output):
+            acts.append(f"output:{a.port}")
+        elif isinstance(a, ToController):
+            acts.append("CONTROLLER:65535")
+        elif isinstance(a, SetReg):
+            acts.append(f"set_field:{a.value}->{a.reg}")
+        elif isinstance(a, Multipath):
+            acts.append(f"multipath({_OFCTL_HASH_FIELDS[a.fields]},{a.basis},hash_threshold,{a.max_link + 1},0,"
+                        f"{a.dst}[0..15])")
+        else:
+            raise TypeError(f"no ovs-ofctl form for {a!r}")
+    if e.goto_table is not None:
+        acts.append(f"goto_table:{e.goto_table}")
+    return f"table={e.table_id},priority={e.priority}{match} actions={','.join(acts) or 'drop'}"

@@ -75,6 +75,9 @@ class RoundRecord:
         rows: per flow records once the workload collected them (None: the workload has none).
         stopped: why the round's traffic was stopped before its end (a signal's name, such as
             ``SIGTERM``, or a watcher's reason; experiments.live.ROUND_STOP), None when it ran to its end.
+        port_intent: what the features install on the ports this round, as their
+            :meth:`experiments.features.base.Feature.port_intent` returned it (non-empty ones, in
+            the features' order), for the check that puts the round's data plane back as planned.
     """
     index: int
     round: dict
@@ -85,3 +88,4 @@ class RoundRecord:
     timings_s: dict = field(default_factory=dict)
     rows: list | None = None
     stopped: str | None = None
+    port_intent: list = field(default_factory=list)

@@ -111,7 +111,9 @@ class LiveFabric:
     ``teardown_hosts_s``), ``ecn_record`` / ``pfc_record`` (what the controller applied),
     ``rest_url`` (the controller's REST API, controller.rest: curl it during a run), ``token_file``
     (the file with the token its changes need, in the run's state folder), ``api`` (the runner's
-    :class:`controller.rest.ControlClient`, with the token).
+    :class:`controller.rest.ControlClient`, with the token), ``port_plans`` (what the fabric gave
+    each interface: ``{netns_pid or None: [controller.portsetup.PortPlan]}``, the intended queues
+    each round starts from).
 
     Raises:
         SetupError: port 6653 is taken, the controller dies, switches do not
@@ -140,6 +142,7 @@ class LiveFabric:
         self.net = None
         self.controller = None
         self.fabric_map = fabric.to_map()
+        self.port_plans: dict[int | None, list[portsetup.PortPlan]] = {}
         self.timings_s = {}
         self.owner_pid = os.getpid()
 
@@ -315,6 +318,7 @@ class LiveFabric:
         """Offloads off everywhere (cases T1, L5); no IPv6 chatter from switch ports; queues at each
         link's rate: one netlink socket and one read-back per namespace (controller.portsetup)."""
         plans: dict[int | None, list[portsetup.PortPlan]] = {}
+        self.port_plans = plans
         pfc = self.pfc_plan is not None
         for link in self.fabric.links:
             for node, intf in ((link.a, link.a_intf), (link.b, link.b_intf)):

@@ -232,6 +232,7 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
                     (rdir / "agents").mkdir()
                     rec = RoundRecord(index=i, round=r, dir=rdir)
                     renv = dict(env, round={"index": i, "name": r.name, "of": len(rounds)})
+                    rec.port_intent = [x for x in (f.port_intent(rec) for f in features) if x]
                     for f in features:
                         renv = _merge(renv, f.before_round(lf, rec))
                         rec.options.update(f.round_options(rec))

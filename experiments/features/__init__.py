@@ -1,7 +1,8 @@
 """The feature registry: what the fabric does around a round's traffic. The run loop plans,
 applies and summarises every registered feature in this order (PFC before ECN: the ECN marker
-is chosen knowing whether ports have per-priority queues; the userspace datapath's transmit
-count corrects the drops after PFC has added its cap drops, and the UDP accounting reads them
+is chosen knowing whether ports have per-priority queues; the data plane is put back to the
+plan after ECN has set the round's profiles, before the faults act and the watcher reads its
+baseline; the userspace datapath's transmit count corrects the drops after PFC has added its cap drops, and the UDP accounting reads them
 after both; the port counters are read before the faults are taken back, and the faults
 summarise before the accounting and the fidelity checks read what they did; the API's changes are
 read after the faults are taken back, which is one of them; the forwarding verdict reads the CPU
@@ -23,12 +24,13 @@ from experiments.features.hosts import HostTcp
 from experiments.features.ovstx import OvsTransmit
 from experiments.features.pfc import Pfc
 from experiments.features.ports import Ports
+from experiments.features.restore import IntendedDataPlane
 from experiments.features.scaled import ScaledFabric
 from experiments.features.watch import ControlPlane
 
 #: Registered features by name, in the order the run loop calls them.
-FEATURES: dict[str, type[Feature]] = {f.name: f for f in (HostTcp, Pfc, LinkDelay, Ecn, Ports, Faults, ApiChanges,
-                                                          OvsTransmit,
+FEATURES: dict[str, type[Feature]] = {f.name: f for f in (HostTcp, Pfc, LinkDelay, Ecn, IntendedDataPlane, Ports,
+                                                          Faults, ApiChanges, OvsTransmit,
                                                           Accounting, Fidelity, ControlPlane, CpuHeadroom,
                                                           Forwarding, ScaledFabric)}
 

@@ -55,6 +55,16 @@ class Feature:
         """What the workload should know this round (e.g. ``count_ecn``). Default: nothing."""
         return {}
 
+    def port_intent(self, rnd: RoundRecord) -> dict | None:
+        """What this feature puts on the ports' queues in round ``rnd``, over the HTB and FIFO the
+        fabric gives every interface: ``{intf or "*" (every interface): {field: value}}`` with the
+        fields of :class:`controller.porttree.PortIntent` (``red``: the round's
+        :class:`common.ecn.EcnProfile` where kernel RED replaces the FIFO; ``clsact``: a BPF hook
+        belongs there; ``unchecked``: why another mechanism owns the tree). The run loop collects
+        every feature's before the round (``rnd.port_intent``); the data-plane check puts each
+        port back to it. Default: nothing."""
+        return None
+
     def before_round(self, lf, rnd: RoundRecord) -> dict:
         """Act before the round's traffic; return additions to the round's environment.json
         (merged one level deep). Default: nothing."""

@@ -92,6 +92,10 @@ class LinkDelay(Feature):
         self.state = state
         stack.callback(lambda: dataplane.delete_root_links(self.root_ifbs))
 
+    def port_intent(self, rnd) -> dict | None:
+        """Every interface's delay line hangs on its tc clsact hook."""
+        return {"*": {"clsact": True}} if self.ctx.sc.links.delay_us else None
+
     def after_fabric(self, lf) -> None:
         """A delay line on every interface of every link (switch ports in the root namespace, host
         NICs in their hosts')."""

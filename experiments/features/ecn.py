@@ -128,6 +128,15 @@ class Ecn(Feature):
         """Receivers count CE marks when some port marks (``count_ecn``)."""
         return {"count_ecn": self.marker != "none"}
 
+    def port_intent(self, rnd: RoundRecord) -> dict | None:
+        """Kernel RED in the FIFO's place on each port that marks this round; the BPF marker's
+        clsact hook on every switch port."""
+        if self.marker == "red":
+            return {intf: {"red": p} for intf, p in self.ctx.profiles[rnd.index].items() if p.kind != "off"}
+        if self.marker == "bpf":
+            return {intf: {"clsact": True} for intf in self.plan_ecn["ports"]}
+        return None
+
     def before_round(self, lf, rnd: RoundRecord) -> dict:
         """Send a later round's profiles to the controller; read the marker's counters."""
         if rnd.index > 0 and self.plan_ecn is not None:

@@ -69,6 +69,13 @@ class Pfc(Feature):
         """With PFC on, an incast's bottleneck is the receiver's port (``receiver_is_bottleneck``)."""
         return {"receiver_is_bottleneck": self.plan_pfc is not None and rnd.round.pfc_enabled}
 
+    def port_intent(self, rnd: RoundRecord) -> dict | None:
+        """With priority queues, every port's tree is the controller's (its gates change during the
+        round): not checked against the fabric's single queue."""
+        if self.plan_pfc is None:
+            return None
+        return {"*": {"unchecked": "per-priority queues and pause gates, installed and changed by the controller"}}
+
     def before_round(self, lf, rnd: RoundRecord) -> dict:
         """Switch PFC as the round asks; take the controller's report before the traffic."""
         if self.plan_pfc is None:

@@ -110,10 +110,11 @@ class Watcher:
                 self.problems[key] = describe_tree_change(port, qdiscs, now.get(port, ()), t)
                 self.on_stop(self.problems[key])
 
-    def check(self) -> None:
-        """One look (the thread calls it; tests call it directly)."""
+    def check(self, trees_now: bool = False) -> None:
+        """One look (the thread calls it; tests call it directly); the qdiscs are read every
+        :data:`TREES_EVERY_S`, or now with ``trees_now``."""
         t = self.clock() - self.t0
-        if self.trees is not None and t - self.trees_at >= TREES_EVERY_S:
+        if self.trees is not None and (trees_now or t - self.trees_at >= TREES_EVERY_S):
             self.check_trees(t)
         code = self.alive()
         if code is not None and "controller" not in self.problems:
@@ -141,11 +142,12 @@ class Watcher:
         return self
 
     def stop(self) -> list[str]:
-        """Stop, take one last look; the problems found, one line each."""
+        """Stop, take one last look (the qdiscs read too: a tree replaced in the round's last
+        second is the round's problem); the problems found, one line each."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(5)
-        self.check()
+        self.check(trees_now=True)
         return list(self.problems.values())
 
 

@@ -42,29 +42,56 @@ def test_a_controller_killed_mid_run_fails_the_round_naming_it(tmp_path):
 
 
 @_HOST
-def test_a_port_qos_set_through_ovs_mid_run_stops_the_round_naming_the_port_and_the_replacement(tmp_path):
+def test_a_port_qos_set_through_ovs_mid_run_stops_the_round_and_the_next_round_starts_from_the_plan(tmp_path):
     """Open vSwitch replaces a port's qdiscs when the port gets a QoS: the watcher sees the port
-    toward the receiver's qdiscs change within a second, stops the round's traffic (2 x 5 MB
-    into 10 Mbit/s would take 8 s) and names the port and what replaced fabriclab's queue."""
-    scenario = small_scenario(tmp_path, traffic={"response_bytes": 5_000_000, "timeout_s": 30})
+    toward the receiver's qdiscs change within a second, stops the round's traffic (2 x 2 MB
+    into 10 Mbit/s would take 3.2 s) and names the port and what replaced fabriclab's queue. A
+    host NIC's root replaced by tc and a stranger's flow entry come at the same time, and all
+    three are left in place: the next round puts each back to the plan before its traffic, says
+    so in its fidelity block, and runs in full on the intended queues."""
+    scenario = small_scenario(tmp_path, traffic={"response_bytes": 2_000_000, "timeout_s": 30},
+                              rounds=[{"name": "tampered"}, {"name": "after"}])
     proc, results, lines = start_run(tmp_path, scenario)
     time.sleep(0.8)
     q = subprocess.run(["ovs-vsctl", "--timeout=5", "--", "set", "port", "leaf1-eth1", "qos=@q", "--",
                         "--id=@q", "create", "qos", "type=linux-htb", "other-config:max-rate=10000000"],
                        capture_output=True, text=True)
+    nic = subprocess.run(["nsenter", "-t", str(_recorded_pid("host h4")), "-n", "--", "tc", "qdisc", "replace",
+                          "dev", "h4-eth0", "root", "pfifo", "limit", "1000"], capture_output=True, text=True)
+    flow = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "add-flow", "spine1",
+                           "table=0,priority=300,ip,nw_dst=10.9.9.9 actions=drop"], capture_output=True, text=True)
     out, _ = proc.communicate(timeout=180)
     text = "".join(lines) + out
-    assert q.returncode == 0, q.stderr
+    assert q.returncode == 0 and nic.returncode == 0 and flow.returncode == 0, (q.stderr, nic.stderr, flow.stderr)
     assert proc.returncode == 3, text[-3000:]
     assert "FIDELITY CHECK FAILED: leaf1-eth1: its qdiscs were replaced at t = " in text, text[-3000:]
     (top,) = [d for d in results.iterdir() if d.is_dir()]
-    summary = json.loads((top / "summary.json").read_text())
-    (line,) = [f for f in summary["fidelity"]["failures"] if "qdiscs were replaced" in f]
+    first, second = (json.loads((top / "rounds" / r / "summary.json").read_text()) for r in ("01-tampered", "02-after"))
+    # round 1 started on the plan: nothing to put back (the flow lines match the switches' own)
+    assert first["fidelity"]["data_plane"]["restored"] == [] == first["fidelity"]["data_plane"]["failures"], \
+        first["fidelity"]["data_plane"]
+    line = [f for f in first["fidelity"]["failures"] if "leaf1-eth1: its qdiscs were replaced" in f][0]
     assert "where fabriclab installed htb 1: parent root; pfifo 10: parent 1:1" in line, line
     assert "the round was stopped" in line, line
-    assert 0 < summary["flows"]["bytes_received"] <= summary["flows"]["bytes_sent"], summary["flows"]
-    # stopped: the QoS came 0.8 s after the traffic started, the watcher reads every 1 s
-    assert summary["timings_s"]["traffic_s"] < 4.0, summary["timings_s"]
+    # stopped: the flows did not finish (the next round's, on the plan, do)
+    assert 0 < first["flows"]["bytes_received"] <= first["flows"]["bytes_sent"], first["flows"]
+    assert not first["flows"]["all_complete"], first["flows"]
+    # round 2: each tamper found, put back, said; the round ran on the plan
+    dp = second["fidelity"]["data_plane"]
+    restored = "\n".join(dp["restored"])
+    print(f"round 1 check: {first['fidelity']['data_plane']['checked']}\nround 2 check: {dp['checked']}\n{restored}")
+    assert dp["failures"] == [], dp
+    assert "leaf1-eth1: an Open vSwitch QoS (" in restored and "set on the port: cleared" in restored, restored
+    # described as it was before the QoS went (Open vSwitch's own HTB classes), not as clearing left it
+    assert "leaf1-eth1: found class htb 1:1 parent 1:fffe" in restored and "class htb 1:fffe parent root" in restored \
+        and "instead of class htb 1:1 parent root rate 10000000 ceil 10000000" in restored, restored
+    assert "h4-eth0: found pfifo " in restored and "limit 1000 instead of " in restored, restored
+    assert "spine1: flow tables differed from the controller's (+" in restored and "10.9.9.9" in restored, restored
+    assert restored.count("put back as planned") == 2, restored
+    assert "data plane put back before the round: h4-eth0" in text, text[-3000:]
+    assert second["fidelity"]["control_plane"]["failures"] == [], second["fidelity"]["control_plane"]
+    assert second["flows"]["all_complete"], second["flows"]
+    assert second["bottleneck"]["peak_backlog_packets"] <= 50, second["bottleneck"]
     assert_clean(str(results))
     subprocess.run(["ovs-vsctl", "--timeout=5", "--all", "destroy", "qos"], capture_output=True)
 

@@ -83,3 +83,31 @@ def test_bulk_delete_leaves_an_interface_that_is_not_named_even_in_the_same_grou
         assert "fltps2" in dataplane.root_links()
     finally:
         subprocess.run(["ip", "link", "set", "fltps2", "group", "0"], capture_output=True)
+
+
+def test_port_trees_read_what_was_installed_as_the_plan_says_and_a_tamper_as_it_is(netns_pair):
+    """controller.dataplane.PortTrees (raw netlink, one socket per namespace) reads the queues
+    portsetup installed exactly as controller.porttree expects them (a 64-bit class rate too),
+    and a root replaced by tc as what it is; deleting it and installing again puts it back."""
+    from controller import porttree
+    pid, root_end, ns_end = netns_pair
+    fast, slow = PortQueue(40_000, buffer_bytes=150_000), PortQueue(10, buffer_packets=50)
+    portsetup.configure_ports({None: [portsetup.PortPlan(root_end, fast, switch_port=True)],
+                               pid: [portsetup.PortPlan(ns_end, slow)]})
+    intents = {root_end: porttree.PortIntent(40_000_000_000, "bfifo", 150_000),
+               ns_end: porttree.PortIntent(10_000_000, "pfifo", 50)}
+    trees = dataplane.PortTrees({None: [root_end, "flnothere"], pid: [ns_end]})
+    try:
+        found = trees()
+        assert found["flnothere"] == ()
+        for intf, intent in intents.items():
+            assert found[intf] == porttree.expected_nodes(intent), (intf, found[intf])
+        dataplane.run(["tc", "qdisc", "replace", "dev", ns_end, "root", "pfifo", "limit", "1000"], pid)
+        plan = porttree.restore_plan(intents[ns_end], trees()[ns_end])
+        assert plan.reinstall and any(n.startswith("pfifo ") and n.endswith("parent root limit 1000") for n in plan.extra)
+        dataplane.delete_port_qdiscs(ns_end, pid)
+        with portsetup.NamespacePorts(pid) as ns:
+            ns.install_queue(ns_end, slow)
+        assert not porttree.restore_plan(intents[ns_end], trees()[ns_end]).needed
+    finally:
+        trees.close()

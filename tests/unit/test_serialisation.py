@@ -224,6 +224,20 @@ def test_a_replaced_qdisc_is_named_with_what_replaced_it_and_stops_the_round_onc
     assert quiet.problems == {}
 
 
+def test_a_qdisc_replaced_in_the_rounds_last_second_is_seen_by_the_last_look():
+    """The watcher's last look reads the trees whatever the time since the previous reading: a
+    tree replaced after it is the round's problem, not the next round's starting point."""
+    from experiments.features.watch import TREES_EVERY_S, Watcher
+    now = [0.0]
+    ours = ("htb 1: parent root", "pfifo 10: parent 1:1")
+    trees = {"leaf1-eth1": ours}
+    w = Watcher(lambda: None, lambda: None, [], clock=lambda: now[0], trees=lambda: dict(trees), on_stop=lambda r: None)
+    w.check()
+    trees["leaf1-eth1"] = ("pfifo 8001: parent root",)
+    now[0] = TREES_EVERY_S / 4
+    assert w.stop() and list(w.problems) == ["qdisc leaf1-eth1"]
+
+
 def test_agents_are_killed_at_once_when_the_round_must_stop():
     import subprocess
     import time as t

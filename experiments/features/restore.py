@@ -1,0 +1,240 @@
+"""Every round starts from the intended data plane: before each round's traffic, each switch
+port's and host NIC's qdisc tree, Open vSwitch's QoS and ingress policing on the switch ports,
+and every switch's flow tables are compared with what the scenario asked for (the queues the
+fabric installed, with what the features put over them this round, and the controller's flow
+tables computed again from the fabric map), never with what is found; whatever differs is put
+back through the data plane (controller.dataplane) and read back. The round's fidelity block
+``data_plane`` records what was wrong and what was done; a difference that cannot be put back
+(a BPF hook removed, a tree the kernel will not take) fails the round (exit 3).
+
+Why: the control-plane watcher (experiments.features.watch) compares each port with its first
+reading of the round, so a tree replaced in one round and left in place would be the next
+round's baseline, and that round would report a buffer the ports do not have.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+from common.errors import SetupError
+from controller import dataplane, porttree
+from controller.portsetup import NamespacePorts
+from controller.routing import compute_routes, hash_basis
+from controller.tables import ofctl_line, switch_flows
+from experiments.context import RoundRecord
+from experiments.features.base import Feature
+
+#: Threads that read the switches' flow tables (one ovs-ofctl process each).
+FLOW_READERS = 4
+
+
+def merge_intents(base: dict[str, porttree.PortIntent], layers: list[dict]) -> tuple[dict, dict]:
+    """The round's intent per interface: ``base`` (the fabric's queues) with each layer of
+    :meth:`experiments.features.base.Feature.port_intent` applied in order (``"*"`` applies to
+    every interface; an interface not in ``base`` is ignored: the fabric gave it no queue).
+    Returns ``(intents, red)``: ``{intf: PortIntent}`` and ``{intf: EcnProfile}`` of the ports
+    where RED replaces the FIFO.
+
+    Raises:
+        TypeError: a layer names a field PortIntent does not have.
+    """
+    out, red = dict(base), {}
+    for layer in layers:
+        for intf, fields in layer.items():
+            for name in (out if intf == "*" else [intf] if intf in out else []):
+                f = dict(fields)
+                if f.get("red"):
+                    red[name] = f["red"]
+                    f["red"] = True
+                out[name] = replace(out[name], **f)
+    return out, red
+
+
+def intended_flows(fabric_map: dict, routing: str) -> dict[str, list[str]]:
+    """``{switch: [ovs-ofctl line, ...]}``: every switch's flow tables as controller.app installs
+    them (controller.tables.switch_flows over controller.routing.compute_routes)."""
+    routes = compute_routes(fabric_map, routing)
+    return {s["name"]: [ofctl_line(e) for e in switch_flows(routes[s["name"]], hash_basis(i))]
+            for i, s in enumerate(fabric_map["switches"])}
+
+
+def _fingerprint(bridge: str) -> bytes | None:
+    """The bridge's flow-table fingerprint, or None when it cannot be had (the tables are then
+    compared line by line)."""
+    try:
+        return dataplane.ovs_flow_fingerprint(bridge)
+    except SetupError:
+        return None
+
+
+class IntendedDataPlane(Feature):
+    """Puts every round's data plane back to the plan before its traffic (module docstring)."""
+    name = "data_plane"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.flows: dict[str, list[str]] | None = None
+        self.trees: dataplane.PortTrees | None = None
+        #: switch -> fingerprint of its flow tables when last found equal to the plan
+        self.verified: dict[str, bytes | None] = {}
+        self._record: dict | None = None
+
+    def enter(self, stack: contextlib.ExitStack, state) -> None:
+        """Close the tree reader's sockets when the run ends."""
+        stack.callback(self._close)
+
+    def _close(self) -> None:
+        if self.trees is not None:
+            self.trees.close()
+            self.trees = None
+
+    def before_round(self, lf, rnd: RoundRecord) -> dict:
+        """Compare, put back, read back; the record goes into this round's fidelity block."""
+        t0 = time.perf_counter()
+        restored, failures, unchecked = [], [], set()
+        namespaces = {pid: [p.ifname for p in plans] for pid, plans in lf.port_plans.items()}
+        queues = {p.ifname: (pid, p.queue) for pid, plans in lf.port_plans.items() for p in plans}
+        switch_ports = [p.ifname for p in lf.port_plans.get(None, [])]
+        try:
+            if self.trees is None:
+                self.trees = dataplane.PortTrees(namespaces)
+            before = self._ovs_rows(switch_ports, restored, failures)
+            self._trees(namespaces, queues, rnd, restored, failures, unchecked, before)
+            self._flow_tables(lf, restored, failures)
+        except SetupError as e:
+            failures.append(f"the data plane could not be checked before the round: {e}")
+        self._record = {"restored": restored, "failures": failures, "unchecked": sorted(unchecked),
+                        "ports": len(queues), "switches": len(self.flows or {}),
+                        "check_ms": round((time.perf_counter() - t0) * 1e3, 1)}
+        return {}
+
+    def _ovs_rows(self, ports: list[str], restored: list, failures: list) -> dict:
+        """No QoS and no ingress policing on any switch port (fabriclab sets neither). Returns the
+        ports' trees as read before clearing (Open vSwitch takes its qdiscs away with the QoS, so
+        what the port held is described from this reading), or {} when nothing was cleared."""
+        rows = dataplane.ovs_port_qos(ports)
+        bad = {p: r for p, r in rows.items() if r["qos"] or r["ingress_policing_rate"] or r["ingress_policing_burst"]}
+        if not bad:
+            return {}
+        before = {p: t for p, t in self.trees().items() if p in bad}
+        dataplane.ovs_clear_qos(sorted(bad))
+        after = dataplane.ovs_port_qos(sorted(bad))
+        for p, r in sorted(bad.items()):
+            what = []
+            if r["qos"]:
+                what.append(f"an Open vSwitch QoS ({r['qos']}, {len(r['queues'])} queue(s))")
+            if r["ingress_policing_rate"] or r["ingress_policing_burst"]:
+                what.append(f"ingress policing at {r['ingress_policing_rate']} kbit/s, burst "
+                            f"{r['ingress_policing_burst']} kbit")
+            a = after.get(p, {})
+            if a.get("qos") or a.get("ingress_policing_rate") or a.get("ingress_policing_burst"):
+                failures.append(f"{p}: {' and '.join(what)} set on the port could not be cleared")
+            else:
+                restored.append(f"{p}: {' and '.join(what)} set on the port: cleared")
+        return before
+
+    def _trees(self, namespaces: dict, queues: dict, rnd: RoundRecord, restored: list, failures: list,
+               unchecked: set, before: dict) -> None:
+        """Every port's qdiscs and classes against the intent; reinstalled where they differ
+        (``before``: trees read before Open vSwitch's QoS was cleared, which describe those ports)."""
+        base = {intf: porttree.PortIntent(int(round(q.rate_mbps * 1e6)), q.fifo_kind, q.fifo_limit)
+                if q is not None else porttree.PortIntent(1, "pfifo", 1, unchecked="no queue of the fabric's own")
+                for intf, (_, q) in queues.items()}
+        intents, red = merge_intents(base, rnd.port_intent)
+        unchecked.update(i.unchecked for i in intents.values() if i.unchecked)
+        found = self.trees()
+        plans = {intf: porttree.restore_plan(intents[intf], found.get(intf, ())) for intf in intents}
+        done = {}
+        for intf, plan in sorted(plans.items()):
+            if not plan.needed:
+                continue
+            first = porttree.restore_plan(intents[intf], before[intf]) if intf in before else plan
+            line = porttree.describe(intf, first if first.needed else plan)
+            if plan.impossible:
+                failures.append(f"{line}: cannot be put back: {plan.impossible}")
+                continue
+            pid, q = queues[intf]
+            try:
+                dataplane.delete_port_qdiscs(intf, pid, root=plan.reinstall, hooks=plan.delete_hooks)
+                if plan.reinstall:
+                    with NamespacePorts(pid) as ns:
+                        ns.install_queue(intf, q)
+                    if intf in red:
+                        dataplane.install_red(intf, q.rate_mbps * 1e6, self.ctx.sc.queues.limit_bytes, red[intf])
+            except SetupError as e:
+                failures.append(f"{line}: putting it back failed: {e}")
+                continue
+            done[intf] = line
+        if not done:
+            return
+        again = self.trees()
+        for intf, line in done.items():
+            plan = porttree.restore_plan(intents[intf], again.get(intf, ()))
+            if plan.needed:
+                failures.append(f"{line}: put back, but it reads back different: {porttree.describe(intf, plan)}")
+            else:
+                restored.append(f"{line}: put back as planned")
+
+    def _flow_tables(self, lf, restored: list, failures: list) -> None:
+        """Every switch's flow tables against the controller's. A switch whose tables fingerprint
+        (controller.dataplane.ovs_flow_fingerprint, about a millisecond) as they did when last
+        verified against the plan is not read again; any other is compared line by line
+        (ovs-ofctl diff-flows) and, if it differs, replaced (replace-flows) and compared again."""
+        if self.flows is None:
+            self.flows = intended_flows(lf.fabric_map, self.ctx.sc.routing.mode)
+        with ThreadPoolExecutor(FLOW_READERS) as pool:
+            prints = dict(zip(self.flows, pool.map(_fingerprint, self.flows)))
+            todo = [sw for sw in self.flows if prints[sw] is None or self.verified.get(sw) != prints[sw]]
+            diffs = dict(zip(todo, pool.map(lambda sw: dataplane.ovs_flow_differences(sw, self.flows[sw]), todo)))
+        for sw, diff in sorted(diffs.items()):
+            if not diff:
+                self.verified[sw] = prints[sw]
+                continue
+            self.verified.pop(sw, None)
+            shown = "; ".join(diff[:4]) + (f"; ... ({len(diff)} lines)" if len(diff) > 4 else "")
+            try:
+                dataplane.ovs_replace_flows(sw, self.flows[sw])
+                left = dataplane.ovs_flow_differences(sw, self.flows[sw])
+            except SetupError as e:
+                failures.append(f"{sw}: flow tables differed ({shown}); putting them back failed: {e}")
+                continue
+            if left:
+                failures.append(f"{sw}: flow tables differed ({shown}) and still do after replacing them: "
+                                f"{'; '.join(left[:4])}")
+            else:
+                self.verified[sw] = _fingerprint(sw)
+                restored.append(f"{sw}: flow tables differed from the controller's ({shown}): replaced")
+
+    def after_round(self, lf, rnd: RoundRecord) -> dict | None:
+        """What the check before the round found and did."""
+        rec, self._record = self._record, None
+        return rec
+
+    def summarize(self, rnd: RoundRecord, summary: dict) -> None:
+        """``fidelity.data_plane``: what was checked, what was put back, what could not be."""
+        rec = rnd.features.get(self.name)
+        if rec is None:
+            return
+        summary.setdefault("fidelity", {})["data_plane"] = {
+            "checked": (f"before the round, against the plan: {rec['ports']} ports' qdiscs and classes, Open "
+                        f"vSwitch QoS and ingress policing on the switch ports, {rec['switches']} switches' flow "
+                        f"tables ({rec['check_ms']} ms)"),
+            "not_checked": rec["unchecked"], "restored": rec["restored"], "failures": rec["failures"]}
+
+    def failures(self, summary: dict) -> list[str]:
+        """What differed and could not be put back before the round."""
+        return list(((summary.get("fidelity") or {}).get("data_plane") or {}).get("failures", []))
+
+    def warnings(self, summary: dict) -> list[str]:
+        """One line per thing put back before the round (the round then ran on the plan)."""
+        dp = (summary.get("fidelity") or {}).get("data_plane") or {}
+        return [f"data plane put back before the round: {line}" for line in dp.get("restored", [])]
+
+    def report(self, summary: dict) -> str | None:
+        """``data plane: put back before the round: ...`` when something was."""
+        dp = (summary.get("fidelity") or {}).get("data_plane") or {}
+        if not dp.get("restored"):
+            return None
+        return f"data plane: put back before the round: {'; '.join(dp['restored'])}"
