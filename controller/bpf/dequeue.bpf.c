@@ -22,6 +22,20 @@
  *   gap_ns, frame_ns      their sums (achieved rate while backlogged = rate x frame_ns / gap_ns);
  *   max_len               the longest packet dequeued (a GSO packet would show here);
  *   bins[i]               gap / frame time in tenths: [i/10, (i+1)/10), the last bin open-ended.
+ *
+ * The ceiling (idle gaps included): a line cannot start frame j before frames i..j-1 have been
+ * serialised, so over every window of frames i..j (i < j) the dequeue times must satisfy
+ * t_j - t_i >= W(i, j), the wire time of frames i..j-1. With S_j the wire time of every frame
+ * before j, W(i, j) - (t_j - t_i) = (S_j - t_j) - (S_i - t_i); so the most the port ran ahead of
+ * its line over ANY window (its lead) is max_j [(S_j - t_j) - min_{i<j} (S_i - t_i)], kept in
+ * O(1) per frame with the running minimum. A shaper whose bucket holds B bytes leads by B / rate
+ * at most; a port that never runs ahead has lead_ns 0.
+ *   wire_ns               S: wire time of every frame dequeued so far;
+ *   first_ns              time of the first dequeue;
+ *   min_sv, min_idx, min_t   the minimum of S_i - t_i so far, its frame index i and t_i;
+ *   lead_ns               the largest lead over any window (0: never ahead of the line);
+ *   lead_frames           that window's frames (j - i), lead_span_ns its t_j - t_i,
+ *   lead_t_ns             its t_j.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -43,6 +57,15 @@ struct fl_deq_port {
 	__u64 gap_ns;
 	__u64 frame_ns;
 	__u64 max_len;            /* the longest packet dequeued (one frame: at most MTU + 14) */
+	__u64 wire_ns;            /* S: wire time of every frame dequeued so far */
+	__u64 first_ns;           /* time of the first dequeue */
+	__s64 min_sv;             /* min over dequeued frames i of S_i - t_i */
+	__u64 min_idx;            /* its frame index i */
+	__u64 min_t;              /* its t_i */
+	__s64 lead_ns;            /* max over windows of wire time minus elapsed time */
+	__u64 lead_frames;        /* that window's frames */
+	__u64 lead_span_ns;       /* that window's elapsed time */
+	__u64 lead_t_ns;          /* the time of the frame that ended it */
 	__u64 bins[NBINS];
 };
 
@@ -103,6 +126,24 @@ int fl_deq(struct bpf_raw_tracepoint_args *ctx)
 		if (!skb)
 			break;
 		__u64 len = BPF_CORE_READ(skb, len);
+		__s64 sv = (__s64)p->wire_ns - (__s64)now;
+		if (p->packets) {
+			__s64 lead = sv - p->min_sv;
+			if (lead > p->lead_ns) {
+				p->lead_ns = lead;
+				p->lead_frames = p->packets - p->min_idx;
+				p->lead_span_ns = now - p->min_t;
+				p->lead_t_ns = now;
+			}
+		} else {
+			p->first_ns = now;
+		}
+		if (!p->packets || sv < p->min_sv) {
+			p->min_sv = sv;
+			p->min_idx = p->packets;
+			p->min_t = now;
+		}
+		p->wire_ns += len * 8000000ULL / p->rate_kbps;
 		if (p->backlogged && p->last_len) {
 			__u64 gap = now - p->last_ns;
 			__u64 frame = p->last_len * 8000000ULL / p->rate_kbps;   /* ns on the wire */

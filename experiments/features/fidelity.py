@@ -60,7 +60,21 @@ def port_figures(raw: dict, rate_mbps: float) -> dict:
             "backlogged_gaps": gaps, "backlogged_s": round(raw["gap_ns"] / 1e9, 4), "stalls": raw["bins"][-1],
             "within_10pct": round(raw["within"] / gaps, 5) if gaps else None,
             "rate_share_backlogged": round(raw["frame_ns"] / raw["gap_ns"], 5) if raw["gap_ns"] else None,
-            "gap_histogram": list(raw["bins"])}
+            "gap_histogram": list(raw["bins"]), **_lead(raw, rate_mbps)}
+
+
+def _lead(raw: dict, rate_mbps: float) -> dict:
+    """The ceiling's figures of one port (see :func:`port_figures`)."""
+    lead_ns = max(0, raw.get("lead_ns", 0))
+    if not lead_ns:
+        return {"lead_us": 0.0, "lead_window": None}
+    span_ns = raw["lead_span_ns"]
+    wire_ns = span_ns + lead_ns
+    return {"lead_us": round(lead_ns / 1e3, 1),
+            "lead_window": {"frames": raw["lead_frames"], "span_ms": round(span_ns / 1e6, 4),
+                            "wire_ms": round(wire_ns / 1e6, 4),
+                            "mbps": round(rate_mbps * wire_ns / span_ns, 3) if span_ns else None,
+                            "end_s": round((raw["lead_t_ns"] - raw["first_ns"]) / 1e9, 4)}}
 
 
 def serialisation_section(ports: dict, bottleneck: str | None, paused: frozenset = frozenset(),

@@ -104,8 +104,8 @@ def test_a_slow_backlogged_port_and_a_super_packet_fail_a_paused_port_does_not()
 
 
 def test_the_loader_reads_the_structure_the_program_writes():
-    # struct fl_deq_port: 11 u64 then the bins, as in controller/bpf/dequeue.bpf.c
-    assert dequeuebpf.PORT.size == (11 + dequeuebpf.NBINS) * 8
+    # struct fl_deq_port: 20 64-bit fields then the bins, as in controller/bpf/dequeue.bpf.c
+    assert dequeuebpf.PORT.size == (len(dequeuebpf.FIELDS) + dequeuebpf.NBINS) * 8 == (20 + dequeuebpf.NBINS) * 8
     src = (dequeuebpf.REPO / "controller" / "bpf" / "dequeue.bpf.c").read_text()
     assert f"#define NBINS {dequeuebpf.NBINS}" in src
     body = src.split("struct fl_deq_port {")[1].split("};")[0]
