@@ -36,6 +36,9 @@
  *   lead_ns               the largest lead over any window (0: never ahead of the line);
  *   lead_frames           that window's frames (j - i), lead_span_ns its t_j - t_i,
  *   lead_t_ns             its t_j.
+ * And the spread of the backlogged gaps, for a confidence interval on the achieved rate:
+ *   ratio_sum, ratio_sq   sums of gap / frame time in permille and of its square, the ratio capped
+ *                         at RATIO_CAP permille so that the squares cannot overflow.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -44,6 +47,7 @@
 #define IFNAMSIZ 16
 #define NBINS 31
 #define MAX_BULK 64
+#define RATIO_CAP 1000000
 
 struct fl_deq_port {
 	__u64 rate_kbps;          /* the port's line rate (userspace) */
@@ -66,6 +70,8 @@ struct fl_deq_port {
 	__u64 lead_frames;        /* that window's frames */
 	__u64 lead_span_ns;       /* that window's elapsed time */
 	__u64 lead_t_ns;          /* the time of the frame that ended it */
+	__u64 ratio_sum;          /* sum over backlogged gaps of gap / frame time in permille (capped) */
+	__u64 ratio_sq;           /* sum of its squares (the spread of the gaps) */
 	__u64 bins[NBINS];
 };
 
@@ -157,6 +163,9 @@ int fl_deq(struct bpf_raw_tracepoint_args *ctx)
 			if (permille >= 900 && permille <= 1100)
 				p->within++;
 			p->bins[bin]++;
+			__u64 r = permille < RATIO_CAP ? permille : RATIO_CAP;
+			p->ratio_sum += r;
+			p->ratio_sq += r * r;
 		}
 		p->packets++;
 		p->bytes += len;
