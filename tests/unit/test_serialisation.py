@@ -9,8 +9,10 @@ import pytest
 from common.units import FRAME_BYTES, SHAPER_SLACK_S, shaper_burst_bytes
 from controller import dequeuebpf, timers
 from controller.dataplane import PortQueue, PriorityQueues
-from experiments.features.fidelity import (LEAD_TOLERANCE_US, MIN_GAPS, MIN_RATE_SHARE, MIN_WITHIN_SHARE, STALL_FRAMES,
-                                          Fidelity, port_figures, serialisation_section)
+from experiments.features.fidelity import (LEAD_TOLERANCE_US, MIN_GAPS, MIN_RATE_SHARE, STALL_FRAMES,
+                                          Fidelity, port_figures, serialisation_section, spacing_floor)
+
+MIN_WITHIN_SHARE = spacing_floor(1211.2)        # the floor of a 10 Mbit/s port
 from experiments.scenario import validate
 
 
@@ -370,13 +372,16 @@ def test_a_rate_share_just_below_the_floor_within_the_noise_of_its_gaps_passes_a
 
 def test_a_share_of_exact_gaps_just_below_the_floor_on_a_small_count_is_noise_far_below_fails():
     n = MIN_GAPS
-    k = int((MIN_WITHIN_SHARE - 0.02) * n)
-    near = port_figures(_gaps([1.0] * k + [1.5] * (n - k - 200) + [0.5] * 200), 10.0, 151)
+    k = round((MIN_WITHIN_SHARE - 0.005) * n)
+    rest = n - k
+    near = port_figures(_gaps([1.0] * k + [1.5] * (rest // 2) + [0.5] * (rest - rest // 2)), 10.0, 151)
     sec = serialisation_section({"p-eth1": near}, None)
-    assert not [x for x in sec["failures"] if "within 10% of a frame time" in x]
-    assert sec["ports"]["p-eth1"]["checks"]["spacing"]["margin"] == pytest.approx(-0.02, abs=1e-3)
+    assert sec["failures"] == []
+    spacing = sec["ports"]["p-eth1"]["checks"]["spacing"]
+    assert spacing["margin"] == pytest.approx(-0.005, abs=1e-4) and spacing["share_hi"] > MIN_WITHIN_SHARE
     k = int((MIN_WITHIN_SHARE - 0.2) * 10 * n)
-    far = port_figures(_gaps([1.0] * k + [1.5] * (5 * n - k) + [0.5] * (5 * n)), 10.0, 151)
+    far = port_figures(_gaps([1.0] * k + [1.5] * ((10 * n - k) // 2) + [0.5] * (10 * n - k - (10 * n - k) // 2)),
+                       10.0, 151)
     fails = serialisation_section({"p-eth1": far}, None)["failures"]
     assert any("backlogged gaps within 10% of a frame time" in x and "floor" in x for x in fails)
 
@@ -387,3 +392,15 @@ def test_a_paused_or_faulted_port_is_named_not_checked():
     assert sec["failures"] == []
     assert sec["not_checked"] == ["a-eth1: rate and spacing not checked: its transmitter was paused (PFC)",
                                   "b-eth1: rate and spacing not checked: a fault changed its link"]
+
+
+def test_spacing_is_not_checked_where_no_floor_was_calibrated_and_says_why():
+    # 100 Mbit/s: 121 us frames, 10% of which is within the dequeue timer's jitter
+    f = port_figures(_gaps([1.0] * 700 + [0.8] * 800 + [1.2] * 800, rate_kbps=100000), 100.0, 1250)
+    assert f["within_10pct"] < 0.5
+    sec = serialisation_section({"p-eth1": f}, None)
+    assert sec["failures"] == []
+    assert sec["ports"]["p-eth1"]["checks"]["spacing"]["not_checked"].startswith("a 121 us frame time, shorter than")
+    line = Fidelity.report(None, {"fidelity": {"serialisation": sec}})
+    assert "spacing not checked: a 121 us frame time" in line
+    assert spacing_floor(1211.2) is not None and spacing_floor(121.1) is None
