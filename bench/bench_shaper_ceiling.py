@@ -84,7 +84,8 @@ def run_case(case: str, rate: int, burst: int | None, runs: int, out: Path) -> l
         worst = max(excess, key=excess.get)
         out_rows.append({"lead_us": b["lead_us"], "within": b["within_10pct"], "rate_share": b["rate_share_backlogged"],
                          "gaps": b["backlogged_gaps"], "window": b.get("lead_window"), "excess_us": excess[worst],
-                         "excess_port": worst, "folder": str(rj.parent)})
+                         "excess_port": worst, "requeued": sum(f.get("requeued", 0) for f in ports.values()),
+                         "folder": str(rj.parent)})
     return out_rows
 
 
@@ -124,7 +125,8 @@ def main() -> int:
                           f"{' load' if a.load else ''}: lead us {mmm('lead_us', fmt='.1f')} "
                           f"(frames {mmm('lead_us', 1 / frame_us)}); within 10% {mmm('within', fmt='.4f')}; "
                           f"rate share {mmm('rate_share', fmt='.4f')}; gaps {mmm('gaps', fmt='.0f')}; any port's lead "
-                          f"beyond its bucket us {mmm('excess_us', fmt='.1f')}", flush=True)
+                          f"beyond its bucket us {mmm('excess_us', fmt='.1f')}; requeued dequeues {mmm('requeued', fmt='.0f')}",
+                          flush=True)
     finally:
         stop.set()
         for s in spinners:

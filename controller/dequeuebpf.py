@@ -22,15 +22,16 @@ IFNAMSIZ = 16
 NBINS = 31
 #: struct fl_deq_port: rate_kbps, last_ns, last_len, backlogged, packets, bytes, gaps, within,
 #: gap_ns, frame_ns, max_len, the ceiling's wire_ns, first_ns, min_sv (signed), min_idx, min_t,
-#: lead_ns (signed), lead_frames, lead_span_ns, lead_t_ns, ratio_sum, ratio_sq, then bins[NBINS]
-PORT = struct.Struct(f"=11Q2Qq2Qq5Q{NBINS}Q")
+#: lead_ns (signed), lead_frames, lead_span_ns, lead_t_ns, ratio_sum, ratio_sq, requeues, requeued,
+#: then bins[NBINS]
+PORT = struct.Struct(f"=11Q2Qq2Qq7Q{NBINS}Q")
 FIELDS = ("rate_kbps", "last_ns", "last_len", "backlogged", "packets", "bytes", "gaps", "within",
           "gap_ns", "frame_ns", "max_len", "wire_ns", "first_ns", "min_sv", "min_idx", "min_t",
-          "lead_ns", "lead_frames", "lead_span_ns", "lead_t_ns", "ratio_sum", "ratio_sq")
+          "lead_ns", "lead_frames", "lead_span_ns", "lead_t_ns", "ratio_sum", "ratio_sq", "requeues", "requeued")
 #: ratio_sum / ratio_sq: gap / frame time in permille, each gap's capped here (as in the program).
 RATIO_CAP = 1_000_000
 #: The per-frame state of the program: dropped from what :meth:`DequeueGaps.read` returns.
-STATE = ("last_ns", "last_len", "backlogged", "wire_ns", "min_sv", "min_idx", "min_t")
+STATE = ("last_ns", "last_len", "backlogged", "wire_ns", "min_sv", "min_idx", "min_t", "requeues")
 
 
 def _key(ifname: str) -> bytes:
@@ -79,7 +80,8 @@ class DequeueGaps(AttachedProgram):
         CLOCK_MONOTONIC nanoseconds; ``lead_ns`` is the most the port ran ahead of its line over any
         window of frames (``lead_frames`` frames whose wire time exceeded their ``lead_span_ns``,
         ending at ``lead_t_ns``), 0 if it never did; ``ratio_sum`` and ``ratio_sq`` are the sums of
-        each backlogged gap / frame time in permille (at most :data:`RATIO_CAP`) and its square."""
+        each backlogged gap / frame time in permille (at most :data:`RATIO_CAP`) and its square;
+        ``requeued`` counts dequeues of a packet the driver had refused (counted once, not twice)."""
         k = ctypes.create_string_buffer(_key(ifname), IFNAMSIZ)
         v = ctypes.create_string_buffer(PORT.size)
         if self.lib.lib.bpf_map_lookup_elem(self.map_fd, k, v) < 0:

@@ -39,6 +39,10 @@
  * And the spread of the backlogged gaps, for a confidence interval on the achieved rate:
  *   ratio_sum, ratio_sq   sums of gap / frame time in permille and of its square, the ratio capped
  *                         at RATIO_CAP permille so that the squares cannot overflow.
+ * A packet the driver refused goes back to the qdisc (dev_requeue_skb: qstats.requeues grows) and
+ * is traced again when it is handed over again; that second dequeue is counted in `requeued` only.
+ *   requeues              the root qdisc's requeue count seen at the last dequeue;
+ *   requeued              dequeues of a requeued packet.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -72,6 +76,8 @@ struct fl_deq_port {
 	__u64 lead_t_ns;          /* the time of the frame that ended it */
 	__u64 ratio_sum;          /* sum over backlogged gaps of gap / frame time in permille (capped) */
 	__u64 ratio_sq;           /* sum of its squares (the spread of the gaps) */
+	__u64 requeues;           /* the root qdisc's requeue count at the last dequeue */
+	__u64 requeued;           /* dequeues of a requeued packet (traced twice: counted once) */
 	__u64 bins[NBINS];
 };
 
@@ -104,8 +110,13 @@ struct qdisc_skb_head {
 	__u32 qlen;
 } __attribute__((preserve_access_index));
 
+struct gnet_stats_queue {
+	__u32 requeues;
+} __attribute__((preserve_access_index));
+
 struct Qdisc {
 	struct qdisc_skb_head q;
+	struct gnet_stats_queue qstats;
 } __attribute__((preserve_access_index));
 
 SEC("raw_tp/qdisc_dequeue")
@@ -127,6 +138,15 @@ int fl_deq(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	__u32 qlen = BPF_CORE_READ(q, q.qlen);
+	__u32 requeues = BPF_CORE_READ(q, qstats.requeues);
+	if (requeues != (__u32)p->requeues) {
+		/* the packet requeued since the last dequeue is handed over again: traced once already */
+		p->requeues = requeues;
+		p->requeued++;
+		p->last_ns = now;
+		p->backlogged = qlen > 0;
+		return 0;
+	}
 	/* a bulk dequeue hands over a chain of skbs at one instant (args[2] counts them) */
 	for (int i = 0; i < MAX_BULK; i++) {
 		if (!skb)

@@ -87,7 +87,8 @@ def port_figures(raw: dict, rate_mbps: float, burst_bytes: int | None = None) ->
     ``rate_share_backlogged`` (achieved / configured rate while backlogged: the frames' wire time
     over the gaps' time; None without gaps), ``gap_ratio_sd`` (standard deviation of gap / frame
     time over the backlogged gaps; None below 2 gaps), ``gap_histogram`` (counts of gap / frame
-    time in tenths, the last bin 3.0 and above), ``bucket_us`` (the bucket's time at the rate),
+    time in tenths, the last bin 3.0 and above), ``requeued`` (dequeues of packets the driver had
+    refused, counted once), ``bucket_us`` (the bucket's time at the rate),
     ``lead_us`` (the most the port ran ahead of its line over any window of frames, idle gaps
     included; 0.0 if never) and ``lead_window`` (None, or that window: ``frames``, ``span_ms``
     it took, ``wire_ms`` its frames need on the line, ``mbps`` the rate that makes, ``end_s``
@@ -102,7 +103,7 @@ def port_figures(raw: dict, rate_mbps: float, burst_bytes: int | None = None) ->
             "backlogged_gaps": gaps, "backlogged_s": round(raw["gap_ns"] / 1e9, 4), "stalls": raw["bins"][-1],
             "within_10pct": round(raw["within"] / gaps, 5) if gaps else None,
             "rate_share_backlogged": round(raw["frame_ns"] / raw["gap_ns"], 5) if raw["gap_ns"] else None,
-            "gap_ratio_sd": sd, "gap_histogram": list(raw["bins"]),
+            "gap_ratio_sd": sd, "gap_histogram": list(raw["bins"]), "requeued": raw.get("requeued", 0),
             "bucket_us": round(8 * (burst_bytes or 0) / rate_mbps, 1), **_lead(raw, rate_mbps)}
 
 
@@ -127,8 +128,9 @@ def _ceiling(intf: str, f: dict) -> tuple[dict, str | None]:
     w = f.get("lead_window")
     if rec["lead_us"] <= limit or not w:
         return rec, None
+    fast = f"{w['mbps']:.2f} Mbit/s" if w["mbps"] else "at once"
     return rec, (f"{intf}: sent faster than its {f['rate_mbps']:g} Mbit/s: {w['frames']} frame(s) left in "
-                 f"{w['span_ms']:.3f} ms for {w['wire_ms']:.3f} ms of wire time ({w['mbps']:.2f} Mbit/s), ending "
+                 f"{w['span_ms']:.3f} ms for {w['wire_ms']:.3f} ms of wire time ({fast}), ending "
                  f"{w['end_s']:.3f} s after its first frame: {rec['lead_us']:.0f} us ahead of its line, "
                  f"beyond the {limit:.0f} us allowed (its bucket's {f.get('bucket_us', 0.0):.0f} us and "
                  f"{LEAD_TOLERANCE_US:.0f} us of dequeue jitter)")
