@@ -395,12 +395,15 @@ def test_a_paused_or_faulted_port_is_named_not_checked():
 
 
 def test_spacing_is_not_checked_where_no_floor_was_calibrated_and_says_why():
-    # 100 Mbit/s: 121 us frames, 10% of which is within the dequeue timer's jitter
-    f = port_figures(_gaps([1.0] * 700 + [0.8] * 800 + [1.2] * 800, rate_kbps=100000), 100.0, 1250)
+    # 200 Mbit/s: 61 us frames, 10% of which is within the dequeue timer's jitter
+    f = port_figures(_gaps([1.0] * 700 + [0.8] * 800 + [1.2] * 800, rate_kbps=200000), 200.0, 1514)
     assert f["within_10pct"] < 0.5
     sec = serialisation_section({"p-eth1": f}, None)
     assert sec["failures"] == []
-    assert sec["ports"]["p-eth1"]["checks"]["spacing"]["not_checked"].startswith("a 121 us frame time, shorter than")
+    assert sec["ports"]["p-eth1"]["checks"]["spacing"]["not_checked"].startswith("a 61 us frame time, shorter than")
     line = Fidelity.report(None, {"fidelity": {"serialisation": sec}})
-    assert "spacing not checked: a 121 us frame time" in line
-    assert spacing_floor(1211.2) is not None and spacing_floor(121.1) is None
+    assert "spacing not checked: a 61 us frame time" in line
+    # 100 Mbit/s has its own, lower floor; 10 Mbit/s the highest
+    assert spacing_floor(60.6) is None and spacing_floor(121.1) < spacing_floor(1211.2)
+    at_100 = port_figures(_gaps([1.0] * 700 + [0.8] * 800 + [1.2] * 800, rate_kbps=100000), 100.0, 1250)
+    assert any("below the 60% floor" in x for x in serialisation_section({"p-eth1": at_100}, None)["failures"])
