@@ -139,6 +139,8 @@ int fl_deq(struct bpf_raw_tracepoint_args *ctx)
 	__u64 now = bpf_ktime_get_ns();
 	__u32 qlen = BPF_CORE_READ(q, q.qlen);
 	__u32 requeues = BPF_CORE_READ(q, qstats.requeues);
+	if (!p->packets && !p->requeued)
+		p->requeues = requeues;   /* the count the qdisc had before the port was watched */
 	if (requeues != (__u32)p->requeues) {
 		/* the packet requeued since the last dequeue is handed over again: traced once already */
 		p->requeues = requeues;
