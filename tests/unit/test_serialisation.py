@@ -407,3 +407,14 @@ def test_spacing_is_not_checked_where_no_floor_was_calibrated_and_says_why():
     assert spacing_floor(60.6) is None and spacing_floor(121.1) < spacing_floor(1211.2)
     at_100 = port_figures(_gaps([1.0] * 700 + [0.8] * 800 + [1.2] * 800, rate_kbps=100000), 100.0, 1250)
     assert any("below the 60% floor" in x for x in serialisation_section({"p-eth1": at_100}, None)["failures"])
+
+
+def test_a_port_with_priority_classes_may_run_one_frame_further_ahead():
+    # HTB lets a class with tokens of its own send without asking its parent: one frame past the ceiling
+    lead_ns = int((120.8 + LEAD_TOLERANCE_US + 600) * 1000)
+    f = port_figures(_gaps([1.0] * 5, lead_ns=lead_ns, lead_frames=2, lead_span_ns=2 * FRAME_NS_10 - lead_ns),
+                     10.0, 151)
+    assert len(serialisation_section({"spine1-eth1": f}, None)["failures"]) == 1
+    sec = serialisation_section({"spine1-eth1": f}, None, priority_ports=frozenset({"spine1-eth1"}))
+    assert sec["failures"] == []
+    assert sec["max_lead"]["priority_classes_us"] == pytest.approx(1211.2, abs=0.1)
