@@ -467,6 +467,7 @@ class Fidelity(Feature):
                          f"within 10% of a frame time, at {b['rate_share_backlogged']:.3f} of its rate{floors}")
         lead = sec.get("max_lead")
         if lead:
-            parts.append(f"furthest ahead of its line {lead['intf']} {lead['lead_us']:.0f} us (allowed {lead['limit_us']:.0f})")
+            parts.append(f"closest to its ceiling {lead['intf']}, {lead['lead_us']:.0f} us ahead of its line "
+                         f"(allowed {lead['limit_us']:.0f})")
         parts.append(f"longest packet at a qdisc {sec['max_packet_bytes']} B")
         return "; ".join(parts)
