@@ -238,9 +238,10 @@ def serialisation_section(ports: dict, bottleneck: str | None, paused: frozenset
 
     Returns: ``bottleneck`` (its interface, figures and checks), ``ports`` (figures without
     histograms, and checks, of every port with at least :data:`MIN_GAPS` backlogged gaps or one
-    that failed), ``max_packet_bytes`` over all ports, ``max_lead`` (the port that ran furthest
-    beyond its bucket: its interface, lead and limit), ``not_checked`` (one line per port with
-    backlogged gaps but too few to check, the bottleneck always included), the floors, and
+    that failed), ``max_packet_bytes`` over all ports, ``max_lead`` (the port closest to, or
+    furthest beyond, its ceiling: its interface, lead and limit), ``not_checked`` (one line per
+    port left unchecked for rate and spacing and why: the bottleneck, a paused or faulted port, or
+    one with at least a tenth of :data:`MIN_GAPS` backlogged gaps), the floors, and
     ``failures``: one line per failed check, naming the port.
     """
     if bottleneck not in ports:
