@@ -13,7 +13,7 @@ K ?=
 LOAD ?= 1
 VM ?= 0
 
-.PHONY: lab-check allreduce hierarchical training mixed-parallel study diagnose bench-diagnose help test-times test-repeat test-repeat-args setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-watch bench-restore bench-sampler bench-forwarding bench-ovstx bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
+.PHONY: lab-check allreduce hierarchical training mixed-parallel study diagnose bench-diagnose help test-times test-repeat test-repeat-args setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-watch bench-restore bench-shaper bench-sampler bench-forwarding bench-ovstx bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
 
 help:
 	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast, drop-tail / ECN / PFC / ECN+PFC), results in $(RESULTS)/"
@@ -46,6 +46,7 @@ help:
 	@echo "sudo make bench-watch                     CPU per read of the round's watchers (qdisc trees, CPU headroom) vs the queue sampler's read"
 	@echo "sudo make bench-restore                   wall time of the check that puts each round's data plane back to the plan (Fat-Tree k=4)"
 	@echo "sudo make bench-ovstx                     cost per system call of the userspace datapath's transmit count, vs a bare call"
+	@echo "sudo make bench-shaper                    how far ports run ahead of their line (any window, idle gaps included) and their spacing, idle and under CPU load"
 	@echo "sudo make vm-image                        build (or reuse) the stock-kernel VM image (cached in /var/cache/fabriclab/vm)"
 	@echo "sudo make vm-test                         run the test suite inside the stock-kernel VM"
 	@echo "sudo make vm-experiment [SCENARIO=...]    run an experiment inside the VM; results come back to $(RESULTS)/"
@@ -153,6 +154,10 @@ bench-restore: check-root setup
 
 bench-ovstx: check-root setup
 	$(PY) bench/bench_ovstx.py
+
+bench-shaper: check-root setup
+	$(PY) bench/bench_shaper_ceiling.py --runs 10
+	$(PY) bench/bench_shaper_ceiling.py --runs 10 --load
 
 bench-ecn: check-root setup
 	$(PY) bench/bench_ecn_marker.py

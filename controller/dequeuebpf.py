@@ -21,10 +21,17 @@ IFNAMSIZ = 16
 #: Bins of gap / frame time in tenths; the last one is open-ended (3.0 and above).
 NBINS = 31
 #: struct fl_deq_port: rate_kbps, last_ns, last_len, backlogged, packets, bytes, gaps, within,
-#: gap_ns, frame_ns, max_len, bins[NBINS]
-PORT = struct.Struct(f"=11Q{NBINS}Q")
+#: gap_ns, frame_ns, max_len, the ceiling's wire_ns, first_ns, min_sv (signed), min_idx, min_t,
+#: lead_ns (signed), lead_frames, lead_span_ns, lead_t_ns, ratio_sum, ratio_sq, requeues, requeued,
+#: then bins[NBINS]
+PORT = struct.Struct(f"=11Q2Qq2Qq7Q{NBINS}Q")
 FIELDS = ("rate_kbps", "last_ns", "last_len", "backlogged", "packets", "bytes", "gaps", "within",
-          "gap_ns", "frame_ns", "max_len")
+          "gap_ns", "frame_ns", "max_len", "wire_ns", "first_ns", "min_sv", "min_idx", "min_t",
+          "lead_ns", "lead_frames", "lead_span_ns", "lead_t_ns", "ratio_sum", "ratio_sq", "requeues", "requeued")
+#: ratio_sum / ratio_sq: gap / frame time in permille, each gap's capped here (as in the program).
+RATIO_CAP = 1_000_000
+#: The per-frame state of the program: dropped from what :meth:`DequeueGaps.read` returns.
+STATE = ("last_ns", "last_len", "backlogged", "wire_ns", "min_sv", "min_idx", "min_t", "requeues")
 
 
 def _key(ifname: str) -> bytes:
@@ -68,15 +75,20 @@ class DequeueGaps(AttachedProgram):
         self.lib.check(self.lib.lib.bpf_map_update_elem(self.map_fd, k, v, BPF_ANY), f"watch {ifname}")
 
     def read(self, ifname: str) -> dict | None:
-        """Port ``ifname``'s counters (:data:`FIELDS` without the state, and ``bins``: NBINS counts
-        of gap / frame time in tenths), or None if it is not watched."""
+        """Port ``ifname``'s counters (:data:`FIELDS` without the :data:`STATE`, and ``bins``: NBINS
+        counts of gap / frame time in tenths), or None if it is not watched. Times are
+        CLOCK_MONOTONIC nanoseconds; ``lead_ns`` is the most the port ran ahead of its line over any
+        window of frames (``lead_frames`` frames whose wire time exceeded their ``lead_span_ns``,
+        ending at ``lead_t_ns``), 0 if it never did; ``ratio_sum`` and ``ratio_sq`` are the sums of
+        each backlogged gap / frame time in permille (at most :data:`RATIO_CAP`) and its square;
+        ``requeued`` counts dequeues of a packet the driver had refused (counted once, not twice)."""
         k = ctypes.create_string_buffer(_key(ifname), IFNAMSIZ)
         v = ctypes.create_string_buffer(PORT.size)
         if self.lib.lib.bpf_map_lookup_elem(self.map_fd, k, v) < 0:
             return None
         vals = PORT.unpack(v.raw)
         d = dict(zip(FIELDS, vals[:len(FIELDS)]))
-        for state in ("last_ns", "last_len", "backlogged"):
+        for state in STATE:
             del d[state]
         d["bins"] = list(vals[len(FIELDS):])
         return d

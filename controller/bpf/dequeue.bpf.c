@@ -22,6 +22,27 @@
  *   gap_ns, frame_ns      their sums (achieved rate while backlogged = rate x frame_ns / gap_ns);
  *   max_len               the longest packet dequeued (a GSO packet would show here);
  *   bins[i]               gap / frame time in tenths: [i/10, (i+1)/10), the last bin open-ended.
+ *
+ * The ceiling (idle gaps included): a line cannot start frame j before frames i..j-1 have been
+ * serialised, so over every window of frames i..j (i < j) the dequeue times must satisfy
+ * t_j - t_i >= W(i, j), the wire time of frames i..j-1. With S_j the wire time of every frame
+ * before j, W(i, j) - (t_j - t_i) = (S_j - t_j) - (S_i - t_i); so the most the port ran ahead of
+ * its line over ANY window (its lead) is max_j [(S_j - t_j) - min_{i<j} (S_i - t_i)], kept in
+ * O(1) per frame with the running minimum. A shaper whose bucket holds B bytes leads by B / rate
+ * at most; a port that never runs ahead has lead_ns 0.
+ *   wire_ns               S: wire time of every frame dequeued so far;
+ *   first_ns              time of the first dequeue;
+ *   min_sv, min_idx, min_t   the minimum of S_i - t_i so far, its frame index i and t_i;
+ *   lead_ns               the largest lead over any window (0: never ahead of the line);
+ *   lead_frames           that window's frames (j - i), lead_span_ns its t_j - t_i,
+ *   lead_t_ns             its t_j.
+ * And the spread of the backlogged gaps, for a confidence interval on the achieved rate:
+ *   ratio_sum, ratio_sq   sums of gap / frame time in permille and of its square, the ratio capped
+ *                         at RATIO_CAP permille so that the squares cannot overflow.
+ * A packet the driver refused goes back to the qdisc (dev_requeue_skb: qstats.requeues grows) and
+ * is traced again when it is handed over again; that second dequeue is counted in `requeued` only.
+ *   requeues              the root qdisc's requeue count seen at the last dequeue;
+ *   requeued              dequeues of a requeued packet.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -30,6 +51,7 @@
 #define IFNAMSIZ 16
 #define NBINS 31
 #define MAX_BULK 64
+#define RATIO_CAP 1000000
 
 struct fl_deq_port {
 	__u64 rate_kbps;          /* the port's line rate (userspace) */
@@ -43,6 +65,19 @@ struct fl_deq_port {
 	__u64 gap_ns;
 	__u64 frame_ns;
 	__u64 max_len;            /* the longest packet dequeued (one frame: at most MTU + 14) */
+	__u64 wire_ns;            /* S: wire time of every frame dequeued so far */
+	__u64 first_ns;           /* time of the first dequeue */
+	__s64 min_sv;             /* min over dequeued frames i of S_i - t_i */
+	__u64 min_idx;            /* its frame index i */
+	__u64 min_t;              /* its t_i */
+	__s64 lead_ns;            /* max over windows of wire time minus elapsed time */
+	__u64 lead_frames;        /* that window's frames */
+	__u64 lead_span_ns;       /* that window's elapsed time */
+	__u64 lead_t_ns;          /* the time of the frame that ended it */
+	__u64 ratio_sum;          /* sum over backlogged gaps of gap / frame time in permille (capped) */
+	__u64 ratio_sq;           /* sum of its squares (the spread of the gaps) */
+	__u64 requeues;           /* the root qdisc's requeue count at the last dequeue */
+	__u64 requeued;           /* dequeues of a requeued packet (traced twice: counted once) */
 	__u64 bins[NBINS];
 };
 
@@ -75,8 +110,13 @@ struct qdisc_skb_head {
 	__u32 qlen;
 } __attribute__((preserve_access_index));
 
+struct gnet_stats_queue {
+	__u32 requeues;
+} __attribute__((preserve_access_index));
+
 struct Qdisc {
 	struct qdisc_skb_head q;
+	struct gnet_stats_queue qstats;
 } __attribute__((preserve_access_index));
 
 SEC("raw_tp/qdisc_dequeue")
@@ -98,11 +138,40 @@ int fl_deq(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	__u32 qlen = BPF_CORE_READ(q, q.qlen);
+	__u32 requeues = BPF_CORE_READ(q, qstats.requeues);
+	if (!p->packets && !p->requeued)
+		p->requeues = requeues;   /* the count the qdisc had before the port was watched */
+	if (requeues != (__u32)p->requeues) {
+		/* the packet requeued since the last dequeue is handed over again: traced once already */
+		p->requeues = requeues;
+		p->requeued++;
+		p->last_ns = now;
+		p->backlogged = qlen > 0;
+		return 0;
+	}
 	/* a bulk dequeue hands over a chain of skbs at one instant (args[2] counts them) */
 	for (int i = 0; i < MAX_BULK; i++) {
 		if (!skb)
 			break;
 		__u64 len = BPF_CORE_READ(skb, len);
+		__s64 sv = (__s64)p->wire_ns - (__s64)now;
+		if (p->packets) {
+			__s64 lead = sv - p->min_sv;
+			if (lead > p->lead_ns) {
+				p->lead_ns = lead;
+				p->lead_frames = p->packets - p->min_idx;
+				p->lead_span_ns = now - p->min_t;
+				p->lead_t_ns = now;
+			}
+		} else {
+			p->first_ns = now;
+		}
+		if (!p->packets || sv < p->min_sv) {
+			p->min_sv = sv;
+			p->min_idx = p->packets;
+			p->min_t = now;
+		}
+		p->wire_ns += len * 8000000ULL / p->rate_kbps;
 		if (p->backlogged && p->last_len) {
 			__u64 gap = now - p->last_ns;
 			__u64 frame = p->last_len * 8000000ULL / p->rate_kbps;   /* ns on the wire */
@@ -116,6 +185,9 @@ int fl_deq(struct bpf_raw_tracepoint_args *ctx)
 			if (permille >= 900 && permille <= 1100)
 				p->within++;
 			p->bins[bin]++;
+			__u64 r = permille < RATIO_CAP ? permille : RATIO_CAP;
+			p->ratio_sum += r;
+			p->ratio_sq += r * r;
 		}
 		p->packets++;
 		p->bytes += len;

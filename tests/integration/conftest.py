@@ -265,8 +265,11 @@ def _start_clean(_remove_what_a_killed_run_left):
 
 
 #: A failed self-check that the machine, not fabriclab, caused: a port that sent below its rate
-#: while frames waited (its dequeue ran late or stood still, as on a host without idle CPU).
-CPU_BOUND_FAILURE = re.compile(r"^(\S+: sent [0-9.]+ of its [0-9.]+ Mbit/s while backlogged |CPU-limited: )")
+#: while frames waited, or whose frames left too seldom one frame time apart (its dequeue ran late
+#: or stood still, as on a host without idle CPU), or a round the machine's CPU limited.
+CPU_BOUND_FAILURE = re.compile(r"^(\S+: sent [0-9.]+ of its [0-9.]+ Mbit/s while backlogged "
+                               r"|\S+: [0-9.]+% of its [0-9]+ backlogged gaps within 10% of a frame time "
+                               r"|CPU-limited: )")
 
 
 def cpu_bound_fidelity_failures(run_dir) -> list[str]:

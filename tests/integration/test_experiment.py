@@ -139,6 +139,10 @@ def test_default_experiment_end_to_end(tmp_path, figure, default_incast_run):
     assert ser["intf"] == bn["intf"] and ser["backlogged_gaps"] >= 1000, ser
     figure("bottleneck_dequeue_gaps_within_10pct", ser["within_10pct"])
     figure("bottleneck_rate_share_backlogged", ser["rate_share_backlogged"])
+    # the ceiling: no port ran ahead of its line beyond its bucket and the jitter (no failure above);
+    # the bottleneck's lead is at most its bucket plus lead_tolerance_us
+    figure("bottleneck_lead_us", ser["lead_us"])
+    assert ser["checks"]["ceiling"]["limit_us"] >= ser["lead_us"] and "rate" in ser["checks"], ser["checks"]
     # calibrated (make test-repeat N=10 beside a CPU-heavy process, 2026-12-03): within 10% 0.983 / 0.993
     # / 0.996 (min / median / max; 1-in-1000 prediction bound 0.976); rate while backlogged 0.992 /
     # 0.996 / 1.000 (bound 0.985)

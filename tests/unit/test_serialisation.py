@@ -9,7 +9,10 @@ import pytest
 from common.units import FRAME_BYTES, SHAPER_SLACK_S, shaper_burst_bytes
 from controller import dequeuebpf, timers
 from controller.dataplane import PortQueue, PriorityQueues
-from experiments.features.fidelity import MIN_GAPS, STALL_FRAMES, port_figures, serialisation_section
+from experiments.features.fidelity import (LEAD_TOLERANCE_US, MIN_GAPS, MIN_RATE_SHARE, STALL_FRAMES,
+                                          Fidelity, port_figures, serialisation_section, spacing_floor)
+
+MIN_WITHIN_SHARE = spacing_floor(1211.2)        # the floor of a 10 Mbit/s port
 from experiments.scenario import validate
 
 
@@ -91,12 +94,16 @@ def test_a_slow_backlogged_port_and_a_super_packet_fail_a_paused_port_does_not()
     big = port_figures(_raw(max_len=16384), 10.0)
     sec = serialisation_section({"a-eth1": good, "b-eth1": slow, "c-eth1": few, "h1-eth0": big}, "a-eth1")
     assert sec["bottleneck"]["intf"] == "a-eth1" and sec["max_packet_bytes"] == 16384
-    assert len(sec["failures"]) == 2
-    assert sec["failures"][0].startswith("b-eth1: sent 0.900") and sec["failures"][1].startswith("h1-eth0: its qdisc saw")
+    assert len(sec["failures"]) == 3
+    assert sec["failures"][0].startswith("b-eth1: sent 0.900") and sec["failures"][2].startswith("h1-eth0: its qdisc saw")
+    # 1% of its gaps within 10% of a frame time: the spacing check fails on what the headline prints
+    assert sec["failures"][1].startswith("b-eth1: 1.0% of its 1000 backlogged gaps within 10% of a frame time")
     # the line says how much time the port lost and in how many stalls (gaps of 3+ frame times)
     assert "(100 ms lost in 1.00 s of backlog; 4 stall(s) of 3+ frame times" in sec["failures"][0]
     assert slow["backlogged_s"] == 1.0 and slow["stalls"] == 4 and STALL_FRAMES == 3
-    assert set(sec["ports"]) == {"a-eth1", "b-eth1"}          # c-eth1 was never backlogged long enough
+    assert set(sec["ports"]) == {"a-eth1", "b-eth1", "h1-eth0"}   # c-eth1 was never backlogged long enough
+    assert sec["not_checked"] == [f"c-eth1: rate and spacing not checked: {MIN_GAPS - 1} backlogged gaps, fewer "
+                                  f"than the {MIN_GAPS} they need"]
     paused = serialisation_section({"a-eth1": good, "b-eth1": slow}, None, frozenset({"b-eth1"}))
     assert paused["failures"] == [] and paused["ports"]["b-eth1"]["paused"]
     # without the workload's bottleneck, the port with the most backlogged gaps
@@ -104,10 +111,11 @@ def test_a_slow_backlogged_port_and_a_super_packet_fail_a_paused_port_does_not()
 
 
 def test_the_loader_reads_the_structure_the_program_writes():
-    # struct fl_deq_port: 11 u64 then the bins, as in controller/bpf/dequeue.bpf.c
-    assert dequeuebpf.PORT.size == (11 + dequeuebpf.NBINS) * 8
+    # struct fl_deq_port: 24 64-bit fields then the bins, as in controller/bpf/dequeue.bpf.c
+    assert dequeuebpf.PORT.size == (len(dequeuebpf.FIELDS) + dequeuebpf.NBINS) * 8 == (24 + dequeuebpf.NBINS) * 8
     src = (dequeuebpf.REPO / "controller" / "bpf" / "dequeue.bpf.c").read_text()
     assert f"#define NBINS {dequeuebpf.NBINS}" in src
+    assert f"#define RATIO_CAP {dequeuebpf.RATIO_CAP}" in src
     body = src.split("struct fl_deq_port {")[1].split("};")[0]
     fields = [line.split()[1].rstrip(";").split("[")[0] for line in body.strip().splitlines() if line.strip()]
     assert fields == list(dequeuebpf.FIELDS) + ["bins"]
@@ -273,3 +281,138 @@ def test_an_openflow_error_is_decoded_with_the_request_it_answers():
     assert e["text"] == ("OFPET_BAD_INSTRUCTION OFPBIC_BAD_TABLE_ID (type=3 code=2) answering OFPT_FLOW_MOD "
                          "xid 77: leaf1 flow mod table 1 goto_table 0")
     assert describe_error(99, 7, b"")["text"] == "99 7 (type=99 code=7) answering an unidentified request"
+
+
+FRAME_NS_10 = 1_211_200        # one 1514-byte frame at 10 Mbit/s
+
+
+def _gaps(ratios, lead_ns=0, lead_frames=0, lead_span_ns=0, packets=None, rate_kbps=10000):
+    """BPF counters of a port whose backlogged gaps were ``ratios`` frame times (1514-byte frames),
+    as the program sums them."""
+    frame = 1514 * 8_000_000 // rate_kbps
+    permille = [int(frame * r) * 1000 // frame for r in ratios]
+    bins = [0] * dequeuebpf.NBINS
+    for p in permille:
+        bins[min(p // 100, dequeuebpf.NBINS - 1)] += 1
+    n = packets or len(ratios) + 1
+    return {"rate_kbps": rate_kbps, "packets": n, "bytes": n * 1514, "gaps": len(ratios),
+            "within": sum(900 <= p <= 1100 for p in permille), "gap_ns": sum(int(frame * r) for r in ratios),
+            "frame_ns": frame * len(ratios), "max_len": 1514, "ratio_sum": sum(permille),
+            "ratio_sq": sum(p * p for p in permille), "first_ns": 10**9, "lead_ns": lead_ns,
+            "lead_frames": lead_frames, "lead_span_ns": lead_span_ns, "lead_t_ns": 10**9 + 2 * 10**9, "bins": bins}
+
+
+def test_the_spread_of_the_gaps_comes_from_the_programs_sums():
+    f = port_figures(_gaps([1.0, 1.2] * 500), 10.0, 151)
+    assert f["gap_ratio_sd"] == pytest.approx(0.1, abs=1e-3)
+    assert f["bucket_us"] == pytest.approx(120.8)
+    assert port_figures(_gaps([1.0]), 10.0)["gap_ratio_sd"] is None
+
+
+def test_a_port_ahead_of_its_line_beyond_its_bucket_fails_naming_the_window_and_how_fast():
+    # the bucket (151 B at 10 Mbit/s: 120.8 us) and the measured jitter are allowed, no more
+    limit_us = 120.8 + LEAD_TOLERANCE_US
+    over_ns = int((limit_us + 30) * 1000)
+    ahead = port_figures(_gaps([1.0] * 5, lead_ns=over_ns, lead_frames=5, lead_span_ns=5 * FRAME_NS_10 - over_ns),
+                         10.0, 151)
+    assert ahead["lead_window"]["frames"] == 5 and ahead["lead_window"]["end_s"] == 2.0
+    sec = serialisation_section({"leaf1-eth1": ahead}, "leaf1-eth1")
+    assert len(sec["failures"]) == 1
+    line = sec["failures"][0]
+    assert line.startswith("leaf1-eth1: sent faster than its 10 Mbit/s: 5 frame(s) left in")
+    assert f"({ahead['lead_window']['mbps']:.2f} Mbit/s), ending 2.000 s after its first frame" in line
+    assert f"beyond the {limit_us:.0f} us allowed" in line
+    assert sec["max_lead"]["intf"] == "leaf1-eth1"
+    # idle ports are held to the ceiling too: it needs no backlog
+    assert sec["bottleneck"]["checks"]["not_checked"].startswith("rate and spacing not checked: 5 backlogged gaps")
+    within_ns = int((limit_us - 1) * 1000)
+    ok = port_figures(_gaps([1.0] * 5, lead_ns=within_ns, lead_frames=1, lead_span_ns=FRAME_NS_10 - within_ns),
+                      10.0, 151)
+    assert serialisation_section({"leaf1-eth1": ok}, None)["failures"] == []
+    # a port whose bucket is not known is allowed the jitter alone
+    unknown = port_figures(_gaps([1.0] * 5, lead_ns=within_ns, lead_frames=1, lead_span_ns=FRAME_NS_10 - within_ns),
+                           10.0)
+    assert len(serialisation_section({"x-eth1": unknown}, None)["failures"]) == 1
+
+
+def test_a_port_never_ahead_of_its_line_has_no_window():
+    f = port_figures(_gaps([1.0] * 3), 10.0, 151)
+    assert f["lead_us"] == 0.0 and f["lead_window"] is None
+
+
+def test_too_few_backlogged_gaps_is_not_checked_and_says_so_instead_of_ok():
+    # an incast round: 387 backlogged gaps at 0.680 of the rate
+    few = port_figures(_gaps([1 / 0.68] * 387), 10.0, 151)
+    sec = serialisation_section({"leaf1-eth1": few}, "leaf1-eth1")
+    assert sec["failures"] == []
+    assert sec["not_checked"] == [f"leaf1-eth1: rate and spacing not checked: 387 backlogged gaps, fewer than the "
+                                  f"{MIN_GAPS} they need"]
+    line = Fidelity.report(None, {"fidelity": {"serialisation": sec}})
+    assert "leaf1-eth1 rate and spacing not checked: 387 backlogged gaps" in line and "of its rate" not in line
+
+
+def test_a_rate_share_just_below_the_floor_within_the_noise_of_its_gaps_passes_and_says_how_close():
+    # 0.969 against 0.97 over 5000 gaps, 1% of them stalls of 4.2 frame times: noise, not a slow port
+    f = port_figures(_gaps([1.0] * 4950 + [4.2] * 50), 10.0, 151)
+    share = f["rate_share_backlogged"]
+    assert share == pytest.approx(0.969, abs=1e-3) and f["gap_ratio_sd"] == pytest.approx(0.318, abs=1e-3)
+    sec = serialisation_section({"p-eth1": f}, None)
+    rate = sec["ports"]["p-eth1"]["checks"]["rate"]
+    assert rate["margin"] == pytest.approx(share - MIN_RATE_SHARE, abs=1e-5) and rate["margin"] < 0
+    assert rate["share_hi"] == pytest.approx(1 / (1 / share - 3.09 * f["gap_ratio_sd"] / 5000 ** 0.5), abs=1e-4)
+    assert rate["share_hi"] > MIN_RATE_SHARE and sec["failures"] == []
+    # the same share with no spread over the same count is a slow port
+    flat = port_figures(_gaps([1 / share] * 5000), 10.0, 151)
+    assert flat["gap_ratio_sd"] < 0.01
+    fails = serialisation_section({"p-eth1": flat}, None)["failures"]
+    assert [x for x in fails if x.startswith(f"p-eth1: sent {flat['rate_share_backlogged']:.3f} of its 10 Mbit/s")]
+
+
+def test_a_share_of_exact_gaps_just_below_the_floor_on_a_small_count_is_noise_far_below_fails():
+    n = MIN_GAPS
+    k = round((MIN_WITHIN_SHARE - 0.005) * n)
+    rest = n - k
+    near = port_figures(_gaps([1.0] * k + [1.5] * (rest // 2) + [0.5] * (rest - rest // 2)), 10.0, 151)
+    sec = serialisation_section({"p-eth1": near}, None)
+    assert sec["failures"] == []
+    spacing = sec["ports"]["p-eth1"]["checks"]["spacing"]
+    assert spacing["margin"] == pytest.approx(-0.005, abs=1e-4) and spacing["share_hi"] > MIN_WITHIN_SHARE
+    k = int((MIN_WITHIN_SHARE - 0.2) * 10 * n)
+    far = port_figures(_gaps([1.0] * k + [1.5] * ((10 * n - k) // 2) + [0.5] * (10 * n - k - (10 * n - k) // 2)),
+                       10.0, 151)
+    fails = serialisation_section({"p-eth1": far}, None)["failures"]
+    assert any("backlogged gaps within 10% of a frame time" in x and "floor" in x for x in fails)
+
+
+def test_a_paused_or_faulted_port_is_named_not_checked():
+    slow = port_figures(_gaps([2.0] * MIN_GAPS), 10.0, 151)
+    sec = serialisation_section({"a-eth1": slow, "b-eth1": slow}, None, frozenset({"a-eth1"}), frozenset({"b-eth1"}))
+    assert sec["failures"] == []
+    assert sec["not_checked"] == ["a-eth1: rate and spacing not checked: its transmitter was paused (PFC)",
+                                  "b-eth1: rate and spacing not checked: a fault changed its link"]
+
+
+def test_spacing_is_not_checked_where_no_floor_was_calibrated_and_says_why():
+    # 200 Mbit/s: 61 us frames, 10% of which is within the dequeue timer's jitter
+    f = port_figures(_gaps([1.0] * 700 + [0.8] * 800 + [1.2] * 800, rate_kbps=200000), 200.0, 1514)
+    assert f["within_10pct"] < 0.5
+    sec = serialisation_section({"p-eth1": f}, None)
+    assert sec["failures"] == []
+    assert sec["ports"]["p-eth1"]["checks"]["spacing"]["not_checked"].startswith("a 61 us frame time, shorter than")
+    line = Fidelity.report(None, {"fidelity": {"serialisation": sec}})
+    assert "spacing not checked: a 61 us frame time" in line
+    # 100 Mbit/s has its own, lower floor; 10 Mbit/s the highest
+    assert spacing_floor(60.6) is None and spacing_floor(121.1) < spacing_floor(1211.2)
+    at_100 = port_figures(_gaps([1.0] * 700 + [0.8] * 800 + [1.2] * 800, rate_kbps=100000), 100.0, 1250)
+    assert any("below the 60% floor" in x for x in serialisation_section({"p-eth1": at_100}, None)["failures"])
+
+
+def test_a_port_with_priority_classes_may_run_one_frame_further_ahead():
+    # HTB lets a class with tokens of its own send without asking its parent: one frame past the ceiling
+    lead_ns = int((120.8 + LEAD_TOLERANCE_US + 600) * 1000)
+    f = port_figures(_gaps([1.0] * 5, lead_ns=lead_ns, lead_frames=2, lead_span_ns=2 * FRAME_NS_10 - lead_ns),
+                     10.0, 151)
+    assert len(serialisation_section({"spine1-eth1": f}, None)["failures"]) == 1
+    sec = serialisation_section({"spine1-eth1": f}, None, priority_ports=frozenset({"spine1-eth1"}))
+    assert sec["failures"] == []
+    assert sec["max_lead"]["priority_classes_us"] == pytest.approx(1211.2, abs=0.1)
