@@ -646,6 +646,12 @@ def main(argv=None) -> int:
         rc = 1
     with open(job["out"], "w") as f:
         json.dump(res, f)
+    if job.get("role") in STOPPABLE_ROLES:
+        # the record is written: a stop signal now changes nothing, and one that arrived while
+        # the interpreter shuts down (which gives Python's handlers back to the default) would
+        # kill the agent with it instead of exit 0
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
     return rc
 
 

@@ -10,6 +10,7 @@ from experiments import live as runner
 @pytest.mark.parametrize("sig,exc", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, SystemExit)])
 def test_a_swallowed_signal_is_raised_again(sig, exc):
     runner._SIGNALLED.clear()
+    runner.SIGNAL_STOP.reset()                # no round kept by an earlier test in this process
     runner.check_signalled()                  # nothing arrived: no exception
 
     class Finalised:
