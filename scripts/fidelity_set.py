@@ -59,7 +59,8 @@ def rows(results: Path) -> list[dict]:
                         "checked": f.get("checked"), "limited": f.get("forwarding_limited"),
                         "by": f.get("limited_by"),
                         "thread_median": ev.get("forwarding_thread_cores_median"),
-                        "thread_sat": ev.get("forwarding_thread_saturated_seconds"),
+                        "thread_wait": ev.get("forwarding_thread_wait_cores_median"),
+                        "short": ev.get("seconds_short_of_cpu"),
                         "needed": ev.get("seconds_needed"),
                         "idle_min": (cpu.get("idle_cores") or {}).get("min")})
     return out
@@ -70,15 +71,16 @@ def table(rs: list[dict]) -> str:
     def fmt(x, p=2):
         return "-" if x is None else (f"{x:.{p}f}" if isinstance(x, float) else str(x))
     lines = ["| scenario | round | share of model | label | verdict | limited by | forwarding thread, median cores "
-             "| saturated s / needed | idle cores, min |", "|---|---|---|---|---|---|---|---|---|"]
+             "| waiting, median cores | seconds short of CPU / needed | idle cores, min |", "|---|---|---|---|---|---|---|---|---|---|"]
     fp = fn = 0
     for r in rs:
         lab = {True: "limited", False: "not limited", None: "?"}[r["label"]]
-        ver = "not checked" if not r["checked"] else ("limited" if r["limited"] else "not limited")
+        ver = "not checked" if r["checked"] is False else ("limited" if r["limited"] else "not limited")
         fp += bool(r["label"] is False and r["limited"])
         fn += bool(r["label"] is True and not r["limited"])
         lines.append(f"| {r['scenario']} | {r['round']} | {fmt(r['share'])} | {lab} | {ver} | {r['by'] or '-'} | "
-                     f"{fmt(r['thread_median'])} | {fmt(r['thread_sat'])} / {fmt(r['needed'])} | {fmt(r['idle_min'])} |")
+                     f"{fmt(r['thread_median'])} | {fmt(r['thread_wait'])} | {fmt(r['short'])} / {fmt(r['needed'])} | "
+                     f"{fmt(r['idle_min'])} |")
     neg = sum(r["label"] is False for r in rs)
     pos = sum(r["label"] is True for r in rs)
     lines.append("")
