@@ -12,20 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.test_detached_start import held  # noqa: F401 (the fixture: a marker file on an inheritable fd)
+
 from .conftest import ROOT, assert_clean, ovs_bridges, small_scenario, start_run
 
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 PIDFILES = {name: Path(f"/var/run/openvswitch/{name}.pid") for name in ("ovsdb-server", "ovs-vswitchd")}
 
-
-@pytest.fixture
-def held(tmp_path):
-    """``(descriptor, path)``: a marker file open here on an inheritable descriptor above 2."""
-    path = tmp_path / "held.lock"
-    fd = os.open(path, os.O_CREAT | os.O_RDWR)
-    os.set_inheritable(fd, True)
-    yield fd, str(path)
-    os.close(fd)
 
 
 def holders(path: str) -> list[int]:
