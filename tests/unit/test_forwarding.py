@@ -23,7 +23,7 @@ def test_flows_over_before_one_cpu_reading_are_not_judged_even_on_a_busy_machine
     # two 4 KB responses at 10 Mbit/s: 0.72 of the link over a 7 ms window, no idle CPU
     f = forwarding_verdict(summary(7.2, window_s=(0.0, 0.007), idle=[0.0, 0.0], thread=[0.01, 0.0]), "user")
     assert not f["checked"] and not f["forwarding_limited"] and f["failures"] == [] and f["share"] == 0.72
-    assert f["reason"].startswith("the flows carried 0.72 of the model in 7 ms, less than one 1 s CPU reading")
+    assert f["reason"].startswith("the flows carried 0.72 of the model in 7 ms, less than 2 CPU readings of 1 s")
 
 
 def test_flows_that_lived_few_round_trips_are_not_judged_as_their_ramp_weighs_too_much():
@@ -34,7 +34,8 @@ def test_flows_that_lived_few_round_trips_are_not_judged_as_their_ramp_weighs_to
     assert not f["checked"] and f["failures"] == []
     assert f["reason"].startswith("the flows carried 0.30 of the model over 1.200 s, 8 round trips of 160.0 ms "
                                   "(fewer than 100)")
-    s["scale"] = {"measured_rtt_full_frame_s": 0.002}                      # 600 round trips: judged
+    s["scale"] = {"measured_rtt_full_frame_s": 0.002}                      # 1500 round trips: judged
+    s["throughput"]["window_s"] = [0.0, 3.0]
     assert forwarding_verdict(s, "kernel")["limited_by"] == "host_cpu"
 
 
@@ -44,7 +45,7 @@ def test_slow_flows_on_an_idle_forwarder_are_not_blamed_on_the_data_plane():
     assert f["checked"] and not f["forwarding_limited"] and f["limited_by"] is None and f["failures"] == []
     assert f["verdict"].startswith("not the data plane: the flows carried 7.2 Mbit/s on the wire, 0.72 of")
     assert "the traffic did not fill the links" in f["verdict"]
-    assert f["evidence"]["seconds_needed"] == 1 and f["evidence"]["forwarding_thread_saturated_seconds"] == 0
+    assert f["evidence"]["seconds_needed"] == 2 and f["evidence"]["forwarding_thread_saturated_seconds"] == 0
 
 
 def test_an_incast_is_judged_over_its_longest_flow_not_only_while_all_flows_ran():
