@@ -98,6 +98,68 @@ def start_run(tmp_path: Path, scenario: Path, traffic_line: str = "incast:", pas
     return proc, results, lines
 
 
+@pytest.fixture
+def held(tmp_path):
+    """``(descriptor, path)``: a marker file open here on an inheritable descriptor above 2 (give it
+    to a run with ``start_run(..., pass_fds=(descriptor,))``, then :func:`assert_run_detached`)."""
+    path = tmp_path / "held.lock"
+    fd = os.open(path, os.O_CREAT | os.O_RDWR)
+    os.set_inheritable(fd, True)
+    yield fd, str(path)
+    os.close(fd)
+
+
+def holders(path: str) -> list[int]:
+    """Pids of every process on the machine with a descriptor open on ``path``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == path:
+                    found.append(int(pid))
+                    break
+            except OSError:
+                pass
+    return found
+
+
+def parent_pid(pid: int) -> int | None:
+    """``pid``'s parent (from /proc), or None when it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def command_line(pid: int) -> str:
+    """``pid``'s argv joined by spaces ("" when it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def assert_run_detached(proc: subprocess.Popen, path: str):
+    """During the traffic of a run ``proc`` started (by :func:`start_run`) with the marker ``path``
+    (:func:`held`) on a descriptor above 2: no process but the run's own and this one holds the
+    marker, and every long-lived process the run started (the controller, the queue sampler, the
+    agents, Mininet's host shells) leads its own session (`flock LOCK make setup` once left Open
+    vSwitch holding LOCK for as long as it ran)."""
+    assert sorted(holders(path)) == sorted([os.getpid(), proc.pid]), holders(path)
+    children = [int(p) for p in os.listdir("/proc") if p.isdigit() and parent_pid(int(p)) == proc.pid]
+    names = {c: command_line(c) for c in children}
+    assert any("controller.main" in n for n in names.values()), names
+    assert any("controller.qstats" in n for n in names.values()), names
+    assert sum("traffic.agent" in n for n in names.values()) >= 3, names     # 2 senders, 1 receiver
+    long_lived = [c for c, n in names.items()
+                  if any(k in n for k in ("controller.main", "controller.qstats", "traffic.agent", "mininet:"))]
+    assert all(os.getsid(c) == c for c in long_lived), {c: (os.getsid(c), names[c]) for c in long_lived}
+
+
 def run_cli(*args, env=None, timeout=300, command=None, **kw):
     """Run ``python -m experiments ARGS`` (or ``command ARGS``: the installed ``fabriclab``) from
     the repository root."""

@@ -13,7 +13,7 @@ import yaml
 from tests.chromium import check_report_folder
 from tests.notebook import notebook_blocks, run_notebook_blocks
 
-from .conftest import ROOT, assert_clean, start_run, ovs_bridges, root_eth_links, run_cli, small_scenario
+from .conftest import ROOT, assert_clean, assert_run_detached, start_run, ovs_bridges, root_eth_links, run_cli, small_scenario
 
 
 def only_run_dir(results: Path) -> Path:
@@ -349,10 +349,21 @@ def test_a_run_refused_by_the_lock_exits_2_and_creates_nothing(tmp_path):
 
 
 @_LIFECYCLE
-def test_next_run_after_sigkill_starts_clean(tmp_path):
-    """Case C2: SIGKILL leaves state behind; the next run removes it and succeeds."""
+def test_next_run_after_sigkill_starts_clean(tmp_path, held):
+    """Case C2: SIGKILL leaves state behind; the next run removes it and succeeds. The killed run
+    was started with a marker on a descriptor above 2: during its traffic none of the processes
+    it started holds the marker and each leads its own session (:func:`assert_run_detached`;
+    checked here rather than on a fabric of its own in test_detached_daemons.py)."""
     scenario = small_scenario(tmp_path, traffic={"response_bytes": 5_000_000})
-    proc, results = _start_run(tmp_path, scenario)
+    fd, marker = held
+    proc, results, _ = start_run(tmp_path, scenario, pass_fds=(fd,))
+    try:
+        assert_run_detached(proc, marker)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        run_cli("clean")          # what the killed run recorded, so that the next test starts clean
+        raise
     proc.kill()
     proc.wait()
     assert ovs_bridges(), "SIGKILL should have left the bridges (nothing ran teardown)"

@@ -1,8 +1,8 @@
 """Processes fabriclab leaves running (Open vSwitch from the set-up; the controller, the queue
 sampler and the agents of a run) keep none of their caller's descriptors above 2 and lead a session
 of their own: the two starters, scripts/detached.sh and experiments.procs, checked here with a marker
-file held open on a descriptor above 2. The live check (the set-up's real Open vSwitch, a real run's
-processes) is tests/integration/test_detached_daemons.py."""
+file held open on a descriptor above 2. The live checks: the set-up's real Open vSwitch in
+tests/integration/test_detached_daemons.py, a real run's processes in test_experiment.py's SIGKILL test."""
 import json
 import os
 import subprocess
