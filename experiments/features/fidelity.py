@@ -267,7 +267,9 @@ def serialisation_section(ports: dict, bottleneck: str | None, paused: frozenset
         n = f["backlogged_gaps"]
         why = "its transmitter was paused (PFC)" if intf in paused else \
             "a fault changed its link" if intf in faulted else \
-            f"{n} backlogged gaps, fewer than the {MIN_GAPS} they need" if n < MIN_GAPS else None
+            f"{n} backlogged gaps, fewer than the {MIN_GAPS} they need" if n < MIN_GAPS else \
+            f"its {n} backlogged gaps took no time: every frame that found others waiting left with them, " \
+            "in one bulk dequeue" if f["rate_share_backlogged"] is None else None
         if why:
             c["not_checked"] = f"rate and spacing not checked: {why}"
             if n and (intf == bottleneck or n >= MIN_GAPS // 10 or intf in paused or intf in faulted):

@@ -1,8 +1,8 @@
 """Poisson web-search arrivals end to end: the shipped scenario (experiments/scenarios/websearch.yaml:
 Poisson arrivals at 50% of every host link between random host pairs, DCTCP's web-search sizes
-divided by 5, on a 1:1 Spine-Leaf of 24 hosts at 10 Mbit/s) cut to about 10 s of arrivals, through
-the real CLI. Every flow completes; each sender connects its flows on time; the load the flows
-offered and the fabric carried is near 50%; every flow's slowdown is at least about 1 (its ideal
+divided by 5, on a 1:1 Spine-Leaf of 24 hosts at 10 Mbit/s) at 30% load and cut to about 10 s
+of arrivals, through the real CLI. Every flow completes; each sender connects its flows on time; the
+load the flows offered and the fabric carried is near 30%; every flow's slowdown is at least about 1 (its ideal
 is a lower bound: the idle handshake and one-way trip as measured before the run, every frame
 but the last at the bottleneck's rate); the by-size buckets are there, every planned flow
 counted in its bucket.
@@ -17,17 +17,23 @@ import yaml
 
 from .conftest import ROOT, assert_clean, run_accepting_cpu_shortfall
 
-pytestmark = pytest.mark.lane("host", reason="24 hosts at 50% load is about 330 Mbit/s of switch hops: more than "
+pytestmark = pytest.mark.lane("host", reason="24 hosts at 30% load is about 200 Mbit/s of switch hops: more than "
                                              "the emulated CPU forwards")
 
-#: About 10 s of arrivals at 44 flows/s (the scenario's 1750 are about 40 s).
-FLOWS = 440
+#: The load of every host link the test offers. The scenario's 50% is about 330 Mbit/s of switch
+#: hops: on two cores shared with 24 hosts' TCP, Open vSwitch's forwarding thread then ran 0.86 of
+#: a core and waited 0.14 for one in 16 of 19 seconds (a CI rehearsal, 2026-12-06), and the run
+#: rightly said the data plane, not the fabric, set the rate. This is a test of the workload.
+LOAD = 0.3
+#: About 10 s of arrivals at 26 flows/s.
+FLOWS = 270
 
 
 def test_poisson_websearch_arrivals_complete_at_the_load_with_slowdown_at_least_1(tmp_path, figure):
     sc = yaml.safe_load((ROOT / "experiments/scenarios/websearch.yaml").read_text())
     sc["name"] = "websearch-short"
     sc["traffic"]["flows"] = FLOWS
+    sc["traffic"]["load"] = LOAD
     path = tmp_path / "websearch-short.yaml"
     path.write_text(yaml.safe_dump(sc))
     results = tmp_path / "r"
@@ -35,7 +41,7 @@ def test_poisson_websearch_arrivals_complete_at_the_load_with_slowdown_at_least_
     # on a busy host is accepted (and printed); any other failed self-check (the data plane not
     # keeping up with the offered load: fidelity.forwarding) fails it
     p, top = run_accepting_cpu_shortfall(path, results, timeout=600)
-    assert "poisson: 440 flows of " in p.stdout and "arriving over" in p.stdout
+    assert f"poisson: {FLOWS} flows of " in p.stdout and "arriving over" in p.stdout
     s = json.loads((top / "summary.json").read_text())
     env = json.loads((top / "environment.json").read_text())
     assert len(env["scale"]["rtt_probe_hosts"]) == 2 and env["scale"]["measured_rtt_full_frame_s"] > 0
@@ -56,7 +62,7 @@ def test_poisson_websearch_arrivals_complete_at_the_load_with_slowdown_at_least_
 
     # the load: what the plan offered (its bytes over its arrivals' span) and what the fabric carried
     # while they arrived (from 1 s to the last arrival), both of 24 x 10 Mbit/s
-    assert arr["offered_load"] == pytest.approx(0.5, abs=0.1)                   # seed 1's 440 flows
+    assert arr["offered_load"] == pytest.approx(LOAD, abs=0.06), arr            # seed 1's flows
     tp = s["throughput"]
     assert tp["model"] == "offered" and tp["window"] == "arrivals"
     carried = tp["fraction_of_hosts_x_host_rate"]

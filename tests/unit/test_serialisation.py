@@ -416,3 +416,16 @@ def test_a_port_with_priority_classes_may_run_one_frame_further_ahead():
     sec = serialisation_section({"spine1-eth1": f}, None, priority_ports=frozenset({"spine1-eth1"}))
     assert sec["failures"] == []
     assert sec["max_lead"]["priority_classes_us"] == pytest.approx(1211.2, abs=0.1)
+
+
+def test_a_port_whose_backlogged_frames_all_left_in_bulk_dequeues_is_not_checked_and_says_why():
+    # a 1000 Mbit/s port whose queue handed its waiting frames over in chains, at one instant each:
+    # gaps counted, no time between them, no rate to take from them (the ceiling still holds it)
+    raw = {**_gaps([1.0] * MIN_GAPS, rate_kbps=1000000), "gap_ns": 0, "ratio_sum": 0, "ratio_sq": 0}
+    f = port_figures(raw, 1000.0, 1514)
+    assert f["backlogged_gaps"] == MIN_GAPS and f["rate_share_backlogged"] is None
+    sec = serialisation_section({"s1-eth1": f}, "s1-eth1")
+    assert sec["failures"] == [] and "rate" not in sec["bottleneck"]["checks"]
+    assert sec["not_checked"] == [f"s1-eth1: rate and spacing not checked: its {MIN_GAPS} backlogged gaps took "
+                                  "no time: every frame that found others waiting left with them, in one bulk dequeue"]
+    assert "bulk dequeue" in Fidelity.report(None, {"fidelity": {"serialisation": sec}})
