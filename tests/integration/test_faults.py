@@ -287,6 +287,7 @@ def test_only_the_runs_owner_changes_the_fabric_and_every_change_is_in_the_round
     from experiments.context import RoundRecord
     from experiments.features.changes import ApiChanges
     from experiments.features.faults import Faults
+    from tests.unit.test_api_changes import drive_round
 
     lf, _ = fabric
     url = lf.rest_url + "/fabriclab"
@@ -317,22 +318,14 @@ def test_only_the_runs_owner_changes_the_fabric_and_every_change_is_in_the_round
     rdir.mkdir()
     rec = RoundRecord(index=0, round=SimpleNamespace(name="quiet", faults=[]), dir=rdir)
     ctx = SimpleNamespace(fabric_map=lf.fabric_map)
-    feats = [Faults(ctx), ApiChanges(ctx)]
-    for f in feats:
-        f.before_round(lf, rec)
-    try:
+
+    def during():
         out = subprocess.run([*curl, "-X", "POST", "-H", f"Authorization: Bearer {token}", "-d", fault,
                               url + "/faults"], capture_output=True, text=True, timeout=30).stdout
         assert _curl_code(out) == 200
         assert lf.api.call("GET", "/faults")["hidden"] == 1
-    finally:                     # the round's end: every fault ended, the records and changes read
-        for f in feats:
-            got = f.after_round(lf, rec)
-            if got is not None:
-                rec.features[f.name] = got
-    summary = {}
-    for f in feats:
-        f.summarize(rec, summary)
+    # the round's end (even after a failed assertion): every fault ended, the records and changes read
+    summary = drive_round([Faults(ctx), ApiChanges(ctx)], lf, rec, during)
     assert [(x["kind"], x["place"], x["state"]) for x in summary["faults"]] == \
         [("drop", lf.fabric.switches[0].name, "removed")]
     a = summary["api_changes"]

@@ -38,8 +38,8 @@ def test_poisson_websearch_arrivals_complete_at_the_load_with_slowdown_at_least_
     path.write_text(yaml.safe_dump(sc))
     results = tmp_path / "r"
     # a test of the workload and its analysis, not of the shapers' timing: a port's rate shortfall
-    # on a busy host is accepted (and printed); any other failed self-check (the data plane not
-    # keeping up with the offered load: fidelity.forwarding) fails it
+    # or a host short of CPU is accepted (and printed); any other failed self-check (the forwarding
+    # thread not keeping up with the offered load) fails it
     p, top = run_accepting_cpu_shortfall(path, results, timeout=600)
     assert f"poisson: {FLOWS} flows of " in p.stdout and "arriving over" in p.stdout
     s = json.loads((top / "summary.json").read_text())
@@ -58,7 +58,7 @@ def test_poisson_websearch_arrivals_complete_at_the_load_with_slowdown_at_least_
     late = arr["launch_late_s"]
     figure("launch_late_max_ms", late["max"] * 1e3)
     # p99 1.6 / 2.1 / 2.6 ms, max 2.9 / 3.9 / 5.1 ms (min / median / max over 10 runs beside a CPU load)
-    assert figure("launch_late_p99_ms", late["p99"] * 1e3) < 5 and late["max"] < 0.05, late
+    assert figure("launch_late_p99_ms", late["p99"] * 1e3) < 10 and late["max"] < 0.05, late
 
     # the load: what the plan offered (its bytes over its arrivals' span) and what the fabric carried
     # while they arrived (from 1 s to the last arrival), both of 24 x 10 Mbit/s
@@ -69,9 +69,11 @@ def test_poisson_websearch_arrivals_complete_at_the_load_with_slowdown_at_least_
     # the window ends at the last arrival, and the flows that arrived in its last seconds (the large
     # ones carry most bytes) finish after it: 0.795 / 0.801 / 0.805 (min / median / max) of the
     # offered load in 10 runs beside a CPU load
-    assert 0.7 <= figure("carried_over_offered", carried / arr["offered_load"]) <= 0.9, (carried, arr)
+    assert 0.65 <= figure("carried_over_offered", carried / arr["offered_load"]) <= 1.0, (carried, arr)
+    # the forwarding thread keeps up with 30% load; beside a CPU load the run may say it waited for
+    # a CPU (CPU-limited, accepted above with the rate shortfalls); it is never the thread's own speed
     fwd = (s.get("fidelity") or {}).get("forwarding")
-    assert fwd is None or not fwd["forwarding_limited"], fwd
+    assert fwd is None or fwd["limited_by"] in (None, "host_cpu"), fwd
 
     # slowdown: FCT over the ideal (a lower bound), so at least about 1 for (almost) every flow
     sd = s["slowdown"]

@@ -59,23 +59,32 @@ def curl(url, method, path, body=None, token=None):
         return e.code, json.loads(e.read())
 
 
+def drive_round(feats, lf, rec, during) -> dict:
+    """Run ``feats`` around ``during()`` as the run loop runs a round's features (before the
+    traffic, after it even when ``during`` raised, then their summaries); the round's summary.
+    The live API test (tests/integration/test_faults.py) drives a real fabric with it."""
+    for f in feats:
+        f.before_round(lf, rec)
+    try:
+        during()
+    finally:
+        for f in feats:
+            got = f.after_round(lf, rec)
+            if got is not None:
+                rec.features[f.name] = got
+    summary = {}
+    for f in feats:
+        f.summarize(rec, summary)
+    return summary
+
+
 def one_round(ctx, sc, url, during):
     """Run the two features around ``during()`` as the run loop would; (round record, summary)."""
     rdir = ctx.out / "rounds" / "01-quiet"
     rdir.mkdir(parents=True)
     rec = RoundRecord(index=0, round=sc.rounds[0], dir=rdir)
-    feats, lf = [Faults(ctx), ApiChanges(ctx)], Lf(url)
-    for f in feats:
-        f.before_round(lf, rec)
-    during()
-    for f in feats:
-        got = f.after_round(lf, rec)
-        if got is not None:
-            rec.features[f.name] = got
-    summary = {}
-    for f in feats:
-        f.summarize(rec, summary)
-    return rec, summary, feats
+    feats = [Faults(ctx), ApiChanges(ctx)]
+    return rec, drive_round(feats, Lf(url), rec, during), feats
 
 
 def test_an_outsider_is_refused_and_the_owners_hidden_fault_is_in_the_rounds_results(run):
