@@ -8,7 +8,7 @@ but the last at the bottleneck's rate); the by-size buckets are there, every pla
 counted in its bucket.
 
 Bounds beside a measured figure come from 10 runs beside a CPU load (``make test-repeat N=10
-K=test_poisson``, 2026-12-04), quoted where they are asserted."""
+K=test_poisson_websearch``, 2026-12-06, at 30% load), quoted where they are asserted."""
 import csv
 import json
 
@@ -57,8 +57,9 @@ def test_poisson_websearch_arrivals_complete_at_the_load_with_slowdown_at_least_
     assert arr["flows"] == FLOWS and 5 < arr["last_start_s"] < 20
     late = arr["launch_late_s"]
     figure("launch_late_max_ms", late["max"] * 1e3)
-    # p99 1.6 / 2.1 / 2.6 ms, max 2.9 / 3.9 / 5.1 ms (min / median / max over 10 runs beside a CPU load)
-    assert figure("launch_late_p99_ms", late["p99"] * 1e3) < 10 and late["max"] < 0.05, late
+    # p99 2.4 / 3.1 / 13.0 ms, max 3.4 / 7.5 / 22.2 ms (min / median / max over 10 runs beside a CPU
+    # load; 270 flows make the p99 the third latest launch)
+    assert figure("launch_late_p99_ms", late["p99"] * 1e3) < 20 and late["max"] < 0.05, late
 
     # the load: what the plan offered (its bytes over its arrivals' span) and what the fabric carried
     # while they arrived (from 1 s to the last arrival), both of 24 x 10 Mbit/s
@@ -67,9 +68,9 @@ def test_poisson_websearch_arrivals_complete_at_the_load_with_slowdown_at_least_
     assert tp["model"] == "offered" and tp["window"] == "arrivals"
     carried = tp["fraction_of_hosts_x_host_rate"]
     # the window ends at the last arrival, and the flows that arrived in its last seconds (the large
-    # ones carry most bytes) finish after it: 0.795 / 0.801 / 0.805 (min / median / max) of the
-    # offered load in 10 runs beside a CPU load
-    assert 0.65 <= figure("carried_over_offered", carried / arr["offered_load"]) <= 1.0, (carried, arr)
+    # ones carry most bytes) finish after it: 0.677 / 0.777 / 0.893 (min / median / max) of the
+    # offered load in 9 runs beside a CPU load (0.903 on a quiet machine)
+    assert 0.6 <= figure("carried_over_offered", carried / arr["offered_load"]) <= 1.0, (carried, arr)
     # the forwarding thread keeps up with 30% load; beside a CPU load the run may say it waited for
     # a CPU (CPU-limited, accepted above with the rate shortfalls); it is never the thread's own speed
     fwd = (s.get("fidelity") or {}).get("forwarding")
@@ -90,7 +91,7 @@ def test_poisson_websearch_arrivals_complete_at_the_load_with_slowdown_at_least_
         if b["flows"]:
             figure(f"slowdown_median_{b['bucket']}", b["median"])
     # the measured idle RTTs are medians of 5 pings and the shapers' timers jitter: a little under
-    # 1 is not a bug (min 1.005-1.024, 1st percentile 1.027-1.055 over 10 runs). The single fastest
+    # 1 is not a bug (min 0.997-1.055, 1st percentile 1.032-1.067 over 9 runs). The single fastest
     # flow is not asserted: in about 1 run in 20 one one-segment flow beats its ideal by a third
     # (0.50 once, 0.67 in a CI rehearsal on 2026-12-05: 0.94 ms against an idle ping of 0.98 ms;
     # an idle ovs-vswitchd wakes up for each ping, a busy one is already running), so the idle ping
@@ -101,7 +102,7 @@ def test_poisson_websearch_arrivals_complete_at_the_load_with_slowdown_at_least_
         env["scale"])
     assert sd["median"] >= 1.0 and sd["p99"] >= sd["median"]
     # the tail is small flows that waited for a retransmission timeout (a lost SYN waits 1 s: a
-    # slowdown of hundreds for a flow whose ideal is a few ms): p99 332 / 389 / 871 over 10 runs
+    # slowdown of hundreds for a flow whose ideal is a few ms): p99 101 / 265 / 773 over 9 runs
     assert sd["p99"] < 2000, sd
     assert sd["ideal"]["rtt_probe_hosts"] == env["scale"]["rtt_probe_hosts"] and sd["ideal"]["probe_links"] in (2, 4)
 
