@@ -250,9 +250,12 @@ class Agents:
         deadline = time.monotonic() + timeout_s
         for name, p in self.procs:
             line = ""
+            # poll, not select: a large fabric's agents' pipes pass descriptor 1024 (a k=8 Fat-Tree's
+            # 128 hosts, three pipes each), which select() cannot watch
+            watch = select.poll()
+            watch.register(p.stdout, select.POLLIN)
             while time.monotonic() < deadline:
-                r, _, _ = select.select([p.stdout], [], [], 0.1)
-                if r:
+                if watch.poll(100):
                     line = p.stdout.readline()
                     break
                 if p.poll() is not None:

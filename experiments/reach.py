@@ -124,6 +124,9 @@ def all_pairs(hosts: list[tuple[str, int, str]], timeout_s: float = 10.0, retry_
             socks.append(socket_in_netns(pid, socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
             socks[-1].setblocking(False)
         by_fd = {s.fileno(): i for i, s in enumerate(socks)}
+        watch = select.poll()
+        for sock in socks:
+            watch.register(sock, select.POLLIN)
         t0 = time.monotonic()
         last_answer = t0
         while pending and time.monotonic() - t0 < timeout_s and \
@@ -141,9 +144,9 @@ def all_pairs(hosts: list[tuple[str, int, str]], timeout_s: float = 10.0, retry_
                     time.sleep(step_gap_s)
             last_progress = time.monotonic()
             while pending and time.monotonic() - last_progress < retry_s and time.monotonic() - t0 < timeout_s:
-                ready, _, _ = select.select(socks, [], [], 0.05)
-                for s in ready:
-                    i = by_fd[s.fileno()]
+                for fd, _ in watch.poll(50):            # poll: no limit on descriptor numbers
+                    i = by_fd[fd]
+                    s = socks[i]
                     answered = {(i, j) for j in _echo_replies(s, ident_base + i, index_of_ip)} & pending
                     if answered:
                         pending -= answered

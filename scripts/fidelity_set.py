@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The labelled set of the forwarding verdict: run every scenario of experiments/fidelity-set (or
 read runs already made), label each round, and print a Markdown table of each round's verdict
-beside its label, with the false-alarm and missed-alarm counts (docs/fidelity.md holds one).
+beside its label, with the false-alarm and missed-alarm counts (docs/how-it-works.md, "The
+forwarding verdict", holds one).
 
 Labels, from what the traffic could do, not from the check:
 - ``short-*``: responses of a few kB (a handshake, slow start and an RTT of idle per flow) cannot

@@ -19,7 +19,7 @@ two kinds of explanation:
 The evidence is the CPU headroom feature's per-second readings (experiments.features.cpu): the
 forwarding thread's cores and the machine's idle cores in each second of the round. A resource
 counts as the limit when it was saturated in at least half of the seconds the flows' throughput
-window spans (at least one), so one noisy second neither raises nor hides the verdict; the
+window spans (at least :data:`MIN_SECONDS`), so one noisy second neither raises nor hides the verdict; the
 record says how many seconds were saturated against how many were needed, and the median
 reading, so a reader sees how close it was. A round without flows against a model (a
 collective's, a RoCE round's own figures) or without CPU readings is ``checked``: false with the

@@ -127,9 +127,12 @@ def test_counter_follows_the_held_queue_with_one_xoff_and_one_xon(router, figure
             t_open = time.monotonic()
             gates.open_gate(3)       # nothing else arrives: the gate's kick frame makes the qdisc run
             deadline = time.monotonic() + 5
+            step_s, t = 0.0, t_open       # the longest look at the backlog: how late the drain is seen
             while time.monotonic() < deadline and _backlog("13:") > 0:
                 bpf.poll(20)
+                step_s, t = max(step_s, time.monotonic() - t), time.monotonic()
             drained_s = time.monotonic() - t_open
+            step_s = max(step_s, time.monotonic() - t)
             bpf.poll(50)
             end, end_backlog = bpf.read(SW, IN_PORT, 3), _backlog("13:")
             leaked = dict(end)
@@ -160,7 +163,11 @@ def test_counter_follows_the_held_queue_with_one_xoff_and_one_xon(router, figure
     print(f"held {backlog} B; after the drain the kernel's count kept {leaked['bytes']} B; reconciled")
     assert end["bytes"] == 0 and end["paused"] == 0 and end["underflows"] == 0, end
     assert end["packets"] == n_lossless
-    assert drained_s < 1.5 * backlog * 8 / 10e6 + 0.1, drained_s     # resumed at once, drained at 10 Mbit/s
+    # resumed at once, drained at 10 Mbit/s, seen within one look at the backlog (each look a `tc`
+    # run, slow under the VM lane's emulated CPU, where the drain was seen after 2.07x the
+    # line-rate time once, 2026-12-06; on the host 1.006-1.014x)
+    figure("backlog_look_s", step_s)
+    assert drained_s < 1.5 * backlog * 8 / 10e6 + 0.1 + step_s, (drained_s, step_s)
 
 
 def test_a_full_ingress_buffer_drops_and_counts(router, figure):

@@ -98,3 +98,30 @@ def test_waiting_gives_up_on_the_rest_once_one_agent_has_failed_for_all():
         for p in slow:
             if p.poll() is None:
                 p.kill()
+
+
+def test_agents_are_waited_for_on_descriptors_past_1024():
+    # a k=8 Fat-Tree's 128 hosts' agents hold three pipes each: their descriptors pass 1024, where
+    # select() raises "filedescriptor out of range"; the wait for READY must not care
+    import os
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        import pytest
+        pytest.skip(f"the hard descriptor limit ({hard}) is below 1200")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    filler = []
+    try:
+        while not filler or filler[-1] < 1030:
+            filler.append(os.open(os.devnull, os.O_RDONLY))
+        agents = Agents(lf=None, state=None)
+        p = subprocess.Popen([sys.executable, "-c", "print('READY', flush=True)"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        agents.procs.append(("h1.rx", p))
+        assert p.stdout.fileno() > 1024
+        agents.wait_ready(timeout_s=20)
+        p.wait(10)
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
