@@ -11,10 +11,11 @@ two kinds of explanation:
   and the traffic's own, and the round passes (``limited_by``: null, with the reason);
 - a resource that forwards or sends the frames was saturated while the links were not: the
   userspace datapath's one forwarding thread (Open vSwitch forwards every veth port in
-  ovs-vswitchd's main thread; measured 0.96-1.01 of a core per second while a 2x2x4 Spine-Leaf
-  at 1000 Mbit/s carried 0.13-0.19 of its model), or the host's CPU (no idle core: the shapers'
-  timers, the senders and the forwarding all wait). The round fails naming that resource and
-  the measured share of the seconds in which it was saturated.
+  ovs-vswitchd's main thread; on a quiet 2-core machine it ran a median 0.97-0.98 of a core in
+  the busy seconds while a 2x2x4 Spine-Leaf at 1000 Mbit/s carried 0.16-0.17 of its model), or
+  the host's CPU (no idle core: the shapers' timers, the senders and the forwarding all wait).
+  The round fails naming that resource and the measured share of the seconds in which it was
+  saturated.
 
 The evidence is the CPU headroom feature's per-second readings (experiments.features.cpu): the
 forwarding thread's cores and the machine's idle cores in each second of the round. A resource
@@ -37,16 +38,25 @@ from experiments.features.cpu import NO_HEADROOM_CORES
 #: A round whose flows carried at least this share of the fluid model's aggregate was not limited
 #: by anything but the fabric.
 FORWARDING_SHARE = 0.9
-#: The forwarding thread is saturated in a second where it used at least this many cores. Measured
-#: (``python -m experiments run experiments/fidelity-set/<scenario>.yaml``, per-second readings
-#: in ``fidelity.cpu.forwarding_thread_cores_per_second``): a 2x2x4 Spine-Leaf at 1000 Mbit/s read
-#: 0.90-1.02 per second once the flows ran (median 0.99), a k=4 Fat-Tree permutation at 10 Mbit/s
-#: 0.93-1.01; runs the thread could carry (10 Mbit/s incasts, short flows on a k=8 Fat-Tree) read
-#: at most 0.45. The bound sits in the gap between them.
+#: The forwarding thread had work for most of a second when it ran, or was runnable and waited for
+#: a CPU, for at least this share of it. Measured on a quiet 2-core machine (``sudo .venv/bin/python
+#: scripts/fidelity_set.py --results DIR``, 2026-12-06; per-second readings in
+#: ``fidelity.cpu.forwarding_thread_cores_per_second`` and ``..._wait_cores_per_second``): flat out,
+#: running and waiting add up to 0.99-1.01 in a second (every long-flow and permutation round
+#: reached it); the rounds of short responses (2 x 4 KB, 16 x 4 KB, a k=8 Fat-Tree's 2 x 20 KB)
+#: read at most 0.36, and 4 x 2 MB at 10 Mbit/s at most 0.62. Seconds the thread is busy only in
+#: part (the flows start or end in them) fall between.
 SATURATED_CORES = 0.8
 #: In the seconds the forwarding thread had work, a median wait for a CPU of at least this share
-#: of a second means other work took its core (the host's CPU is the limit), not its own speed.
+#: of a second, while the machine had less than :data:`IDLE_BLAME_CORES` idle, means other work
+#: took its core (the host's CPU is the limit), not its own speed.
 WAIT_BLAME_CORES = 0.2
+#: A thread that waited while the machine still had this many cores idle (median over the seconds
+#: it had work) waited on the scheduler's wake-ups, not for CPU others held: its own speed is the
+#: limit. Measured (``scripts/fidelity_set.py``, 2026-12-06): beside a busy loop the busy seconds'
+#: idle medians were 0.00-0.06 cores (waits 0.40-0.58); on a quiet machine 0.28-0.79 (waits
+#: 0.01-0.26, a k=4 Fat-Tree permutation at 10 Mbit/s 0.24 with 0.40 cores idle).
+IDLE_BLAME_CORES = 0.15
 #: Traffic that lasted fewer round trips than this (the run's measured full-frame RTT) is not
 #: judged: a TCP flow spends about 2 RTTs in its handshake and request and log2(BDP / 10 segments)
 #: RTTs in slow start (at most 10 for a BDP of up to 10,000 packets), so over 100 RTTs its ramp
@@ -157,17 +167,21 @@ def forwarding_verdict(summary: dict, datapath: str | None) -> dict:
         busy_run = [r for r, b in zip(run, busy) if b]
         busy_wait = [w or 0.0 for w, b in zip(wait, busy) if b]
         med_run, med_wait = statistics.median(busy_run), statistics.median(busy_wait)
-        if med_wait < WAIT_BLAME_CORES:
+        med_idle = statistics.median([x for x, b in zip(idle, busy) if b])
+        evidence["busy_seconds_idle_cores_median"] = med_idle
+        if med_wait < WAIT_BLAME_CORES or med_idle >= IDLE_BLAME_CORES:
             line = (f"forwarding-limited: {carried}, while Open vSwitch's forwarding thread was saturated (at least "
                     f"{SATURATED_CORES} of a core running or waiting for one in {sum(busy)} of {n} seconds, "
-                    f"{needed} needed; in those seconds median {med_run:.2f} running, {med_wait:.2f} waiting; {idle_text}): the data "
+                    f"{needed} needed; in those seconds median {med_run:.2f} running, {med_wait:.2f} waiting, "
+                    f"{med_idle:.2f} cores idle; {idle_text}): the data "
                     "plane, not the fabric, set the rate; lower the link rates or the load (or scale the scenario: "
                     "scale.factor)")
             return {**base, "forwarding_limited": True, "limited_by": "forwarding_thread", "evidence": evidence,
                     "verdict": line, "failures": [line]}
         line = (f"CPU-limited: {carried}, while Open vSwitch's forwarding thread had frames to forward but waited for a "
                 f"CPU (busy or waiting for at least {SATURATED_CORES} of a second in {sum(busy)} of {n} seconds, "
-                f"{needed} needed; in those seconds median {med_run:.2f} running, {med_wait:.2f} waiting; {idle_text}; cores used over "
+                f"{needed} needed; in those seconds median {med_run:.2f} running, {med_wait:.2f} waiting, {med_idle:.2f} cores "
+                f"idle; {idle_text}; cores used over "
                 f"the round: {top}): other work on this machine took its core; run less beside it or lower the load")
         return {**base, "forwarding_limited": True, "limited_by": "host_cpu", "evidence": evidence,
                 "verdict": line, "failures": [line]}

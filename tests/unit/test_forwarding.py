@@ -64,8 +64,8 @@ def test_seconds_short_of_cpu_either_way_add_up():
 
 
 def test_a_forwarding_thread_that_waited_for_a_cpu_blames_the_host_not_the_data_plane():
-    # another process took the thread's core: it ran 0.5 and waited 0.45 of each second
-    s = summary(30.0, 100.0, window_s=(0.0, 6.0), idle=[0.3] * 6, thread=[0.5] * 6, wait=[0.45] * 6,
+    # another process took the thread's core: it ran 0.5 and waited 0.45 of each second, no core idle
+    s = summary(30.0, 100.0, window_s=(0.0, 6.0), idle=[0.02] * 6, thread=[0.5] * 6, wait=[0.45] * 6,
                 used={"ovs-vswitchd": 0.5, "agents_and_others": 1.2})
     f = forwarding_verdict(s, "user")
     assert f["forwarding_limited"] and f["limited_by"] == "host_cpu"
@@ -78,6 +78,14 @@ def test_a_forwarding_thread_that_waited_for_a_cpu_blames_the_host_not_the_data_
                                                       "forwarding_thread_wait_cores_per_second": [0.03] * 6}}},
                            "user")
     assert g["limited_by"] == "forwarding_thread" and "median 0.97 running, 0.03 waiting" in g["failures"][0]
+    # waiting as long while cores stood idle (a quiet machine's k=4 Fat-Tree permutation: 0.74
+    # running, 0.24 waiting, 0.40 idle): the scheduler's wake-ups, not others' work; its own speed
+    h = forwarding_verdict({**s, "fidelity": {"cpu": {**s["fidelity"]["cpu"], "idle_cores_per_second": [0.4] * 6,
+                                                      "forwarding_thread_cores_per_second": [0.74] * 6,
+                                                      "forwarding_thread_wait_cores_per_second": [0.24] * 6}}},
+                           "user")
+    assert h["limited_by"] == "forwarding_thread" and h["evidence"]["busy_seconds_idle_cores_median"] == 0.4
+    assert "median 0.74 running, 0.24 waiting, 0.40 cores idle" in h["failures"][0]
 
 
 def test_a_saturated_forwarding_thread_is_named_even_with_a_queue_and_idle_cores():
