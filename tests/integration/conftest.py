@@ -212,13 +212,10 @@ def shipped_roce_run(lab4_results):
 @pytest.fixture(scope="session")
 def allreduce_placement_run(tmp_path_factory):
     """The shipped AllReduce placement scenario (experiments/scenarios/allreduce-placement.yaml, `make
-    allreduce`, lab 3's run), once per session: (its completed process, its run folder)."""
-    results = tmp_path_factory.mktemp("lab3") / "results"
-    p = run_cli("run", str(ROOT / "experiments" / "scenarios" / "allreduce-placement.yaml"), "--results",
-                str(results), timeout=900)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    (top,) = results.glob("*Z-allreduce-placement")
-    return p, top
+    allreduce`, lab 3's run), once per session, accepting a port's rate shortfall on a host short of
+    CPU (:func:`run_shipped`; on CI, with the hypervisor taking up to 1.1 cores in 28 of 33 seconds,
+    ring ports sent 0.73-0.95 of their rate while backlogged): (its completed process, its run folder)."""
+    return run_shipped("allreduce-placement", tmp_path_factory.mktemp("lab3") / "results")
 
 
 @pytest.fixture(scope="session")
@@ -291,7 +288,9 @@ COMPARE_TRAFFIC_S = {"permutation-8-flows": 8, "permutation-1-flow": 4}
 def topology_comparison_run(tmp_path_factory):
     """The shipped topology comparison (experiments/scenarios/compare-topologies.yaml, `make compare`,
     lab 2's run) at COMPARE_RATE_MBPS with only the COMPARE_TRAFFIC_S runs, under its own name, once
-    per session through `fabriclab compare`: (its completed process, its comparison folder)."""
+    per session through `fabriclab compare`, accepting a port's rate shortfall on a host short of
+    CPU as :func:`run_shipped` does (test_compare.py's own bounds hold its throughput): (its completed
+    process, its comparison folder)."""
     data = yaml.safe_load((ROOT / "experiments" / "scenarios" / "compare-topologies.yaml").read_text())
     for topo in data["fabrics"].values():
         for key in [k for k in topo if k.endswith("_rate_mbps")]:
@@ -300,9 +299,11 @@ def topology_comparison_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("lab2") / "results"
     scenario = results.parent / "compare-topologies.yaml"
     scenario.write_text(yaml.safe_dump(data))
-    p = run_cli("compare", str(scenario), "--results", str(results), timeout=900)
+    p = run_cli("compare", str(scenario), "--results", str(results), "--accept-unfaithful", timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     (top,) = results.glob(f"*Z-{data['name']}")
+    for line in cpu_bound_fidelity_failures(top):       # a host short of CPU, as run_shipped accepts
+        print("accepted:", line)
     return p, top
 
 
