@@ -11,7 +11,7 @@ from scipy.stats import theilslopes
 
 from experiments import results as loader
 
-from .conftest import ROOT, assert_clean, run_cli
+from .conftest import ROOT, assert_clean, run_accepting_cpu_shortfall, run_cli
 
 pytestmark = pytest.mark.lane("host", reason="lab 4's RoCEv2 incast and lab 3's AllReduce over kernel TCP run in the "
                                              "host lane only (as their own tests do)")
@@ -157,9 +157,9 @@ def lab1_answers(folder) -> dict:
 
 def test_lab1_full_marks_for_the_right_answers_and_zero_for_wrong_ones(tmp_path):
     results = tmp_path / "results"
-    p = run_cli("run", str(ROOT / "experiments" / "scenarios" / "latency-bandwidth.yaml"), "--results", str(results),
-                timeout=600)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    # a lab's grading, not the shapers' timing: a port's rate shortfall on a host short of CPU is
+    # accepted (and printed), as for the other labs' runs
+    run_accepting_cpu_shortfall(ROOT / "experiments" / "scenarios" / "latency-bandwidth.yaml", results, timeout=600)
     assert_clean(str(tmp_path))
     right = lab1_answers(results)
     print(right)
