@@ -12,7 +12,7 @@ Labels, from what the traffic could do, not from the check:
   them: a round below 0.9 of the model is limited by the emulation (a verdict that names no
   resource is a missed alarm), one at or above it is not (a verdict of "limited" is a false alarm).
 
-Usage (root, a fabric per scenario; about 6 minutes on 2 cores):
+Usage (root, a fabric per scenario; about 4 minutes on a quiet 2-core machine):
     sudo .venv/bin/python scripts/fidelity_set.py --results /tmp/fidelity-set
     .venv/bin/python scripts/fidelity_set.py --read /tmp/fidelity-set      # tabulate runs made before
 """
