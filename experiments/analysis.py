@@ -224,19 +224,22 @@ def arrives_over_time(flows: list[dict]) -> bool:
     return any((f.get("start_s") or 0.0) > 0 for f in flows)
 
 
-def measurement_window(flows: list[dict], sc: Scenario) -> tuple[float, float, str]:
+def measurement_window(flows: list[dict], sc: Scenario, stopped: bool = False) -> tuple[float, float, str]:
     """The window in which every flow runs: ``(from_s, to_s, kind)`` in seconds since the start.
 
     From ``measurement.warmup_s`` (slow start left out) to the end of the time-limited flows
     (``traffic.duration_s``) or to the first sized flow completing (after that the mix of active
     flows changes); ``kind`` is ``"all flows running"``. Flows that arrive over time
     (``start_s``) never all run at once: the window is from ``measurement.warmup_s`` to the last
-    arrival, while the arrivals keep the offered load up, and ``kind`` is ``"arrivals"``. When
-    that leaves under :data:`MIN_WINDOW_S` (or no flow completed) it is the whole run, from 0 to
-    the last byte, and ``kind`` is ``"whole run"``.
+    arrival, while the arrivals keep the offered load up, and ``kind`` is ``"arrivals"``. A
+    ``stopped`` round's traffic ended at the stop: the window ends at its last byte (an
+    unfinished flow's ``fct_s`` is its last byte's time) when that comes first, and ``kind`` adds
+    ``", to the stop"``. When that leaves under :data:`MIN_WINDOW_S` (or no flow completed) it
+    is the whole run, from 0 to the last byte, and ``kind`` is ``"whole run"``.
 
     Args:
         flows: flows.csv rows (``fct_s`` in seconds or None, ``complete``, ``start_s``).
+        stopped: the round was stopped by a signal (experiments.live.SignalStop).
     """
     duration = sc.traffic.duration_s
     ends = [end_s(f) for f in flows if f["complete"] and f["fct_s"] is not None]
@@ -244,6 +247,9 @@ def measurement_window(flows: list[dict], sc: Scenario) -> tuple[float, float, s
     kind = "all flows running"
     if arrives_over_time(flows):
         t_b, kind = max(f.get("start_s") or 0.0 for f in flows), "arrivals"
+    last_byte = max([end_s(f) for f in flows if f["fct_s"] is not None] or [0.0])
+    if stopped and t_b is not None and last_byte < t_b:
+        t_b, kind = last_byte, kind + ", to the stop"
     if t_b is None or t_b - t_a < MIN_WINDOW_S:
         return 0.0, max([end_s(f) for f in flows if f["fct_s"] is not None] or [0.0]), "whole run"
     return t_a, t_b, kind
@@ -282,7 +288,7 @@ def fairness_summary(flows: list[dict], window: tuple[float, float, str]) -> dic
     """
     t_a, t_b, kind = window
     counted = [f for f in flows if f.get("bytes_received") is not None]
-    if kind == "all flows running":
+    if kind.startswith("all flows running"):        # to the stop, too
         how, window_s = "all_flows_window", [t_a, t_b]
         rates = [(bytes_at(f.get("_samples") or [], t_b) - bytes_at(f.get("_samples") or [], t_a)) * 8
                  / (t_b - t_a) / 1e6 for f in counted]
@@ -299,7 +305,7 @@ def fairness_summary(flows: list[dict], window: tuple[float, float, str]) -> dic
 
 
 def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc: Scenario,
-                       samples: dict | None = None) -> dict:
+                       samples: dict | None = None, stopped: bool = False) -> dict:
     """Delivered throughput while every flow is running, and the fluid model's prediction.
 
     The window is :func:`measurement_window`'s: from ``measurement.warmup_s`` after the start
@@ -336,7 +342,7 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
         "hash_ecmp_model_aggregate_mbps": {median, p10, p90}, "per_flow_mbps": {min, p10, median, max},
         "jain_index_per_flow"}`` (Mbit/s).
     """
-    t_a, t_b, kind = measurement_window(flows, sc)
+    t_a, t_b, kind = measurement_window(flows, sc, stopped)
     span = max(t_b - t_a, 1e-9)
     per_flow = [(bytes_at(f.get("_samples") or [], t_b) - bytes_at(f.get("_samples") or [], t_a)) * 8 / span / 1e6
                 for f in flows]
@@ -410,14 +416,16 @@ def write_tcp_samples(path: Path, flows: list[dict]) -> int:
 
 
 def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], timings: dict,
-                  plan: list[dict], receiver_is_bottleneck: bool = False) -> dict:
+                  plan: list[dict], receiver_is_bottleneck: bool = False, stopped: bool = False) -> dict:
     """Write flows.csv, flow_samples.csv, queues.csv and ports.csv into ``out``; return the round's
     summary (the run loop writes summary.json once, after the features added their sections).
     The hosts' TCP settings come from the round's environment.json (``host_config``).
 
     ``receiver_is_bottleneck`` (an incast round with PFC on): the bottleneck is the port toward the
     receiver, not the one that held the most (paused queues upstream can hold more, but they wait;
-    they are not where the congestion is); ``bottleneck.chosen`` then says so."""
+    they are not where the congestion is); ``bottleneck.chosen`` then says so. ``stopped`` (a
+    signal stopped the round): throughput and fairness are measured up to the stop
+    (:func:`measurement_window`)."""
     out = Path(out)
     starts = [f["start_at_unix_s"] for f in flows if f["start_at_unix_s"] is not None]
     t0 = min(starts) if starts else 0.0
@@ -468,8 +476,8 @@ def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], 
         else dict(bottleneck_summary(bn, receiver, (0.0, end)), chosen=chosen),
         # bytes each spine carried down to the receiver's leaf: shows how ECMP split the incast
         "ecmp_split_tx_bytes": {p["intf"]: p["tx_bytes"] for p in ports if p["peer"] == receiver_leaf} if incast else {},
-        "throughput": throughput_summary(flows, fabric_map, plan, sc, samples),
-        "fairness": fairness_summary(flows, measurement_window(flows, sc)),
+        "throughput": throughput_summary(flows, fabric_map, plan, sc, samples, stopped),
+        "fairness": fairness_summary(flows, measurement_window(flows, sc, stopped)),
         "total_drops": sum(p["drops"] for p in ports),
         "sampler": sampler,
         "timings_s": timings,

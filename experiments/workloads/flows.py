@@ -113,7 +113,8 @@ class KernelFlows(Workload):
             row["path"] = paths.get(str(row["flow_id"]))
         return analysis.write_results(rec.dir, self.ctx.sc, self.ctx.fabric_map, rec.rows, rec.timings_s,
                                       self.round_plan(rec.round),
-                                      receiver_is_bottleneck=bool(rec.options.get("receiver_is_bottleneck")))
+                                      receiver_is_bottleneck=bool(rec.options.get("receiver_is_bottleneck")),
+                                      stopped=rec.stopped is not None)
 
     def after_summary(self, rec: RoundRecord, summary: dict) -> None:
         """The round's plots (experiments.plot.plot_all): queue_depth.png, throughput.png,

@@ -215,3 +215,23 @@ def test_rounds_csv_carries_each_rounds_jain_index():
     assert (row["jain_index"], row["fairness_how"]) == (0.8, "bytes_over_fct")
     assert set(row) <= set(analysis.ROUND_COLUMNS)
     assert analysis.round_row(0, "old", {k: v for k, v in s.items() if k != "fairness"})["jain_index"] is None
+
+
+def test_a_stopped_rounds_window_ends_at_its_last_byte():
+    # 20 s time-limited flows stopped at 5 s: each unfinished flow's fct_s is its last byte's time
+    flows = [dict(flow(0, 4.0, 5.0), complete=False), dict(flow(1, 4.0, 5.0), complete=False)]
+    sc = fake_run(duration_s=20.0, warmup_s=1.0)
+    assert analysis.measurement_window(flows, sc) == (1.0, 20.0, "all flows running")     # as planned
+    t_a, t_b, kind = analysis.measurement_window(flows, sc, stopped=True)
+    assert (t_a, kind) == (1.0, "all flows running, to the stop") and t_b == pytest.approx(5.0)
+    fa = analysis.fairness_summary(flows, (t_a, t_b, kind))
+    assert fa["how"] == "all_flows_window" and fa["rate_mbps"]["median"] == pytest.approx(4.0, rel=1e-2)
+    # arrivals planned past the stop never came: the window ends at the stop, not the last arrival
+    arriving = [dict(flow(i, 4.0, 1.0), start_s=float(i), complete=i < 4) for i in range(6)] + [
+        {"flow_id": 9, "fct_s": None, "bytes_received": None, "complete": False, "start_s": 3977.6}]
+    assert analysis.measurement_window(arriving, sc)[1] == pytest.approx(3977.6)
+    assert analysis.measurement_window(arriving, sc, stopped=True) == (1.0, 6.0, "arrivals, to the stop")
+    # a stop after the planned end changes nothing
+    done = [flow(0, 4.0, 5.0), flow(1, 4.0, 5.0)]
+    assert analysis.measurement_window(done, fake_run(duration_s=4.0, warmup_s=1.0), stopped=True) == \
+        (1.0, 4.0, "all flows running")
