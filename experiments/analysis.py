@@ -251,7 +251,7 @@ def measurement_window(flows: list[dict], sc: Scenario, stopped: bool = False) -
     if stopped and t_b is not None and last_byte < t_b:
         t_b, kind = last_byte, kind + ", to the stop"
     if t_b is None or t_b - t_a < MIN_WINDOW_S:
-        return 0.0, max([end_s(f) for f in flows if f["fct_s"] is not None] or [0.0]), "whole run"
+        return 0.0, last_byte, "whole run"
     return t_a, t_b, kind
 
 

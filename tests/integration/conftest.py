@@ -236,12 +236,7 @@ def run_shipped(name: str, results: Path, timeout: float = 900, trim=None):
         trim(data)
         scenario = results.parent / f"{name}.yaml"
         scenario.write_text(yaml.safe_dump(data, sort_keys=False))
-    p = run_cli("run", str(scenario), "--results", str(results), "--accept-unfaithful", timeout=timeout)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    (top,) = results.glob(f"*Z-{name}")
-    for line in cpu_bound_fidelity_failures(top):
-        print("accepted:", line)
-    return p, top
+    return run_accepting_cpu_shortfall(scenario, results, timeout, name=name)
 
 
 def _trim_training(data: dict) -> None:
@@ -299,12 +294,7 @@ def topology_comparison_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("lab2") / "results"
     scenario = results.parent / "compare-topologies.yaml"
     scenario.write_text(yaml.safe_dump(data))
-    p = run_cli("compare", str(scenario), "--results", str(results), "--accept-unfaithful", timeout=900)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    (top,) = results.glob(f"*Z-{data['name']}")
-    for line in cpu_bound_fidelity_failures(top):       # a host short of CPU, as run_shipped accepts
-        print("accepted:", line)
-    return p, top
+    return run_accepting_cpu_shortfall(scenario, results, 900, name=data["name"], command="compare")
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -357,14 +347,16 @@ def cpu_bound_fidelity_failures(run_dir) -> list[str]:
     return lines
 
 
-def run_accepting_cpu_shortfall(scenario, results, timeout: float):
-    """``run SCENARIO --results RESULTS --accept-unfaithful`` for a test whose subject is not the
-    emulation's timing: asserts it exited 0 and left one results folder, prints each self-check
-    failure it accepted (every one a port's rate shortfall: :func:`cpu_bound_fidelity_failures`)
-    and returns ``(the finished process, the results folder)``."""
-    p = run_cli("run", str(scenario), "--results", str(results), "--accept-unfaithful", timeout=timeout)
+def run_accepting_cpu_shortfall(scenario, results, timeout: float, name: str | None = None, command: str = "run"):
+    """``COMMAND SCENARIO --results RESULTS --accept-unfaithful`` (``run``, or ``compare`` for a
+    comparison) for a test whose subject is not the emulation's timing: asserts it exited 0,
+    prints each self-check failure it accepted (every one a port's rate shortfall:
+    :func:`cpu_bound_fidelity_failures`) and returns ``(the finished process, its folder)``: the
+    one ``*Z-NAME`` folder under RESULTS, or without ``name`` the only folder there. ``timeout``
+    in seconds."""
+    p = run_cli(command, str(scenario), "--results", str(results), "--accept-unfaithful", timeout=timeout)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    (top,) = [d for d in Path(results).iterdir() if d.is_dir()]
+    (top,) = Path(results).glob(f"*Z-{name}") if name else [d for d in Path(results).iterdir() if d.is_dir()]
     for line in cpu_bound_fidelity_failures(top):
         print("accepted:", line)
     return p, top
