@@ -31,7 +31,7 @@ from experiments import probe  # noqa: E402
 from common.pfc import parse_pfc  # noqa: E402
 from experiments.state import RunState  # noqa: E402
 from controller import dataplane  # noqa: E402
-from experiments.pfcrun import live_fabric, start_udp_flows  # noqa: E402
+from tests.pfcfabric import live_fabric, start_udp_flows  # noqa: E402
 from topologies.spineleaf import SpineLeaf  # noqa: E402
 
 BUFFER_BYTES = 100 * 1514

@@ -35,6 +35,9 @@ ETH_BYTES, IP_BYTES, UDP_BYTES, BTH_BYTES, AETH_BYTES, ICRC_BYTES = 14, 20, 8, 1
 #: bytes of a frame around its payload (Ether + IPv4 + UDP + BTH + ICRC)
 OVERHEAD_BYTES = ETH_BYTES + IP_BYTES + UDP_BYTES + BTH_BYTES + ICRC_BYTES
 BTH_OFFSET = ETH_BYTES + IP_BYTES + UDP_BYTES          # 42
+#: fabriclab's numbering of a flow's queue pairs: flow i sends from QP SENDER_QPN + i and UDP source
+#: port SPORT_BASE + i (the ECMP hash sees a port per flow) to QP RECEIVER_QPN + i
+SENDER_QPN, RECEIVER_QPN, SPORT_BASE = 0x100, 0x200, 49152
 
 # RC opcodes (IBA Vol. 1, 9.2, table 38) and the CNP (Annex A17.9.3)
 SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_ONLY = 0x00, 0x01, 0x02, 0x04

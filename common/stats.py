@@ -1,7 +1,7 @@
 """Small statistics every layer's results share: Jain's fairness index and sample percentiles.
 
 Pure functions of numbers (no files, no scenario, no time); experiments.analysis and
-experiments.rocerun both import them.
+the RoCE results (experiments.workloads.roce.summary) both import them.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ Each (ingress port, lossless priority) owns ``cap_bytes`` of buffer: XOFF plus
 the headroom must fit in it; frames beyond it are dropped (and counted). Lossy
 priorities never pause; their queues drop at the egress buffer, as before.
 
-Plan shape (the runner writes it; :func:`experiments.pfcrun.pfc_plan`)::
+Plan shape (the runner writes it; :func:`experiments.features.pfc.plan.pfc_plan`)::
 
     {"enabled": bool, "dscp_map": {"26": 3, ...}, "default_priority": 0, "lossless": [3],
      "xoff_bytes", "xon_bytes", "cap_bytes", "watchdog_s", "watchdog_action",

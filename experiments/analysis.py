@@ -16,12 +16,12 @@ import numpy as np
 from common.ecn import describe
 from common.stats import QUEUE_PERCENTILES, jain_index, sample_percentiles
 from common.units import FRAME_BYTES
-from experiments import pfcrun, rocerun
 from experiments.fluid import hash_ecmp_aggregate, max_min_rates
 from experiments.slowdown import add_ideal_fct, slowdown_summary
 from experiments.tables import (FLOW_COLUMNS, load_queue_samples, percentile as _percentile,  # noqa: F401
                                 write_csv as _write_csv)
 from experiments.model import Scenario
+from experiments.section import ResultSection
 from traffic.flowsizes import offered_load
 
 
@@ -416,14 +416,15 @@ def write_tcp_samples(path: Path, flows: list[dict]) -> int:
 
 
 def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], timings: dict,
-                  plan: list[dict], receiver_is_bottleneck: bool = False, stopped: bool = False) -> dict:
+                  plan: list[dict], receiver_bottleneck_reason: str | None = None, stopped: bool = False) -> dict:
     """Write flows.csv, flow_samples.csv, queues.csv and ports.csv into ``out``; return the round's
     summary (the run loop writes summary.json once, after the features added their sections).
     The hosts' TCP settings come from the round's environment.json (``host_config``).
 
-    ``receiver_is_bottleneck`` (an incast round with PFC on): the bottleneck is the port toward the
-    receiver, not the one that held the most (paused queues upstream can hold more, but they wait;
-    they are not where the congestion is); ``bottleneck.chosen`` then says so. ``stopped`` (a
+    ``receiver_bottleneck_reason`` (a feature's round option, e.g. a lossless class paused
+    upstream): the bottleneck is the port toward the receiver, not the one that held the most
+    (queues held upstream can hold more, but they wait; they are not where the congestion is);
+    ``bottleneck.chosen`` then says so, with the reason. ``stopped`` (a
     signal stopped the round): throughput and fairness are measured up to the stop
     (:func:`measurement_window`)."""
     out = Path(out)
@@ -445,7 +446,7 @@ def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], 
     samples, ports = write_port_tables(out, sc, fabric_map, t0, end)
     incast = sc.traffic.pattern == "incast"
     receiver = sc.traffic.receiver if incast else None
-    bn, chosen = choose_bottleneck(ports, receiver, receiver_is_bottleneck)
+    bn, chosen = choose_bottleneck(ports, receiver, receiver_bottleneck_reason)
     receiver_leaf = next((h["switch"] for h in fabric_map["hosts"] if h["name"] == receiver), None)
     sampler = json.loads((out / "sampler.json").read_text())
     ccs = sorted({f["congestion_control"] for f in flows if f["congestion_control"]})
@@ -535,15 +536,16 @@ def write_port_tables(out: Path, sc: Scenario, fabric_map: dict, t0_unix_s: floa
 
 
 def choose_bottleneck(ports: list[dict], receiver: str | None,
-                      receiver_is_bottleneck: bool = False) -> tuple[dict | None, str | None]:
+                      receiver_bottleneck_reason: str | None = None) -> tuple[dict | None, str | None]:
     """The round's bottleneck among the ports.csv rows: ``(row, chosen)``. The port that held the
-    most (:func:`bottleneck`, ``chosen`` None); with ``receiver_is_bottleneck`` and an incast's
-    ``receiver``, the port toward the receiver instead (``chosen`` says so; PFC on: paused queues
-    upstream can hold more, but they wait, they are not where the congestion is)."""
-    if receiver_is_bottleneck and receiver:
+    most (:func:`bottleneck`, ``chosen`` None); with a ``receiver_bottleneck_reason`` (a feature's:
+    queues held upstream can hold more, but they wait, they are not where the congestion is) and
+    an incast's ``receiver``, the port toward the receiver instead (``chosen``:
+    ``the receiver's port (<reason>)``)."""
+    if receiver_bottleneck_reason and receiver:
         toward = next((p for p in ports if p["peer"] == receiver), None)
         if toward is not None:
-            return toward, "the receiver's port (PFC on)"
+            return toward, f"the receiver's port ({receiver_bottleneck_reason})"
     return bottleneck(ports), None
 
 
@@ -568,8 +570,9 @@ def _write_queues(path: Path, samples: dict) -> None:
         w.writerows((f"{r[0]:.6f}",) + r[1:] for r in rows)
 
 
-def format_summary(summary: dict, out: Path) -> str:
-    """A short human-readable summary for the terminal."""
+def format_summary(summary: dict, out: Path, *, sections: tuple[ResultSection, ...]) -> str:
+    """A short human-readable summary for the terminal; each of ``sections``
+    (experiments.sections.SECTIONS) adds its line after the ECN line."""
     f = summary["flows"]
     bn = summary["bottleneck"] or {}
     buf = f"{bn.get('buffer_packets')} packets" if bn.get("buffer_packets") else f"{bn.get('buffer_bytes')} bytes"
@@ -585,9 +588,7 @@ def format_summary(summary: dict, out: Path) -> str:
         ("ECMP split toward the receiver's leaf: " + ", ".join(
             f"{k} {v / 1e6:.2f} MB" for k, v in summary["ecmp_split_tx_bytes"].items())) if summary.get("ecmp_split_tx_bytes")
         else _throughput_line(summary.get("throughput")),
-        _ecn_line(summary.get("ecn")) + ("\n" + _pfc_line(summary["pfc"], summary["total_drops"])
-                                         if summary.get("pfc") else "")
-        + ("\n" + _roce_line(summary) if summary.get("roce") else ""),
+        "\n".join([_ecn_line(summary.get("ecn"))] + [x for x in (s.line(summary) for s in sections) if x]),
         f"sampler: {summary['sampler']['achieved_hz']:.0f} Hz on {summary['sampler']['interfaces']} ports, "
         f"{100 * summary['sampler']['cpu_fraction_of_one_core']:.1f}% of one core",
         f"time: set-up {summary['timings_s'].get('setup_s', 0):.1f} s, traffic {summary['timings_s'].get('traffic_s', 0):.1f} s",
@@ -634,14 +635,6 @@ def _queue_clause(bn: dict) -> str:
         return ""
     return (f", queue p50/p95/p99 {bn['p50_backlog_packets']:.0f}/{bn['p95_backlog_packets']:.0f}/"
             f"{bn['p99_backlog_packets']:.0f} packets")
-
-
-def _roce_line(summary: dict) -> str:
-    return rocerun.format_line(summary)
-
-
-def _pfc_line(p: dict | None, total_drops: int | None = None) -> str:
-    return pfcrun.format_line(p, total_drops)
 
 
 def _ecn_line(e: dict | None) -> str:
@@ -843,23 +836,26 @@ def add_ecn(out: Path, summary: dict, env: dict, profiles: dict, counters: dict,
 ROUND_COLUMNS = ("round", "variant", "seed", "round_index", "bottleneck_profile", "congestion_control", "tcp_ecn", "flows_complete",
                  "fct_median_s", "fct_p99_s", "bottleneck_drops", "total_drops", "ce_marked_bottleneck",
                  "ce_received_packets", "queue_median_packets", "queue_p99_packets", "peak_backlog_packets",
-                 "bottleneck_mean_tx_mbps", "bottleneck_intf", "jain_index", "fairness_how",
-                 "pfc_enabled", "pauses", "paused_time_s", "pfc_cap_drops",
-                 "reaction_p99_s", "roce_mode", "message_fct_median_s", "message_fct_median_ci95_low_s",
-                 "message_fct_median_ci95_high_s", "message_fct_p99_s", "cnps", "retransmitted_packets", "stopped")
+                 "bottleneck_mean_tx_mbps", "bottleneck_intf", "jain_index", "fairness_how")
 
 
-def round_row(i: int, name: str, s: dict, variant: str | None = None, seed: int | None = None) -> dict:
+def round_columns(sections: tuple[ResultSection, ...]) -> tuple[str, ...]:
+    """rounds.csv's columns: :data:`ROUND_COLUMNS`, each of ``sections``' columns, then ``stopped``."""
+    return ROUND_COLUMNS + tuple(c for s in sections for c in s.columns) + ("stopped",)
+
+
+def round_row(i: int, name: str, s: dict, variant: str | None = None, seed: int | None = None, *,
+              sections: tuple[ResultSection, ...]) -> dict:
     """One row of rounds.csv from round ``i``'s (0-based) summary ``s``: the round's ``name``,
     ``variant`` (default: its name) and ``seed`` first (experiments.tables.LABEL_COLUMNS), then
-    ``round_index`` (1-based) and its figures; ``pfc_enabled`` a boolean (None without PFC), the
-    RoCE message FCT's 95% interval as two columns; ``stopped`` last (why the round's traffic was
+    ``round_index`` (1-based) and its figures, each result section's columns
+    (experiments.section.ResultSection.row); ``stopped`` last (why the round's traffic was
     cut short, e.g. ``SIGTERM``; empty for a round that ran to its end)."""
     e, bn, f, fa = s.get("ecn") or {}, s.get("bottleneck") or {}, s["flows"], s.get("fairness") or {}
     c = e.get("bottleneck_counters") or {}
     q = e.get("queue_after_first_rtt") or {}
     if seed is None:
-        seed = (s.get("roce") or {}).get("seed")
+        seed = next((x for x in (sec.seed(s) for sec in sections) if x is not None), None)
     return {"round": name, "variant": variant or name, "seed": seed, "round_index": i + 1,
             "bottleneck_profile": e.get("bottleneck_profile"),
             "congestion_control": ",".join(f["congestion_control_on_live_flows"]),
@@ -871,68 +867,46 @@ def round_row(i: int, name: str, s: dict, variant: str | None = None, seed: int 
             "peak_backlog_packets": bn.get("peak_backlog_packets"),
             "bottleneck_mean_tx_mbps": bn.get("mean_tx_mbps"), "bottleneck_intf": bn.get("intf"),
             "jain_index": fa.get("jain_index"), "fairness_how": fa.get("how"),
-            **_pfc_columns(s.get("pfc")), **_roce_columns(s.get("roce")),
+            **{k: v for sec in sections for k, v in sec.row(s).items()},
             "stopped": s.get("stopped")}
 
 
-def _roce_columns(r: dict | None) -> dict:
-    if r is None:
-        return dict.fromkeys(("roce_mode", "message_fct_median_s", "message_fct_median_ci95_low_s",
-                              "message_fct_median_ci95_high_s", "message_fct_p99_s", "cnps", "retransmitted_packets"))
-    m = r["message_fct_s"]
-    low, high = m["median_ci95"] or (None, None)
-    return {"roce_mode": r["mode"], "message_fct_median_s": m["median"],
-            "message_fct_median_ci95_low_s": low, "message_fct_median_ci95_high_s": high, "message_fct_p99_s": m["p99"],
-            "cnps": r["cnps_received"], "retransmitted_packets": r["retransmitted_packets"]}
-
-
-def _pfc_columns(p: dict | None) -> dict:
-    if p is None:
-        return dict.fromkeys(("pfc_enabled", "pauses", "paused_time_s", "pfc_cap_drops", "reaction_p99_s"))
-    return {"pfc_enabled": bool(p["enabled"]), "pauses": p["pauses"], "paused_time_s": p["paused_time_s"],
-            "pfc_cap_drops": p["cap_drops"], "reaction_p99_s": p["reaction_s"]["p99"]}
-
-
 def write_rounds(out: Path, summaries: list[dict], dirs: list[Path] | None = None,
-                 rounds: list | None = None) -> list[dict]:
+                 rounds: list | None = None, *, sections: tuple[ResultSection, ...]) -> list[dict]:
     """rounds.json and rounds.csv: one row per round (:func:`round_row`), folders under ``rounds/``
     (``dirs``, one per summary; default: every folder there, in order), each round's variant and
     seed from ``rounds`` (experiments.model.Round, one per summary; default: the folder's name as
-    both round and variant); with RoCE rounds, rounds.json also compares the rounds of each mode
-    across their seeds (``roce_across_seeds``, experiments.rocerun.across_seeds)."""
+    both round and variant); rounds.json also holds what each result section compares across the
+    rounds (experiments.section.ResultSection.across_rounds)."""
     out = Path(out)
     dirs = [Path(d) for d in dirs] if dirs is not None else sorted((out / "rounds").iterdir())
     rnds = list(rounds) if rounds is not None else [None] * len(dirs)
-    rows = [dict(round_row(i, d.name.split("-", 1)[1], s, getattr(r, "variant", None), getattr(r, "seed", None)),
-                 folder=f"rounds/{d.name}")
+    rows = [dict(round_row(i, d.name.split("-", 1)[1], s, getattr(r, "variant", None), getattr(r, "seed", None),
+                           sections=sections), folder=f"rounds/{d.name}")
             for i, (d, s, r) in enumerate(zip(dirs, summaries, rnds))]
-    _write_csv(out / "rounds.csv", list(ROUND_COLUMNS) + ["folder"], rows)
+    _write_csv(out / "rounds.csv", list(round_columns(sections)) + ["folder"], rows)
     doc = {"rounds": rows}
-    if any(r["roce_mode"] for r in rows):
-        doc["roce_across_seeds"] = rocerun.across_seeds(rows)
+    for sec in sections:
+        doc.update(sec.across_rounds(rows))
     (out / "rounds.json").write_text(json.dumps(doc, indent=2, default=str))
     return rows
 
 
-def _on_off(enabled: bool | None) -> str:
-    return "-" if enabled is None else "on" if enabled else "off"
-
-
-def format_rounds(out: Path) -> str:
-    """The rounds side by side, for the terminal."""
+def format_rounds(out: Path, *, sections: tuple[ResultSection, ...]) -> str:
+    """The rounds side by side, for the terminal (each of ``sections`` adds its columns)."""
     rows = json.loads((Path(out) / "rounds.json").read_text())["rounds"]
-    pfc = any(r.get("pfc_enabled") is not None for r in rows)
+    extra = [c for c in (sec.round_cells(rows) for sec in sections) if c is not None]
 
     def f(v, fmt):
         return "-" if v is None else format(v, fmt)
     lines = ["", f"== rounds ({out}) ==",
              f"{'round':<16} {'profile at bottleneck':<28} {'drops':>6} {'CE marks':>8} {'queue med/p99 pkt':>18} "
-             f"{'FCT med/p99 s':>14} {'Mbit/s':>7}" + (f" {'PFC':>4} {'pauses':>6} {'paused s':>8}" if pfc else "")]
+             f"{'FCT med/p99 s':>14} {'Mbit/s':>7}" + "".join(head for head, _ in extra)]
     for r in rows:
         lines.append(f"{r['round'][:16]:<16} {str(r['bottleneck_profile'])[:28]:<28} {f(r['bottleneck_drops'], 'd'):>6} "
                      f"{f(r['ce_marked_bottleneck'], 'd'):>8} "
                      f"{f(r['queue_median_packets'], '.0f') + '/' + f(r['queue_p99_packets'], '.0f'):>18} "
                      f"{f(r['fct_median_s'], '.2f') + '/' + f(r['fct_p99_s'], '.2f'):>14} "
                      f"{f(r['bottleneck_mean_tx_mbps'], '.2f'):>7}"
-                     + (f" {_on_off(r['pfc_enabled']):>4} {f(r['pauses'], 'd'):>6} {f(r['paused_time_s'], '.2f'):>8}" if pfc else ""))
+                     + "".join(cells(r) for _, cells in extra))
     return "\n".join(lines)

@@ -370,7 +370,7 @@ def _results_folder(path: str, *markers: str) -> Path:
 def plot(results_dir: str) -> int:
     """Redraw the plots of a results folder (a run's, a comparison's, a study's) and rewrite its
     report.html. No root."""
-    from experiments import plot as plots
+    from experiments import plot as plots, sections
     d = _results_folder(results_dir, "summary.json", "rounds.json", "study.json", "comparison.json")
     paths = []
     try:
@@ -379,10 +379,10 @@ def plot(results_dir: str) -> int:
             paths = studyreport.write_report(d)
         elif (d / "rounds.json").exists():
             for r in json.loads((d / "rounds.json").read_text())["rounds"]:
-                paths += plots.plot_all(d / r["folder"])
+                paths += plots.plot_all(d / r["folder"], sections=sections.SECTIONS)
             paths += plots.plot_rounds(d)
         elif (d / "summary.json").exists():
-            paths = plots.plot_all(d)
+            paths = plots.plot_all(d, sections=sections.SECTIONS)
         elif (d / "comparison.json").exists() and "runs" in json.loads((d / "comparison.json").read_text()):
             paths = plots.plot_comparison(d)
         else:

@@ -14,13 +14,12 @@ import numpy as np
 from common import collectives as C
 from common import hierarchical as H
 from common.errors import SetupError
-from common.roce import OVERHEAD_BYTES
+from common.roce import OVERHEAD_BYTES, SPORT_BASE
 from controller.dataplane import ovs_trace_output_port
 from experiments import plot
 from experiments.fluid import hash_ecmp_min_rate, max_min_on_paths, max_min_rates
 from experiments.live import ROUND_STOP, Agents, start_sampler, stop_sampler
 from experiments.model import Collective
-from experiments.rocerun import SPORT_BASE
 from experiments.tables import write_csv
 from traffic.collective import initial_array, server_layout
 
@@ -108,7 +107,7 @@ def _racks(fabric) -> dict[str, list[str]]:
 
 
 #: RoCE queue pair numbers of the collective's pair i: sender SEND_QPN + i, receiver RECV_QPN + i;
-#: UDP source port (RoCEv2's ECMP entropy) SPORT_BASE + i, as for RoCE flows (experiments.rocerun).
+#: UDP source port (RoCEv2's ECMP entropy) SPORT_BASE + i, as for RoCE flows (experiments.workloads.roce.jobs).
 SEND_QPN, RECV_QPN = 0x1000, 0x8000
 TRANSPORTS = ("tcp", "roce")
 
@@ -488,7 +487,7 @@ def run_round(lf, state, coll: Collective, out: Path, sample_hz: float, quiet: b
         coll: the round's collective section (typed; ``kind`` set).
         seed: the seed of the ranks' arrays (``init: seeded``).
         sampler_method: the queue sampler's reader (``measurement.sampler``: auto, bpf, netlink).
-        roce_args: the RoCE queue pairs' settings (experiments.rocerun.collective_job_args) for
+        roce_args: the RoCE queue pairs' settings (experiments.workloads.roce.jobs.collective_job_args) for
             ``transport: roce``.
         capacity_mbps: link directions a fault slowed for the round (``{"a>b": Mbit/s}``,
             controller.faults.capacity_overrides): the models' B uses them.

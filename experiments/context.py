@@ -43,6 +43,8 @@ class RunContext:
         quiet: no progress lines on stdout.
         accept_unfaithful: a round whose fidelity checks fail does not fail the run (its outputs
             say ``accepted_unfaithful``).
+        sections: the result sections (experiments.sections.SECTIONS) whose lines, columns and
+            plots the round summaries, the rounds table and the plots show.
     """
     sc: Scenario
     fabric: object
@@ -55,6 +57,7 @@ class RunContext:
     multi: bool
     quiet: bool = False
     accept_unfaithful: bool = False
+    sections: tuple = ()
 
     def say(self, *a) -> None:
         """A progress line on stdout (``fabriclab: ...``) unless quiet."""

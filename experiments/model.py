@@ -301,7 +301,7 @@ class _RoceBase(Section):
     rate_mbps: Optional[_bounded(Number, 0.01, 1000)] = None
     mtu_bytes: int_choice(256, 512, 1024, 2048, 4096) = 1024
     ack_every: Annotated[int, Field(ge=1, le=4096)] = 16
-    #: default: experiments.rocerun.default_rto_s
+    #: default: experiments.workloads.roce.jobs.default_rto_s
     rto_s: Optional[_bounded(Number, 0.001, 60)] = None
     cnp_dscp: Annotated[int, Field(ge=0, le=63)] = 48
     pcap_hosts: Optional[list[Annotated[str, Field(pattern=f"^(?:{HOST})$")]]] = None

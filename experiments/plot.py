@@ -6,19 +6,16 @@ which a results folder's report.html shows beside the plot; the generic plots ta
 """
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from common.units import FRAME_BYTES  # noqa: E402
-from experiments.pagekit import Caption  # noqa: E402
-from experiments.tables import load_queue_samples  # noqa: E402
+from common.units import FRAME_BYTES
+from experiments.pagekit import Caption
+from experiments.plotkit import plt, read_csv, save_with_legend, write_png
+from experiments.section import ResultSection
+from experiments.tables import load_queue_samples
 
 BIN_S = 0.05
 
@@ -30,22 +27,6 @@ def _rate_mbps(t_s: np.ndarray, total_bytes: np.ndarray, bin_s: float = BIN_S):
     grid = np.arange(t_s[0], t_s[-1] + bin_s, bin_s)
     cum = np.interp(grid, t_s, total_bytes)
     return grid[1:], np.diff(cum) * 8 / bin_s / 1e6
-
-
-def _write(fig, path: Path, caption: Caption) -> Path:
-    """Write ``fig`` to ``path`` (PNG, 110 dpi) with ``caption`` in the file (what a report shows
-    beside the plot: experiments.pagekit), close the figure."""
-    fig.savefig(path, dpi=110, metadata=caption.metadata())
-    plt.close(fig)
-    return Path(path)
-
-
-def _save(fig, ax, path: Path, legend_cols: int, caption: Caption) -> Path:
-    """Legend under the axes, light grid, write ``path`` (PNG, 110 dpi) with ``caption``, close the figure."""
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), fontsize=7, ncol=legend_cols, frameon=False)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return _write(fig, path, caption)
 
 
 # The captions of the plots drawn here: a title and "how to read this" (a run's report.html shows
@@ -83,24 +64,6 @@ CWND_QUEUE = Caption(
     "the bottleneck queue on the same time axis, ECN threshold marked. Windows halving together are a "
     "synchronised loss (drop-tail); small frequent cuts that keep the queue near K are ECN (DCTCP-like); a "
     "window that stays flat at its minimum is a flow waiting out a timeout.")
-ROCE_RATES = Caption(
-    "RoCEv2 sender rates and message completion",
-    "Top: each RoCE sender's rate as its rate controller sets it (line: DCQCN's, TIMELY's, a plug-in's, or the "
-    "fixed rate in mode none) and what it actually put on the wire over four sample intervals (dots). Bottom: "
-    "each message's completion time against when it was posted. Rate cuts after CNPs show as steps down; "
-    "messages posted during a cut take longer.")
-PFC_PAUSES = Caption(
-    "PFC pause timeline",
-    "One row per paused (switch port, upstream transmitter, priority), one bar per pause from XOFF to XON; red "
-    "bars are pause storms (the watchdog's). Time runs from the start of the traffic. Rows near the receiver "
-    "pausing first and rows further upstream following show the pause spreading back through the fabric "
-    "(head-of-line blocking); no row means no pause was needed.")
-PFC_BUFFER = Caption(
-    "Switch buffer per ingress port and priority",
-    "The bytes each (ingress port, lossless priority) counter held over time (the counters that held most), "
-    "with the XOFF threshold (dashed: a pause is sent above it), XON (dotted: the pause ends below it) and "
-    "the buffer cap (solid). A lossless class stays under the cap: the overshoot above XOFF is the headroom "
-    "that the bytes in flight during the pause reaction need.")
 ROUNDS_QUEUE = Caption(
     "Bottleneck queue, every round",
     "Each round's bottleneck queue over time on one axis (one colour per round, its profile in the legend), "
@@ -187,7 +150,7 @@ def plot_queue_depth(out: Path, summary: dict, samples: dict) -> Path:
     ax.set_ylabel(f"queue backlog ({unit})")
     ax.set_title(f"{summary['scenario']}: switch egress queue depth ({summary['datapath']} datapath)")
     ax.set_ylim(0, max(limit, float(s[col].max())) * 1.1)   # a lossless queue may hold more than one port's buffer
-    return _save(fig, ax, out / "queue_depth.png", legend_cols=3, caption=QUEUE_DEPTH)
+    return save_with_legend(fig, ax, out / "queue_depth.png", legend_cols=3, caption=QUEUE_DEPTH)
 
 
 def _threshold_lines(ax, ecn: dict, in_packets: bool, color="C2", suffix="", vertical: bool = False) -> None:
@@ -257,7 +220,7 @@ def plot_queue_cdf(out: Path, summary: dict, samples: dict) -> Path:
     ax.set_ylabel("fraction of samples at or below")
     ax.set_title(f"{summary['scenario']}: queue CDF, {lo:.1f}-{hi:.1f} s "
                  f"({len(x)} samples at the bottleneck)", fontsize=10)
-    return _save(fig, ax, out / "queue_cdf.png", legend_cols=2, caption=QUEUE_CDF)
+    return save_with_legend(fig, ax, out / "queue_cdf.png", legend_cols=2, caption=QUEUE_CDF)
 
 
 def plot_fct_cdf(out: Path, summary: dict) -> Path:
@@ -283,9 +246,9 @@ def plot_fct_cdf(out: Path, summary: dict) -> Path:
     ax.set_ylabel("fraction of completed flows")
     ax.set_title(f"{summary['scenario']}: flow completion times ({summary.get('pattern', '')})", fontsize=10)
     if fct:
-        return _save(fig, ax, out / "fct_cdf.png", legend_cols=3, caption=FCT_CDF)
+        return save_with_legend(fig, ax, out / "fct_cdf.png", legend_cols=3, caption=FCT_CDF)
     fig.tight_layout()
-    return _write(fig, out / "fct_cdf.png", FCT_CDF)
+    return write_png(fig, out / "fct_cdf.png", FCT_CDF)
 
 
 #: Up to this many flows get a line and a legend entry each; beyond, one line per sending host.
@@ -338,11 +301,12 @@ def plot_throughput(out: Path, summary: dict, samples: dict) -> Path:
     what, bin_s = ("per-flow", BIN_S) if len(flows) <= MAX_FLOW_LINES else ("per-host", HOST_BIN_S)
     ax.set_title(f"{summary['scenario']}: {what} throughput ({bin_s * 1000:.0f} ms bins)")
     ax.set_ylim(0, top * 1.3)
-    return _save(fig, ax, out / "throughput.png", legend_cols=3, caption=THROUGHPUT)
+    return save_with_legend(fig, ax, out / "throughput.png", legend_cols=3, caption=THROUGHPUT)
 
 
-def plot_all(out: Path) -> list[Path]:
-    """Draw every plot of a results folder; returns the PNG paths."""
+def plot_all(out: Path, *, sections: tuple[ResultSection, ...]) -> list[Path]:
+    """Draw every plot of a results folder, each of ``sections``' (experiments.sections.SECTIONS)
+    after the common ones; returns the PNG paths."""
     out = Path(out)
     summary = json.loads((out / "summary.json").read_text())
     samples = load_queue_samples(out / "queues.csv", 0.0)
@@ -352,10 +316,8 @@ def plot_all(out: Path) -> list[Path]:
         p = plot_cwnd_queue(out, summary, samples)
         if p is not None:
             paths.append(p)
-    if summary.get("pfc") and (out / "pauses.csv").exists():
-        paths += plot_pfc(out, summary)
-    if summary.get("roce") and (out / "roce_rates.csv").exists():
-        paths.append(plot_roce(out, summary))
+    for section in sections:
+        paths += section.plots(out, summary)
     return paths
 
 
@@ -363,7 +325,7 @@ def plot_cwnd_queue(out: Path, summary: dict, samples: dict, max_flows: int = 8)
     """``cwnd_queue.png``: each TCP flow's congestion window over time (up to ``max_flows`` flows,
     from ``tcp_samples.csv``) above the bottleneck's queue, as the CS244 reproductions of DCTCP
     and buffer sizing plot them; ECN thresholds on the queue axis. None when no flow was sampled."""
-    rows = _read_csv(out / "tcp_samples.csv")
+    rows = read_csv(out / "tcp_samples.csv")
     if not rows:
         return None
     by_flow: dict[str, list] = {}
@@ -390,96 +352,7 @@ def plot_cwnd_queue(out: Path, summary: dict, samples: dict, max_flows: int = 8)
     bx.legend(fontsize=7, loc="upper right")
     bx.grid(alpha=0.3)
     fig.tight_layout()
-    return _write(fig, out / "cwnd_queue.png", CWND_QUEUE)
-
-
-def plot_roce(out: Path, summary: dict) -> Path:
-    """``roce_rates.png`` (issue 7): each RoCE sender's rate over time (its rate controller's
-    current rate: DCQCN's, TIMELY's, a plug-in's, or the fixed rate in mode none; solid) beside what it put on the wire per sample interval (dots),
-    above the completion times of its messages, from ``roce_rates.csv`` and ``roce_messages.csv``."""
-    r = summary["roce"]
-    rates = _read_csv(out / "roce_rates.csv")
-    msgs = _read_csv(out / "roce_messages.csv")
-    fig, (ax, bx) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
-    by_flow: dict[str, list] = {}
-    for row in rates:
-        by_flow.setdefault(row["flow_id"], []).append(row)
-    for i, (fid, rows) in enumerate(sorted(by_flow.items(), key=lambda kv: int(kv[0]))):
-        t = [float(x["t_s"]) for x in rows]
-        c = f"C{i % 10}"
-        ax.plot(t, [float(x["rate_bps"]) / 1e6 for x in rows], color=c, lw=1.2,
-                label=f"flow {fid} ({rows[0]['src']})")
-        sent = [float(x["wire_bytes_sent"]) for x in rows]
-        k = 4                      # what went on the wire over 4 sample intervals, where anything did
-        pts = [(tb, (b - a) * 8 / (tb - ta) / 1e6) for a, b, ta, tb in zip(sent, sent[k:], t, t[k:])
-               if tb > ta and b > a]
-        ax.plot([p for p, _ in pts], [w for _, w in pts], ".", color=c, ms=2, alpha=0.5)
-    ax.set_ylabel("rate (Mbit/s)")
-    ax.set_title(f"RoCEv2 senders, mode {r['mode']}: rate (line) and sent over 4 samples (dots); "
-                 f"{r['cnps_received']} CNPs, {r['retransmitted_packets']} retransmitted", fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
-    done = [(float(m["posted_s"]), float(m["fct_s"])) for m in msgs if m["fct_s"] not in ("", None)]
-    if done:
-        bx.plot([p for p, _ in done], [f * 1e3 for _, f in done], "o", ms=3)
-    bx.set_ylabel("message completion (ms)")
-    bx.set_xlabel("time since the start (s), by message posting time below")
-    fig.tight_layout()
-    return _write(fig, out / "roce_rates.png", ROCE_RATES)
-
-
-def plot_pfc(out: Path, summary: dict, max_counters: int = 6, max_links: int = 24) -> list[Path]:
-    """PFC plots of one run or round (issue 6), from ``pauses.csv`` and ``pfc_occupancy.csv``:
-
-    - ``pfc_pauses.png``: a pause timeline, one row per paused (link, priority) (the pausing
-      switch port and the upstream transmitter it stopped), a bar per pause; storms in red.
-    - ``pfc_buffer.png``: bytes held per (ingress port, lossless priority), the counters that
-      held the most, with the XOFF, XON and buffer (cap) lines the pauses follow.
-    """
-    p = summary["pfc"]
-    pauses = _read_csv(out / "pauses.csv")
-    occ = _read_csv(out / "pfc_occupancy.csv")
-    state = "on" if p["enabled"] else "off"
-    links: dict[str, list] = {}
-    for r in pauses:
-        links.setdefault(f"{r['port']} -> {r['upstream_port']} (prio {r['priority']})", []).append(r)
-    order = sorted(links, key=lambda k: (-sum(float(r["duration_s"]) for r in links[k]), k))[:max_links]
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.28 * max(len(order), 1)))
-    for y, k in enumerate(order):
-        bars = [(float(r["start_s"]), float(r["duration_s"])) for r in links[k]]
-        colors = ["C3" if r["storm"] == "True" else "C0" for r in links[k]]
-        ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=colors)
-    ax.set_yticks(range(len(order)))
-    ax.set_yticklabels(order, fontsize=7)
-    ax.invert_yaxis()
-    ax.axvline(0, color="grey", ls=":", lw=1)
-    ax.set_xlabel("time since the start (s)")
-    ax.set_title(f"{summary['scenario']}: PFC {state}, {p['pauses']} pauses on {len(links)} links "
-                 f"({p['paused_time_s']:.2f} s paused); red = pause storm", fontsize=9)
-    if not order:
-        ax.text(0.5, 0.5, "no pause", transform=ax.transAxes, ha="center", va="center")
-    ax.grid(alpha=0.3, axis="x")
-    fig.tight_layout()
-    pauses_png = _write(fig, out / "pfc_pauses.png", PFC_PAUSES)
-
-    series: dict[str, list] = {}
-    for r in occ:
-        series.setdefault(f"{r['port']} prio {r['priority']}", []).append((float(r["t_s"]), int(r["bytes"])))
-    top = sorted(series, key=lambda k: -max(b for _, b in series[k]))[:max_counters]
-    fig, ax = plt.subplots(figsize=(8, 4.8))
-    for k in top:
-        t, b = zip(*series[k])
-        ax.step(t, np.asarray(b) / 1e3, where="post", lw=1, label=f"ingress {k}")
-    for v, name, style in ((p["xoff_bytes"], "XOFF", "--"), (p["xon_bytes"], "XON", ":"),
-                           (p["buffer_bytes"], "buffer (cap)", "-")):
-        ax.axhline(v / 1e3, color="k", ls=style, lw=1, label=f"{name} = {v / 1e3:.1f} kB")
-    ax.axvline(0, color="grey", ls=":", lw=1)
-    ax.set_xlabel("time since the start (s)")
-    ax.set_ylabel("bytes held per (ingress port, priority) (kB)")
-    shown = f" (the {len(top)} of {len(series)} that held most)" if len(series) > len(top) else ""
-    ax.set_title(f"{summary['scenario']}: PFC {state}: switch buffer per ingress port and lossless priority{shown}",
-                 fontsize=9)
-    ax.set_ylim(0, max([p["buffer_bytes"]] + [max(b for _, b in series[k]) for k in top]) / 1e3 * 1.1)
-    return [pauses_png, _save(fig, ax, out / "pfc_buffer.png", legend_cols=3, caption=PFC_BUFFER)]
+    return write_png(fig, out / "cwnd_queue.png", CWND_QUEUE)
 
 
 def plot_rounds(out: Path) -> list[Path]:
@@ -511,7 +384,7 @@ def plot_rounds(out: Path) -> list[Path]:
     ax.set_xlabel("time since the round's start (s)")
     ax.set_ylabel(f"bottleneck queue ({unit})")
     ax.set_title("bottleneck queue per round")
-    paths.append(_save(fig, ax, out / "rounds_queue.png", legend_cols=2, caption=ROUNDS_QUEUE))
+    paths.append(save_with_legend(fig, ax, out / "rounds_queue.png", legend_cols=2, caption=ROUNDS_QUEUE))
 
     names = [r["round"] for r in rows]
     x = np.arange(len(rows))
@@ -533,7 +406,7 @@ def plot_rounds(out: Path) -> list[Path]:
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
-    paths.append(_write(fig, out / "rounds_bars.png", ROUNDS_BARS))
+    paths.append(write_png(fig, out / "rounds_bars.png", ROUNDS_BARS))
 
     ks = []
     for r, summary in zip(rows, summaries):
@@ -554,7 +427,7 @@ def plot_rounds(out: Path) -> list[Path]:
         ax2.set_ylabel("bottleneck throughput (Mbit/s)", color="C3")
         ax2.set_ylim(0, max(r["bottleneck_mean_tx_mbps"] or 0 for _, r in ks) * 1.25 + 0.1)
         ax.set_title("K sweep: queue and throughput vs the marking threshold")
-        paths.append(_save(fig, ax, out / "k_sweep.png", legend_cols=4, caption=K_SWEEP))
+        paths.append(save_with_legend(fig, ax, out / "k_sweep.png", legend_cols=4, caption=K_SWEEP))
     return paths
 
 
@@ -596,14 +469,14 @@ def plot_comparison(cmp_dir: Path) -> list[Path]:
     ax.set_xticklabels(traffics, fontsize=8)
     ax.set_ylabel("TCP payload per sending host (Mbit/s)")
     ax.set_title(f"{res['name']}: same traffic, per host", fontsize=10)
-    out.append(_save(fig, ax, cmp_dir / "compare_throughput.png", legend_cols=3, caption=COMPARE_THROUGHPUT))
+    out.append(save_with_legend(fig, ax, cmp_dir / "compare_throughput.png", legend_cols=3, caption=COMPARE_THROUGHPUT))
 
     sized = [r for r in rows if r.get("flows_kind") == "sized" and r["fct_median_s"] is not None]
     if sized:
         fig, axes = plt.subplots(1, len(fabrics), figsize=(4.2 * len(fabrics), 3.8), sharey=True, squeeze=False)
         for ax, fab in zip(axes[0], fabrics):
             for k, r in enumerate(x for x in sized if x["fabric"] == fab):
-                fl = _read_csv(cmp_dir / r["run"] / "flows.csv")
+                fl = read_csv(cmp_dir / r["run"] / "flows.csv")
                 fct = np.sort([float(f["fct_s"]) for f in fl if f["fct_s"] not in ("", "None")])
                 if len(fct):
                     ax.step(fct, np.arange(1, len(fct) + 1) / len(fct), where="post", color=colors[k % len(colors)],
@@ -614,7 +487,7 @@ def plot_comparison(cmp_dir: Path) -> list[Path]:
             ax.legend(fontsize=7, loc="lower right")
         axes[0][0].set_ylabel("fraction of flows")
         fig.tight_layout()
-        out.append(_write(fig, cmp_dir / "compare_fct.png", COMPARE_FCT))
+        out.append(write_png(fig, cmp_dir / "compare_fct.png", COMPARE_FCT))
 
     fig, ax = plt.subplots(figsize=(max(7, 1.3 * len(rows)), 4))
     data, labels = [], []
@@ -630,23 +503,18 @@ def plot_comparison(cmp_dir: Path) -> list[Path]:
     ax.set_yscale("log")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    out.append(_write(fig, cmp_dir / "compare_per_flow.png", COMPARE_PER_FLOW))
+    out.append(write_png(fig, cmp_dir / "compare_per_flow.png", COMPARE_PER_FLOW))
     return out
-
-
-def _read_csv(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def _save_lanes(fig, ax, ranks: list[int], path: Path, xlabel: str, title: str, legend_cols: int,
                 caption: Caption) -> Path:
-    """A timeline with one lane per rank (top to bottom): labels, axis, title, then :func:`_save`."""
+    """A timeline with one lane per rank (top to bottom): labels, axis, title, then :func:`experiments.plotkit.save_with_legend`."""
     ax.set_yticks(range(len(ranks)), [f"rank {k}" for k in ranks], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
     ax.set_title(title)
-    return _save(fig, ax, path, legend_cols, caption)
+    return save_with_legend(fig, ax, path, legend_cols, caption)
 
 
 def plot_collective_timeline(rows: list[dict], path: Path, title: str = "",
@@ -729,7 +597,7 @@ def plot_training_rounds(rows: list[dict], path: Path, title: str = "",
         ax2.set_yscale("log")
         ax2.set_ylabel("max |reduced - exact| / max |exact| (1e-12 = exact)")
         ax2.legend(loc="upper right", fontsize=7, frameon=False)
-    return _save(fig, ax, Path(path), 4, caption)
+    return save_with_legend(fig, ax, Path(path), 4, caption)
 
 
 def plot_busbw_vs_size(rows: list[dict], path: Path, link_rate_bps: float | None = None, title: str = "",
@@ -755,7 +623,7 @@ def plot_busbw_vs_size(rows: list[dict], path: Path, link_rate_bps: float | None
     ax.set_xlabel("message size per rank (bytes)")
     ax.set_ylabel("busbw (Mbit/s)")
     ax.set_title(title or "bus bandwidth against message size")
-    return _save(fig, ax, Path(path), 3, caption)
+    return save_with_legend(fig, ax, Path(path), 3, caption)
 
 
 def plot_link_heatmap(rows: list[dict], path: Path, title: str = "", caption: Caption = LINK_HEATMAP) -> Path:
@@ -798,4 +666,4 @@ def plot_link_heatmap(rows: list[dict], path: Path, title: str = "", caption: Ca
     bx.invert_yaxis()
     bx.set_xlabel("MB over the round (predicted by kind; <server>:nvlink is inside a server)")
     fig.suptitle(title or "link utilisation and bytes by parallelism kind", fontsize=10)
-    return _save(fig, bx, Path(path), 2, caption)
+    return save_with_legend(fig, bx, Path(path), 2, caption)

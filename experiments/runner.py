@@ -31,7 +31,7 @@ from controller.routing import ECMP_METHOD
 from experiments import draw, folders, probe as envprobe, report
 from experiments.context import HOST_QUEUE_PACKETS, RoundRecord, RunContext, maybe_fault
 from experiments.fabric import REPO, LiveFabric
-from experiments.features import FEATURES
+from experiments.features.registry import FEATURES
 from experiments.live import (ROUND_STOP, SIGNAL_STOP, check_signalled, measure_rtt_s, signals_unwind,
                               warm_up_reachability)
 from experiments.metrics import measure, one_line
@@ -39,8 +39,9 @@ from experiments.progress import Progress
 from experiments.tables import label_csvs
 from experiments.plan import check_against_fabric
 from experiments.scenario import FRAME_BYTES, read_yaml_file, validate
+from experiments.sections import SECTIONS
 from experiments.state import RunState, describe_report
-from experiments.workloads import WORKLOADS, workload_for
+from experiments.workloads.registry import WORKLOADS, workload_for
 from experiments.model import Round, Scenario
 from common.errors import UnfaithfulRun
 
@@ -136,7 +137,8 @@ def _context(sc: Scenario, layout: tuple, env: dict, out: Path, quiet: bool,
     (experiments.plan.check_against_fabric), ``env`` and the results folder ``out``."""
     fabric, fabric_map, plan, rounds, profiles = layout
     return RunContext(sc=sc, fabric=fabric, fabric_map=fabric_map, plan=plan, rounds=rounds, profiles=profiles,
-                      env=env, out=out, multi=sc.multi_round, quiet=quiet, accept_unfaithful=accept_unfaithful)
+                      env=env, out=out, multi=sc.multi_round, quiet=quiet, accept_unfaithful=accept_unfaithful,
+                      sections=SECTIONS)
 
 
 def _merge(env: dict, more: dict) -> dict:

@@ -94,7 +94,7 @@ class IncastBlocks(Workload):
         ends = [b["end_unix_s"] - start for b in client.get("blocks", []) if b.get("end_unix_s") is not None]
         window = (0.0, max(ends) if ends else 0.0)
         _, ports = analysis.write_port_tables(out, sc, fmap, start, window[1])
-        bn, chosen = analysis.choose_bottleneck(ports, receiver, bool(rec.options.get("receiver_is_bottleneck")))
+        bn, chosen = analysis.choose_bottleneck(ports, receiver, rec.options.get("receiver_bottleneck_reason"))
         rate = next((h["rate_mbps"] for h in fmap["hosts"] if h["name"] == receiver), None)
         rule = self._stall_rule(env, client, servers, rate)
         conns = blocksrun.connection_rows(client, servers)

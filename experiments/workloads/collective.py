@@ -7,7 +7,8 @@ from pathlib import Path
 
 from common.errors import RunError, SetupError
 from controller.faults import capacity_overrides
-from experiments import collrun, plot, rocerun
+from experiments import collrun, plot
+from experiments.workloads.roce import jobs as roce_jobs, summary as roce_summary
 from experiments.context import RoundRecord
 from experiments.pagekit import Caption
 from experiments.tables import write_csv
@@ -47,7 +48,7 @@ class Collective(Workload):
                 the exception and its line; found once the round's agents have ended).
         """
         coll = rec.round.collective
-        roce_args = (rocerun.collective_job_args(self.ctx.sc, rec.round.roce_mode, rec.round.roce_plugin)
+        roce_args = (roce_jobs.collective_job_args(self.ctx.sc, rec.round.roce_mode, rec.round.roce_plugin)
                      if coll.transport == "roce" else None)
         try:
             res = collrun.run_round(lf, state, coll, rec.dir / "agents", self.ctx.sc.measurement.sample_hz,
@@ -84,8 +85,8 @@ class Collective(Workload):
 
 def _raise_plugin_failure(agent_dir: Path) -> None:
     """RunError when a collective agent below ``agent_dir`` recorded that its rate-controller
-    plug-in raised (experiments.rocerun.plugin_failures); else nothing."""
-    failed = rocerun.plugin_failures(agent_dir, "*.collective.json")
+    plug-in raised (experiments.workloads.roce.summary.plugin_failures); else nothing."""
+    failed = roce_summary.plugin_failures(agent_dir, "*.collective.json")
     if failed:
         more = f" (and {len(failed) - 1} more agent(s))" if len(failed) > 1 else ""
         raise RunError(failed[0] + more)

@@ -113,7 +113,7 @@ class KernelFlows(Workload):
             row["path"] = paths.get(str(row["flow_id"]))
         return analysis.write_results(rec.dir, self.ctx.sc, self.ctx.fabric_map, rec.rows, rec.timings_s,
                                       self.round_plan(rec.round),
-                                      receiver_is_bottleneck=bool(rec.options.get("receiver_is_bottleneck")),
+                                      receiver_bottleneck_reason=rec.options.get("receiver_bottleneck_reason"),
                                       stopped=rec.stopped is not None)
 
     def after_summary(self, rec: RoundRecord, summary: dict) -> None:
@@ -121,21 +121,22 @@ class KernelFlows(Workload):
         queue_cdf.png, fct_cdf.png, and the PFC and RoCE plots when the summary has those sections;
         none when the scenario's ``measurement.plots`` is false."""
         if self.ctx.sc.measurement.plots:
-            plot.plot_all(rec.dir)
+            plot.plot_all(rec.dir, sections=self.ctx.sections)
 
     def format_round(self, summary: dict, rdir: Path) -> str:
         """experiments.analysis.format_summary."""
-        return analysis.format_summary(summary, rdir)
+        return analysis.format_summary(summary, rdir, sections=self.ctx.sections)
 
     def finish_run(self, done: list[tuple[RoundRecord, dict]]) -> None:
         """rounds.json, rounds.csv and the rounds' plots, side by side (unless ``measurement.plots``
         is false)."""
         out = self.ctx.out
-        analysis.write_rounds(out, [s for _, s in done], [rec.dir for rec, _ in done], [rec.round for rec, _ in done])
+        analysis.write_rounds(out, [s for _, s in done], [rec.dir for rec, _ in done], [rec.round for rec, _ in done],
+                              sections=self.ctx.sections)
         if self.ctx.sc.measurement.plots:
             plot.plot_rounds(out)
         if not self.ctx.quiet:
-            print(analysis.format_rounds(out))
+            print(analysis.format_rounds(out, sections=self.ctx.sections))
 
 
 def last_start_s(plan: list[dict]) -> float:

@@ -15,7 +15,8 @@ from common.dcqcn import DcqcnParams
 from experiments.scenario import FRAME_BYTES
 from experiments.state import RunState
 from controller.dataplane import PortQueue
-from experiments import collrun, rocerun
+from experiments import collrun
+from experiments.workloads.roce import jobs as rocejobs
 from experiments.fabric import LiveFabric
 from topologies.spineleaf import SpineLeaf
 
@@ -31,7 +32,7 @@ def roce_args(mode="dcqcn", buffer_packets=100):
     return {"mode": mode, "line_rate_mbps": RATE_MBPS, "rate_mbps": RATE_MBPS,
             "dcqcn": DcqcnParams.scaled(RATE_MBPS * 1e6).as_dict(), "dscp": 26, "cnp_dscp": 48,
             "mtu_bytes": 1024, "ack_every": 16,
-            "rto_s": rocerun.default_rto_s(buffer_packets * FRAME_BYTES, RATE_MBPS * 1e6), "sample_interval_s": 0.05}
+            "rto_s": rocejobs.default_rto_s(buffer_packets * FRAME_BYTES, RATE_MBPS * 1e6), "sample_interval_s": 0.05}
 
 
 @pytest.fixture(scope="module", params=[100, 5], ids=["buffer100", "buffer5"])

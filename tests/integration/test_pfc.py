@@ -12,7 +12,7 @@ import pytest
 
 from common.pfc import parse_pfc
 from experiments.state import RunState
-from experiments.pfcrun import live_fabric
+from tests.pfcfabric import live_fabric
 from topologies.spineleaf import SpineLeaf
 
 from .conftest import assert_clean

@@ -11,7 +11,7 @@ import pytest
 
 from common.pfc import parse_pfc
 from experiments.state import RunState
-from experiments.pfcrun import live_fabric, start_udp_flows, udp_flow_records
+from tests.pfcfabric import live_fabric, start_udp_flows, udp_flow_records
 from topologies.spineleaf import SpineLeaf
 
 from .conftest import assert_clean

@@ -12,7 +12,7 @@ import pytest
 from common.pfc import parse_pfc, pfc_frame
 from experiments.state import RunState
 from controller import dataplane
-from experiments.pfcrun import live_fabric, start_udp_flows, udp_flow_records
+from tests.pfcfabric import live_fabric, start_udp_flows, udp_flow_records
 from topologies.spineleaf import SpineLeaf
 
 from .conftest import assert_clean

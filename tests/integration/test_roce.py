@@ -19,7 +19,7 @@ from common import roce
 from common.dcqcn import DcqcnParams
 from common.stats import jain_index
 from experiments.scenario import FRAME_BYTES
-from experiments import rocerun
+from experiments.workloads.roce import jobs as rocejobs, summary as rocesummary
 from experiments.live import start_sampler, stop_sampler
 
 from .test_ecn_marking import BOTTLENECK, marking_fabric
@@ -52,7 +52,7 @@ def run_flows(lf, tmp_path, tag, flows, run_s, **job):
     sampler = start_sampler(lf, lf.state, out, SAMPLER_HZ)
     try:
         deadline = time.time() + run_s + 60
-        agents = rocerun.start_roce_flows(lf, lf.state, flows, out, deadline, **job)
+        agents = rocejobs.start_roce_flows(lf, lf.state, flows, out, deadline, **job)
         try:
             codes = agents.wait(deadline)
         finally:
@@ -62,7 +62,7 @@ def run_flows(lf, tmp_path, tag, flows, run_s, **job):
     assert not any(codes.values()), (codes, [p.stderr.read()[-2000:] for _, p in agents.procs])
     with open(out / "queues_raw.csv") as fh:
         q = [r for r in csv.DictReader(fh) if r["intf"] == BOTTLENECK]
-    return rocerun.flow_records(flows, out), q
+    return rocesummary.flow_records(flows, out), q
 
 
 def root_backlog_bytes(intf: str) -> int:
@@ -97,7 +97,7 @@ def test_two_dcqcn_senders_converge_to_a_fair_share_with_the_queue_between_kmin_
     params = DcqcnParams.scaled(RATE_MBPS * 1e6, time_scale=TIME_SCALE)   # T = K = 5.5 ms, N = 5 ms (x2 VM)
     lf, kind = fabric
     recs, q = run_flows(lf, tmp_path, "dcqcn", flows, RUN_S, mode="dcqcn", line_rate_mbps=RATE_MBPS, controllers={"dcqcn": params},
-                        rto_s=rocerun.default_rto_s(100 * FRAME_BYTES, RATE_MBPS * 1e6))
+                        rto_s=rocejobs.default_rto_s(100 * FRAME_BYTES, RATE_MBPS * 1e6))
     for r in recs:
         if r["tx"]:
             print(f"flow {r['flow']['flow_id']}: sent {r['tx']['wire_bytes_sent']} B, "
@@ -112,7 +112,7 @@ def test_two_dcqcn_senders_converge_to_a_fair_share_with_the_queue_between_kmin_
     t0 = max(r["rx"]["first_byte_unix_s"] for r in recs)
     t1 = min(r["rx"]["last_byte_unix_s"] for r in recs)
     half = t0 + (t1 - t0) / 2
-    rates = [rocerun.rate_series_bps(r["rx"]["samples"], half, t1) for r in recs]
+    rates = [rocesummary.rate_series_bps(r["rx"]["samples"], half, t1) for r in recs]
     jain = jain_index(rates)
     back = [int(r["backlog_bytes"]) for r in q if half <= float(r["t_unix_s"]) <= t1]
     inside = sum(KMIN <= b <= KMAX for b in back) / len(back)
@@ -137,7 +137,7 @@ def test_open_loop_senders_fill_the_buffer_and_go_back_n_delivers_every_byte(tmp
     flows = [{"flow_id": i, "src": h, "dst": "h1", "bytes": size} for i, h in enumerate(("h2", "h3"))]
     lf, kind = fabric
     recs, q = run_flows(lf, tmp_path, "none", flows, 10, mode="none", line_rate_mbps=RATE_MBPS, rate_mbps=RATE_MBPS,
-                        rto_s=rocerun.default_rto_s(100 * FRAME_BYTES, RATE_MBPS * 1e6), pcap_hosts=("h2",))
+                        rto_s=rocejobs.default_rto_s(100 * FRAME_BYTES, RATE_MBPS * 1e6), pcap_hosts=("h2",))
     drops = int(q[-1]["drops_total"]) - int(q[0]["drops_total"])
     peak = max(int(r["backlog_packets"]) for r in q)
     for r in recs:

@@ -18,7 +18,7 @@ import yaml
 
 from common.stats import jain_index
 from experiments.analysis import queue_in_window
-from experiments.rocerun import rate_series_bps
+from experiments.workloads.roce.summary import rate_series_bps
 
 from .conftest import assert_clean, run_accepting_cpu_shortfall, run_cli, small_scenario
 

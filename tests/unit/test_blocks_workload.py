@@ -11,7 +11,8 @@ from experiments import runner
 from experiments.context import RoundRecord
 from experiments.plan import check_against_fabric
 from experiments.scenario import validate
-from experiments.workloads import KernelFlows, workload_for
+from experiments.workloads.flows import KernelFlows
+from experiments.workloads.registry import workload_for
 from experiments.workloads.blocks import IncastBlocks
 from tests.unit.test_blocks_agent import _run
 
@@ -96,7 +97,7 @@ def test_a_round_summary_from_real_agent_records(tmp_path):
 def test_a_oneshot_incast_round_plans_its_own_senders_over_tcp_and_roce(tmp_path):
     """The flows and RoCE workloads plan a round's senders from ``Round.traffic``: the run's plan
     for a round that keeps the scenario's, the first N of the same pick for one that sets N."""
-    from experiments.workloads.roce import RoceFlows
+    from experiments.workloads.roce.workload import RoceFlows
     for transport, cls in (("tcp", KernelFlows), ("roce", RoceFlows)):
         sc = validate({"name": "one", "traffic": {"transport": transport, "senders": 8},
                        "rounds": [{"name": "n2", "traffic": {"senders": 2}}, {"name": "n8"}]})

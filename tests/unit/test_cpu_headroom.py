@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.features import FEATURES
+from experiments.features.registry import FEATURES
 from experiments.features.cpu import (NO_HEADROOM_CORES, TICKS_PER_S, CpuMeter, CpuTimes, headroom_section,
                                       parse_pid_stat, parse_proc_stat, per_second)
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from controller import ovstxbpf
-from experiments.features import FEATURES
+from experiments.features.registry import FEATURES
 from experiments.features.accounting import (QUIET_S, SETTLE_MAX_S, accounting_section, parse_udp_snmp, read_hosts,
                                              settled_read)
 from experiments.features.ovstx import correct_drops, round_delta

@@ -7,7 +7,7 @@ import pytest
 
 from common.pfc import parse_pfc
 from controller.pfcports import PfcPorts
-from experiments.pfcrun import pfc_plan
+from experiments.features.pfc.plan import pfc_plan
 from topologies.spineleaf import SpineLeaf
 
 BUF = 100 * 1514

@@ -1,6 +1,6 @@
 """runner.pfc_plan: the plan the controller's PFC part applies, from a fabric map (no root)."""
 from common.pfc import parse_pfc
-from experiments.pfcrun import pfc_plan
+from experiments.features.pfc.plan import pfc_plan
 from topologies.spineleaf import SpineLeaf
 
 BUF = 100 * 1514

@@ -15,7 +15,8 @@ from controller.porttree import PortIntent, class_node, expected_nodes, qdisc_no
 from controller.portsetup import PortPlan
 from controller.tables import ofctl_line, switch_flows
 from experiments.context import RoundRecord
-from experiments.features import FEATURES, restore
+from experiments.features import restore
+from experiments.features.registry import FEATURES
 from experiments.features.restore import IntendedDataPlane, intended_flows, merge_intents
 from experiments.plan import build_fabric
 from experiments.scenario import validate

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from experiments import results
-from experiments.analysis import ROUND_COLUMNS, round_row
+from experiments.analysis import round_columns, round_row
+from experiments.sections import SECTIONS
 from experiments.tables import LABEL_COLUMNS, label_csvs, load_queue_samples, write_csv
 from tests.notebook import notebook_blocks, run_notebook_blocks
 
@@ -54,13 +55,14 @@ def test_rounds_csv_has_the_labels_a_boolean_pfc_and_the_interval_as_two_columns
          "pfc": {"enabled": False, "pauses": 0, "paused_time_s": 0.0, "cap_drops": 0, "reaction_s": {"p99": None}},
          "roce": {"mode": "dcqcn", "seed": 3, "message_fct_s": {"median": 0.2, "median_ci95": [0.1, 0.3], "p99": 1},
                   "cnps_received": 4, "retransmitted_packets": 0}}
-    row = round_row(2, "dcqcn-seed3", s, variant="dcqcn", seed=3)
-    assert list(row)[:4] == ["round", "variant", "seed", "round_index"] == list(ROUND_COLUMNS[:4])
+    row = round_row(2, "dcqcn-seed3", s, variant="dcqcn", seed=3, sections=SECTIONS)
+    cols = round_columns(SECTIONS)
+    assert list(row)[:4] == ["round", "variant", "seed", "round_index"] == list(cols[:4])
     assert (row["round"], row["variant"], row["seed"], row["round_index"]) == ("dcqcn-seed3", "dcqcn", 3, 3)
     assert row["pfc_enabled"] is False
     assert (row["message_fct_median_ci95_low_s"], row["message_fct_median_ci95_high_s"]) == (0.1, 0.3)
-    assert set(row) <= set(ROUND_COLUMNS)
-    assert round_row(0, "x", {**s, "pfc": None, "roce": None})["variant"] == "x"
+    assert set(row) <= set(cols) and list(row) == list(cols)
+    assert round_row(0, "x", {**s, "pfc": None, "roce": None}, sections=SECTIONS)["variant"] == "x"
 
 
 def round_folder(d: Path, name: str, variant: str, seed: int, fcts: list, drops: int, ok: bool = True) -> Path:

@@ -12,11 +12,11 @@ import yaml
 from common.errors import RunError, ScenarioError
 from common.swift import SwiftParams
 from common.timely import TimelyParams
-from experiments import analysis, rocerun
+from experiments.workloads.roce import jobs as rocejobs, report as rocereport, summary as rocesummary
 from experiments.model import RocePlugin
 from experiments.plan import check_against_fabric
 from experiments.scenario import controller_params, validate
-from experiments.workloads import roce as roce_workload
+from experiments.workloads.roce import workload as roce_workload
 from traffic.ratecontrol import RATE_CONTROLLERS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -111,27 +111,27 @@ def test_a_broken_plugin_is_a_scenario_error_naming_the_key_and_the_file(tmp_pat
 def test_jobs_carry_the_plugin_and_every_controllers_parameters():
     sc = validate(roce(rounds=[{"name": "aimd", "roce": {"cc": {"plugin": str(AIMD), "params": {"step_fraction": 0.1}}}}]))
     rnd = sc.rounds[0]
-    args = rocerun.scenario_job_args(sc, rnd.roce_mode, plugin=rnd.roce_plugin)
+    args = rocejobs.scenario_job_args(sc, rnd.roce_mode, plugin=rnd.roce_plugin)
     assert args["cc_plugin"] == str(AIMD) and args["cc_params"] == {"step_fraction": 0.1}
     assert args["controllers"]["timely"] == TimelyParams.scaled(10e6)
     assert args["controllers"]["swift"] == SwiftParams.scaled(10e6)
     assert set(args["controllers"]) == {"dcqcn", "timely", "patched_timely", "swift"}
-    coll = rocerun.collective_job_args(sc, rnd.roce_mode, rnd.roce_plugin)
+    coll = rocejobs.collective_job_args(sc, rnd.roce_mode, rnd.roce_plugin)
     assert coll["cc_plugin"] == str(AIMD) and coll["timely"] == TimelyParams.scaled(10e6).as_dict()
-    plain = rocerun.collective_job_args(sc, "swift")
+    plain = rocejobs.collective_job_args(sc, "swift")
     assert "cc_plugin" not in plain and plain["swift"] == SwiftParams.scaled(10e6).as_dict()
     node = SimpleNamespace(mac="02:00:00:00:00:01", ip="10.0.0.1")
     lf = SimpleNamespace(fabric=SimpleNamespace(node=lambda h: node,
                                                 host_attachment=lambda h: SimpleNamespace(b_intf=f"{h}-eth0")))
     flows = [{"flow_id": 0, "src": "h5", "dst": "h1", "bytes": 1000}]
-    jobs = rocerun.host_jobs(lf, flows, Path("/tmp/x"), 0.0, **{k: v for k, v in args.items()
+    jobs = rocejobs.host_jobs(lf, flows, Path("/tmp/x"), 0.0, **{k: v for k, v in args.items()
                                                                   if k != "sample_interval_s"})
     assert jobs["h5"]["mode"] == "plugin:aimd" and jobs["h5"]["cc_plugin"] == str(AIMD)
     assert jobs["h5"]["cc_params"] == {"step_fraction": 0.1} and jobs["h5"]["swift"]["beta"] == 0.8
-    swift = rocerun.host_jobs(lf, flows, Path("/tmp/x"), 0.0, mode="swift", line_rate_mbps=10)
+    swift = rocejobs.host_jobs(lf, flows, Path("/tmp/x"), 0.0, mode="swift", line_rate_mbps=10)
     assert "cc_plugin" not in swift["h5"] and swift["h5"]["timely"] == TimelyParams.scaled(10e6).as_dict()
     with pytest.raises(ValueError, match="roce mode must be one of dcqcn, timely, patched_timely, swift, none or a plug-in"):
-        rocerun.host_jobs(lf, flows, Path("/tmp/x"), 0.0, mode="plugin:aimd", line_rate_mbps=10)
+        rocejobs.host_jobs(lf, flows, Path("/tmp/x"), 0.0, mode="plugin:aimd", line_rate_mbps=10)
 
 
 def test_summary_tables_and_seeds_record_plugin_name(tmp_path):
@@ -140,18 +140,18 @@ def test_summary_tables_and_seeds_record_plugin_name(tmp_path):
                              "cc_params": {"step_bps": 1e5}, "rtt_s": {"count": 3, "min": 0.004, "median": 0.005,
                                                                        "p99": 0.009}},
                       "rx": {}, "rx_host_udp_drops": None}}]
-    plugin = rocerun.plugin_record(RocePlugin(path=str(AIMD), name="aimd", params={}))
+    plugin = rocesummary.plugin_record(RocePlugin(path=str(AIMD), name="aimd", params={}))
     assert len(plugin["sha256"]) == 64 and plugin["name"] == "aimd"
-    summary = rocerun.add_to_summary(tmp_path, {}, rows, "plugin:aimd", None, 2, plugin=plugin)
+    summary = rocesummary.add_to_summary(tmp_path, {}, rows, "plugin:aimd", None, 2, plugin=plugin)
     r = summary["roce"]
     assert r["mode"] == "plugin:aimd" and r["dcqcn"] is None and r["cc"] == {"params": {"step_bps": 1e5},
                                                                              "plugin": plugin}
     assert r["rtt_s"] == {"samples": 3, "min": 0.004, "flow_median_median": 0.005, "flow_p99_max": 0.009}
-    assert rocerun.format_line(summary).startswith("RoCE plugin:aimd: ")
+    assert rocereport.format_line(summary).startswith("RoCE plugin:aimd: ")
     flows_csv = (tmp_path / "roce_flows.csv").read_text().splitlines()
     assert "rtt_median_s" in flows_csv[0] and "0.005" in flows_csv[1]
-    assert analysis._roce_columns(r)["roce_mode"] == "plugin:aimd"
-    seeds = rocerun.across_seeds([{"round": "a", "roce_mode": "plugin:aimd", "seed": 1, "message_fct_median_s": 0.2,
+    assert rocereport.SECTION.row(summary)["roce_mode"] == "plugin:aimd"
+    seeds = rocereport.across_seeds([{"round": "a", "roce_mode": "plugin:aimd", "seed": 1, "message_fct_median_s": 0.2,
                                    "message_fct_p99_s": 1.0},
                                   {"round": "b", "roce_mode": "dcqcn", "seed": 1, "message_fct_median_s": 0.3,
                                    "message_fct_p99_s": 1.0}])
@@ -171,7 +171,7 @@ def test_a_plugin_that_raised_in_an_agent_ends_the_run_naming_the_file(tmp_path)
                                                      "error_type": "PluginError"}))
     (agents / "h6.roce.json").write_text(json.dumps({"role": "roce", "error": "OSError: no such device",
                                                      "error_type": "OSError"}))
-    assert rocerun.plugin_failures(agents) == [f"RoCE agent on h5: {err}"]
+    assert rocesummary.plugin_failures(agents) == [f"RoCE agent on h5: {err}"]
     with pytest.raises(RunError) as e:
         roce_workload._raise_plugin_failure(agents)
     assert str(e.value) == f"RoCE agent on h5: {err}" and "\n" not in str(e.value)
@@ -219,7 +219,7 @@ def test_a_plugin_that_raised_in_a_collective_agent_ends_the_run_too(tmp_path):
     with pytest.raises(RunError) as e:
         coll_workload._raise_plugin_failure(tmp_path / "agents")
     assert str(e.value) == f"RoCE agent on h2: {err}"
-    assert rocerun.plugin_failures(tmp_path / "agents") == []          # the RoCE workload's files only
+    assert rocesummary.plugin_failures(tmp_path / "agents") == []          # the RoCE workload's files only
 
 
 def test_every_registered_controller_with_keys_has_its_section_its_parameters_and_the_scale():

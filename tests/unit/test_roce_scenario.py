@@ -9,9 +9,9 @@ from common.dcqcn_fluid import fixed_point
 from common.errors import ScenarioError
 from common.stats import jain_index
 from experiments.scenario import dcqcn_params, load_scenario, validate
-from experiments.workloads import roce as roce_workload
+from experiments.workloads.roce import workload as roce_workload
 from experiments.workloads.flows import KernelFlows
-from experiments import rocerun
+from experiments.workloads.roce import jobs as rocejobs, report as rocereport, summary as rocesummary
 from experiments.plan import check_against_fabric
 
 
@@ -49,13 +49,13 @@ def test_bad_roce_input_names_the_key(data, key):
 def test_incast_flows_carry_the_message_schedule():
     sc = validate(roce(responses=4, arrival="poisson", load=0.5))
     _, _, plan, _, _ = check_against_fabric(sc)
-    flows = rocerun.scenario_flows(sc, plan)
+    flows = rocejobs.scenario_flows(sc, plan)
     assert len(flows) == 3 and all(f["dst"] == "h1" for f in flows)
     for f in flows:
         assert [m["bytes"] for m in f["messages"]] == [10_000] * 4
         times = [m["at_s"] for m in f["messages"]]
         assert times == sorted(times) and times[0] > 0
-    sync = rocerun.scenario_flows(validate(roce()), plan)
+    sync = rocejobs.scenario_flows(validate(roce()), plan)
     assert all(f["messages"] == [{"at_s": 0.0, "bytes": 10_000}] for f in sync)
 
 
@@ -67,7 +67,7 @@ def test_dcqcn_parameters_from_the_scenario():
     with pytest.raises(ScenarioError) as e:
         dcqcn_params(validate({**roce(), "roce": {"dcqcn": {"min_rate_mbps": 50}}}))
     assert e.value.key == "roce.dcqcn.min_rate_mbps"
-    args = rocerun.scenario_job_args(validate(roce()), "none")
+    args = rocejobs.scenario_job_args(validate(roce()), "none")
     assert args["mode"] == "none" and args["rate_mbps"] == 10 and args["dscp"] == 26 and args["rto_s"] > 0
 
 
@@ -77,12 +77,12 @@ def test_jain_rates_and_median_interval():
     with pytest.raises(ValueError):
         jain_index([0, 0])
     s = [(0.0, 0), (1.0, 1000), (2.0, 3000)]
-    assert rocerun.rate_series_bps(s, 0.5, 1.5) == pytest.approx((2000 - 500) * 8)
+    assert rocesummary.rate_series_bps(s, 0.5, 1.5) == pytest.approx((2000 - 500) * 8)
     with pytest.raises(ValueError):
-        rocerun.rate_series_bps(s, 0.5, 2.5)
-    lo, hi = rocerun._median_ci(list(range(100)))
+        rocesummary.rate_series_bps(s, 0.5, 2.5)
+    lo, hi = rocesummary._median_ci(list(range(100)))
     assert lo < 50 < hi and hi - lo < 25
-    assert rocerun._median_ci([1, 2, 3]) is None
+    assert rocesummary._median_ci([1, 2, 3]) is None
 
 
 def test_rounds_repeat_with_their_own_seeds_and_compare_across_them():
@@ -91,8 +91,8 @@ def test_rounds_repeat_with_their_own_seeds_and_compare_across_them():
     r = sc.rounds
     assert [x.seed for x in r] == [1, 2, sc.seed]
     _, _, plan, _, _ = check_against_fabric(sc)
-    one, two = (rocerun.scenario_flows(sc, plan, s) for s in (1, 2))
-    assert one != two and one == rocerun.scenario_flows(sc, plan, 1)
+    one, two = (rocejobs.scenario_flows(sc, plan, s) for s in (1, 2))
+    assert one != two and one == rocejobs.scenario_flows(sc, plan, 1)
     with pytest.raises(ScenarioError) as e:
         validate({**roce(), "rounds": [{"name": "a", "seed": -1}]})
     assert e.value.key == "rounds[0].seed"
@@ -100,7 +100,7 @@ def test_rounds_repeat_with_their_own_seeds_and_compare_across_them():
             {"round": "b", "roce_mode": "dcqcn", "seed": 2, "message_fct_median_s": 0.4, "message_fct_p99_s": 2.0},
             {"round": "c", "roce_mode": "none", "seed": 1, "message_fct_median_s": None, "message_fct_p99_s": None},
             {"round": "tcp", "roce_mode": None}]
-    got = rocerun.across_seeds(rows)
+    got = rocereport.across_seeds(rows)
     d = got["dcqcn"]
     assert d["rounds"] == ["a", "b"] and d["seeds"] == [1, 2]
     assert d["median_s"] == pytest.approx({"median": 0.3, "min": 0.2, "max": 0.4})
@@ -122,9 +122,9 @@ def fluid_of(data, mode="dcqcn", measured=None):
     """The fluid_fixed_point block the RoCE workload builds for ``data``'s first round."""
     sc = validate(data)
     _, fabric_map, plan, _, profiles = check_against_fabric(sc)
-    port = rocerun.shared_port(rocerun.scenario_flows(sc, plan), fabric_map)
+    port = rocesummary.shared_port(rocejobs.scenario_flows(sc, plan), fabric_map)
     prof = profiles[0].get(port["intf"]) if port else None
-    return port, rocerun.fluid_fixed_point(mode, dcqcn_params(sc), port, prof, sc.roce.mtu_bytes, measured)
+    return port, rocesummary.fluid_fixed_point(mode, dcqcn_params(sc), port, prof, sc.roce.mtu_bytes, measured)
 
 
 def test_long_flows_into_one_receiver_get_the_fluid_fixed_point_of_its_port(tmp_path):
@@ -137,19 +137,19 @@ def test_long_flows_into_one_receiver_get_the_fluid_fixed_point_of_its_port(tmp_
     assert block["p_mark"] == ref.p_mark and block["queue_packets"] == ref.queue_packets
     assert block["rate_bps"] == pytest.approx(10e6 / 3) and 3028 < block["queue_bytes"] < 60560
     assert block["measured_queue_median_packets"] == 14.0 and block["measured_window_s"] == [0.5, 3.0]
-    summary = rocerun.add_to_summary(tmp_path, {}, [], "dcqcn", dcqcn_params(validate(roce())), 1,
+    summary = rocesummary.add_to_summary(tmp_path, {}, [], "dcqcn", dcqcn_params(validate(roce())), 1,
                                      fluid=block)
     assert summary["roce"]["fluid_fixed_point"] is block
-    line = rocerun.format_line(summary)
+    line = rocereport.format_line(summary)
     assert f"fluid q* {block['queue_packets']:.1f} pkts" in line and "(measured median 14 pkts)" in line
     # not sampled: the block says so, the line leaves the measurement out
     _, bare = fluid_of({**roce(response_bytes=2_000_000), "ecn": RED})
     assert bare["measured_queue_median_packets"] is None and bare["measured_window_s"] is None
-    assert "measured" not in rocerun._fluid_clause(bare)
+    assert "measured" not in rocereport._fluid_clause(bare)
     # past Kmax: said, no number made up
     _, many = fluid_of({**roce(response_bytes=2_000_000, senders=7),
                         "ecn": {"profile": {"red": {"kmin_bytes": 3028, "kmax_bytes": 6056, "pmax": 0.01}}}})
-    assert many["above_kmax"] and many["queue_packets"] is None and "fluid q* above Kmax" in rocerun._fluid_clause(many)
+    assert many["above_kmax"] and many["queue_packets"] is None and "fluid q* above Kmax" in rocereport._fluid_clause(many)
 
 
 @pytest.mark.parametrize("data, mode", [
@@ -163,20 +163,20 @@ def test_long_flows_into_one_receiver_get_the_fluid_fixed_point_of_its_port(tmp_
 def test_no_fluid_fixed_point_where_it_does_not_apply(data, mode, tmp_path):
     _, block = fluid_of(data, mode)
     assert block is None
-    summary = rocerun.add_to_summary(tmp_path, {}, [], mode, dcqcn_params(validate(data)), 1, fluid=block)
-    assert "fluid_fixed_point" not in summary["roce"] and "fluid" not in rocerun.format_line(summary)
+    summary = rocesummary.add_to_summary(tmp_path, {}, [], mode, dcqcn_params(validate(data)), 1, fluid=block)
+    assert "fluid_fixed_point" not in summary["roce"] and "fluid" not in rocereport.format_line(summary)
 
 
 def test_the_bundled_roce_scenario_has_no_fixed_point_for_its_poisson_responses():
     sc = load_scenario(Path(__file__).resolve().parents[2] / "experiments/scenarios/roce-incast.yaml")
     _, fabric_map, plan, _, _ = check_against_fabric(sc)
-    assert rocerun.shared_port(rocerun.scenario_flows(sc, plan), fabric_map) is None
+    assert rocesummary.shared_port(rocejobs.scenario_flows(sc, plan), fabric_map) is None
 
 
 def test_the_roce_workload_puts_the_receivers_sampled_queue_beside_the_fixed_point(tmp_path, monkeypatch):
     sc = validate({**roce(response_bytes=2_000_000), "ecn": RED})
     _, fabric_map, plan, rounds, profiles = check_against_fabric(sc)
-    intf = rocerun.shared_port(rocerun.scenario_flows(sc, plan), fabric_map)["intf"]
+    intf = rocesummary.shared_port(rocejobs.scenario_flows(sc, plan), fabric_map)["intf"]
     # 0.5 s of a 92-packet queue, then 11 packets; another port full all along (not the receiver's)
     lines = ["t_s,intf,backlog_bytes,backlog_packets,drops_total,tx_bytes_total,tx_packets_total"]
     for i in range(400):

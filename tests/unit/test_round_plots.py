@@ -20,13 +20,13 @@ def _scenario(plots):
 @pytest.mark.parametrize("plots, drawn", [(None, True), (True, True), (False, False)])
 def test_the_rounds_plots_follow_measurement_plots(tmp_path, monkeypatch, plots, drawn):
     calls = []
-    monkeypatch.setattr(flows.plot, "plot_all", lambda d: calls.append(("round", d)))
+    monkeypatch.setattr(flows.plot, "plot_all", lambda d, sections: calls.append(("round", d)))
     monkeypatch.setattr(flows.plot, "plot_rounds", lambda d: calls.append(("rounds", d)))
-    monkeypatch.setattr(flows.analysis, "write_rounds", lambda *a: None)
+    monkeypatch.setattr(flows.analysis, "write_rounds", lambda *a, **k: None)
     sc = _scenario(plots)
     assert sc.measurement.plots is drawn
     w = flows.KernelFlows.__new__(flows.KernelFlows)
-    w.ctx = SimpleNamespace(sc=sc, out=tmp_path, quiet=True)
+    w.ctx = SimpleNamespace(sc=sc, out=tmp_path, quiet=True, sections=())
     rec = RoundRecord(0, {}, tmp_path / "r")
     w.after_summary(rec, {})
     w.finish_run([(rec, {})])

@@ -15,7 +15,7 @@ from experiments.scenario import validate
 from experiments.slowdown import (IdealModel, add_ideal_fct, equal_cost_rates_bps, ideal_fct_s, last_frame_bytes,
                                   slowdown_summary, traced_rates_bps, wire_bytes)
 from experiments.study import fct_rows
-from experiments.workloads import KernelFlows
+from experiments.workloads.flows import KernelFlows
 from controller.routing import compute_routes, port_peers
 
 FABRIC = {"spines": 2, "leaves": 4, "hosts_per_leaf": 6, "uplink_rate_mbps": 30}

@@ -8,11 +8,12 @@ from __future__ import annotations
 import time
 
 from common.errors import RunError, SetupError
-from experiments import analysis, rocerun
+from experiments import analysis
 from experiments.context import RoundRecord, maybe_fault
 from experiments.live import start_sampler, stop_sampler
 from experiments.scenario import dcqcn_params
 from experiments.workloads.flows import AGENT_EXIT_GRACE_S, KernelFlows
+from experiments.workloads.roce import jobs, summary as roce_summary
 from experiments.model import Round, Scenario
 
 
@@ -30,13 +31,13 @@ class RoceFlows(KernelFlows):
         return f"RoCEv2 {rnd.roce_mode} DSCP {self.ctx.sc.traffic.dscp}"
 
     def run_round(self, lf, state, rec: RoundRecord) -> dict:
-        """The round's RoCE agents (experiments.rocerun), arrivals drawn with the round's seed;
+        """The round's RoCE agents (:mod:`.jobs`), arrivals drawn with the round's seed;
         returns ``{"codes": {"<host>.roce": exit code}}`` and, with a plug-in, ``cc_plugin``
-        (experiments.rocerun.plugin_record: its file, name, parameters and SHA-256).
+        (:func:`.summary.plugin_record`: its file, name, parameters and SHA-256).
 
         Raises:
             RunError: a rate-controller plug-in raised in an agent (the agents and the sampler
-                are stopped first; experiments.rocerun.plugin_failures names the file, the
+                are stopped first; :func:`.summary.plugin_failures` names the file, the
                 exception and its line).
             SetupError: an agent did not get ready for another reason.
         """
@@ -45,13 +46,13 @@ class RoceFlows(KernelFlows):
         agent_dir = rec.dir / "agents"
         sampler = start_sampler(lf, state, rec.dir, sc.measurement.sample_hz, sc.measurement.sampler)
         try:
-            flows = rocerun.scenario_flows(sc, self.round_plan(rec.round), seed)
+            flows = jobs.scenario_flows(sc, self.round_plan(rec.round), seed)
             last_post = max((m["at_s"] for f in flows for m in f.get("messages", [])), default=0.0)
             run_s = max(t.duration_s or 0.0, last_post) + t.timeout_s
             deadline = time.time() + run_s + t.start_delay_s + 30
             try:
-                agents = rocerun.start_roce_flows(lf, state, flows, agent_dir, deadline, start_in_s=t.start_delay_s,
-                                                  **rocerun.scenario_job_args(sc, mode, plugin=plugin))
+                agents = jobs.start_roce_flows(lf, state, flows, agent_dir, deadline, start_in_s=t.start_delay_s,
+                                               **jobs.scenario_job_args(sc, mode, plugin=plugin))
             except SetupError:
                 _raise_plugin_failure(agent_dir)      # a plug-in that failed before its agent was ready
                 raise
@@ -63,7 +64,7 @@ class RoceFlows(KernelFlows):
                 maybe_fault("after_traffic_start")
                 # a plug-in that raised in one agent leaves the others nothing to do: stop them then
                 codes = agents.wait(deadline + AGENT_EXIT_GRACE_S,
-                                    give_up=lambda: bool(rocerun.plugin_failures(agent_dir)))
+                                    give_up=lambda: bool(roce_summary.plugin_failures(agent_dir)))
                 time.sleep(sc.measurement.post_s)
             finally:
                 agents.kill()
@@ -72,28 +73,28 @@ class RoceFlows(KernelFlows):
         _raise_plugin_failure(agent_dir)
         raw = {"codes": codes}
         if plugin is not None:
-            raw["cc_plugin"] = rocerun.plugin_record(plugin)
+            raw["cc_plugin"] = roce_summary.plugin_record(plugin)
         return raw
 
     def collect(self, rec: RoundRecord) -> list[dict]:
-        """The round's per-queue-pair rows (experiments.rocerun.collect_rows)."""
-        return rocerun.collect_rows(rec.dir / "agents", self.round_plan(rec.round), rec.raw["codes"])
+        """The round's per-queue-pair rows (:func:`.summary.collect_rows`)."""
+        return roce_summary.collect_rows(rec.dir / "agents", self.round_plan(rec.round), rec.raw["codes"])
 
     def summarize(self, rec: RoundRecord) -> dict:
         """The kernel flows' files and summary, plus the ``roce`` section and RoCE's CSV files; with
         DCQCN and long flows into one receiver, the fluid model's fixed point for its port beside
-        the port's measured queue (experiments.rocerun.fluid_fixed_point)."""
+        the port's measured queue (:func:`.summary.fluid_fixed_point`)."""
         summary = super().summarize(rec)
         sc, mode, params = self.ctx.sc, rec.round.roce_mode, dcqcn_params(self.ctx.sc)
         fluid = None
         if mode == "dcqcn":
-            port = rocerun.shared_port(rocerun.scenario_flows(sc, self.round_plan(rec.round), rec.round.seed),
-                                       self.ctx.fabric_map)
+            port = roce_summary.shared_port(jobs.scenario_flows(sc, self.round_plan(rec.round), rec.round.seed),
+                                            self.ctx.fabric_map)
             profile = self.ctx.profiles[rec.index].get(port["intf"]) if port else None
-            fluid = rocerun.fluid_fixed_point(mode, params, port, profile, sc.roce.mtu_bytes,
-                                              self._measured_queue(rec, port), self._settled(rec, port, profile))
-        return rocerun.add_to_summary(rec.dir, summary, rec.rows, mode, params, rec.round.seed, fluid=fluid,
-                                      plugin=(getattr(rec, "raw", None) or {}).get("cc_plugin"))
+            fluid = roce_summary.fluid_fixed_point(mode, params, port, profile, sc.roce.mtu_bytes,
+                                                   self._measured_queue(rec, port), self._settled(rec, port, profile))
+        return roce_summary.add_to_summary(rec.dir, summary, rec.rows, mode, params, rec.round.seed, fluid=fluid,
+                                           plugin=(getattr(rec, "raw", None) or {}).get("cc_plugin"))
 
     def _settled(self, rec: RoundRecord, port: dict | None, profile) -> dict | None:
         """``port`` over the second half of the time every flow ran (to the first completion):
@@ -119,8 +120,8 @@ class RoceFlows(KernelFlows):
 
 def _raise_plugin_failure(agent_dir) -> None:
     """Raise RunError when an agent in ``agent_dir`` recorded that its rate-controller plug-in
-    raised (experiments.rocerun.plugin_failures); else nothing."""
-    failed = rocerun.plugin_failures(agent_dir)
+    raised (:func:`.summary.plugin_failures`); else nothing."""
+    failed = roce_summary.plugin_failures(agent_dir)
     if failed:
         more = f" (and {len(failed) - 1} more agent(s))" if len(failed) > 1 else ""
         raise RunError(failed[0] + more)

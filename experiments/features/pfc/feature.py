@@ -1,6 +1,6 @@
 """PFC (a scenario's ``priorities`` and ``pfc`` sections): priority queues on every switch port
 and host NIC, the pauser in the controller, switched on or off per round; ``pauses.csv``,
-``pfc_occupancy.csv`` and the ``pfc`` section of each round (experiments.pfcrun)."""
+``pfc_occupancy.csv`` and the ``pfc`` section of each round (:mod:`.summary`)."""
 from __future__ import annotations
 
 import time
@@ -10,9 +10,10 @@ from common.errors import CapabilityError
 from common.pfc import config_sections
 from common.units import FRAME_BYTES
 from controller.pfcbpf import OBJECT as PFC_OBJECT
-from experiments import pfcrun
 from experiments.context import HOST_QUEUE_PACKETS, RoundRecord
 from experiments.features.base import Feature
+from experiments.features.pfc.plan import MECHANISM, pfc_plan
+from experiments.features.pfc.summary import add_to_summary
 
 
 class Pfc(Feature):
@@ -42,10 +43,10 @@ class Pfc(Feature):
         if not PFC_OBJECT.exists():
             raise CapabilityError(f"pfc: {PFC_OBJECT} is not built (run 'sudo make setup'; needs clang and "
                                   "libbpf-dev): the priority queues' accounting needs it")
-        self.plan_pfc = pfcrun.pfc_plan(self.ctx.fabric_map, replace(self.cfg, enabled=rounds[0].pfc_enabled),
-                                        sc.queues.limit_bytes, sc.queues.burst_bytes,
-                                        HOST_QUEUE_PACKETS * FRAME_BYTES, self.ctx.env["shaper"]["slack_s"])
-        self.ctx.env["pfc"] = {"mechanism": pfcrun.MECHANISM, **dict(zip(("priorities", "pfc"), config_sections(sc.pfc))),
+        self.plan_pfc = pfc_plan(self.ctx.fabric_map, replace(self.cfg, enabled=rounds[0].pfc_enabled),
+                                 sc.queues.limit_bytes, sc.queues.burst_bytes,
+                                 HOST_QUEUE_PACKETS * FRAME_BYTES, self.ctx.env["shaper"]["slack_s"])
+        self.ctx.env["pfc"] = {"mechanism": MECHANISM, **dict(zip(("priorities", "pfc"), config_sections(sc.pfc))),
                                "rounds": [{"name": r.name, "enabled": r.pfc_enabled} for r in rounds]}
         return len(self.cfg.lossless)
 
@@ -66,8 +67,9 @@ class Pfc(Feature):
         return f"PFC {'on' if rnd.round.pfc_enabled else 'off'}"
 
     def round_options(self, rnd: RoundRecord) -> dict:
-        """With PFC on, an incast's bottleneck is the receiver's port (``receiver_is_bottleneck``)."""
-        return {"receiver_is_bottleneck": self.plan_pfc is not None and rnd.round.pfc_enabled}
+        """With PFC on, an incast's bottleneck is the receiver's port (``receiver_bottleneck_reason``:
+        ``PFC on``, experiments.analysis.choose_bottleneck)."""
+        return {"receiver_bottleneck_reason": "PFC on" if self.plan_pfc is not None and rnd.round.pfc_enabled else None}
 
     def port_intent(self, rnd: RoundRecord) -> dict | None:
         """With priority queues, every port's tree is the controller's (its gates change during the
@@ -97,10 +99,10 @@ class Pfc(Feature):
         return rec
 
     def summarize(self, rnd: RoundRecord, summary: dict) -> None:
-        """The ``pfc`` section (experiments.pfcrun.add_to_summary) of a round with flow rows."""
+        """The ``pfc`` section (:func:`.summary.add_to_summary`) of a round with flow rows."""
         rec = rnd.features.get(self.name)
         if rec is not None and rnd.rows is not None:
-            pfcrun.add_to_summary(rnd.dir, summary, rec, rnd.rows)
+            add_to_summary(rnd.dir, summary, rec, rnd.rows)
             paused = {p["upstream"] for p in (summary.get("pfc") or {}).get("per_port") or [] if p["pauses"]}
             summary["paused_transmitters"] = sorted(set(summary.get("paused_transmitters", [])) | paused)
 

@@ -1,0 +1,46 @@
+"""The result-section protocol: a mechanism's pure half in the results. A mechanism (PFC, RoCE,
+...) that adds a section to a round's ``summary.json`` also says how that section reads: its
+line in the round's terminal block, its columns in rounds.csv, its columns in the terminal's
+rounds table, what rounds.json compares across rounds, and its plots. experiments.analysis and
+experiments.plot call only these methods, in the order of :data:`experiments.sections.SECTIONS`;
+they name no mechanism. A section reads files and dicts only (no fabric, no netlink)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+
+class ResultSection:
+    """Base class of a mechanism's result section; every hook has a do-nothing default."""
+    #: The section's key in a round's summary.json (``summary[key]``).
+    key = "section"
+    #: Its columns in rounds.csv, in order (after the common ones, before ``stopped``).
+    columns: tuple[str, ...] = ()
+
+    def row(self, summary: dict) -> dict:
+        """Its columns' values for one round's ``summary`` (every column of :attr:`columns`;
+        None where the round has no such section). Default: all None."""
+        return dict.fromkeys(self.columns)
+
+    def seed(self, summary: dict) -> int | None:
+        """The round's seed as this section recorded it (a round without a variant's seed), or None."""
+        return None
+
+    def line(self, summary: dict) -> str | None:
+        """Its line in the round's terminal block (after the ECN line), or None."""
+        return None
+
+    def across_rounds(self, rows: list[dict]) -> dict:
+        """Keys rounds.json adds from the rounds table's ``rows`` (e.g. a comparison across seeds).
+        Default: none."""
+        return {}
+
+    def round_cells(self, rows: list[dict]) -> tuple[str, Callable[[dict], str]] | None:
+        """Its columns in the terminal's rounds table: ``(header, cells)`` where ``cells(row)`` is one
+        row's text (each aligned to the header's width), or None to add nothing."""
+        return None
+
+    def plots(self, out: Path, summary: dict) -> list[Path]:
+        """Draw its plots of one results folder ``out`` (a run or a round) and return their paths;
+        none when the folder has no such section."""
+        return []

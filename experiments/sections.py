@@ -1,0 +1,13 @@
+"""The result-section registry: the mechanisms whose sections a round's summary can hold, in
+the order their lines, columns and plots appear (experiments.section.ResultSection). Adding one
+is a ``report`` module in the mechanism's package, plus its import and an entry here."""
+from __future__ import annotations
+
+from experiments.features.pfc.report import SECTION as PFC
+from experiments.section import ResultSection
+from experiments.workloads.roce.report import SECTION as ROCE
+
+#: Registered result sections, in order (PFC's line and columns before RoCE's).
+SECTIONS: tuple[ResultSection, ...] = (PFC, ROCE)
+
+__all__ = ["SECTIONS", "ResultSection"]
