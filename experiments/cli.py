@@ -31,7 +31,6 @@ from common.errors import BusyError, CapabilityError, PathError, RunError, Scena
 from experiments import folders
 from experiments.plan import build_fabric, check_against_fabric
 from experiments.scenario import read_yaml_file, validate
-from experiments.state import clean_stale, describe_report
 
 # Each sub-command imports its own modules inside its function: `check` loads the parser and the
 # fabric only (0.3 s), where the run's modules (matplotlib among them) would make it 0.65 s.
@@ -178,7 +177,10 @@ def _check_machine(file: str, scenarios: list) -> str:
     '' when this machine can run them all; Stop(2) naming what it lacks."""
     if os.geteuid() != 0:
         return " (what this kernel offers is checked as root: sudo fabriclab check ...)"
-    from experiments import runner
+    try:
+        from experiments import runner
+    except ModuleNotFoundError as e:      # an install with the pure dependencies only (a laptop)
+        return f" (this machine is not checked: the live stack is not installed here, no module {e.name!r})"
     from experiments import probe
     env = probe.probe()
     try:
@@ -478,11 +480,12 @@ def clean() -> int:
     """Remove what a killed run left (its bridges, interfaces, processes), by the run's own record
     in /run/fabriclab; nothing else."""
     _need_root()
+    from experiments import state       # the run-state record: netlink (pyroute2), which `check` and `plot` never need
     try:
-        report = clean_stale()
+        report = state.clean_stale()
     except SetupError as e:
         raise Stop(1, str(e)) from None
-    print("fabriclab: nothing recorded to clean" if report is None else f"fabriclab: {describe_report(report)}")
+    print("fabriclab: nothing recorded to clean" if report is None else f"fabriclab: {state.describe_report(report)}")
     return 0
 
 

@@ -6,6 +6,7 @@ which a results folder's report.html shows beside the plot; the generic plots ta
 """
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
