@@ -9,7 +9,7 @@ UDP agents also end early on SIGTERM (the runner stopping a round whose emulatio
 broke): their loops end as at the deadline, and the result, written as usual,
 says each unfinished flow was ``stopped`` (:func:`stop_on_sigterm`).
 
-Roles (``job["role"]``):
+Roles (``job["role"]``; the registry is :data:`ROLES`):
 - ``receiver``: ``{"port", "expect_flows", "deadline_unix_s", "out",
   "sample_interval_s", "count_ecn"}``. Accepts TCP connections, counts bytes per flow
   until EOF; records first/last byte times and cumulative bytes over time.
@@ -53,6 +53,7 @@ the ECN bits of TCP), which is how a flow picks its priority class (issue 6).
 from __future__ import annotations
 
 import errno
+import importlib
 import json
 import os
 import selectors
@@ -61,6 +62,8 @@ import socket
 import struct
 import sys
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 from traffic.blocks import run_blocks_client, run_blocks_server
 from traffic.sockets import big_receive_buffer, udp_receive_errors, wait_until
@@ -581,9 +584,6 @@ def _ready_then_start_time() -> float:
     return float(sys.stdin.readline())
 
 
-#: The roles whose loops end at ``job["deadline_unix_s"]`` (or, RoCE, at ``job["stopped"]``) and
-#: so can end early on SIGTERM, still writing their record.
-STOPPABLE_ROLES = ("receiver", "sender", "udp-receiver", "udp-sender", "blocks-server", "blocks-client", "roce")
 #: The signals a stoppable agent ends early on (the runner sends SIGTERM; SIGINT and SIGHUP, should
 #: one reach an agent, end it the same way instead of losing its record).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -606,39 +606,61 @@ def _unfinished(job: dict, state: str) -> str:
     return f"{'stopped by the runner' if job.get('stopped') else 'deadline passed'} while {state}"
 
 
+@dataclass(frozen=True)
+class Role:
+    """One role an agent can run (``job["role"]``).
+
+    Attributes:
+        name: the role's name in a job.
+        run: its function, ``run(job) -> dict`` (the agent's record), or ``"module:function"``
+            for a role whose module is imported only by the agents that run it (numpy, the RoCE
+            engine); with ``handshake`` the function takes ``ready``: a callable that prints
+            READY and returns the common start time (Unix seconds), to call once it is set up.
+        handshake: the function calls ``ready`` itself (else the agent's loops print READY).
+        stoppable: its loops end at ``job["deadline_unix_s"]`` (or, RoCE, at ``job["stopped"]``),
+            so it can end early on SIGTERM and still write its record (:func:`stop_on_sigterm`).
+    """
+    name: str
+    run: Callable[..., dict] | str
+    handshake: bool = False
+    stoppable: bool = False
+
+    def load(self) -> Callable[..., dict]:
+        """The role's function (importing its module the first time, for a ``"module:function"``)."""
+        if callable(self.run):
+            return self.run
+        module, function = self.run.split(":")
+        return getattr(importlib.import_module(module), function)
+
+
+#: Registered roles by name: adding one is a module with its ``run_<role>(job, ready)`` and an entry here.
+ROLES: dict[str, Role] = {r.name: r for r in (
+    Role("receiver", run_receiver, stoppable=True),
+    Role("sender", run_sender, stoppable=True),
+    Role("udp-receiver", run_udp_receiver, stoppable=True),
+    Role("udp-sender", run_udp_sender, stoppable=True),
+    Role("blocks-server", run_blocks_server, stoppable=True),
+    Role("blocks-client", run_blocks_client, handshake=True, stoppable=True),
+    Role("roce", "traffic.roce:run_roce", handshake=True, stoppable=True),        # frame templates, DCQCN
+    Role("collective", "traffic.collective:run_collective", handshake=True),      # numpy: ranks that reduce
+    Role("training", "traffic.training:run_training", handshake=True),            # numpy: ranks that train
+    Role("parallel", "traffic.parallel:run_parallel", handshake=True),            # numpy: mixed-parallel ranks
+)}
+
+
 def main(argv=None) -> int:
-    """``python -m traffic.agent JOB_JSON``: run the job, write its result, exit 0 (1 on error)."""
+    """``python -m traffic.agent JOB_JSON``: run the job's role (:data:`ROLES`), write its result,
+    exit 0 (1 on error, an unknown role included: the record says why)."""
     argv = sys.argv[1:] if argv is None else argv
     job = json.loads(argv[0])
-    if job.get("role") in STOPPABLE_ROLES:
+    role = ROLES.get(job.get("role"))
+    if role is not None and role.stoppable:
         stop_on_sigterm(job)
     try:
-        if job["role"] == "receiver":
-            res = run_receiver(job)
-        elif job["role"] == "sender":
-            res = run_sender(job)
-        elif job["role"] == "udp-receiver":
-            res = run_udp_receiver(job)
-        elif job["role"] == "udp-sender":
-            res = run_udp_sender(job)
-        elif job["role"] == "blocks-server":
-            res = run_blocks_server(job)
-        elif job["role"] == "blocks-client":
-            res = run_blocks_client(job, ready=_ready_then_start_time)
-        elif job["role"] == "collective":
-            from traffic.collective import run_collective   # numpy: loaded only by the agents that reduce
-            res = run_collective(job, ready=_ready_then_start_time)
-        elif job["role"] == "training":
-            from traffic.training import run_training   # numpy: loaded only by the agents that train
-            res = run_training(job, ready=_ready_then_start_time)
-        elif job["role"] == "parallel":
-            from traffic.parallel import run_parallel   # numpy: loaded only by mixed-parallel ranks
-            res = run_parallel(job, ready=_ready_then_start_time)
-        elif job["role"] == "roce":
-            from traffic.roce import run_roce   # loaded only by RoCE agents (frame templates, DCQCN)
-            res = run_roce(job, ready=_ready_then_start_time)
-        else:
-            raise ValueError(f"unknown role {job['role']!r}")
+        if role is None:
+            raise ValueError(f"unknown role {job.get('role')!r} (roles: {', '.join(ROLES)})")
+        run = role.load()
+        res = run(job, ready=_ready_then_start_time) if role.handshake else run(job)
         rc = 0
     except Exception as e:  # recorded in the result, reported by the runner
         res = {"role": job.get("role"), "flow_id": job.get("flow_id"), "error": f"{type(e).__name__}: {e}",
@@ -646,7 +668,7 @@ def main(argv=None) -> int:
         rc = 1
     with open(job["out"], "w") as f:
         json.dump(res, f)
-    if job.get("role") in STOPPABLE_ROLES:
+    if role is not None and role.stoppable:
         # the record is written: a stop signal now changes nothing, and one that arrived while
         # the interpreter shuts down (which gives Python's handlers back to the default) would
         # kill the agent with it instead of exit 0

@@ -22,10 +22,6 @@ LOCAL_IMPORTS_ALLOWED = {
     ("common/roce.py", "scapy.layers.l2"): "scapy, as above",
     ("common/roce.py", "scapy.packet"): "scapy, as above",
     ("traffic/roce.py", "scapy.utils"): "scapy: only an agent that captures frames",
-    ("traffic/agent.py", "traffic.collective"): "numpy: only the agents that reduce arrays",
-    ("traffic/agent.py", "traffic.training"): "numpy: only the agents that train",
-    ("traffic/agent.py", "traffic.parallel"): "numpy: only the agents of a mixed-parallel job",
-    ("traffic/agent.py", "traffic.roce"): "only RoCE agents",
     ("experiments/analysis.py", "scipy.stats"): "scipy.stats loads in ~0.7 s; only the ECMP balance test",
     ("experiments/labs/bandwidth.py", "scipy.stats"): "scipy.stats loads in ~0.7 s; only lab 1's check fits a line",
     ("experiments/study.py", "experiments"): "a study's runs (the live fabric), statistics (scipy.stats, ~0.7 s) and "
