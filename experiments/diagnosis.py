@@ -31,6 +31,8 @@ from typing import Callable, Iterable
 
 import networkx as nx
 
+from controller.faults import FAULTS
+from controller.faults.base import Evidence
 from controller.routing import compute_routes, port_peers
 
 #: A flow is unhealthy when it lost more than this share of its packets (a healthy emulated path
@@ -371,8 +373,52 @@ def port_of(counters: list[dict], switch: str, peer: str) -> dict | None:
     return next((r for r in counters if r["switch"] == switch and r["peer"] == peer), None)
 
 
+def _kinds(symptom_seen: str) -> list:
+    """The registered fault kinds (controller.faults.FAULTS) that show ``symptom_seen`` to the probes,
+    in the order the troubleshooter asks them (their ``DIAGNOSIS_ORDER``)."""
+    return sorted((c for c in FAULTS.values() if symptom_seen in c.SYMPTOMS), key=lambda c: (c.DIAGNOSIS_ORDER, c.NAME))
+
+
+def _recognised(ev: Evidence, symptom_seen: str, lead: tuple[str, ...],
+                targets: tuple[str, ...] | None = None) -> Verdict | None:
+    """The first kind that recognises its fault in ``ev`` (with ``targets``: only kinds whose
+    TARGET is one of them), as a Verdict whose ``why`` starts with ``lead``; None if none does."""
+    for cls in _kinds(symptom_seen):
+        if targets is not None and cls.TARGET not in targets:
+            continue
+        got = cls.recognise(ev)
+        if got is not None:
+            culprit, why = got
+            return Verdict(culprit, cls.NAME, cls.LAYER, lead + tuple(why))
+    return None
+
+
+def _evidence(e: Element, delta: list[dict], switches: set[str]) -> Evidence:
+    """What the counters say of suspect ``e``, for the fault kinds to recognise
+    (controller.faults.base.Evidence). A cable's direction is the one whose receiving port counted
+    receive errors, if one did."""
+    if e[0] == "switch":
+        return Evidence("switch", e[1])
+    a, b = e[1], e[2]
+    both = e[0] == "cable"
+    if both:                            # which direction's counters say more
+        for x, y in ((a, b), (b, a)):
+            r = port_of(delta, y, x) if y in switches else None
+            if r is not None and r["rx_errors"]:
+                a, b = x, y
+                break
+    rx = port_of(delta, b, a) if b in switches else None
+    tx = port_of(delta, a, b) if a in switches else None
+    ends = (tx, rx, port_of(delta, a, b), port_of(delta, b, a)) if both else (tx, rx)
+    return Evidence("cable" if both else "link", a, b, rx=rx, tx=tx, ends=tuple(r for r in ends if r is not None),
+                    b_is_switch=b in switches)
+
+
 def verdict(culprits: set, outcomes: list[Outcome], delta: list[dict], switches: set[str]) -> Verdict:
-    """The fault class of the remaining suspects from the symptoms and the switch-port counters.
+    """The fault class of the remaining suspects from the symptoms and the switch-port counters:
+    each registered fault kind (controller.faults.FAULTS) says which symptom it shows and
+    recognises its own evidence (``SYMPTOMS``, ``recognise``), asked in ``DIAGNOSIS_ORDER``; this
+    function names none of them.
 
     Args:
         culprits: the suspects left after the rounds (one element when localisation succeeded).
@@ -389,20 +435,13 @@ def verdict(culprits: set, outcomes: list[Outcome], delta: list[dict], switches:
         srcs = {o.flow.src for o in outcomes}
         if len(slow) == 1:
             (h,) = slow
-            fine = [o for o in outcomes if o.flow.src == h and symptom(o) == "ok"]
-            if not fine:
-                sw_port = next((r for r in delta if r["peer"] == h), None)
-                if sw_port is not None and sw_port["rate_mbps"] is not None \
-                        and sw_port["rate_mbps"] < sw_port["nominal_mbps"] * 0.999:
-                    return Verdict(f"{h}->{sw_port['switch']}", "degrade", "physical",
-                                   (f"every probe from {h} sent below {SLOW_SENDER:.0%} of its rate and lost nothing",
-                                    f"{sw_port['switch']}'s port toward {h} runs at {sw_port['rate_mbps']:g} of "
-                                    f"{sw_port['nominal_mbps']:g} Mbit/s: the link trained down"))
-                return Verdict(h, "slow_host", "host",
-                               (f"every probe from {h} sent below {SLOW_SENDER:.0%} of its rate and lost nothing",
-                                f"probes to {h} and from the {len(srcs) - 1} other hosts were healthy",
-                                "no switch port shows errors, drops or a lower rate: only the host's own sending "
-                                "is slow"))
+            if not [o for o in outcomes if o.flow.src == h and symptom(o) == "ok"]:
+                lead = (f"every probe from {h} sent below {SLOW_SENDER:.0%} of its rate and lost nothing",
+                        f"probes to {h} and from the {len(srcs) - 1} other hosts were healthy")
+                ev = Evidence("host", h, rx=next((r for r in delta if r["peer"] == h), None))
+                found = _recognised(ev, "slow", lead)
+                if found is not None:
+                    return found
         return Verdict(None, None, None, (f"senders {sorted(slow)} were slow; no single host explains it",))
     if len(culprits) != 1:
         sws = [e for e in culprits if e[0] == "switch"]
@@ -412,64 +451,27 @@ def verdict(culprits: set, outcomes: list[Outcome], delta: list[dict], switches:
             x = sws[0][1]
             links = [c for c in sorted(culprits) if c[0] != "switch"]
             named = ", ".join(describe(c) for c in links)
+            lead = (f"the probes could not tell {x} from its links {named}",)
             for e in links:
-                v = verdict({e}, outcomes, delta, switches)
-                if v.kind in ("corrupt", "flap", "degrade"):
-                    return Verdict(v.culprit, v.kind, v.layer,
-                                   (f"the probes could not tell {x} from its links {named}",) + v.why[1:])
-            return Verdict(x, "drop", "switch",
-                           (f"every lossy probe crossed {x} and its links {named}, which no probe can cross "
-                            "apart from it",
-                            f"none of those links' ports counted receive errors, carrier changes or a lower rate: "
-                            f"frames vanish inside {x}"))
+                found = _recognised(_evidence(e, delta, switches), "loss", lead, targets=("link",))
+                if found is not None:
+                    return found
+            found = _recognised(Evidence("switch", x), "loss",
+                                (f"every lossy probe crossed {x} and its links {named}, which no probe can cross "
+                                 "apart from it",
+                                 "none of those links' ports counted receive errors, carrier changes or a lower rate"))
+            if found is not None:
+                return found
         if not culprits:
             return Verdict(None, None, None, ("every element some probe crossed was cleared by a healthy probe",))
         return Verdict(None, None, None, (f"{len(culprits)} suspects left: "
                                           + ", ".join(describe(e) for e in sorted(culprits)[:6]),))
     (e,) = culprits
+    lead = (f"every lossy probe crossed {describe(e)} and every healthy one avoided it",)
     if e[0] == "switch":
-        return Verdict(e[1], "drop", "switch",
-                       (f"every lossy probe crossed {e[1]} and every healthy one avoided it",
-                        f"no port of {e[1]} counted receive errors or queue drops: frames vanish inside the switch"))
-    a, b = e[1], e[2]
-    both = e[0] == "cable"
-    why = [f"every lossy probe crossed {describe(e)} and every healthy one avoided it"]
-    if both:                            # which direction's counters say more
-        for x, y in ((a, b), (b, a)):
-            r = port_of(delta, y, x) if y in switches else None
-            if r is not None and r["rx_errors"]:
-                a, b = x, y
-                break
-    rx = port_of(delta, b, a) if b in switches else None
-    tx = port_of(delta, a, b) if a in switches else None
-    if both:
-        ends = [r for r in (tx, rx, port_of(delta, a, b), port_of(delta, b, a)) if r is not None]
-    else:
-        ends = [r for r in (tx, rx) if r is not None]
-    if rx is not None and rx["rx_errors"]:
-        return Verdict(f"{a}->{b}", "corrupt", "physical",
-                       tuple(why + [f"{b}'s port toward {a} counted {rx['rx_errors']} receive errors: frames "
-                                    "damaged on the wire (CRC)"]))
-    flaps = [r for r in ends if r.get("carrier_changes") or r.get("state") != "up"]
-    if flaps:
-        r = flaps[0]
-        return Verdict(f"{a}<->{b}", "flap", "physical",
-                       tuple(why + [f"{r['switch']}'s port toward {r['peer']} changed carrier "
-                                    f"{r.get('carrier_changes') or 0} times (a flap is two)"
-                                    + ("" if r.get("state") == "up" else ", and is down now")]))
-    slowed = [r for r in ends if r["rate_mbps"] is not None and r["rate_mbps"] < r["nominal_mbps"] * 0.999]
-    if slowed:
-        r = slowed[0]
-        return Verdict(f"{a}->{b}", "degrade", "physical",
-                       tuple(why + [f"{r['switch']}'s port toward {r['peer']} runs at {r['rate_mbps']:g} of "
-                                    f"{r['nominal_mbps']:g} Mbit/s"]
-                             + ([f"{tx['switch']}'s queue toward {b} dropped {tx['tx_dropped']} frames"]
-                                if tx is not None and tx["tx_dropped"] else [])))
-    if b in switches and not both:
-        return Verdict(b, "drop", "switch",
-                       tuple(why + [f"no receive errors at {b}'s port toward {a}, no queue drops, the link at its "
-                                    f"rate and up: frames vanish inside {b}"]))
-    return Verdict(describe(e), None, None, tuple(why + ["no counter explains it"]))
+        lead = (f"every lossy probe crossed {e[1]} and every healthy one avoided it",)
+    return (_recognised(_evidence(e, delta, switches), "loss", lead)
+            or Verdict(describe(e), None, None, lead + ("no counter explains it",)))
 
 
 # --- the procedure ----------------------------------------------------------------------------

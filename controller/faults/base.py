@@ -120,6 +120,38 @@ class FaultSpec:
         return out
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """What the troubleshooter knows of one suspect, for each kind to recognise its fault
+    (:meth:`Injector.recognise`). Port rows are controller.portstats rows over the diagnosis
+    (counters as differences: ``rx_errors``, ``tx_dropped``, ``carrier_changes``; ``rate_mbps``,
+    ``nominal_mbps`` and ``state`` as read at the end).
+
+    Attributes:
+        element: ``switch`` (``a`` is the switch), ``link`` (one direction ``a`` -> ``b``),
+            ``cable`` (both directions of ``a`` -- ``b``), or ``host`` (``a`` is a host whose
+            every probe was slow and lost nothing).
+        a, b: the element's nodes (``b`` None for a switch or a host).
+        rx: ``b``'s port toward ``a`` (None when ``b`` is no switch); for a host, the switch's
+            port toward it.
+        tx: ``a``'s port toward ``b`` (None when ``a`` is no switch).
+        ends: every port row at the element's ends (both directions of a cable).
+        b_is_switch: whether ``b`` is a switch.
+    """
+    element: str
+    a: str
+    b: str | None = None
+    rx: dict | None = None
+    tx: dict | None = None
+    ends: tuple[dict, ...] = ()
+    b_is_switch: bool = False
+
+
+def below_rate(row: dict | None) -> bool:
+    """Whether a port row runs below its nominal rate (a link trained down, a rate cap)."""
+    return row is not None and row.get("rate_mbps") is not None and row["rate_mbps"] < row["nominal_mbps"] * 0.999
+
+
 class Injector:
     """Base class of a fault injector (a pure strategy).
 
@@ -137,6 +169,21 @@ class Injector:
     TARGET: ClassVar[str] = "link"
     LAYER: ClassVar[str] = "physical"
     PARAMS: ClassVar[dict[str, F]] = {}
+    #: How the emulation makes it (recorded in environment.json for every kind a run injects).
+    MECHANISM: ClassVar[str] = ""
+    #: What the troubleshooter's probes see through it: ``loss`` (frames lost), ``slow`` (a sender
+    #: below its rate, nothing lost).
+    SYMPTOMS: ClassVar[tuple[str, ...]] = ("loss",)
+    #: Where the troubleshooter asks it first when several kinds could explain one suspect (lower
+    #: first: the kinds whose counters are the more specific evidence).
+    DIAGNOSIS_ORDER: ClassVar[int] = 50
+
+    @classmethod
+    def recognise(cls, ev: "Evidence") -> tuple[str, tuple[str, ...]] | None:
+        """Whether the counters of the suspect ``ev`` show this fault: ``(culprit, why)``, the place
+        as this kind names it and one sentence per finding; None when they do not. Default: never
+        (a kind the troubleshooter cannot tell apart)."""
+        return None
 
     @classmethod
     def actions(cls, fabric_map: dict, spec: FaultSpec) -> tuple[Action, ...]:

@@ -4,7 +4,7 @@ receive errors, not as queue drops."""
 from __future__ import annotations
 
 from common.params import F
-from controller.faults.base import FaultSpec, FrameDrop, Injector, link_directions
+from controller.faults.base import Evidence, FaultSpec, FrameDrop, Injector, link_directions
 
 
 class Corrupt(Injector):
@@ -14,6 +14,16 @@ class Corrupt(Injector):
     TARGET = "link"
     LAYER = "physical"
     PARAMS = {"frame_fraction": F((int, float), 0.01, lo=1e-6, hi=1.0)}
+    MECHANISM = "XDP (generic) on the receiving interface drops the fraction at random; counted as that port's receive errors"
+    DIAGNOSIS_ORDER = 10
+
+    @classmethod
+    def recognise(cls, ev: Evidence) -> tuple[str, tuple[str, ...]] | None:
+        """The receiving port counted receive errors."""
+        if ev.element in ("link", "cable") and ev.rx is not None and ev.rx["rx_errors"]:
+            return f"{ev.a}->{ev.b}", (f"{ev.b}'s port toward {ev.a} counted {ev.rx['rx_errors']} receive errors: "
+                                       "frames damaged on the wire (CRC)",)
+        return None
 
     @classmethod
     def actions(cls, fabric_map: dict, spec: FaultSpec) -> tuple[FrameDrop, ...]:

@@ -3,7 +3,7 @@ rate, in one direction or both. Nothing is dropped or counted; the link is just 
 from __future__ import annotations
 
 from common.params import F
-from controller.faults.base import FaultSpec, Injector, RateLimit, link_directions
+from controller.faults.base import Evidence, FaultSpec, Injector, RateLimit, below_rate, link_directions
 
 
 class Degrade(Injector):
@@ -13,6 +13,27 @@ class Degrade(Injector):
     TARGET = "link"
     LAYER = "physical"
     PARAMS = {"rate_fraction": F((int, float), 0.5, lo=0.01, hi=0.99)}
+    MECHANISM = "the sending port's link-rate HTB class set to the fraction of its rate; put back as read before"
+    SYMPTOMS = ("loss", "slow")       # its queue drops what the lower rate cannot carry; a host link: a slow sender
+    DIAGNOSIS_ORDER = 30
+
+    @classmethod
+    def recognise(cls, ev: Evidence) -> tuple[str, tuple[str, ...]] | None:
+        """A port at either end runs below its nominal rate (for a slow host: its switch port)."""
+        if ev.element == "host":
+            r = ev.rx
+            if not below_rate(r):
+                return None
+            return f"{ev.a}->{r['switch']}", (f"{r['switch']}'s port toward {ev.a} runs at {r['rate_mbps']:g} of "
+                                              f"{r['nominal_mbps']:g} Mbit/s: the link trained down",)
+        slowed = [r for r in ev.ends if below_rate(r)] if ev.element in ("link", "cable") else []
+        if not slowed:
+            return None
+        r, tx = slowed[0], ev.tx
+        return f"{ev.a}->{ev.b}", ((f"{r['switch']}'s port toward {r['peer']} runs at {r['rate_mbps']:g} of "
+                                    f"{r['nominal_mbps']:g} Mbit/s",)
+                                   + ((f"{tx['switch']}'s queue toward {ev.b} dropped {tx['tx_dropped']} frames",)
+                                      if tx is not None and tx["tx_dropped"] else ()))
 
     @classmethod
     def actions(cls, fabric_map: dict, spec: FaultSpec) -> tuple[RateLimit, ...]:

@@ -5,7 +5,7 @@ react (a flap shorter than the control plane's detection): frames sent into the 
 from __future__ import annotations
 
 from common.params import F
-from controller.faults.base import FaultSpec, Injector, LinkFlap, link_directions
+from controller.faults.base import Evidence, FaultSpec, Injector, LinkFlap, link_directions
 
 
 class Flap(Injector):
@@ -17,6 +17,19 @@ class Flap(Injector):
     PARAMS = {"down_s": F((int, float), 1.0, lo=0.05, hi=3600),
               "up_s": F((int, float), 1.0, lo=0.05, hi=3600),
               "flaps": F((int,), None, lo=1, hi=100000)}
+    MECHANISM = "the link's side-a interface set down and up (its veth peer loses its carrier)"
+    DIAGNOSIS_ORDER = 20
+
+    @classmethod
+    def recognise(cls, ev: Evidence) -> tuple[str, tuple[str, ...]] | None:
+        """A port at either end changed carrier, or is down."""
+        flaps = [r for r in ev.ends if r.get("carrier_changes") or r.get("state") != "up"]
+        if ev.element not in ("link", "cable") or not flaps:
+            return None
+        r = flaps[0]
+        return f"{ev.a}<->{ev.b}", (f"{r['switch']}'s port toward {r['peer']} changed carrier "
+                                    f"{r.get('carrier_changes') or 0} times (a flap is two)"
+                                    + ("" if r.get("state") == "up" else ", and is down now"),)
 
     @classmethod
     def actions(cls, fabric_map: dict, spec: FaultSpec) -> tuple[LinkFlap, ...]:

@@ -4,7 +4,7 @@ count shows it except the host's own port receiving less."""
 from __future__ import annotations
 
 from common.params import F
-from controller.faults.base import FaultSpec, Injector, RateLimit, host_record
+from controller.faults.base import Evidence, FaultSpec, Injector, RateLimit, host_record
 
 
 class SlowHost(Injector):
@@ -14,6 +14,17 @@ class SlowHost(Injector):
     TARGET = "host"
     LAYER = "host"
     PARAMS = {"rate_fraction": F((int, float), 0.5, lo=0.01, hi=0.99)}
+    MECHANISM = "the host NIC's HTB class set to the fraction of its rate; put back as read before"
+    SYMPTOMS = ("slow",)
+    DIAGNOSIS_ORDER = 60
+
+    @classmethod
+    def recognise(cls, ev: Evidence) -> tuple[str, tuple[str, ...]] | None:
+        """A host whose every probe was slow, no switch port showing anything (the kinds before it
+        in :attr:`DIAGNOSIS_ORDER` found nothing)."""
+        if ev.element != "host":
+            return None
+        return ev.a, ("no switch port shows errors, drops or a lower rate: only the host's own sending is slow",)
 
     @classmethod
     def actions(cls, fabric_map: dict, spec: FaultSpec) -> tuple[RateLimit, ...]:

@@ -22,16 +22,6 @@ from experiments.context import RoundRecord
 from experiments.features.base import Feature
 from experiments.tables import write_csv
 
-MECHANISMS = {
-    "corrupt": "XDP (generic) on the receiving interface drops the fraction at random; counted as that port's "
-               "receive errors",
-    "drop": "XDP (generic) on the switch's receiving interfaces drops the fraction at random; counted in no port "
-            "counter",
-    "degrade": "the sending port's link-rate HTB class set to the fraction of its rate; put back as read before",
-    "slow_host": "the host NIC's HTB class set to the fraction of its rate; put back as read before",
-    "flap": "the link's side-a interface set down and up (its veth peer loses its carrier)",
-}
-
 #: faults.csv's columns.
 COLUMNS = ("round", "id", "kind", "place", "layer", "description", "hidden", "start_s", "stop_s", "applied_at_s",
            "removed_at_s", "state", "frame_fraction_set", "frames_seen", "frames_dropped",
@@ -78,7 +68,7 @@ class Faults(Feature):
         ctx = self.ctx
         kinds = sorted({f.kind for r in ctx.rounds for f in r.faults})
         ctx.env["faults"] = {"rounds": [{"name": r.name, "faults": [f.to_data() for f in r.faults]} for r in ctx.rounds],
-                             "mechanisms": {k: MECHANISMS[k] for k in kinds}}
+                             "mechanisms": {k: FAULTS[k].MECHANISM for k in kinds}}
         if (ctx.env.get("ecn") or {}).get("marker") != "bpf":
             return 0
         for i, r in enumerate(ctx.rounds):

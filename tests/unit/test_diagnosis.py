@@ -221,3 +221,40 @@ def test_the_hidden_faults_are_those_of_the_first_round_that_has_any():
     assert (f["kind"], f["link"]) == ("corrupt", "leaf1->h1")
     healthy = validate({"name": "healthy", "topology": {"kind": "fattree", "k": 4}})
     assert hidden_faults(healthy, fmap, None, 0) == []
+
+
+def test_every_fault_kind_declares_how_it_is_made_and_what_the_probes_see():
+    from controller.faults import FAULTS
+    for name, cls in FAULTS.items():
+        assert cls.MECHANISM and cls.SYMPTOMS and set(cls.SYMPTOMS) <= {"loss", "slow"}, name
+    orders = [c.DIAGNOSIS_ORDER for c in FAULTS.values()]
+    assert len(orders) == len(set(orders)), "two kinds asked at the same rank"
+
+
+def test_a_new_fault_kind_is_recognised_from_its_own_declaration(monkeypatch):
+    """The troubleshooter names no kind: a new injector that says what it looks like (here: a
+    queue that drops although its link is up and at its rate) is found by that, before the
+    kinds ranked after it."""
+    from controller.faults import FAULTS
+    from controller.faults.base import Injector
+
+    class TailDrop(Injector):
+        NAME, TITLE, TARGET, LAYER = "taildrop", "a queue that drops", "link", "physical"
+        MECHANISM, DIAGNOSIS_ORDER = "a FIFO limit of one frame", 35
+
+        @classmethod
+        def recognise(cls, ev):
+            if ev.element == "link" and ev.tx is not None and ev.tx["tx_dropped"]:
+                return f"{ev.a}->{ev.b}", (f"{ev.tx['switch']} dropped {ev.tx['tx_dropped']} frames at full rate",)
+            return None
+    monkeypatch.setitem(FAULTS, "taildrop", TailDrop)
+    fmap = FatTree(k=4).build().to_map()
+    f = D.Flow("h1", "h5", 0, (("p0a1", "c1"),))
+    lossy = [D.Outcome(f, 9.0, 1000, 950, 9.0)]
+    sw = {s["name"] for s in fmap["switches"]}
+    v = D.verdict({D.link("p0a1", "c1")}, lossy, ports_rows(fmap, **{"p0a1-eth3": {"tx_dropped": 12}}), sw)
+    assert (v.kind, v.culprit, v.layer) == ("taildrop", "p0a1->c1", "physical"), v
+    assert v.why[-1] == "p0a1 dropped 12 frames at full rate"
+    monkeypatch.delitem(FAULTS, "taildrop")
+    assert D.verdict({D.link("p0a1", "c1")}, lossy, ports_rows(fmap, **{"p0a1-eth3": {"tx_dropped": 12}}),
+                     sw).kind == "drop"
