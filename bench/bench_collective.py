@@ -34,7 +34,7 @@ from common import collectives as C  # noqa: E402
 from experiments import probe  # noqa: E402
 from experiments.state import RunState  # noqa: E402
 from controller.dataplane import PortQueue  # noqa: E402
-from experiments import collrun  # noqa: E402
+from experiments.workloads.collective import agents as coll_agents, plan as coll_plan, summary as coll_summary  # noqa: E402
 from experiments.fabric import LiveFabric  # noqa: E402
 from experiments.context import HOST_QUEUE_PACKETS  # noqa: E402
 from experiments.live import warm_up_reachability  # noqa: E402
@@ -48,17 +48,17 @@ TARGET_RATIO = 0.9
 
 
 def one(lf, st, hosts, elements, out: Path, stream: bool) -> dict:
-    """One ring or stream run: its timing (collrun.timings) and, for the ring, exactness.
+    """One ring or stream run: its timing (coll_summary.timings) and, for the ring, exactness.
     Raises SystemExit when an agent fails or the ring's result is wrong."""
-    recs, codes = collrun.run(lf, st, hosts, "allreduce", elements, out, timeout_s=600, stream=stream)
+    recs, codes = coll_agents.run(lf, st, hosts, "allreduce", elements, out, timeout_s=600, stream=stream)
     if any(codes.values()) or not all(recs) or any(r["error"] for r in recs):
         raise SystemExit(f"{'stream' if stream else 'ring'} run failed: {codes} "
                          f"{[r and r['error'] for r in recs]}")
     if not stream:
-        chk = collrun.check_results(recs, "allreduce", elements)
+        chk = coll_summary.check_results(recs, "allreduce", elements)
         if not chk["exact"] or chk["transfers"] != chk["expected_transfers"]:
             raise SystemExit(f"ring result wrong: {chk}")
-    (t,) = collrun.timings(recs, "allreduce", elements)
+    (t,) = coll_summary.timings(recs, "allreduce", elements)
     return t
 
 
@@ -71,8 +71,8 @@ def main() -> int:
     r = a.rate_mbps
     fab = FatTree(k=4, host_rate_mbps=r, edge_agg_rate_mbps=r, agg_core_rate_mbps=r).build()
     env = probe.probe()
-    hosts = collrun.place_ranks(fab, RANKS, "local")
-    b_hash = collrun.bottleneck_rate_bps(fab.to_map(), hosts, "allreduce", "hash")
+    hosts = coll_plan.place_ranks(fab, RANKS, "local")
+    b_hash = coll_plan.bottleneck_rate_bps(fab.to_map(), hosts, "allreduce", "hash")
     elements = a.size_bytes // 4
     rows = []
     with tempfile.TemporaryDirectory(prefix="fabriclab-bench-coll-") as tmp, RunState("bench-collective") as st:
@@ -97,7 +97,7 @@ def main() -> int:
                       f"stream T {row['stream_time_s']:.2f} s, busbw {row['stream_busbw_bps'] / 1e6:.3f} Mbit/s; "
                       f"ratio {row['ratio']:.3f}", flush=True)
     med = {k: statistics.median(x[k] for x in rows) for k in rows[0]}
-    model_t = C.model_time_s("allreduce", RANKS, 4 * elements, 0.0, b_hash * collrun.TCP_PAYLOAD_FRACTION)
+    model_t = C.model_time_s("allreduce", RANKS, 4 * elements, 0.0, b_hash * coll_plan.TCP_PAYLOAD_FRACTION)
     res = {"datapath": env["datapath"], "kernel": env["kernel"], "ranks": RANKS, "size_bytes": 4 * elements,
            "link_rate_bps": r * 1e6, "model_rate_bps_hash_ecmp": b_hash,
            "model_busbw_bps_alpha0": C.bandwidths("allreduce", RANKS, 4 * elements, model_t)["busbw_bps"],

@@ -23,6 +23,7 @@ from experiments.tables import (FLOW_COLUMNS, load_queue_samples, percentile as 
 from experiments.model import Scenario
 from experiments.section import ResultSection
 from traffic.flowsizes import offered_load
+from traffic.patterns import PATTERNS
 
 
 def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> list[dict]:
@@ -444,8 +445,7 @@ def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], 
     ideal = add_ideal_fct(flows, plan, fabric_map, env, sc.routing.mode, sc.queues.burst_bytes)
     _write_csv(out / "flows.csv", FLOW_COLUMNS, flows)
     samples, ports = write_port_tables(out, sc, fabric_map, t0, end)
-    incast = sc.traffic.pattern == "incast"
-    receiver = sc.traffic.receiver if incast else None
+    receiver = PATTERNS[sc.traffic.pattern].receiver(sc.traffic)      # every flow ends there, or None
     bn, chosen = choose_bottleneck(ports, receiver, receiver_bottleneck_reason)
     receiver_leaf = next((h["switch"] for h in fabric_map["hosts"] if h["name"] == receiver), None)
     sampler = json.loads((out / "sampler.json").read_text())
@@ -475,8 +475,9 @@ def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], 
         },
         "bottleneck": bottleneck_summary(bn, receiver, (0.0, end)) if chosen is None
         else dict(bottleneck_summary(bn, receiver, (0.0, end)), chosen=chosen),
-        # bytes each spine carried down to the receiver's leaf: shows how ECMP split the incast
-        "ecmp_split_tx_bytes": {p["intf"]: p["tx_bytes"] for p in ports if p["peer"] == receiver_leaf} if incast else {},
+        # bytes each spine carried down to the receiver's leaf: shows how ECMP split the traffic toward it
+        "ecmp_split_tx_bytes": ({p["intf"]: p["tx_bytes"] for p in ports if p["peer"] == receiver_leaf}
+                                if receiver is not None else {}),
         "throughput": throughput_summary(flows, fabric_map, plan, sc, samples, stopped),
         "fairness": fairness_summary(flows, measurement_window(flows, sc, stopped)),
         "total_drops": sum(p["drops"] for p in ports),

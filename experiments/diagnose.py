@@ -7,7 +7,7 @@ procedure (experiments.diagnosis): probe flows from every host until every direc
 carried one (is it the network?), halve the suspects by zone with link-disjoint probe rounds
 (which zone?), then read the culprit's switch-port counters (which layer?). The probes are
 constant-rate UDP flows (traffic.udp_probe) from chosen source ports: each flow's path is the one
-Open vSwitch's own tables give its 5-tuple (experiments.collrun.traced_path), so a probe can be
+Open vSwitch's own tables give its 5-tuple (experiments.coll_plan.traced_path), so a probe can be
 steered over a chosen link. Only then is the injected fault revealed and the verdict checked.
 
 Results: ``diagnosis.json`` (the verdict, the evidence chain: every probe with its figures, the
@@ -32,7 +32,7 @@ from common.units import FRAME_BYTES
 from controller.faults import FAULTS, parse_fault
 from experiments import diagnosis as D
 from experiments import folders
-from experiments.collrun import traced_path
+from experiments.paths import traced_path
 from experiments.context import HOST_QUEUE_PACKETS
 from experiments.draw import draw
 from experiments.fabric import REPO
@@ -41,7 +41,7 @@ from experiments.model import Scenario
 from experiments.pagekit import Caption
 from experiments.plan import build_fabric
 from experiments.runner import PLATFORM, port_queue
-from controller.dataplane import PortQueue
+from controller.dataplane import PortQueue, ovs_trace_output_port
 
 #: The probes' UDP destination port (the traced 5-tuples use it).
 PROBE_PORT = 7000
@@ -92,7 +92,7 @@ class LiveProbes:
         if sport not in seen:
             self.traces += 1
             try:
-                p = traced_path(self.fmap, src, dst, sport, PROBE_PORT, proto="udp")
+                p = traced_path(self.fmap, src, dst, sport, PROBE_PORT, proto="udp", trace=ovs_trace_output_port)
             except ValueError:
                 p = None
             seen[sport] = tuple(p) if p else None

@@ -522,7 +522,7 @@ def plot_collective_timeline(rows: list[dict], path: Path, title: str = "",
                              caption: Caption = COLLECTIVE_TIMELINE) -> Path:
     """The textbook's ring picture: one lane per rank, one bar per step (start -> end, seconds),
     reduce-scatter steps in one colour and all-gather (or all-to-all) steps in another (a
-    hierarchical AllReduce's NVLink phases in two more), each bar labelled with the chunk it sent. ``rows``: :func:`experiments.collrun.step_rows` of one
+    hierarchical AllReduce's NVLink phases in two more), each bar labelled with the chunk it sent. ``rows``: :func:`experiments.coll_summary.step_rows` of one
     iteration. Raises ValueError for no rows."""
     if not rows:
         raise ValueError("no collective steps to plot")
@@ -631,7 +631,7 @@ def plot_link_heatmap(rows: list[dict], path: Path, title: str = "", caption: Ca
     """A mixed-parallel job's links: left, a heat map of each directed link's utilisation (from
     row node to column node; blank where no link is); right, each link's predicted bytes by
     parallelism kind (stacked) with the bytes its port counted (a dot). ``rows``:
-    experiments.parallelrun.link_table's (``src``, ``dst``, ``utilisation``, ``pipeline_bytes``,
+    experiments.workloads.parallel.run.link_table's (``src``, ``dst``, ``utilisation``, ``pipeline_bytes``,
     ``data_bytes``, ``ack_bytes``, ``measured_bytes``; a server's NVLink, ``src`` = ``dst``, as a bar only).
     Raises ValueError for no rows."""
     if not rows:

@@ -165,12 +165,23 @@ class _Pattern:
         """No keys of its own to fill in."""
         return {}
 
+    @staticmethod
+    def receiver(traffic: Any) -> str | None:
+        """The one host every flow of the pattern ends at (an incast's receiver: the results name
+        its port the bottleneck's and show how ECMP split the traffic toward it), or None."""
+        return None
+
 
 class Incast(_Pattern):
     """``senders`` hosts -> ``receiver`` (or ``sender_hosts``), one ``response_bytes`` flow each:
     partition-aggregate (see :func:`incast_senders`)."""
 
     NAME = "incast"
+
+    @staticmethod
+    def receiver(traffic: Any) -> str | None:
+        """``traffic.receiver``: every response ends there."""
+        return traffic.receiver
 
     @staticmethod
     def pairs(fabric, traffic: Any, seed: int) -> list[tuple[str, str]]:

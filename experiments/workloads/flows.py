@@ -9,7 +9,8 @@ from pathlib import Path
 
 from experiments import analysis, plot
 from common.errors import SetupError
-from experiments.collrun import traced_path
+from controller.dataplane import ovs_trace_output_port
+from experiments.paths import traced_path
 from experiments.context import RoundRecord, maybe_fault
 from experiments.live import Agents, start_sampler, stop_sampler
 from experiments.workloads.base import Workload
@@ -179,7 +180,7 @@ MAX_TRACED_FLOWS = 256
 
 def trace_paths(fabric_map: dict, plan: list[dict], dst_port: int, proto: str, trace=None) -> dict:
     """Every planned flow's path through the live fabric, as Open vSwitch's tables send its
-    5-tuple (experiments.collrun.traced_path: the ECMP hash as the switches compute it), e.g.
+    5-tuple (experiments.coll_plan.traced_path: the ECMP hash as the switches compute it), e.g.
     ``{"0": "h2>l2>s1>l1>h1", ...}`` by flow id; the seed's source ports make it the same in every
     variant of a study. A flow that cannot be traced maps to ``"error: ..."``; more than
     :data:`MAX_TRACED_FLOWS` flows give ``{}``. ``trace(bridge, flow) -> port`` replaces the tracer (tests)."""
@@ -188,7 +189,8 @@ def trace_paths(fabric_map: dict, plan: list[dict], dst_port: int, proto: str, t
     out = {}
     for f in plan:
         try:
-            links = traced_path(fabric_map, f["src"], f["dst"], f["src_port"], dst_port, proto, trace=trace)
+            links = traced_path(fabric_map, f["src"], f["dst"], f["src_port"], dst_port, proto,
+                                trace=trace or ovs_trace_output_port)
             out[str(f["flow_id"])] = ">".join([f["src"]] + [b for _a, b in links])
         except (ValueError, SetupError) as e:
             out[str(f["flow_id"])] = f"error: {e}"

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from experiments.workloads.base import Workload
 from experiments.workloads.blocks import IncastBlocks
-from experiments.workloads.collective import Collective
+from experiments.workloads.collective.workload import Collective
 from experiments.workloads.flows import KernelFlows
-from experiments.workloads.parallel import MixedParallel
+from experiments.workloads.parallel.workload import MixedParallel
 from experiments.workloads.roce.workload import RoceFlows
-from experiments.workloads.training import Training
+from experiments.workloads.training.workload import Training
 from experiments.model import Round, Scenario
 
 #: Registered workloads by name, in the order they are asked whether they want a round

@@ -12,7 +12,7 @@ import pytest
 
 from experiments.state import RunState
 from controller.dataplane import PortQueue
-from experiments import collrun
+from experiments.workloads.collective import agents as coll_agents, plan as coll_plan, summary as coll_summary
 from experiments.fabric import LiveFabric
 from topologies.spineleaf import SpineLeaf
 
@@ -39,15 +39,15 @@ def fabric(tmp_path_factory):
 
 def test_textbook_four_ranks(fabric):
     lf, st, tmp = fabric
-    hosts = collrun.place_ranks(lf.fabric, 4, "spread")
+    hosts = coll_plan.place_ranks(lf.fabric, 4, "spread")
     assert len({lf.fabric.node(h).leaf for h in hosts}) == 2
-    recs, codes = collrun.run(lf, st, hosts, "allreduce", 12, tmp / "textbook", init="textbook")
+    recs, codes = coll_agents.run(lf, st, hosts, "allreduce", 12, tmp / "textbook", init="textbook")
     assert not any(codes.values()), (codes, recs)
     for rec in recs:
         assert rec and not rec["error"], rec
         assert np.load(rec["array"]).tolist() == [72 + 4 * i for i in range(12)]
         assert len(rec["iterations"][0]["steps"]) == 6
-    chk = collrun.check_results(recs, "allreduce", 12, init="textbook")
+    chk = coll_summary.check_results(recs, "allreduce", 12, init="textbook")
     assert chk["exact"] and chk["transfers"] == chk["expected_transfers"] == 24, chk
 
 
@@ -55,14 +55,14 @@ def test_textbook_four_ranks(fabric):
 @pytest.mark.parametrize("n, placement", [(4, "local"), (8, "spread")])
 def test_seeded_allreduce_exact_on_every_rank(fabric, n, placement):
     lf, st, tmp = fabric
-    hosts = collrun.place_ranks(lf.fabric, n, placement)
+    hosts = coll_plan.place_ranks(lf.fabric, n, placement)
     elements = 50_000                         # 200 kB per rank
-    recs, codes = collrun.run(lf, st, hosts, "allreduce", elements, tmp / f"ar{n}", seed=7)
+    recs, codes = coll_agents.run(lf, st, hosts, "allreduce", elements, tmp / f"ar{n}", seed=7)
     assert not any(codes.values()), (codes, [r and r["error"] for r in recs])
-    chk = collrun.check_results(recs, "allreduce", elements, seed=7)
+    chk = coll_summary.check_results(recs, "allreduce", elements, seed=7)
     assert chk["exact"], chk
     assert chk["transfers"] == chk["expected_transfers"] == 2 * n * (n - 1)
-    (t,) = collrun.timings(recs, "allreduce", elements)
+    (t,) = coll_summary.timings(recs, "allreduce", elements)
     print(f"N={n} {placement}: T {t['time_s']:.2f} s, busbw {t['busbw_bps'] / 1e6:.2f} Mbit/s, "
           f"balance {t['balance']:.3f}")
     assert t["time_s"] > 0 and t["busbw_bps"] > 0 and t["balance"] >= 1.0
@@ -73,8 +73,8 @@ def test_seeded_allreduce_exact_on_every_rank(fabric, n, placement):
 @pytest.mark.parametrize("kind", ["all_gather", "all_to_all", "reduce_scatter"])
 def test_other_collectives_match_the_reference(fabric, kind):
     lf, st, tmp = fabric
-    hosts = collrun.place_ranks(lf.fabric, 4, "spread")
-    recs, codes = collrun.run(lf, st, hosts, kind, 4_000, tmp / kind, seed=3)
+    hosts = coll_plan.place_ranks(lf.fabric, 4, "spread")
+    recs, codes = coll_agents.run(lf, st, hosts, kind, 4_000, tmp / kind, seed=3)
     assert not any(codes.values()), (codes, recs)
-    chk = collrun.check_results(recs, kind, 4_000, seed=3)
+    chk = coll_summary.check_results(recs, kind, 4_000, seed=3)
     assert chk["exact"] and chk["transfers"] == chk["expected_transfers"] == 4 * 3, chk

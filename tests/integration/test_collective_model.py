@@ -10,7 +10,7 @@ import pytest
 
 from experiments.state import RunState
 from controller.dataplane import PortQueue
-from experiments import collrun
+from experiments.workloads.collective import agents as coll_agents, plan as coll_plan, summary as coll_summary
 from experiments.fabric import LiveFabric
 from experiments.context import HOST_QUEUE_PACKETS
 from experiments.live import warm_up_reachability
@@ -44,15 +44,15 @@ def host_queue(rate_mbps: float) -> PortQueue:
 
 
 def measure(lf, st, tmp, hosts, size_bytes, repeat=2) -> dict:
-    """One AllReduce round as experiments run it (:func:`experiments.collrun.run_round`: alpha from
+    """One AllReduce round as experiments run it (:func:`experiments.coll_agents.run_round`: alpha from
     a small run, then ``repeat`` iterations of ``size_bytes`` per rank, then
-    :func:`experiments.collrun.summarize`): the median T, busbw, the model's T (B: the hash-ECMP
+    :func:`experiments.coll_summary.summarize`): the median T, busbw, the model's T (B: the hash-ECMP
     bottleneck's TCP payload rate, a median over hash outcomes) and the model's T on the paths
     this run's connections took (traced from Open vSwitch's tables), exactness and transfers."""
     coll = Collective(kind="allreduce", hosts=hosts, ranks=len(hosts), placement="local", size_bytes=size_bytes,
                       repeat=repeat, init="seeded", timeout_s=300)
-    res = collrun.run_round(lf, st, coll, tmp, sample_hz=20, seed=5)
-    (row,) = collrun.summarize(res, tmp)["sizes"]
+    res = coll_agents.run_round(lf, st, coll, tmp, sample_hz=20, seed=5)
+    (row,) = coll_summary.summarize(res, tmp)["sizes"]
     (run,) = res["runs"]
     assert row["exact"] and run["traced_error"] is None, (run["errors"], run["agent_exit_codes"], run["traced_error"])
     return {"exact": row["exact"], "transfers": row["transfers"], "expected": row["expected_transfers"],
@@ -68,7 +68,7 @@ def test_fattree_16_ranks_exact_near_line_rate_and_the_model(tmp_path, figure):
     # core forwards on the userspace datapath (docs/results.md, "Fat-Tree against Spine-Leaf")
     rate_mbps = 2.0
     fab = FatTree(k=4, host_rate_mbps=rate_mbps, edge_agg_rate_mbps=rate_mbps, agg_core_rate_mbps=rate_mbps).build()
-    hosts = collrun.place_ranks(fab, 16, "local")
+    hosts = coll_plan.place_ranks(fab, 16, "local")
     with RunState("test-coll-ft") as st:
         with LiveFabric(fab, tmp_path / "run", st, datapath=chosen_datapath(),
                         switch_queue=switch_queue, host_queue=host_queue) as lf:
@@ -108,7 +108,7 @@ def test_spine_crossing_ring_is_slower_by_the_predicted_factor(tmp_path, figure)
                         switch_queue=switch_queue, host_queue=host_queue) as lf:
             warm_up_reachability(lf)
             for placement in ("local", "spread"):
-                hosts = collrun.place_ranks(fab, 8, placement)
+                hosts = coll_plan.place_ranks(fab, 8, placement)
                 # 5 iterations, their median: one slow iteration of a 2 s ring must not decide the ratio
                 res[placement] = measure(lf, st, tmp_path / placement, hosts, 1 << 20, repeat=5)
     assert_clean(str(tmp_path / "run"))

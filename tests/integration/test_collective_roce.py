@@ -14,8 +14,8 @@ import pytest
 from common.dcqcn import DcqcnParams
 from experiments.scenario import FRAME_BYTES
 from experiments.state import RunState
-from controller.dataplane import PortQueue
-from experiments import collrun
+from controller.dataplane import PortQueue, ovs_trace_output_port
+from experiments.workloads.collective import agents as coll_agents, plan as coll_plan, summary as coll_summary
 from experiments.workloads.roce import jobs as rocejobs
 from experiments.fabric import LiveFabric
 from topologies.spineleaf import SpineLeaf
@@ -48,9 +48,9 @@ def fabric(request, tmp_path_factory):
 
 def check_transport(out, hosts):
     """Every agent's engine ended cleanly and every message it sent was acknowledged; returns the
-    run's totals (experiments.collrun.transport_totals)."""
+    run's totals (experiments.coll_summary.transport_totals)."""
     import json
-    tot = collrun.transport_totals(out, hosts)
+    tot = coll_summary.transport_totals(out, hosts)
     assert tot and not tot["errors"], tot
     for h in dict.fromkeys(hosts):
         t = json.loads((out / f"{h}.collective.json").read_text())["roce"]
@@ -63,9 +63,9 @@ def run_roce(fabric, name, hosts, kind, elements, **kw):
     count; returns (rank records, transport totals)."""
     lf, st, tmp, _buf = fabric
     out = tmp / name
-    recs, codes = collrun.run(lf, st, hosts, kind, elements, out, transport="roce", **kw)
+    recs, codes = coll_agents.run(lf, st, hosts, kind, elements, out, transport="roce", **kw)
     assert not any(codes.values()), (codes, [r and r["error"] for r in recs])
-    chk = collrun.check_results(recs, kind, elements, init=kw.get("init", "seeded"), seed=kw.get("seed", 0))
+    chk = coll_summary.check_results(recs, kind, elements, init=kw.get("init", "seeded"), seed=kw.get("seed", 0))
     assert chk["exact"] and chk["transfers"] == chk["expected_transfers"], chk
     return recs, check_transport(out, hosts)
 
@@ -74,7 +74,7 @@ def test_textbook_four_ranks_over_roce(fabric):
     lf, buf = fabric[0], fabric[3]
     if buf != 100:
         pytest.skip("once is enough")
-    hosts = collrun.place_ranks(lf.fabric, 4, "spread")
+    hosts = coll_plan.place_ranks(lf.fabric, 4, "spread")
     recs, _ = run_roce(fabric, "textbook", hosts, "allreduce", 12, init="textbook", roce=roce_args())
     for rec in recs:
         assert np.load(rec["array"]).tolist() == [72 + 4 * i for i in range(12)]
@@ -90,15 +90,16 @@ def test_seeded_allreduce_exact_over_roce(fabric, n, placement):
     if buf != 100 and n != 8:
         pytest.skip("the lossy fabric runs N = 8")
     mode = "dcqcn" if buf == 100 else "none"
-    hosts = collrun.place_ranks(lf.fabric, n, placement)
+    hosts = coll_plan.place_ranks(lf.fabric, n, placement)
     elements = 1024 * n                     # 4 KiB chunks: 4 packets per step
     recs, tot = run_roce(fabric, f"ar{n}", hosts, "allreduce", elements, seed=11, roce=roce_args(mode, buf))
     assert sum(r["iterations"][-1]["received"] for r in recs) == 2 * n * (n - 1)
-    (t,) = collrun.timings(recs, "allreduce", elements)
+    (t,) = coll_summary.timings(recs, "allreduce", elements)
     print(f"RoCE {mode} N={n} {placement}, {buf}-packet buffers: T {t['time_s']:.2f} s, busbw "
           f"{t['busbw_bps'] / 1e6:.2f} Mbit/s, balance {t['balance']:.3f}; {tot}")
     if placement == "spread":     # Open vSwitch's tables say where each queue pair's UDP 5-tuple goes
-        assert collrun.traced_rate_bps(lf.fabric.to_map(), recs, hosts, "allreduce") > 0
+        assert coll_plan.traced_rate_bps(lf.fabric.to_map(), recs, hosts, "allreduce",
+                                         trace=ovs_trace_output_port) > 0
     if buf != 100:       # open loop into 5-packet buffers: frames were lost and resent, still exact
         assert tot["retransmitted_packets"] > 0, tot
 
@@ -107,7 +108,7 @@ def test_all_to_all_over_roce(fabric):
     lf, buf = fabric[0], fabric[3]
     if buf != 100:
         pytest.skip("once is enough")
-    hosts = collrun.place_ranks(lf.fabric, 8, "spread")
+    hosts = coll_plan.place_ranks(lf.fabric, 8, "spread")
     recs, _ = run_roce(fabric, "a2a", hosts, "all_to_all", 8 * 1000, seed=5, roce=roce_args())
     assert sum(r["iterations"][-1]["received"] for r in recs) == 8 * 7
 
@@ -122,12 +123,12 @@ def test_hierarchical_allreduce_over_roce_on_gpu_servers(fabric):
     hosts = ["h1", "h1", "h5", "h5", "h9", "h9", "h13", "h13"]
     elements = 8 * 2048
     out = tmp / "hierarchical"
-    recs, codes = collrun.run(lf, st, hosts, "allreduce", elements, out, transport="roce", roce=roce_args(),
+    recs, codes = coll_agents.run(lf, st, hosts, "allreduce", elements, out, transport="roce", roce=roce_args(),
                               algorithm="hierarchical", nvlink_ratio=12)
     assert not any(codes.values()), (codes, [r and r["error"] for r in recs])
-    chk = collrun.check_results(recs, "allreduce", elements, algorithm="hierarchical", hosts=hosts)
+    chk = coll_summary.check_results(recs, "allreduce", elements, algorithm="hierarchical", hosts=hosts)
     assert chk["exact"] and chk["transfers"] == chk["expected_transfers"] == 8 * (2 * 1 + 2 * 3), chk
-    qps = collrun.roce_qps(8, "allreduce", "hierarchical", hosts)
+    qps = coll_plan.roce_qps(8, "allreduce", "hierarchical", hosts)
     assert len(qps) == 8 and all(hosts[q["src_rank"]] != hosts[q["dst_rank"]] for q in qps)
     assert {q["src_rank"] % 2 == q["dst_rank"] % 2 for q in qps} == {True}       # each on its rail
     check_transport(out, hosts)

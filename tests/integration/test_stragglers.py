@@ -8,7 +8,7 @@ controller's REST API as a run does."""
 import pytest
 
 from controller.faults import capacity_overrides, parse_fault
-from experiments import collrun
+from experiments.workloads.collective import agents as coll_agents, plan as coll_plan, summary as coll_summary
 from experiments.fabric import LiveFabric
 from experiments.live import warm_up_reachability
 from experiments.model import Collective
@@ -28,15 +28,15 @@ FAULT = {"kind": "degrade", "link": "p1e1->h5", "rate_fraction": 0.5}
 def ring(lf, st, tmp, hosts, capacity=None) -> dict:
     coll = Collective(kind="allreduce", hosts=hosts, ranks=len(hosts), placement="local", size_bytes=262144,
                       repeat=2, init="seeded", timeout_s=300)
-    res = collrun.run_round(lf, st, coll, tmp, sample_hz=20, seed=5, capacity_mbps=capacity)
-    (row,) = collrun.summarize(res, tmp)["sizes"]
+    res = coll_agents.run_round(lf, st, coll, tmp, sample_hz=20, seed=5, capacity_mbps=capacity)
+    (row,) = coll_summary.summarize(res, tmp)["sizes"]
     assert row["exact"] and row["traced_model_time_s"], row
     return row
 
 
 def test_a_degraded_link_slows_the_ring_to_the_model_and_the_steps_name_its_ranks(tmp_path, figure):
     fab = FatTree(k=4, host_rate_mbps=RATE_MBPS, edge_agg_rate_mbps=RATE_MBPS, agg_core_rate_mbps=RATE_MBPS).build()
-    hosts = collrun.place_ranks(fab, 8, "local")
+    hosts = coll_plan.place_ranks(fab, 8, "local")
     assert hosts == [f"h{i}" for i in range(1, 9)]
     fmap = fab.to_map()
     with RunState("test-stragglers") as st:

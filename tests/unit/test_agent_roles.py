@@ -3,7 +3,6 @@ role is one entry, an unknown role is a recorded error, not a crash."""
 from __future__ import annotations
 
 import json
-import sys
 
 from traffic import agent
 from traffic.agent import ROLES, Role

@@ -113,31 +113,31 @@ def test_bad_input_is_named(call, match):
 
 def test_ring_bottleneck_from_the_fluid_model():
     # Spine-Leaf 2 spines x 2 leaves x 4 hosts, 10 Mbit/s everywhere (4 hosts down, 2 uplinks up: 2:1)
-    from experiments import collrun
+    from experiments.workloads.collective import plan as coll_plan
     from topologies.spineleaf import SpineLeaf
     fab = SpineLeaf(spines=2, leaves=2, hosts_per_leaf=4, host_rate_mbps=10, uplink_rate_mbps=10).build()
     fmap = fab.to_map()
-    local = collrun.place_ranks(fab, 8, "local")        # h1..h4 on leaf1, h5..h8 on leaf2
-    spread = collrun.place_ranks(fab, 8, "spread")      # alternating leaves
+    local = coll_plan.place_ranks(fab, 8, "local")        # h1..h4 on leaf1, h5..h8 on leaf2
+    spread = coll_plan.place_ranks(fab, 8, "spread")      # alternating leaves
     assert local == [f"h{i}" for i in range(1, 9)]
     assert [fab.node(h).leaf for h in spread] == ["leaf1", "leaf2"] * 4
     # rack-local ring: 2 of its 8 transfers cross the 2 x 10 Mbit/s uplinks, one each way: the
     # host links bound it at 10 Mbit/s; spread: all 8 cross, 4 each way over 20 Mbit/s: 5 Mbit/s
-    assert collrun.bottleneck_rate_bps(fmap, local, "allreduce") == pytest.approx(10e6)
-    assert collrun.bottleneck_rate_bps(fmap, spread, "allreduce") == pytest.approx(5e6)
+    assert coll_plan.bottleneck_rate_bps(fmap, local, "allreduce") == pytest.approx(10e6)
+    assert coll_plan.bottleneck_rate_bps(fmap, spread, "allreduce") == pytest.approx(5e6)
     with pytest.raises(ValueError, match="one server"):
-        collrun.bottleneck_rate_bps(fmap, ["h1", "h1"], "allreduce")
+        coll_plan.bottleneck_rate_bps(fmap, ["h1", "h1"], "allreduce")
     # hash ECMP (each TCP connection pinned to one uplink): the 4 spread transfers of a direction
     # fall 2+2 on the 2 uplinks with probability 6/16, 3+1 with 8/16, 4+0 with 2/16, both
     # directions independently, so the slowest transfer's median is 10/3 Mbit/s; rack-local
     # stays at 10 (one crossing transfer per direction cannot collide)
-    assert collrun.bottleneck_rate_bps(fmap, local, "allreduce", "hash") == pytest.approx(10e6)
-    assert collrun.bottleneck_rate_bps(fmap, spread, "allreduce", "hash") == pytest.approx(10e6 / 3)
+    assert coll_plan.bottleneck_rate_bps(fmap, local, "allreduce", "hash") == pytest.approx(10e6)
+    assert coll_plan.bottleneck_rate_bps(fmap, spread, "allreduce", "hash") == pytest.approx(10e6 / 3)
     with pytest.raises(ValueError, match="routing"):
-        collrun.bottleneck_rate_bps(fmap, local, "allreduce", "random")
+        coll_plan.bottleneck_rate_bps(fmap, local, "allreduce", "random")
     # alpha from a measured time: T = 14 x (alpha + D / (N B))
     t = C.model_time_s("allreduce", 8, 80_000, 0.002, 10e6)
-    assert collrun.alpha_from_run(t, "allreduce", 8, 80_000, 10e6) == pytest.approx(0.002)
+    assert coll_plan.alpha_from_run(t, "allreduce", 8, 80_000, 10e6) == pytest.approx(0.002)
 
 
 def test_hash_ecmp_slowest_flow_distribution():
@@ -156,7 +156,8 @@ def test_hash_ecmp_slowest_flow_distribution():
 def test_traced_paths_give_this_runs_bottleneck():
     # a scripted tracer stands in for ovs-appctl: leaf1 sends port 40000 up spine1 (port 3),
     # everything else up spine2 (port 4); a 4-rank spread ring h1 h3 h2 h4 (leaf1 leaf2 leaf1 leaf2)
-    from experiments import collrun
+    from experiments import paths
+    from experiments.workloads.collective import plan as coll_plan
     from topologies.spineleaf import SpineLeaf
     fmap = SpineLeaf(spines=2, leaves=2, hosts_per_leaf=2, host_rate_mbps=10, uplink_rate_mbps=10).build().to_map()
     calls = []
@@ -172,7 +173,7 @@ def test_traced_paths_give_this_runs_bottleneck():
                         if p["peer"] == dst["switch"])
         sport = f.get("tcp_src") or f["udp_src"]
         return 3 if sport in ("40000", "40001") else 4
-    path = collrun.traced_path(fmap, "h1", "h3", 40000, 17000, trace=trace)
+    path = paths.traced_path(fmap, "h1", "h3", 40000, 17000, trace=trace)
     assert path == {("h1", "leaf1"): 1.0, ("leaf1", "spine1"): 1.0, ("spine1", "leaf2"): 1.0, ("leaf2", "h3"): 1.0}
     assert calls[0][:2] == ("leaf1", "1") and [c[0] for c in calls] == ["leaf1", "spine1", "leaf2"]
     hosts = ["h1", "h3", "h2", "h4"]
@@ -180,18 +181,18 @@ def test_traced_paths_give_this_runs_bottleneck():
     conns = {0: 40000, 1: 40002, 2: 40001, 3: 40003}
     recs = [{"connections": [{"dst_rank": (r + 1) % 4, "src_port": conns[r], "dst_port": 17000 + (r + 1) % 4}]}
             for r in range(4)]
-    assert collrun.traced_rate_bps(fmap, recs, hosts, "allreduce", trace=trace) == pytest.approx(5e6)
+    assert coll_plan.traced_rate_bps(fmap, recs, hosts, "allreduce", trace=trace) == pytest.approx(5e6)
     conns[2], conns[3] = 40005, 40001                   # now one on each spine per leaf: nothing shared
     recs = [{"connections": [{"dst_rank": (r + 1) % 4, "src_port": conns[r], "dst_port": 17000 + (r + 1) % 4}]}
             for r in range(4)]
-    assert collrun.traced_rate_bps(fmap, recs, hosts, "allreduce", trace=trace) == pytest.approx(10e6)
-    assert collrun.traced_rate_bps(fmap, [None] * 4, hosts, "allreduce", trace=trace) is None
+    assert coll_plan.traced_rate_bps(fmap, recs, hosts, "allreduce", trace=trace) == pytest.approx(10e6)
+    assert coll_plan.traced_rate_bps(fmap, [None] * 4, hosts, "allreduce", trace=trace) is None
     for c in (c for r in recs for c in r["connections"]):      # RoCE queue pairs: UDP to 4791
         c.update(proto="udp", dst_port=4791)
-    assert collrun.traced_rate_bps(fmap, recs, hosts, "allreduce", trace=trace) == pytest.approx(10e6)
+    assert coll_plan.traced_rate_bps(fmap, recs, hosts, "allreduce", trace=trace) == pytest.approx(10e6)
     assert "udp,nw_src" in calls[-1][2] and "udp_dst=4791" in calls[-1][2]
     with pytest.raises(ValueError, match="does not forward"):
-        collrun.traced_path(fmap, "h1", "h3", 40000, 17000, trace=lambda b, f: None)
+        paths.traced_path(fmap, "h1", "h3", 40000, 17000, trace=lambda b, f: None)
 
 
 def test_plots_of_a_collective(tmp_path):
@@ -249,11 +250,11 @@ def test_step_count_is_the_schedule_length():
 
 
 def test_roce_queue_pairs_and_payload_share():
-    from experiments import collrun
-    qps = collrun.roce_qps(4, "allreduce")              # the ring: r -> r + 1
+    from experiments.workloads.collective import plan as coll_plan
+    qps = coll_plan.roce_qps(4, "allreduce")              # the ring: r -> r + 1
     assert [(q["src_rank"], q["dst_rank"]) for q in qps] == [(0, 1), (1, 2), (2, 3), (3, 0)]
     assert len({q["send_qpn"] for q in qps} | {q["recv_qpn"] for q in qps}) == 8
     assert len({q["udp_sport"] for q in qps}) == 4 and all(q["send_qpn"] < 1 << 24 for q in qps)
-    assert len(collrun.roce_qps(16, "all_to_all")) == 16 * 15
-    assert collrun.payload_fraction("tcp") == 1448 / 1514
-    assert collrun.payload_fraction("roce", 1024) == 1024 / 1082     # Eth 14, IP 20, UDP 8, BTH 12, ICRC 4
+    assert len(coll_plan.roce_qps(16, "all_to_all")) == 16 * 15
+    assert coll_plan.payload_fraction("tcp") == 1448 / 1514
+    assert coll_plan.payload_fraction("roce", 1024) == 1024 / 1082     # Eth 14, IP 20, UDP 8, BTH 12, ICRC 4

@@ -255,7 +255,7 @@ def test_a_round_long_rate_fault_lowers_the_models_capacity():
 
 
 def test_the_stragglers_are_the_ranks_most_often_slowest():
-    from experiments.collrun import stragglers
+    from experiments.workloads.collective.summary import stragglers
     hosts = [f"h{i + 1}" for i in range(8)]
     its = [{"slowest_rank_per_step": [3, 3, 4, 3, 0, 3]}, {"slowest_rank_per_step": [4, 3, 4, 3, 3, 3]}]
     assert stragglers(its, hosts) == "3:h4 8/12, 4:h5 3/12"

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from experiments import collrun
+from experiments.workloads.collective import plan as coll_plan, summary as coll_summary
 from experiments.labs.optimisation import Optimisation
 
 D_BYTES = 1 << 20
@@ -110,11 +110,11 @@ def records(steps, n):
 def test_bytes_by_level_on_four_servers_of_four(algorithm, network, max_rank, nvlink):
     hosts = [f"h{i + 1}" for i in range(16)]
     servers = [f"s{i // 4}" for i in range(16)]
-    steps = collrun.schedule(hosts, "allreduce", D_BYTES // 4, algorithm, servers)
-    got = collrun.sent_bytes_by_level(records(steps, 16), steps, servers)
+    steps = coll_plan.schedule(hosts, "allreduce", D_BYTES // 4, algorithm, servers)
+    got = coll_summary.sent_bytes_by_level(records(steps, 16), steps, servers)
     assert got == {"network_bytes": network * D_BYTES, "network_bytes_max_rank": max_rank * D_BYTES,
                    "nvlink_bytes": nvlink * D_BYTES}
-    one_per_server = collrun.sent_bytes_by_level(records(steps, 16), steps, hosts)
+    one_per_server = coll_summary.sent_bytes_by_level(records(steps, 16), steps, hosts)
     assert one_per_server["nvlink_bytes"] == 0 and one_per_server["network_bytes"] == (network + nvlink) * D_BYTES
     with pytest.raises(ValueError, match="steps recorded"):
-        collrun.sent_bytes_by_level(records(steps[:-1], 16), steps, servers)
+        coll_summary.sent_bytes_by_level(records(steps[:-1], 16), steps, servers)

@@ -1,9 +1,9 @@
-"""The mixed-parallel accounting (experiments.parallelrun), pure: each plan flow's frames on the
+"""The mixed-parallel accounting (experiments.workloads.parallel.run), pure: each plan flow's frames on the
 links of its traced path and its acknowledgements on the reverse links, the port counters read
 as directed links, NVLink rows from the ranks' own counts."""
 import pytest
 
-from experiments import parallelrun as PR
+from experiments.workloads.parallel import run as PR
 from experiments.slowdown import HEADER_BYTES
 
 

@@ -208,7 +208,7 @@ def test_the_guides_scenario_checks_and_its_code_is_the_shipped_example(monkeypa
 
 
 def test_a_plugin_that_raised_in_a_collective_agent_ends_the_run_too(tmp_path):
-    from experiments.workloads import collective as coll_workload
+    from experiments.workloads.collective import workload as coll_workload
     size = tmp_path / "agents" / "size-4000"
     size.mkdir(parents=True)
     (size / "h1.collective.json").write_text(json.dumps({"role": "collective", "roce": {"error": None}}))

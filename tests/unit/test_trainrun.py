@@ -1,4 +1,4 @@
-"""The training results (experiments.trainrun) from real agents' records, no root: the agents of
+"""The training results (experiments.workloads.training.run) from real agents' records, no root: the agents of
 traffic.training on loopback write their files as on a fabric, and the run's tables, gradient
 checks, plots and summary are made from them."""
 import json
@@ -8,7 +8,7 @@ import time
 import pytest
 
 from common import training as T
-from experiments import trainrun
+from experiments.workloads.training import run as trainrun
 from experiments.model import Training
 from traffic.training import run_training
 

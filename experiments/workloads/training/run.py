@@ -13,7 +13,8 @@ import numpy as np
 
 from common.compression import make as make_codec
 from common.training import Bucket, Layer, timeline
-from experiments import collrun, plot
+from experiments import plot
+from experiments.workloads.collective import agents as coll_agents, plan as coll_plan, summary as coll_summary
 from experiments.live import start_sampler, stop_sampler
 from experiments.model import Training
 from experiments.tables import write_csv
@@ -22,9 +23,9 @@ from traffic.training import gradient
 
 def jobs(lf, hosts: list[str], tr: Training, out: Path, deadline_unix_s: float, seed: int) -> dict[str, dict]:
     """The ``training`` job of every host that runs a rank (traffic.training's job: the collective
-    job's transport fields from :func:`experiments.collrun.host_jobs` and the model's)."""
+    job's transport fields from :func:`experiments.coll_agents.host_jobs` and the model's)."""
     layers, bkts = tr.model_layers(), tr.buckets()
-    out_jobs = collrun.host_jobs(lf, hosts, "allreduce", len(hosts), out, deadline_unix_s, seed=seed,
+    out_jobs = coll_agents.host_jobs(lf, hosts, "allreduce", len(hosts), out, deadline_unix_s, seed=seed,
                                  algorithm=tr.algorithm, nvlink_ratio=tr.nvlink_ratio)
     for h, j in out_jobs.items():
         j.update({"role": "training", "out": str(Path(out) / f"{h}.training.json"),
@@ -38,14 +39,14 @@ def jobs(lf, hosts: list[str], tr: Training, out: Path, deadline_unix_s: float, 
 
 def load_records(out: Path, hosts: list[str]) -> list[dict | None]:
     """Each rank's record (rank order) from the agents' ``<host>.training.json``; None for a missing one."""
-    return collrun.load_records(out, hosts, "training")
+    return coll_summary.load_records(out, hosts, "training")
 
 
 def model_comm_s(res: dict, params_bytes: int, ratio: float) -> float:
     """The model's time to reduce one bucket of ``params_bytes`` whose bytes on the wire are
     ``params_bytes / ratio``: the flat or two-level alpha-beta model with the run's alpha and B
-    (:func:`experiments.collrun.model_time_s`)."""
-    return collrun.model_time_s(res, params_bytes / ratio, res["alpha_s"] or 0.0, res["rate_bps"])
+    (:func:`experiments.coll_plan.model_time_s`)."""
+    return coll_plan.model_time_s(res, params_bytes / ratio, res["alpha_s"] or 0.0, res["rate_bps"])
 
 
 def run_round(lf, state, tr: Training, out: Path, sample_hz: float, quiet: bool = True, say=print, seed: int = 0,
@@ -60,16 +61,16 @@ def run_round(lf, state, tr: Training, out: Path, sample_hz: float, quiet: bool 
     "records_dir", "agent_exit_codes", "gradient" (:func:`gradient_errors`, checked before the
     reduced arrays are deleted)}`` (JSON-able). Raises SetupError when the agents cannot start.
     """
-    hosts = collrun.rank_hosts(lf.fabric, tr)
+    hosts = coll_plan.rank_hosts(lf.fabric, tr)
     n = len(hosts)
-    servers = collrun.rank_servers(lf.fabric, hosts)
-    lay = collrun.layout(hosts, servers)
+    servers = coll_plan.rank_servers(lf.fabric, hosts)
+    lay = coll_plan.layout(hosts, servers)
     fmap = lf.fabric.to_map()
     if capacity_mbps:
         fmap["capacity_mbps"] = dict(capacity_mbps)
     nic_bps = 1e6 * min(lf.fabric.host_attachment(h).rate_mbps for h in hosts)
-    rate = collrun.bottleneck_rate_bps(fmap, hosts, "allreduce", "hash", tr.algorithm, servers) \
-        * collrun.TCP_PAYLOAD_FRACTION
+    rate = coll_plan.bottleneck_rate_bps(fmap, hosts, "allreduce", "hash", tr.algorithm, servers) \
+        * coll_plan.TCP_PAYLOAD_FRACTION
     layers, bkts = tr.model_layers(), tr.buckets()
     codec = make_codec(tr.compression, tr.topk_ratio if tr.compression == "topk" else None)
     res = {"hosts": hosts, "kind": "allreduce", "ranks": n, "algorithm": tr.algorithm, "server_of_rank": servers,
@@ -92,7 +93,7 @@ def run_round(lf, state, tr: Training, out: Path, sample_hz: float, quiet: bool 
         d.mkdir(parents=True, exist_ok=True)
         est = sum(x.forward_s + x.backward_s for x in layers) + sum(model_comm_s(res, b.params_bytes, 1.0) for b in bkts)
         deadline = time.time() + min(tr.timeout_s, 30 + 5 * tr.iterations * est)
-        res["agent_exit_codes"] = collrun.run_jobs(lf, state, jobs(lf, hosts, tr, d, deadline, seed), "training", d,
+        res["agent_exit_codes"] = coll_agents.run_jobs(lf, state, jobs(lf, hosts, tr, d, deadline, seed), "training", d,
                                                    deadline)
     finally:
         stop_sampler(sampler)
@@ -111,18 +112,18 @@ def run_round(lf, state, tr: Training, out: Path, sample_hz: float, quiet: bool 
 
 def _measure_alpha(lf, state, tr: Training, res: dict, hosts: list[str], out: Path, rate: float) -> None:
     """alpha (and the NVLink alpha, for the hierarchical algorithm) from a small AllReduce of the
-    round's ranks, into ``res`` (experiments.collrun's way: a few elements per chunk)."""
+    round's ranks, into ``res`` (the collectives' way: a few elements per chunk)."""
     n = len(hosts)
-    probe_el = max(n * collrun.ALPHA_PROBE_ELEMENTS_PER_RANK, 4)
-    recs, _ = collrun.run(lf, state, hosts, "allreduce", probe_el, out / "alpha", timeout_s=tr.timeout_s,
+    probe_el = max(n * coll_plan.ALPHA_PROBE_ELEMENTS_PER_RANK, 4)
+    recs, _ = coll_agents.run(lf, state, hosts, "allreduce", probe_el, out / "alpha", timeout_s=tr.timeout_s,
                           repeat=3, algorithm=tr.algorithm, nvlink_ratio=tr.nvlink_ratio)
-    collrun.drop_arrays(recs)
+    coll_summary.drop_arrays(recs)
     if all(recs) and tr.algorithm == "hierarchical":
-        lv = collrun.level_alphas(recs, {"intra": res["nvlink_rate_bps"], "inter": rate})
+        lv = coll_summary.level_alphas(recs, {"intra": res["nvlink_rate_bps"], "inter": rate})
         res["alpha_s"], res["alpha_nvlink_s"] = lv.get("inter"), lv.get("intra")
     elif all(recs):
-        probe = collrun.timings(recs, "allreduce", probe_el)
-        res["alpha_s"] = float(np.median([collrun.alpha_from_run(t["time_s"], "allreduce", n, 4 * probe_el, rate)
+        probe = coll_summary.timings(recs, "allreduce", probe_el)
+        res["alpha_s"] = float(np.median([coll_plan.alpha_from_run(t["time_s"], "allreduce", n, 4 * probe_el, rate)
                                           for t in probe]))
         res["alpha_nvlink_s"] = None
     else:

@@ -1,11 +1,11 @@
 """Mixed-parallel training (``training.tensor`` or ``training.pipeline`` above 1): tensor groups
-inside servers, pipeline stages across servers, data-parallel replicas (experiments.parallelrun);
+inside servers, pipeline stages across servers, data-parallel replicas (experiments.workloads.parallel.run);
 parallel.csv, link_bytes.csv and the links' heat map per round."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from experiments import parallelrun
+from experiments.workloads.parallel import run as parallelrun
 from experiments.context import RoundRecord
 from experiments.model import Round, Scenario
 from experiments.workloads.base import Workload
@@ -27,7 +27,7 @@ class MixedParallel(Workload):
                 f"{t.microbatches} microbatches)")
 
     def run_round(self, lf, state, rec: RoundRecord) -> dict:
-        """experiments.parallelrun.run_round; returns its result (JSON-able)."""
+        """experiments.workloads.parallel.run.run_round; returns its result (JSON-able)."""
         return parallelrun.run_round(lf, state, rec.round.training, rec.dir, self.ctx.sc.measurement.sample_hz,
                                      self.ctx.quiet, say=self.ctx.say, seed=rec.round.seed,
                                      sampler_method=self.ctx.sc.measurement.sampler)
@@ -38,5 +38,5 @@ class MixedParallel(Workload):
         return {**self.summary_head(rec), "parallel": p}
 
     def format_round(self, summary: dict, rdir: Path) -> str:
-        """The folder and experiments.parallelrun.format_line."""
+        """The folder and experiments.workloads.parallel.run.format_line."""
         return f"{rdir}\n  {parallelrun.format_line(summary['parallel'])}"

@@ -1,5 +1,5 @@
 """A collective (``collective.kind``): ranks on hosts reduce real arrays over kernel TCP or
-RoCEv2 (experiments.collrun); collective.csv, collective_steps.csv and the plots per round,
+RoCEv2 (experiments.workloads.collective); collective.csv, collective_steps.csv and the plots per round,
 collective_rounds.csv side by side."""
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 from common.errors import RunError, SetupError
 from controller.faults import capacity_overrides
-from experiments import collrun, plot
+from experiments import plot
+from experiments.workloads.collective import agents as coll_agents, summary as coll_summary
 from experiments.workloads.roce import jobs as roce_jobs, summary as roce_summary
 from experiments.context import RoundRecord
 from experiments.pagekit import Caption
@@ -41,7 +42,7 @@ class Collective(Workload):
         return f"{c.kind} on {ranks} ranks over {c.transport}"
 
     def run_round(self, lf, state, rec: RoundRecord) -> dict:
-        """experiments.collrun.run_round; returns its result (JSON-able).
+        """experiments.coll_agents.run_round; returns its result (JSON-able).
 
         Raises:
             RunError: over RoCE, a rate-controller plug-in raised in an agent (named with its file,
@@ -51,7 +52,7 @@ class Collective(Workload):
         roce_args = (roce_jobs.collective_job_args(self.ctx.sc, rec.round.roce_mode, rec.round.roce_plugin)
                      if coll.transport == "roce" else None)
         try:
-            res = collrun.run_round(lf, state, coll, rec.dir / "agents", self.ctx.sc.measurement.sample_hz,
+            res = coll_agents.run_round(lf, state, coll, rec.dir / "agents", self.ctx.sc.measurement.sample_hz,
                                     self.ctx.quiet, say=self.ctx.say, seed=rec.round.seed, roce_args=roce_args,
                                     sampler_method=self.ctx.sc.measurement.sampler,
                                     capacity_mbps=capacity_overrides(self.ctx.fabric_map, rec.round.faults))
@@ -64,11 +65,11 @@ class Collective(Workload):
     def summarize(self, rec: RoundRecord) -> dict:
         """collective.csv, collective_steps.csv, the plots, and the ``collective`` summary."""
         return {**self.summary_head(rec),
-                "collective": collrun.summarize(rec.raw, rec.dir, plots=self.ctx.sc.measurement.plots)}
+                "collective": coll_summary.summarize(rec.raw, rec.dir, plots=self.ctx.sc.measurement.plots)}
 
     def format_round(self, summary: dict, rdir: Path) -> str:
-        """The folder and experiments.collrun.format_line."""
-        return f"{rdir}\n  {collrun.format_line(summary['collective'])}"
+        """The folder and experiments.coll_summary.format_line."""
+        return f"{rdir}\n  {coll_summary.format_line(summary['collective'])}"
 
     def finish_run(self, done: list[tuple[RoundRecord, dict]]) -> None:
         """collective_rounds.csv: every round's sizes, side by side; with two rounds or more,

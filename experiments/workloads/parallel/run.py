@@ -7,7 +7,7 @@ The plan (:mod:`common.parallelism`) gives each kind's payload between each pair
 iteration; the ranks count what they really sent (traffic.parallel), which must equal it. A
 pair on one server exchanges over the NVLink channel (never a fabric link); any other pair over
 one TCP connection, whose path is traced switch by switch through Open vSwitch's own tables
-(:func:`experiments.collrun.traced_path`). On the wire, each message of ``b`` payload bytes is
+(:func:`experiments.coll_plan.traced_path`). On the wire, each message of ``b`` payload bytes is
 ``b + ceil(b / 1448) x 66`` bytes of frames (:func:`experiments.slowdown.wire_bytes`) on every
 link of its path, and its receiver's delayed acknowledgements (one 66-byte frame per two
 segments, RFC 5681 section 4.2) travel the path the receiver's switches pick for the reverse
@@ -28,8 +28,11 @@ from pathlib import Path
 import numpy as np
 
 from common.errors import SetupError
+from controller.dataplane import ovs_trace_output_port
 from common.parallelism import KINDS, Plan, bubble_fraction, check_placement, flows, gpipe_compute_s, stage_layers
-from experiments import collrun, plot
+from experiments import plot
+from experiments import paths
+from experiments.workloads.collective import agents as coll_agents, plan as coll_plan, summary as coll_summary
 from experiments.features.ports import port_rows
 from experiments.live import start_sampler, stop_sampler
 from experiments.model import Training
@@ -50,7 +53,7 @@ LINK_COLUMNS = ("link", "src", "dst", "rate_mbps", "tensor_bytes", "pipeline_byt
 def jobs(lf, hosts: list[str], tr: Training, out: Path, deadline_unix_s: float, seed: int) -> dict[str, dict]:
     """The ``parallel`` job of every host that runs a rank (traffic.parallel's job)."""
     p = tr.plan()
-    out_jobs = collrun.host_jobs(lf, hosts, "allreduce", len(hosts), out, deadline_unix_s, seed=seed,
+    out_jobs = coll_agents.host_jobs(lf, hosts, "allreduce", len(hosts), out, deadline_unix_s, seed=seed,
                                  nvlink_ratio=tr.nvlink_ratio)
     for h, j in out_jobs.items():
         j.update({"role": "parallel", "out": str(Path(out) / f"{h}.parallel.json"),
@@ -74,9 +77,9 @@ def run_round(lf, state, tr: Training, out: Path, sample_hz: float, quiet: bool 
     Raises:
         SetupError: the plan does not fit the ranks' servers, or the agents cannot start.
     """
-    hosts = collrun.rank_hosts(lf.fabric, tr)
-    servers = collrun.rank_servers(lf.fabric, hosts)
-    lay = collrun.layout(hosts, servers)
+    hosts = coll_plan.rank_hosts(lf.fabric, tr)
+    servers = coll_plan.rank_servers(lf.fabric, hosts)
+    lay = coll_plan.layout(hosts, servers)
     plan: Plan = tr.plan()
     try:
         check_placement(plan, lay)
@@ -105,18 +108,20 @@ def run_round(lf, state, tr: Training, out: Path, sample_hz: float, quiet: bool 
     deadline = time.time() + min(tr.timeout_s, 30 + 5 * tr.iterations * iteration_estimate_s)
     sampler = start_sampler(lf, state, out, sample_hz, sampler_method)
     try:
-        res["agent_exit_codes"] = collrun.run_jobs(lf, state, jobs(lf, hosts, tr, d, deadline, seed), "parallel", d,
+        res["agent_exit_codes"] = coll_agents.run_jobs(lf, state, jobs(lf, hosts, tr, d, deadline, seed), "parallel", d,
                                                    deadline)
     finally:
         stop_sampler(sampler)
     fmap = lf.fabric.to_map()
-    recs = collrun.load_records(d, hosts, "parallel")
+    recs = coll_summary.load_records(d, hosts, "parallel")
     res["paths"] = []
     for r, rec in enumerate(recs):
         for c in (rec or {}).get("connections") or []:
             if servers[r] != servers[c["dst_rank"]]:
-                path = collrun.traced_path(fmap, hosts[r], hosts[c["dst_rank"]], c["src_port"], c["dst_port"])
-                back = collrun.traced_path(fmap, hosts[c["dst_rank"]], hosts[r], c["dst_port"], c["src_port"])
+                path = paths.traced_path(fmap, hosts[r], hosts[c["dst_rank"]], c["src_port"], c["dst_port"],
+                                              trace=ovs_trace_output_port)
+                back = paths.traced_path(fmap, hosts[c["dst_rank"]], hosts[r], c["dst_port"], c["src_port"],
+                                              trace=ovs_trace_output_port)
                 res["paths"].append([r, c["dst_rank"], [list(k) for k in path], [list(k) for k in back]])
     if not quiet:
         say(format_line(summarize_iterations(res, recs)))
@@ -261,7 +266,7 @@ def summarize_iterations(res: dict, recs: list[dict | None] | None = None) -> di
     what the plan says (``sent_as_planned``, with the totals per kind; ``sent_by_pair``
     ``{(kind, src, dst): bytes}`` and ``tcp_by_pair`` (:func:`tcp_by_pair`), not JSON-able).
     ``complete`` False when a rank failed."""
-    recs = recs if recs is not None else collrun.load_records(Path(res["records_dir"]), res["hosts"], "parallel")
+    recs = recs if recs is not None else coll_summary.load_records(Path(res["records_dir"]), res["hosts"], "parallel")
     p, layers = res["plan"], res["layers"]
     stage_compute = [sum(layers[i][2] + layers[i][3] for i in st) for st in res["stages"]]
     model = gpipe_compute_s(max(stage_compute), p["microbatches"], p["pipeline"])

@@ -1,5 +1,5 @@
 """Training iterations (``training.model`` or ``training.layers``): data-parallel ranks on GPU
-servers emulate compute by time and synchronise real gradients in buckets (experiments.trainrun);
+servers emulate compute by time and synchronise real gradients in buckets (experiments.workloads.training.run);
 training.csv, training_timeline.csv, gradient_error.csv and the timeline plot per round,
 training_rounds.csv and the rounds' plot side by side."""
 from __future__ import annotations
@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from controller.faults import capacity_overrides
-from experiments import plot, trainrun
+from experiments import plot
+from experiments.workloads.training import run as trainrun
 from experiments.context import RoundRecord
 from experiments.model import Round, Scenario
 from experiments.tables import write_csv
@@ -41,7 +42,7 @@ class Training(Workload):
                 f"{t.compression})")
 
     def run_round(self, lf, state, rec: RoundRecord) -> dict:
-        """experiments.trainrun.run_round; returns its result (JSON-able)."""
+        """experiments.workloads.training.run.run_round; returns its result (JSON-able)."""
         return trainrun.run_round(lf, state, rec.round.training, rec.dir, self.ctx.sc.measurement.sample_hz,
                                   self.ctx.quiet, say=self.ctx.say, seed=rec.round.seed,
                                   sampler_method=self.ctx.sc.measurement.sampler,
@@ -55,7 +56,7 @@ class Training(Workload):
         return {**self.summary_head(rec), "training": t}
 
     def format_round(self, summary: dict, rdir: Path) -> str:
-        """The folder and experiments.trainrun.format_line."""
+        """The folder and experiments.workloads.training.run.format_line."""
         return f"{rdir}\n  {trainrun.format_line(summary['training'])}"
 
     def finish_run(self, done: list[tuple[RoundRecord, dict]]) -> None:
