@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-from common.ecn import describe
 from common.stats import QUEUE_PERCENTILES, jain_index, sample_percentiles
 from common.units import FRAME_BYTES
 from experiments.fluid import hash_ecmp_aggregate, max_min_rates
@@ -573,7 +572,7 @@ def _write_queues(path: Path, samples: dict) -> None:
 
 def format_summary(summary: dict, out: Path, *, sections: tuple[ResultSection, ...]) -> str:
     """A short human-readable summary for the terminal; each of ``sections``
-    (experiments.sections.SECTIONS) adds its line after the ECN line."""
+    (experiments.sections.SECTIONS) adds its line after the bottleneck's (or the throughput's)."""
     f = summary["flows"]
     bn = summary["bottleneck"] or {}
     buf = f"{bn.get('buffer_packets')} packets" if bn.get("buffer_packets") else f"{bn.get('buffer_bytes')} bytes"
@@ -589,7 +588,7 @@ def format_summary(summary: dict, out: Path, *, sections: tuple[ResultSection, .
         ("ECMP split toward the receiver's leaf: " + ", ".join(
             f"{k} {v / 1e6:.2f} MB" for k, v in summary["ecmp_split_tx_bytes"].items())) if summary.get("ecmp_split_tx_bytes")
         else _throughput_line(summary.get("throughput")),
-        "\n".join([_ecn_line(summary.get("ecn"))] + [x for x in (s.line(summary) for s in sections) if x]),
+        "\n".join(x for x in (s.line(summary) for s in sections) if x),
         f"sampler: {summary['sampler']['achieved_hz']:.0f} Hz on {summary['sampler']['interfaces']} ports, "
         f"{100 * summary['sampler']['cpu_fraction_of_one_core']:.1f}% of one core",
         f"time: set-up {summary['timings_s'].get('setup_s', 0):.1f} s, traffic {summary['timings_s'].get('traffic_s', 0):.1f} s",
@@ -638,17 +637,6 @@ def _queue_clause(bn: dict) -> str:
             f"{bn['p99_backlog_packets']:.0f} packets")
 
 
-def _ecn_line(e: dict | None) -> str:
-    """The ECN figures of a summary in one line (mechanism, bottleneck profile, marks, CE received)."""
-    if not e or e.get("marker") in (None, "none"):
-        return "ECN: no marking (drop-tail everywhere)"
-    c = e.get("bottleneck_counters") or {}
-    q = e.get("queue_after_first_rtt") or {}
-    return (f"ECN: {e['marker']} marker; bottleneck {e.get('bottleneck_profile')}, {c.get('marked', 0)} CE marked, "
-            f"{(e.get('ce_received') or {}).get('packets', 0)} CE received, queue after the first burst "
-            + (f"median {q['median_packets']:.0f} / p99 {q['p99_packets']:.0f} packets" if q else "not sampled"))
-
-
 def _throughput_line(tp: dict | None) -> str:
     if not tp:
         return "throughput: not measured"
@@ -686,43 +674,6 @@ def ecmp_balance(flows_per_path: dict[str, int]) -> dict:
     mean = sum(counts) / len(counts)
     return {"flows": sum(counts), "paths": len(counts), "counts": dict(sorted(flows_per_path.items())),
             "chi2": float(res.statistic), "p_value": float(res.pvalue), "max_over_mean": max(counts) / mean}
-
-
-# -- ECN (issue 5) ---------------------------------------------------------------
-
-def counter_deltas(before: dict, after: dict) -> dict:
-    """Per-port marker counters over one round: ``after - before`` for counting fields
-    (``max_backlog_bytes`` and ``backlog_bytes`` are taken from ``after``)."""
-    out = {}
-    for intf, a in after.items():
-        b = before.get(intf, {})
-        out[intf] = {k: (v if k in ("max_backlog_bytes", "backlog_bytes") or not isinstance(v, (int, float))
-                         else v - (b.get(k) or 0)) for k, v in a.items() if v is not None}
-    return out
-
-
-def parse_ss_tin(text: str, known: list[str]) -> dict:
-    """From ``ss -tin`` output: connections, the congestion controls named on them, how many show
-    ``ecn`` and how many a non-zero ``delivered_ce`` (CE echoed back to the sender).
-
-    ``ecn_flows`` is None when ``ss`` printed no TCP option flags at all (``ts``, ``sack``,
-    ``ecn``): iproute2 6.1 on a 6.18 kernel prints none, so their absence says nothing; the
-    per-flow ``ecn_negotiated`` (TCP_INFO, read by the sender agent) is the reliable figure."""
-    conns, algos, ecn, dce, flags = 0, set(), 0, 0, False
-    for line in text.splitlines():
-        words = line.split()
-        if not words:
-            continue
-        if line[:1] not in (" ", "\t") and words[0] not in ("Recv-Q", "State"):
-            conns += 1
-            continue
-        found = [w for w in words if w in known]
-        algos.update(found)
-        ecn += "ecn" in words
-        flags |= bool({"ts", "sack", "ecn"} & set(words))
-        dce += any(w.startswith("delivered_ce:") and w != "delivered_ce:0" for w in words)
-    return {"connections": conns, "congestion_control": sorted(algos), "ecn_flows": ecn if flags else None,
-            "delivered_ce_flows": dce}
 
 
 def queue_after_first_rtt(queues_csv: Path, intf: str, rtt_s: float, end_s: float, rate_bps: float,
@@ -778,71 +729,21 @@ def queue_in_window(queues_csv: Path, intf: str, from_s: float, to_s: float, rat
             "utilisation": float(tx[-1] - tx[0]) * 8 / (float(t[-1] - t[0]) * rate_bps) if t[-1] > t[0] else None}
 
 
-def add_ecn(out: Path, summary: dict, env: dict, profiles: dict, counters: dict, flows: list[dict],
-            marker: str) -> dict:
-    """Add ``summary["ecn"]`` (profile and counters at the bottleneck, marks at receivers, live
-    congestion control) to ``summary``; write ``ecn_counters.csv`` into ``out``. Returns the summary.
-
-    ``profiles`` maps switch ports to :class:`common.ecn.EcnProfile`; ``counters`` are the
-    marker's per-port counters over this round (:func:`counter_deltas`); ``ecn_counters.csv``
-    adds each port's real FIFO drops (from the sampler, ``ports.csv``).
-    """
-    out = Path(out)
-    bn = summary.get("bottleneck") or {}
-    intf = bn.get("intf")
-    prof = profiles.get(intf) if intf else None
-    fcts = [end_s(f) for f in flows if f["fct_s"] is not None]
-    rtt = (env.get("scale") or {}).get("measured_rtt_s") or 0.0
-    fifo_drops = {}
-    if (out / "ports.csv").exists():
-        with open(out / "ports.csv") as fh:
-            fifo_drops = {r["intf"]: int(r["drops"]) for r in csv.DictReader(fh) if r.get("drops")}
-    rows = [{"intf": k, "profile": describe(profiles[k]) if k in profiles else None, **v,
-             "fifo_drops": fifo_drops.get(k)} for k, v in sorted(counters.items())]
-    if rows:
-        cols = list(dict.fromkeys(c for r in rows for c in r))
-        _write_csv(out / "ecn_counters.csv", cols, [{c: r.get(c) for c in cols} for r in rows])
-    total = {}
-    for v in counters.values():
-        for k, x in v.items():
-            if k not in ("max_backlog_bytes", "backlog_bytes") and isinstance(x, (int, float)):
-                total[k] = total.get(k, 0) + x
-    ce = [f["ce_received"] for f in flows if f.get("ce_received") is not None]
-    known = sorted(set((env.get("tcp_congestion_control") or {}).get("available", []))
-                   | set((env.get("tcp_congestion_control") or {}).get("loadable", [])) | {"dctcp", "reno", "cubic", "bbr"})
-    ss_path = out / "ss_tin.txt"
-    summary["ecn"] = {
-        "marker": marker,
-        "mechanism": (env.get("ecn") or {}).get("mechanism"),
-        "bottleneck_profile": describe(prof) if prof else None,
-        "bottleneck_k_bytes": prof.k_bytes if prof and prof.kind == "step" else None,
-        "bottleneck_kmin_kmax_bytes": [prof.kmin_bytes, prof.kmax_bytes] if prof and prof.kind == "red" else None,
-        "bottleneck_counters": counters.get(intf),
-        "all_ports": total,
-        "queue_after_first_rtt": queue_after_first_rtt(
-            out / "queues.csv", intf, rtt, max(fcts), bn["rate_mbps"] * 1e6,
-            bn["buffer_bytes"] if bn.get("buffer_bytes") is not None else bn["buffer_packets"] * FRAME_BYTES)
-        if intf and fcts else {},
-        "bottleneck_mean_tx_mbps": bn.get("mean_tx_mbps"),
-        "ce_received": {"flows_counted": len(ce), "packets": sum(ce),
-                        "flows_with_ce": sum(1 for c in ce if c),
-                        "ect_packets": sum(f.get("ect_received") or 0 for f in flows),
-                        "not_ect_packets": sum(f.get("not_ect_received") or 0 for f in flows)},
-        "ecn_negotiated_flows": sum(1 for f in flows if f.get("ecn_negotiated")),
-        "ss_tin": parse_ss_tin(ss_path.read_text(), known) if ss_path.exists() else None,
-    }
-    return summary
-
-
-ROUND_COLUMNS = ("round", "variant", "seed", "round_index", "bottleneck_profile", "congestion_control", "tcp_ecn", "flows_complete",
-                 "fct_median_s", "fct_p99_s", "bottleneck_drops", "total_drops", "ce_marked_bottleneck",
-                 "ce_received_packets", "queue_median_packets", "queue_p99_packets", "peak_backlog_packets",
+#: rounds.csv's common columns (the result sections place theirs among and after them).
+ROUND_COLUMNS = ("round", "variant", "seed", "round_index", "congestion_control", "tcp_ecn", "flows_complete",
+                 "fct_median_s", "fct_p99_s", "bottleneck_drops", "total_drops", "peak_backlog_packets",
                  "bottleneck_mean_tx_mbps", "bottleneck_intf", "jain_index", "fairness_how")
 
 
 def round_columns(sections: tuple[ResultSection, ...]) -> tuple[str, ...]:
-    """rounds.csv's columns: :data:`ROUND_COLUMNS`, each of ``sections``' columns, then ``stopped``."""
-    return ROUND_COLUMNS + tuple(c for s in sections for c in s.columns) + ("stopped",)
+    """rounds.csv's columns: :data:`ROUND_COLUMNS` with each of ``sections``' placed columns right
+    after the one it names (``ResultSection.placed``), then each section's other columns, then
+    ``stopped``."""
+    cols = []
+    for c in ROUND_COLUMNS:
+        cols.append(c)
+        cols += [x for sec in sections for x in sec.placed.get(c, ())]
+    return tuple(cols) + tuple(c for sec in sections for c in sec.columns) + ("stopped",)
 
 
 def round_row(i: int, name: str, s: dict, variant: str | None = None, seed: int | None = None, *,
@@ -852,24 +753,18 @@ def round_row(i: int, name: str, s: dict, variant: str | None = None, seed: int 
     ``round_index`` (1-based) and its figures, each result section's columns
     (experiments.section.ResultSection.row); ``stopped`` last (why the round's traffic was
     cut short, e.g. ``SIGTERM``; empty for a round that ran to its end)."""
-    e, bn, f, fa = s.get("ecn") or {}, s.get("bottleneck") or {}, s["flows"], s.get("fairness") or {}
-    c = e.get("bottleneck_counters") or {}
-    q = e.get("queue_after_first_rtt") or {}
+    bn, f, fa = s.get("bottleneck") or {}, s["flows"], s.get("fairness") or {}
     if seed is None:
         seed = next((x for x in (sec.seed(s) for sec in sections) if x is not None), None)
-    return {"round": name, "variant": variant or name, "seed": seed, "round_index": i + 1,
-            "bottleneck_profile": e.get("bottleneck_profile"),
-            "congestion_control": ",".join(f["congestion_control_on_live_flows"]),
-            "tcp_ecn": ",".join(str(h[1]) for h in s["hosts_tcp"]), "flows_complete": f["all_complete"],
-            "fct_median_s": f["fct_median_s"], "fct_p99_s": f["fct_p99_s"], "bottleneck_drops": bn.get("drops"),
-            "total_drops": s["total_drops"], "ce_marked_bottleneck": c.get("marked"),
-            "ce_received_packets": (e.get("ce_received") or {}).get("packets"),
-            "queue_median_packets": q.get("median_packets"), "queue_p99_packets": q.get("p99_packets"),
-            "peak_backlog_packets": bn.get("peak_backlog_packets"),
-            "bottleneck_mean_tx_mbps": bn.get("mean_tx_mbps"), "bottleneck_intf": bn.get("intf"),
-            "jain_index": fa.get("jain_index"), "fairness_how": fa.get("how"),
-            **{k: v for sec in sections for k, v in sec.row(s).items()},
-            "stopped": s.get("stopped")}
+    common = {"round": name, "variant": variant or name, "seed": seed, "round_index": i + 1,
+              "congestion_control": ",".join(f["congestion_control_on_live_flows"]),
+              "tcp_ecn": ",".join(str(h[1]) for h in s["hosts_tcp"]), "flows_complete": f["all_complete"],
+              "fct_median_s": f["fct_median_s"], "fct_p99_s": f["fct_p99_s"], "bottleneck_drops": bn.get("drops"),
+              "total_drops": s["total_drops"], "peak_backlog_packets": bn.get("peak_backlog_packets"),
+              "bottleneck_mean_tx_mbps": bn.get("mean_tx_mbps"), "bottleneck_intf": bn.get("intf"),
+              "jain_index": fa.get("jain_index"), "fairness_how": fa.get("how"), "stopped": s.get("stopped")}
+    values = dict(common, **{k: v for sec in sections for k, v in sec.row(s).items()})
+    return {c: values[c] for c in round_columns(sections)}
 
 
 def write_rounds(out: Path, summaries: list[dict], dirs: list[Path] | None = None,
@@ -894,20 +789,21 @@ def write_rounds(out: Path, summaries: list[dict], dirs: list[Path] | None = Non
 
 
 def format_rounds(out: Path, *, sections: tuple[ResultSection, ...]) -> str:
-    """The rounds side by side, for the terminal (each of ``sections`` adds its columns)."""
+    """The rounds side by side, for the terminal: the round, its drops, FCT and rate, with each of
+    ``sections``' cells after the common column it names (``ResultSection.round_cells``)."""
     rows = json.loads((Path(out) / "rounds.json").read_text())["rounds"]
-    extra = [c for c in (sec.round_cells(rows) for sec in sections) if c is not None]
+    extra = [c for sec in sections for c in sec.round_cells(rows)]
 
     def f(v, fmt):
         return "-" if v is None else format(v, fmt)
-    lines = ["", f"== rounds ({out}) ==",
-             f"{'round':<16} {'profile at bottleneck':<28} {'drops':>6} {'CE marks':>8} {'queue med/p99 pkt':>18} "
-             f"{'FCT med/p99 s':>14} {'Mbit/s':>7}" + "".join(head for head, _ in extra)]
-    for r in rows:
-        lines.append(f"{r['round'][:16]:<16} {str(r['bottleneck_profile'])[:28]:<28} {f(r['bottleneck_drops'], 'd'):>6} "
-                     f"{f(r['ce_marked_bottleneck'], 'd'):>8} "
-                     f"{f(r['queue_median_packets'], '.0f') + '/' + f(r['queue_p99_packets'], '.0f'):>18} "
-                     f"{f(r['fct_median_s'], '.2f') + '/' + f(r['fct_p99_s'], '.2f'):>14} "
-                     f"{f(r['bottleneck_mean_tx_mbps'], '.2f'):>7}"
-                     + "".join(cells(r) for _, cells in extra))
+
+    def after(col: str) -> list:
+        return [(head, cells) for anchor, head, cells in extra if anchor == col]
+    common = (("round", f"{'round':<16}", lambda r: f"{r['round'][:16]:<16}"),
+              ("drops", f" {'drops':>6}", lambda r: f" {f(r['bottleneck_drops'], 'd'):>6}"),
+              ("FCT", f" {'FCT med/p99 s':>14}", lambda r: f" {f(r['fct_median_s'], '.2f') + '/' + f(r['fct_p99_s'], '.2f'):>14}"),
+              ("Mbit/s", f" {'Mbit/s':>7}", lambda r: f" {f(r['bottleneck_mean_tx_mbps'], '.2f'):>7}"))
+    parts = [p for col, head, cells in common for p in [(head, cells)] + after(col)] + after(None)
+    lines = ["", f"== rounds ({out}) ==", "".join(head for head, _ in parts)]
+    lines += ["".join(cells(r) for _, cells in parts) for r in rows]
     return "\n".join(lines)

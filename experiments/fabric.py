@@ -99,7 +99,7 @@ class LiveFabric:
         routing: ``ecmp`` (hash each 5-tuple over all equal-cost next hops) or
             ``single`` (one deterministic path per destination); see controller.routing.
         ecn_plan: the ECN plan the controller applies once the ports have queues
-            (experiments.features.ecn.ecn_plan; controller.ecnports), or None.
+            (experiments.features.ecn.plan.ecn_plan; controller.ecnports), or None.
         pfc_plan: the PFC plan (experiments.features.pfc.plan.pfc_plan; controller.pfcports): the
             controller installs per-priority queues on every port instead of
             ``switch_queue``/``host_queue`` and runs the pauser; or None.

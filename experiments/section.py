@@ -7,7 +7,7 @@ they name no mechanism. A section reads files and dicts only (no fabric, no netl
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ClassVar
 
 
 class ResultSection:
@@ -16,11 +16,18 @@ class ResultSection:
     key = "section"
     #: Its columns in rounds.csv, in order (after the common ones, before ``stopped``).
     columns: tuple[str, ...] = ()
+    #: Columns it places among the common ones: ``{common column: its columns right after it}``
+    #: (e.g. the bottleneck's queue figures beside its drops).
+    placed: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    def all_columns(self) -> tuple[str, ...]:
+        """Every column it adds: the placed ones, then :attr:`columns`."""
+        return tuple(c for cols in self.placed.values() for c in cols) + self.columns
 
     def row(self, summary: dict) -> dict:
-        """Its columns' values for one round's ``summary`` (every column of :attr:`columns`;
+        """Its columns' values for one round's ``summary`` (every column of :meth:`all_columns`;
         None where the round has no such section). Default: all None."""
-        return dict.fromkeys(self.columns)
+        return dict.fromkeys(self.all_columns())
 
     def seed(self, summary: dict) -> int | None:
         """The round's seed as this section recorded it (a round without a variant's seed), or None."""
@@ -35,10 +42,12 @@ class ResultSection:
         Default: none."""
         return {}
 
-    def round_cells(self, rows: list[dict]) -> tuple[str, Callable[[dict], str]] | None:
-        """Its columns in the terminal's rounds table: ``(header, cells)`` where ``cells(row)`` is one
-        row's text (each aligned to the header's width), or None to add nothing."""
-        return None
+    def round_cells(self, rows: list[dict]) -> list[tuple[str | None, str, Callable[[dict], str]]]:
+        """Its columns in the terminal's rounds table: ``[(after, header, cells)]`` where ``after`` is
+        the common column it follows (``round``, ``drops``, ``FCT``, ``Mbit/s``; None: at the end),
+        and ``cells(row)`` one row's text, aligned to the header's width (each starts with the
+        space that separates it). Default: none."""
+        return []
 
     def plots(self, out: Path, summary: dict) -> list[Path]:
         """Draw its plots of one results folder ``out`` (a run or a round) and return their paths;

@@ -3,11 +3,12 @@ the order their lines, columns and plots appear (experiments.section.ResultSecti
 is a ``report`` module in the mechanism's package, plus its import and an entry here."""
 from __future__ import annotations
 
+from experiments.features.ecn.report import SECTION as ECN
 from experiments.features.pfc.report import SECTION as PFC
 from experiments.section import ResultSection
 from experiments.workloads.roce.report import SECTION as ROCE
 
-#: Registered result sections, in order (PFC's line and columns before RoCE's).
-SECTIONS: tuple[ResultSection, ...] = (PFC, ROCE)
+#: Registered result sections, in order (ECN's line first, then PFC's, then RoCE's).
+SECTIONS: tuple[ResultSection, ...] = (ECN, PFC, ROCE)
 
 __all__ = ["SECTIONS", "ResultSection"]

@@ -16,7 +16,7 @@ from experiments.features.base import Feature
 from experiments.features.changes import ApiChanges
 from experiments.features.cpu import CpuHeadroom
 from experiments.features.delay import LinkDelay
-from experiments.features.ecn import Ecn
+from experiments.features.ecn.feature import Ecn
 from experiments.features.faults import Faults
 from experiments.features.fidelity import Fidelity
 from experiments.features.forwarding import Forwarding

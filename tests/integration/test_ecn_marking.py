@@ -34,7 +34,7 @@ from controller import dataplane
 from tests import marking
 from experiments.fabric import REPO, LiveFabric
 from traffic.udp_probe import WARMUP_FLAG
-from experiments.features.ecn import choose_marker, ecn_plan
+from experiments.features.ecn.plan import choose_marker, ecn_plan
 from experiments.live import warm_up_reachability
 from experiments.runner import port_queue, userspace_tx_budget_bytes
 from topologies.spineleaf import SpineLeaf

@@ -9,9 +9,10 @@ from experiments.scenario import FRAME_BYTES, switch_layers, validate
 from controller import dataplane
 from controller.bpfmarker import CFG, ST, decode_st, encode_cfg
 from experiments import analysis
+from experiments.features.ecn import report as ecn_report, summary as ecn_summary
 from tests import marking
 from experiments.plan import check_against_fabric
-from experiments.features.ecn import check_red_weights, choose_marker, ecn_plan
+from experiments.features.ecn.plan import check_red_weights, choose_marker, ecn_plan
 from topologies import TOPOLOGIES
 from topologies.spineleaf import SpineLeaf
 
@@ -223,7 +224,7 @@ def test_linux_red_count_scheme_rate():
 
 
 def test_counter_deltas_and_ss_parsing():
-    d = analysis.counter_deltas({"a": {"marked": 5, "max_backlog_bytes": 100}},
+    d = ecn_summary.counter_deltas({"a": {"marked": 5, "max_backlog_bytes": 100}},
                                 {"a": {"marked": 9, "max_backlog_bytes": 300}, "b": {"marked": 1}})
     assert d == {"a": {"marked": 4, "max_backlog_bytes": 300}, "b": {"marked": 1}}
     text = ("Recv-Q Send-Q Local Address:Port Peer Address:Port Process\n"
@@ -231,10 +232,10 @@ def test_counter_deltas_and_ss_parsing():
             "\t ts sack ecn dctcp wscale:9,9 rto:204 delivered_ce:31 busy:200ms\n"
             "0 5792 10.2.0.1:6 10.1.0.1:5001\n"
             "\t cubic wscale:9,9 delivered_ce:0\n")
-    assert analysis.parse_ss_tin(text, ["cubic", "dctcp", "reno"]) == {
+    assert ecn_summary.parse_ss_tin(text, ["cubic", "dctcp", "reno"]) == {
         "connections": 2, "congestion_control": ["cubic", "dctcp"], "ecn_flows": 1, "delivered_ce_flows": 1}
     bare = text.replace("ts sack ecn ", "")      # iproute2 6.1 on a 6.18 kernel prints no option flags
-    assert analysis.parse_ss_tin(bare, ["cubic", "dctcp"])["ecn_flows"] is None
+    assert ecn_summary.parse_ss_tin(bare, ["cubic", "dctcp"])["ecn_flows"] is None
 
 
 def _rows(qs, marks, rate_bps=8e6):
@@ -260,8 +261,8 @@ def test_red_buckets_expected_line():
 
 
 def test_ecn_line_in_the_terminal_summary():
-    assert analysis._ecn_line({"marker": "none"}) == "ECN: no marking (drop-tail everywhere)"
-    line = analysis._ecn_line({"marker": "bpf", "bottleneck_profile": "step K=30280 B (20 pkt)",
+    assert ecn_report.format_line({"marker": "none"}) == "ECN: no marking (drop-tail everywhere)"
+    line = ecn_report.format_line({"marker": "bpf", "bottleneck_profile": "step K=30280 B (20 pkt)",
                                "bottleneck_counters": {"marked": 12}, "ce_received": {"packets": 11},
                                "queue_after_first_rtt": {"median_packets": 18.0, "p99_packets": 40.0}})
     assert line.startswith("ECN: bpf marker; bottleneck step K=30280 B") and "12 CE marked" in line

@@ -12,7 +12,7 @@ import pytest
 from common.errors import SetupError
 from controller.ecnports import EcnPorts
 from controller.rest import ControlApi, ControlClient, serve
-from experiments.features.ecn import ecn_plan
+from experiments.features.ecn.plan import ecn_plan
 from experiments.plan import check_against_fabric
 from experiments.scenario import validate
 

@@ -13,7 +13,7 @@ from common.ecn import EcnProfile
 from common.errors import ScenarioError
 from common.units import FRAME_BYTES
 from experiments import runner
-from experiments.features.ecn import Ecn
+from experiments.features.ecn.feature import Ecn
 from experiments.features.pfc.feature import Pfc
 from experiments.plan import check_against_fabric
 from experiments.scenario import load_scenario, validate
@@ -89,7 +89,7 @@ def test_k_and_xoff_are_parsed_once_from_file_to_plans(monkeypatch, tmp_path):
     monkeypatch.setattr(experiments.scenario, "parse_pfc", count_pfc)
     built = tmp_path / "built.o"
     built.write_bytes(b"")
-    monkeypatch.setattr("experiments.features.ecn.ECN_BPF_OBJECT", built)
+    monkeypatch.setattr("experiments.features.ecn.plan.ECN_BPF_OBJECT", built)
     monkeypatch.setattr("experiments.features.pfc.feature.PFC_OBJECT", built)
 
     sc = load_scenario(SCENARIOS / "incast.yaml")

@@ -26,12 +26,18 @@ def test_every_section_gives_exactly_its_columns_and_nothing_for_a_round_without
     cols = analysis.round_columns(SECTIONS)
     assert len(cols) == len(set(cols)), "two sections (or a section and the common table) share a column"
     for s in SECTIONS:
-        assert s.row({}) == dict.fromkeys(s.columns)
-        assert s.line({}) is None and s.seed({}) is None and s.plots(Path("/nonexistent"), {}) == []
+        assert set(s.row({})) == set(s.all_columns()) and set(s.row({}).values()) == {None}
+        assert s.seed({}) is None and s.plots(Path("/nonexistent"), {}) == []
+        assert s.line({}) is None or s.key == "ecn"      # a round without marking still says so
 
 
 def test_the_rounds_table_keeps_its_column_order():
     """rounds.csv's columns, as results folders written before the sections have them."""
+    assert analysis.round_columns(SECTIONS)[:21] == (
+        "round", "variant", "seed", "round_index", "bottleneck_profile", "congestion_control", "tcp_ecn",
+        "flows_complete", "fct_median_s", "fct_p99_s", "bottleneck_drops", "total_drops", "ce_marked_bottleneck",
+        "ce_received_packets", "queue_median_packets", "queue_p99_packets", "peak_backlog_packets",
+        "bottleneck_mean_tx_mbps", "bottleneck_intf", "jain_index", "fairness_how")
     assert analysis.round_columns(SECTIONS)[-13:] == (
         "pfc_enabled", "pauses", "paused_time_s", "pfc_cap_drops", "reaction_p99_s", "roce_mode",
         "message_fct_median_s", "message_fct_median_ci95_low_s", "message_fct_median_ci95_high_s",
@@ -53,7 +59,7 @@ def test_a_new_section_adds_its_line_columns_and_cross_round_keys(tmp_path):
             return {"extra_total": sum(r["extra_count"] or 0 for r in rows)}
 
         def round_cells(self, rows):
-            return " extra", lambda r: f" {r['extra_count']:>5}"
+            return [(None, " extra", lambda r: f" {r['extra_count']:>5}")]
 
     s = {"flows": {"congestion_control_on_live_flows": [], "all_complete": True, "fct_median_s": None,
                    "fct_p99_s": None}, "hosts_tcp": [], "total_drops": 0, "extra": {"count": 7}}

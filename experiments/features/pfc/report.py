@@ -49,12 +49,12 @@ class PfcSection(ResultSection):
         return format_line(summary["pfc"], summary["total_drops"]) if summary.get("pfc") else None
 
     def round_cells(self, rows: list[dict]):
-        """PFC on/off, pauses and paused seconds, when any round has priority queues."""
+        """PFC on/off, pauses and paused seconds at the end, when any round has priority queues."""
         if not any(r.get("pfc_enabled") is not None for r in rows):
-            return None
-        return (f" {'PFC':>4} {'pauses':>6} {'paused s':>8}",
-                lambda r: f" {_on_off(r['pfc_enabled']):>4} {_cell(r['pauses'], 'd'):>6} "
-                          f"{_cell(r['paused_time_s'], '.2f'):>8}")
+            return []
+        return [(None, f" {'PFC':>4} {'pauses':>6} {'paused s':>8}",
+                 lambda r: f" {_on_off(r['pfc_enabled']):>4} {_cell(r['pauses'], 'd'):>6} "
+                           f"{_cell(r['paused_time_s'], '.2f'):>8}")]
 
     def plots(self, out: Path, summary: dict) -> list[Path]:
         """The pause timeline and the buffer per ingress port (:func:`.plots.plot_pfc`)."""
