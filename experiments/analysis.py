@@ -20,7 +20,7 @@ from experiments.slowdown import add_ideal_fct, slowdown_summary
 from experiments.tables import (FLOW_COLUMNS, load_queue_samples, percentile as _percentile,  # noqa: F401
                                 write_csv as _write_csv)
 from experiments.model import Scenario
-from experiments.section import ResultSection
+from experiments.section import ResultSection, cell
 from traffic.flowsizes import offered_load
 from traffic.patterns import PATTERNS
 
@@ -794,15 +794,12 @@ def format_rounds(out: Path, *, sections: tuple[ResultSection, ...]) -> str:
     rows = json.loads((Path(out) / "rounds.json").read_text())["rounds"]
     extra = [c for sec in sections for c in sec.round_cells(rows)]
 
-    def f(v, fmt):
-        return "-" if v is None else format(v, fmt)
-
     def after(col: str) -> list:
         return [(head, cells) for anchor, head, cells in extra if anchor == col]
     common = (("round", f"{'round':<16}", lambda r: f"{r['round'][:16]:<16}"),
-              ("drops", f" {'drops':>6}", lambda r: f" {f(r['bottleneck_drops'], 'd'):>6}"),
-              ("FCT", f" {'FCT med/p99 s':>14}", lambda r: f" {f(r['fct_median_s'], '.2f') + '/' + f(r['fct_p99_s'], '.2f'):>14}"),
-              ("Mbit/s", f" {'Mbit/s':>7}", lambda r: f" {f(r['bottleneck_mean_tx_mbps'], '.2f'):>7}"))
+              ("drops", f" {'drops':>6}", lambda r: f" {cell(r['bottleneck_drops'], 'd'):>6}"),
+              ("FCT", f" {'FCT med/p99 s':>14}", lambda r: f" {cell(r['fct_median_s'], '.2f') + '/' + cell(r['fct_p99_s'], '.2f'):>14}"),
+              ("Mbit/s", f" {'Mbit/s':>7}", lambda r: f" {cell(r['bottleneck_mean_tx_mbps'], '.2f'):>7}"))
     parts = [p for col, head, cells in common for p in [(head, cells)] + after(col)] + after(None)
     lines = ["", f"== rounds ({out}) ==", "".join(head for head, _ in parts)]
     lines += ["".join(cells(r) for _, cells in parts) for r in rows]

@@ -409,8 +409,7 @@ def _evidence(e: Element, delta: list[dict], switches: set[str]) -> Evidence:
                 break
     rx = port_of(delta, b, a) if b in switches else None
     tx = port_of(delta, a, b) if a in switches else None
-    ends = (tx, rx, port_of(delta, a, b), port_of(delta, b, a)) if both else (tx, rx)
-    return Evidence("cable" if both else "link", a, b, rx=rx, tx=tx, ends=tuple(r for r in ends if r is not None),
+    return Evidence("cable" if both else "link", a, b, rx=rx, tx=tx, ends=tuple(r for r in (tx, rx) if r is not None),
                     b_is_switch=b in switches)
 
 

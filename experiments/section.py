@@ -10,6 +10,11 @@ from pathlib import Path
 from typing import Callable, ClassVar
 
 
+def cell(value, fmt: str) -> str:
+    """One figure in a terminal table: ``value`` formatted with ``fmt`` (a format spec), ``-`` for None."""
+    return "-" if value is None else format(value, fmt)
+
+
 class ResultSection:
     """Base class of a mechanism's result section; every hook has a do-nothing default."""
     #: The section's key in a round's summary.json (``summary[key]``).

@@ -135,7 +135,8 @@ class Evidence:
         rx: ``b``'s port toward ``a`` (None when ``b`` is no switch); for a host, the switch's
             port toward it.
         tx: ``a``'s port toward ``b`` (None when ``a`` is no switch).
-        ends: every port row at the element's ends (both directions of a cable).
+        ends: the port rows at the element's two ends (``tx`` and ``rx``, those that exist): a
+            cable's two directions leave from them.
         b_is_switch: whether ``b`` is a switch.
     """
     element: str

@@ -3,7 +3,7 @@
 terminal's rounds table (registered in experiments.sections)."""
 from __future__ import annotations
 
-from experiments.section import ResultSection
+from experiments.section import ResultSection, cell
 
 
 def format_line(e: dict | None) -> str:
@@ -15,10 +15,6 @@ def format_line(e: dict | None) -> str:
     return (f"ECN: {e['marker']} marker; bottleneck {e.get('bottleneck_profile')}, {c.get('marked', 0)} CE marked, "
             f"{(e.get('ce_received') or {}).get('packets', 0)} CE received, queue after the first burst "
             + (f"median {q['median_packets']:.0f} / p99 {q['p99_packets']:.0f} packets" if q else "not sampled"))
-
-
-def _cell(v, fmt: str) -> str:
-    return "-" if v is None else format(v, fmt)
 
 
 class EcnSection(ResultSection):
@@ -45,8 +41,8 @@ class EcnSection(ResultSection):
         """The profile after the round's name; CE marks and the queue after the drops."""
         return [("round", f" {'profile at bottleneck':<28}", lambda r: f" {str(r['bottleneck_profile'])[:28]:<28}"),
                 ("drops", f" {'CE marks':>8} {'queue med/p99 pkt':>18}",
-                 lambda r: f" {_cell(r['ce_marked_bottleneck'], 'd'):>8} "
-                           f"{_cell(r['queue_median_packets'], '.0f') + '/' + _cell(r['queue_p99_packets'], '.0f'):>18}")]
+                 lambda r: f" {cell(r['ce_marked_bottleneck'], 'd'):>8} "
+                           f"{cell(r['queue_median_packets'], '.0f') + '/' + cell(r['queue_p99_packets'], '.0f'):>18}")]
 
 
 SECTION = EcnSection()

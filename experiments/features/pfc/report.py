@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiments.features.pfc import plots
-from experiments.section import ResultSection
+from experiments.section import ResultSection, cell
 
 
 def format_line(p: dict | None, total_drops: int | None = None) -> str:
@@ -25,10 +25,6 @@ def format_line(p: dict | None, total_drops: int | None = None) -> str:
 
 def _on_off(enabled: bool | None) -> str:
     return "-" if enabled is None else "on" if enabled else "off"
-
-
-def _cell(v, fmt: str) -> str:
-    return "-" if v is None else format(v, fmt)
 
 
 class PfcSection(ResultSection):
@@ -53,8 +49,8 @@ class PfcSection(ResultSection):
         if not any(r.get("pfc_enabled") is not None for r in rows):
             return []
         return [(None, f" {'PFC':>4} {'pauses':>6} {'paused s':>8}",
-                 lambda r: f" {_on_off(r['pfc_enabled']):>4} {_cell(r['pauses'], 'd'):>6} "
-                           f"{_cell(r['paused_time_s'], '.2f'):>8}")]
+                 lambda r: f" {_on_off(r['pfc_enabled']):>4} {cell(r['pauses'], 'd'):>6} "
+                           f"{cell(r['paused_time_s'], '.2f'):>8}")]
 
     def plots(self, out: Path, summary: dict) -> list[Path]:
         """The pause timeline and the buffer per ingress port (:func:`.plots.plot_pfc`)."""
