@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from common import collectives as C  # noqa: E402
 from experiments import probe  # noqa: E402
 from experiments.state import RunState  # noqa: E402
-from controller.dataplane import PortQueue  # noqa: E402
+from controller.dataplane.tcqdisc import PortQueue  # noqa: E402
 from experiments.workloads.collective import agents as coll_agents, plan as coll_plan, summary as coll_summary  # noqa: E402
 from experiments.fabric import LiveFabric  # noqa: E402
 from experiments.context import HOST_QUEUE_PACKETS  # noqa: E402

@@ -29,7 +29,7 @@ from experiments import probe  # noqa: E402
 from common.ecn import EcnProfile  # noqa: E402
 from experiments.scenario import FRAME_BYTES  # noqa: E402
 from experiments.state import RunState  # noqa: E402
-from controller import dataplane  # noqa: E402
+from controller.dataplane import tcqdisc  # noqa: E402
 from experiments.fabric import LiveFabric  # noqa: E402
 from topologies.spineleaf import SpineLeaf  # noqa: E402
 
@@ -62,11 +62,11 @@ def main() -> int:
     ports = [p["intf"] for s in fabric.to_map()["switches"] for p in s["ports"] if p["peer"].startswith("h")]
     buf = BUFFER_PACKETS * FRAME_BYTES
     prof = EcnProfile("step", k_bytes=buf - 2 * FRAME_BYTES)
-    queue = dataplane.PortQueue(RATE_MBPS, buffer_packets=BUFFER_PACKETS)
+    queue = tcqdisc.PortQueue(RATE_MBPS, buffer_packets=BUFFER_PACKETS)
     rows = {"off": [], "on": []}
     with tempfile.TemporaryDirectory(prefix="fabriclab-bench-ecn-") as tmp, RunState("bench-ecn") as st, \
             LiveFabric(fabric, Path(tmp), st, datapath=env["datapath"], switch_queue=lambda r: queue,
-                       host_queue=lambda r: dataplane.PortQueue(r, buffer_packets=1000)) as lf:
+                       host_queue=lambda r: tcqdisc.PortQueue(r, buffer_packets=1000)) as lf:
         marker = None
         if kind == "bpf":
             from controller.bpfmarker import BpfEcnMarker
@@ -79,14 +79,14 @@ def main() -> int:
                     marker.configure(socket.if_nametoindex(intf), prof, RATE_MBPS * 1e6, buf, queue.burst_bytes,
                                      reset=True)
                 else:
-                    dataplane.install_red(intf, RATE_MBPS * 1e6, buf, prof)
+                    tcqdisc.install_red(intf, RATE_MBPS * 1e6, buf, prof)
 
         def off():
             for intf in ports:
                 if marker is not None:
                     marker.detach(intf)
                 else:
-                    dataplane.install_fifo_leaf(intf, queue.fifo_kind, queue.fifo_limit)
+                    tcqdisc.install_fifo_leaf(intf, queue.fifo_kind, queue.fifo_limit)
 
         iperf(lf, 1.0)    # warm-up: ARP, OVS flow cache
         for i in range(args.runs):

@@ -53,7 +53,7 @@ def build(shape: str):
 def one_run(shape: str, pingall: bool) -> dict:
     """Bring ``shape`` up to all-pairs reachable once and tear it down; return its phase times (s),
     ``ports`` (interfaces), ``hosts``, ``switches``, ``pairs``, ``unreached``, ``datapath``."""
-    from controller.dataplane import PortQueue
+    from controller.dataplane.tcqdisc import PortQueue
     from experiments import probe, reach
     from experiments.fabric import LiveFabric
     from experiments.state import RunState, describe_report

@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 from experiments import probe  # noqa: E402
 from common.pfc import parse_pfc  # noqa: E402
 from experiments.state import RunState  # noqa: E402
-from controller import dataplane  # noqa: E402
+from controller.dataplane import pausegate  # noqa: E402
 from tests.pfcfabric import live_fabric, start_udp_flows  # noqa: E402
 from topologies.spineleaf import SpineLeaf  # noqa: E402
 
@@ -54,9 +54,9 @@ def incast(lf, st, out: Path, datagram_bytes: int = 250 * 1460) -> None:
 
 def gate_baseline_s(ifname: str, changes: int) -> list[float]:
     """Seconds each close_gate takes on ``ifname`` (netlink change of its TBF gate), reopened between."""
-    q = dataplane.PriorityQueues(rate_bps=10e6, fifo_bytes={0: BUFFER_BYTES, 3: BUFFER_BYTES}, default_prio=0,
+    q = pausegate.PriorityQueues(rate_bps=10e6, fifo_bytes={0: BUFFER_BYTES, 3: BUFFER_BYTES}, default_prio=0,
                                  weights=None, burst_bytes=3028)
-    gates = dataplane.PauseGates(ifname, q)
+    gates = pausegate.PauseGates(ifname, q)
     out = []
     try:
         for _ in range(changes):

@@ -6,9 +6,9 @@ Fat-Tree k=4 (80 shaped switch ports, 16 host NICs, 20 switches).
 Brings the fabric up (its queues as a scenario's: 100-packet switch FIFOs, 1000-packet host
 NICs) and times, per check, in wall-clock milliseconds (min / median / max over the runs): Open
 vSwitch's QoS and policing columns of every switch port (one ovs-vsctl), every port's qdiscs
-and classes (controller.dataplane.port_trees: one qdisc dump per namespace, one class dump per
+and classes (controller.dataplane.tcqdisc.port_trees: one qdisc dump per namespace, one class dump per
 shaped port), every switch's flow tables against the controller's (ovs-ofctl diff-flows per
-switch, in parallel), their fingerprints (controller.dataplane.ovs_flow_fingerprint, one after
+switch, in parallel), their fingerprints (controller.dataplane.ovsctl.ovs_flow_fingerprint, one after
 the other), and the whole check as a round runs it
 (experiments.features.restore.IntendedDataPlane.before_round), nothing to put back: the first
 round's (every switch's tables compared line by line) and the later rounds' (only those whose
@@ -41,7 +41,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=10)
     a = ap.parse_args()
     from concurrent.futures import ThreadPoolExecutor
-    from controller import dataplane
+    from controller.dataplane import ovsctl, tcqdisc
     from experiments import probe
     from experiments.context import HOST_QUEUE_PACKETS, RoundRecord
     from experiments.fabric import LiveFabric
@@ -56,8 +56,8 @@ def main() -> int:
                                    "first_check": [], "whole_check": []}
     with tempfile.TemporaryDirectory(prefix="fabriclab-bench-") as tmp, RunState("bench-restore") as st:
         with LiveFabric(fab, Path(tmp), st, datapath=probe.probe()["datapath"],
-                        switch_queue=lambda r: dataplane.PortQueue(r, buffer_packets=100),
-                        host_queue=lambda r: dataplane.PortQueue(r, buffer_packets=HOST_QUEUE_PACKETS)) as lf:
+                        switch_queue=lambda r: tcqdisc.PortQueue(r, buffer_packets=100),
+                        host_queue=lambda r: tcqdisc.PortQueue(r, buffer_packets=HOST_QUEUE_PACKETS)) as lf:
             namespaces = {pid: [p.ifname for p in plans] for pid, plans in lf.port_plans.items()}
             switch_ports = namespaces[None]
             flows = intended_flows(lf.fabric_map, sc.routing.mode)
@@ -65,14 +65,14 @@ def main() -> int:
 
             def all_flows():
                 with ThreadPoolExecutor(FLOW_READERS) as pool:
-                    diffs = list(pool.map(lambda sw: dataplane.ovs_flow_differences(sw, flows[sw]), flows))
+                    diffs = list(pool.map(lambda sw: ovsctl.ovs_flow_differences(sw, flows[sw]), flows))
                 assert not any(diffs), diffs
 
             for i in range(a.runs):
-                res["ovs_rows"].append(wall_ms(lambda: dataplane.ovs_port_qos(switch_ports)))
-                res["port_trees"].append(wall_ms(lambda: dataplane.port_trees(namespaces)))
+                res["ovs_rows"].append(wall_ms(lambda: ovsctl.ovs_port_qos(switch_ports)))
+                res["port_trees"].append(wall_ms(lambda: tcqdisc.port_trees(namespaces)))
                 res["flow_tables"].append(wall_ms(all_flows))
-                res["flow_prints"].append(wall_ms(lambda: [dataplane.ovs_flow_fingerprint(sw) for sw in flows]))
+                res["flow_prints"].append(wall_ms(lambda: [ovsctl.ovs_flow_fingerprint(sw) for sw in flows]))
                 rnd = RoundRecord(index=i, round=None, dir=Path(tmp))
                 res["first_check" if i == 0 else "whole_check"].append(wall_ms(lambda: feature.before_round(lf, rnd)))
                 rec = feature.after_round(lf, rnd)

@@ -30,7 +30,7 @@ def make_ports(n: int) -> list[str]:
     """``n`` veth pairs ``flsbN``/``flsbNp`` in the root namespace, the first end shaped; returns
     the names of both ends (for deletion)."""
     from controller import portsetup
-    from controller.dataplane import PortQueue
+    from controller.dataplane.tcqdisc import PortQueue
     names = []
     for i in range(n):
         subprocess.run(["ip", "link", "add", f"flsb{i}", "type", "veth", "peer", "name", f"flsb{i}p"], check=True)
@@ -58,7 +58,7 @@ def _mmm(xs: list[float], fmt: str) -> str:
 
 def main() -> int:
     """Run the benchmark; exit 0 (it prints, it does not judge)."""
-    from controller import dataplane
+    from controller.dataplane import hostknobs
     from experiments.live import signals_unwind
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
@@ -87,7 +87,7 @@ def main() -> int:
                          / statistics.median(m["cpu_fraction_of_one_core"] for m in res["bpf"]))
                 print(f"{n} ports: CPU netlink / bpf (medians) {ratio:.1f}x", flush=True)
             finally:
-                dataplane.delete_root_links(names)
+                hostknobs.delete_root_links(names)
     return 0
 
 

@@ -3,7 +3,7 @@
     sudo make bench-watch        (or: .venv/bin/python bench/bench_watch.py [--reads N] [--runs R])
 
 On the default scenario's fabric (40 shaped switch ports, 24 hosts) it times, per read: the
-watcher's qdisc-tree read of every switch port and host NIC (controller.dataplane.QdiscTrees,
+watcher's qdisc-tree read of every switch port and host NIC (controller.dataplane.tcqdisc.QdiscTrees,
 once a second in a round; one dump in the root namespace and one in each host's) and the CPU-headroom reading (experiments.features.cpu.read_times, once a second), beside
 the queue sampler's counter read of the same ports (controller.qstats.QdiscStatsReader, 200 times
 a second), measured in the same run: CPU milliseconds per read (median of the runs) and the ratio
@@ -37,7 +37,8 @@ def main() -> int:
     ap.add_argument("--reads", type=int, default=50)
     ap.add_argument("--runs", type=int, default=5)
     a = ap.parse_args()
-    from controller import dataplane, qstats
+    from controller import qstats
+    from controller.dataplane import ovsctl, tcqdisc
     from experiments import probe
     from experiments.fabric import LiveFabric
     from experiments.features import cpu
@@ -49,12 +50,12 @@ def main() -> int:
     res: dict[str, list[float]] = {"sampler_read": [], "qdisc_trees": [], "cpu_reading": []}
     with tempfile.TemporaryDirectory(prefix="fabriclab-bench-") as tmp, RunState("bench-watch") as st:
         with LiveFabric(fab, Path(tmp), st, datapath=probe.probe()["datapath"],
-                        switch_queue=lambda r: dataplane.PortQueue(r, buffer_packets=100)) as lf:
+                        switch_queue=lambda r: tcqdisc.PortQueue(r, buffer_packets=100)) as lf:
             ports = lf.fabric.switch_interfaces()
             nics = {h["intf"]: lf.host(h["name"]).pid for h in fab.to_map()["hosts"]}
-            trees = dataplane.QdiscTrees(ports, nics)
+            trees = tcqdisc.QdiscTrees(ports, nics)
             sampler = qstats.QdiscStatsReader(qstats.ifindexes_for(ports))
-            pids = {"ovs-vswitchd": dataplane.ovs_vswitchd_pid(), "controller": lf.controller.pid,
+            pids = {"ovs-vswitchd": ovsctl.ovs_vswitchd_pid(), "controller": lf.controller.pid,
                     "runner": os.getpid()}
             try:
                 for _ in range(a.runs):

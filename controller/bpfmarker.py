@@ -25,7 +25,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from common.errors import SetupError
-from controller import dataplane
+from controller.dataplane import bpfhook
 from controller.ecn import EcnProfile
 from controller.libbpf import BPF_ANY, BPF_F_LOCK, Libbpf
 
@@ -154,7 +154,7 @@ class BpfEcnMarker:
         """Attach the program to ``ifname``'s egress (root namespace), adding a clsact qdisc if needed."""
         if self.prog_fd is None:
             raise SetupError("BPF ECN marker: attach needs the loading process")
-        dataplane.attach_bpf_classifier(ifname, self.prog_fd, FILTER_NAME, FILTER_PREF)
+        bpfhook.attach_bpf_classifier(ifname, self.prog_fd, FILTER_NAME, FILTER_PREF)
 
     def detach(self, ifname: str) -> None:
         """Remove the marker from ``ifname`` (deletes its clsact qdisc, with every filter on it)."""

@@ -32,8 +32,9 @@ from pathlib import Path
 
 from common.ecn import EcnProfile, describe, parse_profile
 from common.errors import SetupError
-from controller import dataplane
+
 from controller.bpfmarker import BpfEcnMarker
+from controller.dataplane import tcqdisc
 
 LOG = logging.getLogger("fabriclab.controller.ecn")
 
@@ -51,7 +52,7 @@ class EcnPorts:
     Raises (from :meth:`apply`): SetupError naming the port and the kernel's or tc's message.
     """
 
-    def __init__(self, plan: dict, control_dir: Path, load_marker=BpfEcnMarker.load, tc=dataplane,
+    def __init__(self, plan: dict, control_dir: Path, load_marker=BpfEcnMarker.load, tc=tcqdisc,
                  ifindex=socket.if_nametoindex):
         self.plan = plan
         self.load_marker, self.tc, self.ifindex = load_marker, tc, ifindex

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 from common.errors import SetupError
-from controller import dataplane
+from controller.dataplane import netlink
 from controller.libbpf import Libbpf
 
 OBJECT = Path(__file__).resolve().parent.parent / "build" / "fault.bpf.o"
@@ -82,7 +82,7 @@ class XdpFrameDrop:
                 self.lib.check(L.bpf_xdp_attach(idx, self.prog_fd, XDP_FLAGS_SKB_MODE, None),
                                "attach XDP (does the interface already have an XDP program?)")
                 return idx
-            self.ifindex = dataplane.in_netns(netns_pid, attach)
+            self.ifindex = netlink.in_netns(netns_pid, attach)
         except BaseException:
             L.bpf_object__close(self.obj)
             self.obj = None
@@ -126,7 +126,7 @@ class XdpFrameDrop:
             finally:
                 try:
                     if self.ifindex is not None:
-                        dataplane.in_netns(self.netns_pid, lambda: self.lib.lib.bpf_xdp_detach(
+                        netlink.in_netns(self.netns_pid, lambda: self.lib.lib.bpf_xdp_detach(
                             self.ifindex, XDP_FLAGS_SKB_MODE, None))
                 finally:
                     obj, self.obj = self.obj, None

@@ -25,7 +25,7 @@ import time
 from typing import Callable
 
 from common.errors import ScenarioError, SetupError
-from controller import dataplane
+from controller.dataplane import hostknobs, tcqdisc
 from controller.faultbpf import XdpFrameDrop
 from controller.faults import FAULTS, FaultSpec, FrameDrop, LinkFlap, RateLimit, check_clashes, slot
 
@@ -253,7 +253,7 @@ class FaultPorts:
                         with self.lock:
                             self.rx_errors[a.intf] = self.rx_errors.get(a.intf, 0) + c["dropped_packets"]
                 elif isinstance(a, RateLimit) and a.intf in f.rates:
-                    before = dataplane.HtbClass(**f.rates[a.intf]["before"])
+                    before = tcqdisc.HtbClass(**f.rates[a.intf]["before"])
                     after = self.dp.set_htb_class(a.intf, before, pid)
                     f.rates[a.intf]["restored"] = after == before
                 elif isinstance(a, LinkFlap):
@@ -299,16 +299,16 @@ class DataPlane:
         return XdpFrameDrop(intf, fraction, netns_pid)
 
     @staticmethod
-    def htb_class(intf: str, netns_pid: int | None) -> dataplane.HtbClass:
-        """The port's link-rate class (controller.dataplane.htb_class)."""
-        return dataplane.htb_class(intf, netns_pid)
+    def htb_class(intf: str, netns_pid: int | None) -> tcqdisc.HtbClass:
+        """The port's link-rate class (controller.dataplane.tcqdisc.htb_class)."""
+        return tcqdisc.htb_class(intf, netns_pid)
 
     @staticmethod
-    def set_htb_class(intf: str, cls: dataplane.HtbClass, netns_pid: int | None) -> dataplane.HtbClass:
-        """Change it (controller.dataplane.set_htb_class); the class read back."""
-        return dataplane.set_htb_class(intf, cls, netns_pid)
+    def set_htb_class(intf: str, cls: tcqdisc.HtbClass, netns_pid: int | None) -> tcqdisc.HtbClass:
+        """Change it (controller.dataplane.tcqdisc.set_htb_class); the class read back."""
+        return tcqdisc.set_htb_class(intf, cls, netns_pid)
 
     @staticmethod
     def set_link_up(intf: str, up: bool, netns_pid: int | None) -> None:
-        """Link up or down (controller.dataplane.set_link_up)."""
-        dataplane.set_link_up(intf, up, netns_pid)
+        """Link up or down (controller.dataplane.hostknobs.set_link_up)."""
+        hostknobs.set_link_up(intf, up, netns_pid)

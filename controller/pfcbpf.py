@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from common.errors import SetupError
-from controller import dataplane
+from controller.dataplane import bpfhook
 from controller.libbpf import BPF_ANY, RING_BUFFER_SAMPLE_FN, Libbpf
 
 REPO = Path(__file__).resolve().parent.parent
@@ -225,10 +225,10 @@ class PfcBpf:
     def attach(self, ifname: str, netns_pid: int | None = None, switch_port: bool = True) -> None:
         """Attach the classifiers to ``ifname``: a switch port gets the ingress recorder and the
         accounting egress classifier, a host NIC (``switch_port`` False) the class-only one."""
-        dataplane.attach_bpf_classifier(ifname, self.prog_fd("fl_pfc_out" if switch_port else "fl_pfc_host"),
+        bpfhook.attach_bpf_classifier(ifname, self.prog_fd("fl_pfc_out" if switch_port else "fl_pfc_host"),
                                         FILTER_NAME, EGRESS_PREF, netns_pid=netns_pid)
         if switch_port:
-            dataplane.attach_bpf_classifier(ifname, self.prog_fd("fl_pfc_in"), FILTER_NAME, INGRESS_PREF,
+            bpfhook.attach_bpf_classifier(ifname, self.prog_fd("fl_pfc_in"), FILTER_NAME, INGRESS_PREF,
                                             ingress=True, netns_pid=netns_pid)
 
     # -- events ----------------------------------------------------------------

@@ -40,7 +40,7 @@ import numpy as np
 from common.errors import SetupError
 from common.units import shaper_burst_bytes
 from common.pfc import PauseState, buffer_warning, headroom_bytes, pfc_frame
-from controller import dataplane
+from controller.dataplane import pausegate
 from controller.pfcbpf import PfcBpf
 from controller.qstats import QdiscStatsReader, ifindexes_for
 
@@ -95,7 +95,7 @@ class GateWorker:
     PFC is turned on or off, and reopening a gate for a pause storm's drop action. XOFF and XON
     are not handed over: the pauser changes those gates itself (:meth:`PfcPorts._on_event`)."""
 
-    def __init__(self, gates: dataplane.PauseGates, errors: list):
+    def __init__(self, gates: pausegate.PauseGates, errors: list):
         self.gates, self.errors = gates, errors
         self.q: queue.SimpleQueue = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._run, name=f"pfc-gate-{gates.ifname}", daemon=True)
@@ -169,8 +169,8 @@ class PfcPorts:
         self.t0_unix_s = time.time()
 
     # -- set-up ---------------------------------------------------------------------------
-    def _queues(self, rate_bps: float, fifo: dict) -> dataplane.PriorityQueues:
-        return dataplane.PriorityQueues(rate_bps=rate_bps, fifo_bytes={int(p): int(v) for p, v in fifo.items()},
+    def _queues(self, rate_bps: float, fifo: dict) -> pausegate.PriorityQueues:
+        return pausegate.PriorityQueues(rate_bps=rate_bps, fifo_bytes={int(p): int(v) for p, v in fifo.items()},
                                         default_prio=self.plan["default_priority"],
                                         weights={int(p): w for p, w in self.plan["weights"].items()}
                                         if self.plan.get("weights") else None,
@@ -204,16 +204,16 @@ class PfcPorts:
         for h in p["hosts"]:
             pid = host_pids[h["name"]]
             q = self._queues(h["rate_bps"], p["host_fifo_bytes"])
-            dataplane.install_priority_queues(h["intf"], q, pid)
+            pausegate.install_priority_queues(h["intf"], q, pid)
             self.bpf.attach(h["intf"], pid, switch_port=False)
-            self.workers[h["intf"]] = GateWorker(dataplane.PauseGates(h["intf"], q, pid, kick_frame=kick), self.errors)
+            self.workers[h["intf"]] = GateWorker(pausegate.PauseGates(h["intf"], q, pid, kick_frame=kick), self.errors)
         for s in p["switches"]:
             for port in s["ports"]:
                 q = self._queues(port["rate_bps"], p["switch_fifo_bytes"])
-                dataplane.install_priority_queues(port["intf"], q)
+                pausegate.install_priority_queues(port["intf"], q)
                 self.bpf.set_port(socket.if_nametoindex(port["intf"]), s["sw"], port["index"], True)
                 self.bpf.attach(port["intf"])
-                self.workers[port["intf"]] = GateWorker(dataplane.PauseGates(port["intf"], q, kick_frame=kick),
+                self.workers[port["intf"]] = GateWorker(pausegate.PauseGates(port["intf"], q, kick_frame=kick),
                                                         self.errors)
                 for prio in self.priorities:
                     on = prio in lossless and p["enabled"]
@@ -308,7 +308,7 @@ class PfcPorts:
         reader = self._gate_readers.get(prio)
         if reader is None:
             names = [port["intf"] for s in self.plan["switches"] for port in s["ports"]]
-            reader = self._gate_readers[prio] = QdiscStatsReader(ifindexes_for(names), dataplane.prio_gate_handle(prio))
+            reader = self._gate_readers[prio] = QdiscStatsReader(ifindexes_for(names), pausegate.prio_gate_handle(prio))
         stats = reader.read()
         return all(port["intf"] in stats and stats[port["intf"]][0] == 0 for port in ports)
 

@@ -22,8 +22,9 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from common.errors import SetupError
-from controller import dataplane
-from controller.dataplane import FIFO_HANDLE, HTB_CLASS, HTB_ROOT, PortQueue
+from controller.dataplane import hostknobs, netlink
+from controller.dataplane.netlink import FIFO_HANDLE, HTB_CLASS, HTB_ROOT
+from controller.dataplane.tcqdisc import PortQueue
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_GSSET_INFO = 0x37
@@ -122,7 +123,7 @@ class NamespacePorts:
 
     def __init__(self, netns_pid: int | None = None):
         self.netns_pid = netns_pid
-        self.ipr: IPRoute = dataplane.in_netns(netns_pid, IPRoute)
+        self.ipr: IPRoute = netlink.in_netns(netns_pid, IPRoute)
         self.fd = self.ipr.fileno()
         self.index = {m.get_attr("IFLA_IFNAME"): m["index"] for m in self.ipr.get_links()}
         self._bits: dict[str, list[int]] | None = None
@@ -194,7 +195,7 @@ class NamespacePorts:
         for p in plans:
             self.offloads_off(p.ifname)
             if p.switch_port:
-                dataplane.disable_ipv6(p.ifname)
+                hostknobs.disable_ipv6(p.ifname)
             if p.queue is not None:
                 self.install_queue(p.ifname, p.queue)
         self.plans.extend(plans)

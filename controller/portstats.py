@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from controller import dataplane
+from controller.dataplane import counters, tcqdisc
 
 #: The columns of a port's counters, in order (ports.csv, the REST answer).
 COLUMNS = ("switch", "port", "intf", "peer", "rx_packets", "rx_bytes", "rx_errors", "tx_packets", "tx_bytes",
@@ -41,8 +41,8 @@ def port_table(ports: list[dict], links: dict, qdiscs: dict, rates_mbps: dict, r
     """The counters of ``ports`` (from :func:`switch_ports`) from the raw readings (pure).
 
     Args:
-        links: ``{intf: link counters}`` (controller.dataplane.link_counters).
-        qdiscs: ``{intf: root qdisc stats}`` (controller.dataplane.root_qdisc_stats).
+        links: ``{intf: link counters}`` (controller.dataplane.counters.link_counters).
+        qdiscs: ``{intf: root qdisc stats}`` (controller.dataplane.tcqdisc.root_qdisc_stats).
         rates_mbps: ``{intf: the link-rate class's ceiling in Mbit/s}``; a port without one shows None.
         rx_errors: ``{intf: frames a corrupt fault dropped on arrival}`` (cumulative).
         speeds: ``{intf: Mbit/s}`` of links a fault slowed (controller.faultports.FaultPorts.link_speeds).
@@ -91,9 +91,9 @@ def read_ports(fabric_map: dict, rx_errors: Callable[[], dict] = dict, speeds: C
     """
     ports = switch_ports(fabric_map)
     names = {p["intf"] for p in ports}
-    links = dataplane.link_counters(names)
-    qdiscs = dataplane.root_qdisc_stats(names)
-    rates = dataplane.htb_ceilings_mbps(names)
+    links = counters.link_counters(names)
+    qdiscs = tcqdisc.root_qdisc_stats(names)
+    rates = tcqdisc.htb_ceilings_mbps(names)
     return port_table(ports, links, qdiscs, rates, rx_errors(), speeds())
 
 

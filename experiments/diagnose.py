@@ -41,7 +41,8 @@ from experiments.model import Scenario
 from experiments.pagekit import Caption
 from experiments.plan import build_fabric
 from experiments.runner import PLATFORM, port_queue
-from controller.dataplane import PortQueue, ovs_trace_output_port
+from controller.dataplane.ovsctl import ovs_trace_output_port
+from controller.dataplane.tcqdisc import PortQueue
 
 #: The probes' UDP destination port (the traced 5-tuples use it).
 PROBE_PORT = 7000

@@ -21,7 +21,8 @@ from mininet.node import OVSSwitch, RemoteController
 
 from common.errors import SetupError
 from experiments.procs import spawn
-from controller import dataplane, portsetup
+from controller import portsetup
+from controller.dataplane import hostknobs
 from controller.rest import ControlClient, free_port, new_token
 from experiments.state import RunState
 from topologies.mininet_topo import FabricTopo
@@ -403,22 +404,22 @@ class LiveFabric:
         """Mininet's ``net.stop()`` in bulk: every bridge deleted in one ``ovs-vsctl`` transaction
         (Mininet's own batch shutdown, which also ends the switches' shells), every link's
         root-namespace end (and so its peer) deleted in one netlink request
-        (:func:`controller.dataplane.delete_root_links`) instead of one ``ip link del`` per
+        (:func:`controller.dataplane.hostknobs.delete_root_links`) instead of one ``ip link del`` per
         interface, then the hosts' shells ended, which frees their namespaces. A Fat-Tree k=8 took
         19 s through ``net.stop()`` here. The kernel's RCU grace periods are expedited while the
-        bridges go (:func:`controller.dataplane.rcu_expedited` says why; recorded in ``state`` so
+        bridges go (:func:`controller.dataplane.hostknobs.rcu_expedited` says why; recorded in ``state`` so
         that a crash there still puts the setting back). Each step's time goes into
         ``timings_s`` (``teardown_bridges_s``, ``teardown_links_s``, ``teardown_hosts_s``)."""
         try:
             t0 = time.monotonic()
             switches = tuple(net.switches)
-            with dataplane.expedited_rcu(lambda before: state.remember("rcu_expedited", before),
+            with hostknobs.expedited_rcu(lambda before: state.remember("rcu_expedited", before),
                                          lambda: state.forget("rcu_expedited")):
                 if switches:
                     type(switches[0]).batchShutdown(switches)
             t1 = time.monotonic()
             timings_s["teardown_bridges_s"] = t1 - t0
-            dataplane.delete_root_links(interfaces)
+            hostknobs.delete_root_links(interfaces)
             t2 = time.monotonic()
             timings_s["teardown_links_s"] = t2 - t1
             for h in net.hosts:

@@ -1,6 +1,6 @@
 """Paths through the fabric as its switches forward them: a connection's 5-tuple walked switch by
 switch with each switch's own choice (its ECMP hash), from a tracer the caller gives (on the live
-fabric, Open vSwitch's tables: controller.dataplane.ovs_trace_output_port). Pure: the walk reads
+fabric, Open vSwitch's tables: controller.dataplane.ovsctl.ovs_trace_output_port). Pure: the walk reads
 the fabric map and asks the tracer."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ def traced_path(fabric_map: dict, src: str, dst: str, src_port: int, dst_port: i
                 trace) -> dict[tuple[str, str], float]:
     """The path one ``src`` -> ``dst`` connection takes on the live fabric, switch by switch, from
     ``trace(bridge, flow) -> port`` (on the live fabric, Open vSwitch's own tables:
-    :func:`controller.dataplane.ovs_trace_output_port`, the ECMP hash of this 5-tuple as the switch
+    :func:`controller.dataplane.ovsctl.ovs_trace_output_port`, the ECMP hash of this 5-tuple as the switch
     computes it; a fake in tests), as link fractions of 1.0 (see
     :func:`experiments.fluid.max_min_on_paths`).
 

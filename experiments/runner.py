@@ -25,8 +25,8 @@ from typing import Callable
 
 import yaml
 
-from controller import dataplane
-from controller.dataplane import PortQueue
+from controller.dataplane import ovsctl
+from controller.dataplane.tcqdisc import PortQueue
 from controller.routing import ECMP_METHOD
 from experiments import draw, folders, probe as envprobe, report
 from experiments.context import HOST_QUEUE_PACKETS, RoundRecord, RunContext, maybe_fault
@@ -403,7 +403,7 @@ def _tx_buffer(sc: Scenario, fabric, env: dict, state: RunState, queues_per_port
     if env["datapath"] != "user":
         yield
         return
-    with dataplane.OvsTxBuffer(userspace_tx_budget_bytes(sc, fabric, queues_per_port), state) as txbuf:
+    with ovsctl.OvsTxBuffer(userspace_tx_budget_bytes(sc, fabric, queues_per_port), state) as txbuf:
         env["ovs_userspace_tx_buffer"] = txbuf.record()
         if not txbuf.applied and txbuf.reason != "already large enough":
             print(f"fabriclab: WARNING: could not enlarge Open vSwitch's transmit buffer "
@@ -423,7 +423,7 @@ def userspace_tx_budget_bytes(sc: Scenario, fabric, queues_per_port: int = 1) ->
     (see dataplane): ``queues_per_port`` buffers of the scenario's size per switch port."""
     q = sc.queues
     per_port_frames = q.buffer_packets if q.buffer_packets is not None else -(-q.buffer_bytes // FRAME_BYTES)
-    return len(fabric.switch_interfaces()) * (per_port_frames + 2) * queues_per_port * dataplane.FRAME_TRUESIZE_BYTES
+    return len(fabric.switch_interfaces()) * (per_port_frames + 2) * queues_per_port * ovsctl.FRAME_TRUESIZE_BYTES
 
 
 def _git_rev() -> str:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from common.errors import BusyError, SetupError
-from controller import dataplane
+from controller.dataplane import hostknobs, ovsctl
 
 
 def _forked_child_defaults() -> None:
@@ -129,17 +129,17 @@ def kill_recorded(procs: list[dict], grace_s: float = 2.0) -> list[int]:
 
 def _restore_sysctl(item: list) -> None:
     key, value = item
-    dataplane.set_sysctl(key, value)
+    hostknobs.set_sysctl(key, value)
 
 
 def _restore_ovs_tx_sndbuf(before_bytes: int) -> None:
     # An ovs-vswitchd restarted since the run (no transmit socket yet) starts at its default size.
-    if dataplane.ovs_tx_socket_exists():
-        dataplane.set_ovs_tx_sndbuf(before_bytes)
+    if ovsctl.ovs_tx_socket_exists():
+        ovsctl.set_ovs_tx_sndbuf(before_bytes)
 
 
 def _restore_rcu_expedited(before: int) -> None:
-    dataplane.rcu_expedited(before)
+    hostknobs.rcu_expedited(before)
 
 
 #: How each kind of recorded machine-wide change is undone (see RunState.remember).
@@ -174,14 +174,14 @@ def cleanup_record(rec: dict) -> dict:
             report["restored"].append(key)
         except (SetupError, OSError) as e:
             report["errors"].append(f"restoring {key}: {e}")
-    bridges = [b for b in rec.get("bridges", []) if b in set(dataplane.ovs_bridges())]
+    bridges = [b for b in rec.get("bridges", []) if b in set(ovsctl.ovs_bridges())]
     try:
-        dataplane.ovs_del_bridges(bridges)
+        ovsctl.ovs_del_bridges(bridges)
         report["bridges"] = bridges
     except SetupError as e:
         report["errors"].append(str(e))
     try:
-        report["interfaces"] = dataplane.delete_root_links(rec.get("interfaces", []))
+        report["interfaces"] = hostknobs.delete_root_links(rec.get("interfaces", []))
     except SetupError as e:
         report["errors"].append(str(e))
     return report
@@ -236,8 +236,8 @@ class RunState:
 
     def claim(self, bridges: list[str], interfaces: list[str]) -> None:
         """Record names about to be created; SetupError if any exists already (not ours)."""
-        clash = sorted(set(bridges) & set(dataplane.ovs_bridges()))
-        clash += sorted(set(interfaces) & dataplane.root_links())
+        clash = sorted(set(bridges) & set(ovsctl.ovs_bridges()))
+        clash += sorted(set(interfaces) & hostknobs.root_links())
         if clash:
             raise SetupError("these names exist already and no fabriclab record claims them: "
                              f"{', '.join(clash[:10])}{' ...' if len(clash) > 10 else ''}; "

@@ -9,7 +9,7 @@ from pathlib import Path
 from common.errors import SetupError
 from common.pfc import PfcConfig
 from common.units import FRAME_BYTES
-from controller import dataplane
+from controller.dataplane import ovsctl
 from experiments import probe
 from experiments.fabric import LiveFabric
 from experiments.features.pfc.plan import pfc_plan
@@ -36,7 +36,7 @@ def live_fabric(fabric, cfg: PfcConfig, buf_bytes: int, workdir: Path, state, bu
         warm_up_reachability(lf)
         buf = contextlib.nullcontext()
         if datapath == "user":
-            buf = dataplane.OvsTxBuffer(ovs_tx_budget_bytes, state)
+            buf = ovsctl.OvsTxBuffer(ovs_tx_budget_bytes, state)
         with buf:
             if datapath == "user" and not (buf.applied or buf.reason == "already large enough"):
                 raise SetupError(f"could not enlarge Open vSwitch's transmit buffer: {buf.record()}")

@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from controller import dataplane
+from controller.dataplane import ovsctl
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
 
@@ -240,7 +240,7 @@ class CpuHeadroom(Feature):
     def before_round(self, lf, rnd: RoundRecord) -> dict:
         """Start sampling the machine, ovs-vswitchd, the controller and this process."""
         try:
-            ovs = dataplane.ovs_vswitchd_pid()
+            ovs = ovsctl.ovs_vswitchd_pid()
         except Exception:         # no pid file: its share is reported as unknown
             ovs = None
         pids = {"ovs-vswitchd": ovs, "controller": lf.controller.pid, "runner": os.getpid()}

@@ -1,7 +1,7 @@
 """Link propagation delay (a scenario's ``links`` section): a delay line at the receiving end of
 every link, in each direction, after the sending port's shaper and buffer. Each interface's tc
 ingress hook redirects its arriving frames to an ifb device of its own whose root qdisc is netem
-(``controller.dataplane.install_delay_line``); the ifb hands each frame back to the interface's
+(``controller.dataplane.tcqdisc.install_delay_line``); the ifb hands each frame back to the interface's
 receive path once its delay has passed. The switch buffers, the ECN marker and the queue sampler
 see exactly what they see without delay, and the delay line never holds buffer (case L3).
 
@@ -18,7 +18,7 @@ import networkx as nx
 
 from common.errors import CapabilityError, ScenarioError, SetupError
 from common.units import FRAME_BYTES
-from controller import dataplane
+from controller.dataplane import hostknobs, tcqdisc
 from controller.routing import switch_graph
 from experiments.features.base import Feature
 
@@ -67,7 +67,7 @@ class LinkDelay(Feature):
         if queues_per_port > 1 or ctx.sc.pfc is not None:
             raise ScenarioError("links.delay_us", "not available with priorities or pfc yet: the delay line sits "
                                 "ahead of PFC's ingress accounting")
-        if not dataplane.ifb_available():
+        if not tcqdisc.ifb_available():
             raise CapabilityError("links.delay_us: this kernel cannot make ifb devices, which carry the delay line")
         first = ctx.plan[0]
         rtt = configured_rtt_s(ctx.fabric_map, first["src"], first["dst"], links.delay_us)
@@ -90,7 +90,7 @@ class LinkDelay(Feature):
         """Remember the run's state (the root namespace's ifb devices are claimed there before they
         exist) and remove them when the run ends, whatever the exit."""
         self.state = state
-        stack.callback(lambda: dataplane.delete_root_links(self.root_ifbs))
+        stack.callback(lambda: hostknobs.delete_root_links(self.root_ifbs))
 
     def port_intent(self, rnd) -> dict | None:
         """Every interface's delay line hangs on its tc clsact hook."""
@@ -111,9 +111,9 @@ class LinkDelay(Feature):
                 if pid is None:
                     self.state.claim([], [ifb])
                     self.root_ifbs.append(ifb)
-                limit = dataplane.delay_line_limit_packets(link.rate_mbps, links.delay_us, links.jitter_us)
+                limit = tcqdisc.delay_line_limit_packets(link.rate_mbps, links.delay_us, links.jitter_us)
                 try:
-                    dataplane.install_delay_line(intf, ifb, links.delay_us, links.jitter_us, limit, pid)
+                    tcqdisc.install_delay_line(intf, ifb, links.delay_us, links.jitter_us, limit, pid)
                 except SetupError as e:
                     raise SetupError(f"links.delay_us on {intf}: {e}") from None
         self.ctx.env["links"]["delay_lines"] = n

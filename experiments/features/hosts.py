@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 
 from common.errors import CapabilityError, SetupError
-from controller import dataplane
+from controller.dataplane import hostknobs
 from experiments import probe as envprobe
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
@@ -29,16 +29,16 @@ class AllowCongestionControl:
         self.before = None
 
     def __enter__(self):
-        allowed = dataplane.get_sysctl(ALLOWED_CC).split()
+        allowed = hostknobs.get_sysctl(ALLOWED_CC).split()
         if self.name not in allowed:
             self.before = " ".join(allowed)
             self.state.remember("sysctl", [ALLOWED_CC, self.before])
-            dataplane.set_sysctl(ALLOWED_CC, " ".join(allowed + [self.name]))
+            hostknobs.set_sysctl(ALLOWED_CC, " ".join(allowed + [self.name]))
         return self
 
     def __exit__(self, *exc):
         if self.before is not None:
-            dataplane.set_sysctl(ALLOWED_CC, self.before)
+            hostknobs.set_sysctl(ALLOWED_CC, self.before)
             self.state.forget("sysctl")
         return False
 
@@ -67,11 +67,11 @@ def configure_hosts(lf, hosts) -> dict:
     seen = {}
     for h in lf.net.hosts:
         for key, value in asked.items():
-            dataplane.set_sysctl(key, value, h.pid)
-        got = {key: dataplane.get_sysctl(key, h.pid) for key in asked}
+            hostknobs.set_sysctl(key, value, h.pid)
+        got = {key: hostknobs.get_sysctl(key, h.pid) for key in asked}
         if got != asked:
             raise SetupError(f"{h.name}: sysctls read back as {got}, asked {asked}")
-        routes = dataplane.set_route_tcp(intfs[h.name], h.pid, hosts.rto_min_ms, not hosts.delayed_ack)
+        routes = hostknobs.set_route_tcp(intfs[h.name], h.pid, hosts.rto_min_ms, not hosts.delayed_ack)
         seen[h.name] = {"tcp_congestion_control": got["net.ipv4.tcp_congestion_control"],
                         "tcp_ecn": int(got["net.ipv4.tcp_ecn"]),
                         "slow_start_after_idle": got["net.ipv4.tcp_slow_start_after_idle"] == "1",
@@ -102,7 +102,7 @@ class HostTcp(Feature):
                 raise CapabilityError(f"{key}: the kernel has no '{cc}' "
                                       f"(available: {' '.join(envprobe.tcp_congestion_controls()['available'])})")
         ctx.env["tcp_congestion_control"] = envprobe.tcp_congestion_controls()
-        hz = dataplane.kernel_hz()
+        hz = hostknobs.kernel_hz()
         ctx.env["kernel_hz"] = hz
         asked = sorted({r.hosts.rto_min_ms for r in ctx.rounds if r.hosts.rto_min_ms is not None})
         if asked:

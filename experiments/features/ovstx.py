@@ -24,7 +24,7 @@ import socket
 import sys
 
 from common.errors import SetupError
-from controller import dataplane
+from controller.dataplane import ovsctl
 from controller.ovstxbpf import OvsTxCounts
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
@@ -90,7 +90,7 @@ class OvsTransmit(Feature):
             self.ctx.env["ovs_tx"] = {"counted": False, "reason": self.reason}
             return
         try:
-            self.counts = stack.enter_context(OvsTxCounts.load(dataplane.ovs_vswitchd_pid()))
+            self.counts = stack.enter_context(OvsTxCounts.load(ovsctl.ovs_vswitchd_pid()))
         except SetupError as e:
             self.reason = str(e)
             print(f"fabriclab: WARNING: frames Open vSwitch discards after a full queue are not counted ({e}); "

@@ -19,7 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from common.errors import SetupError
-from controller import dataplane, porttree
+from controller import porttree
+from controller.dataplane import ovsctl, tcqdisc
 from controller.portsetup import NamespacePorts
 from controller.routing import compute_routes, hash_basis
 from controller.tables import ofctl_line, switch_flows
@@ -64,7 +65,7 @@ def _fingerprint(bridge: str) -> bytes | None:
     """The bridge's flow-table fingerprint, or None when it cannot be had (the tables are then
     compared line by line)."""
     try:
-        return dataplane.ovs_flow_fingerprint(bridge)
+        return ovsctl.ovs_flow_fingerprint(bridge)
     except SetupError:
         return None
 
@@ -76,7 +77,7 @@ class IntendedDataPlane(Feature):
     def __init__(self, ctx):
         super().__init__(ctx)
         self.flows: dict[str, list[str]] | None = None
-        self.trees: dataplane.PortTrees | None = None
+        self.trees: tcqdisc.PortTrees | None = None
         #: switch -> fingerprint of its flow tables when last found equal to the plan
         self.verified: dict[str, bytes | None] = {}
         self._record: dict | None = None
@@ -99,7 +100,7 @@ class IntendedDataPlane(Feature):
         switch_ports = [p.ifname for p in lf.port_plans.get(None, [])]
         try:
             if self.trees is None:
-                self.trees = dataplane.PortTrees(namespaces)
+                self.trees = tcqdisc.PortTrees(namespaces)
             before = self._ovs_rows(switch_ports, restored, failures)
             self._trees(namespaces, queues, rnd, restored, failures, unchecked, before)
             self._flow_tables(lf, restored, failures)
@@ -114,13 +115,13 @@ class IntendedDataPlane(Feature):
         """No QoS and no ingress policing on any switch port (fabriclab sets neither). Returns the
         ports' trees as read before clearing (Open vSwitch takes its qdiscs away with the QoS, so
         what the port held is described from this reading), or {} when nothing was cleared."""
-        rows = dataplane.ovs_port_qos(ports)
+        rows = ovsctl.ovs_port_qos(ports)
         bad = {p: r for p, r in rows.items() if r["qos"] or r["ingress_policing_rate"] or r["ingress_policing_burst"]}
         if not bad:
             return {}
         before = {p: t for p, t in self.trees().items() if p in bad}
-        dataplane.ovs_clear_qos(sorted(bad))
-        after = dataplane.ovs_port_qos(sorted(bad))
+        ovsctl.ovs_clear_qos(sorted(bad))
+        after = ovsctl.ovs_port_qos(sorted(bad))
         for p, r in sorted(bad.items()):
             what = []
             if r["qos"]:
@@ -157,12 +158,12 @@ class IntendedDataPlane(Feature):
                 continue
             pid, q = queues[intf]
             try:
-                dataplane.delete_port_qdiscs(intf, pid, root=plan.reinstall, hooks=plan.delete_hooks)
+                tcqdisc.delete_port_qdiscs(intf, pid, root=plan.reinstall, hooks=plan.delete_hooks)
                 if plan.reinstall:
                     with NamespacePorts(pid) as ns:
                         ns.install_queue(intf, q)
                     if intf in red:
-                        dataplane.install_red(intf, q.rate_mbps * 1e6, self.ctx.sc.queues.limit_bytes, red[intf])
+                        tcqdisc.install_red(intf, q.rate_mbps * 1e6, self.ctx.sc.queues.limit_bytes, red[intf])
             except SetupError as e:
                 failures.append(f"{line}: putting it back failed: {e}")
                 continue
@@ -179,7 +180,7 @@ class IntendedDataPlane(Feature):
 
     def _flow_tables(self, lf, restored: list, failures: list) -> None:
         """Every switch's flow tables against the controller's. A switch whose tables fingerprint
-        (controller.dataplane.ovs_flow_fingerprint, about a millisecond) as they did when last
+        (controller.dataplane.ovsctl.ovs_flow_fingerprint, about a millisecond) as they did when last
         verified against the plan is not read again; any other is compared line by line
         (ovs-ofctl diff-flows) and, if it differs, replaced (replace-flows) and compared again."""
         if self.flows is None:
@@ -187,7 +188,7 @@ class IntendedDataPlane(Feature):
         with ThreadPoolExecutor(FLOW_READERS) as pool:
             prints = dict(zip(self.flows, pool.map(_fingerprint, self.flows)))
             todo = [sw for sw in self.flows if prints[sw] is None or self.verified.get(sw) != prints[sw]]
-            diffs = dict(zip(todo, pool.map(lambda sw: dataplane.ovs_flow_differences(sw, self.flows[sw]), todo)))
+            diffs = dict(zip(todo, pool.map(lambda sw: ovsctl.ovs_flow_differences(sw, self.flows[sw]), todo)))
         for sw, diff in sorted(diffs.items()):
             if not diff:
                 self.verified[sw] = prints[sw]
@@ -195,8 +196,8 @@ class IntendedDataPlane(Feature):
             self.verified.pop(sw, None)
             shown = "; ".join(diff[:4]) + (f"; ... ({len(diff)} lines)" if len(diff) > 4 else "")
             try:
-                dataplane.ovs_replace_flows(sw, self.flows[sw])
-                left = dataplane.ovs_flow_differences(sw, self.flows[sw])
+                ovsctl.ovs_replace_flows(sw, self.flows[sw])
+                left = ovsctl.ovs_flow_differences(sw, self.flows[sw])
             except SetupError as e:
                 failures.append(f"{sw}: flow tables differed ({shown}); putting them back failed: {e}")
                 continue

@@ -15,7 +15,7 @@ import subprocess
 import threading
 import time
 
-from controller import dataplane
+from controller.dataplane import tcqdisc
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
 from experiments.live import ROUND_STOP
@@ -59,7 +59,7 @@ def switch_connections(timeout_s: float = 2.0) -> dict[str, bool] | None:
 
 
 def describe_tree_change(port: str, installed: tuple, now: tuple, t: float) -> str:
-    """One line: what changed in ``port``'s qdiscs (:class:`controller.dataplane.QdiscTrees`
+    """One line: what changed in ``port``'s qdiscs (:class:`controller.dataplane.tcqdisc.QdiscTrees`
     entries) at ``t`` seconds of the round."""
     return (f"{port}: its qdiscs were replaced at t = {t:.2f} s of the round: now {'; '.join(now) or 'none'}, "
             f"where fabriclab installed {'; '.join(installed) or 'none'} (something else set its "
@@ -76,7 +76,7 @@ class Watcher:
         alive: () -> None when the controller runs, else its exit code.
         connections: () -> :func:`switch_connections`-like dict, or None (not known this time).
         switches: the fabric's switch names.
-        trees: () -> ``{port: qdiscs}`` (:class:`controller.dataplane.QdiscTrees` of the switch
+        trees: () -> ``{port: qdiscs}`` (:class:`controller.dataplane.tcqdisc.QdiscTrees` of the switch
             ports and host NICs), or None: not watched.
         on_stop: called with the reason when the round must stop.
     """
@@ -166,7 +166,7 @@ class ControlPlane(Feature):
         self._errors_before = len(self._errors(lf))
         ports = [p["intf"] for s in self.ctx.fabric_map["switches"] for p in s["ports"]]
         nics = {h["intf"]: lf.host(h["name"]).pid for h in self.ctx.fabric_map["hosts"]}
-        self.trees = dataplane.QdiscTrees(ports, nics)
+        self.trees = tcqdisc.QdiscTrees(ports, nics)
         self.watcher = Watcher(lf.controller.poll, switch_connections,
                                [s["name"] for s in self.ctx.fabric_map["switches"]],
                                trees=self.trees).start()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from experiments import analysis, plot
 from common.errors import SetupError
-from controller.dataplane import ovs_trace_output_port
+from controller.dataplane.ovsctl import ovs_trace_output_port
 from experiments.paths import traced_path
 from experiments.context import RoundRecord, maybe_fault
 from experiments.live import Agents, start_sampler, stop_sampler

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from experiments.state import RunState
-from controller.dataplane import PortQueue
+from controller.dataplane.tcqdisc import PortQueue
 from experiments.workloads.collective import agents as coll_agents, plan as coll_plan, summary as coll_summary
 from experiments.fabric import LiveFabric
 from topologies.spineleaf import SpineLeaf

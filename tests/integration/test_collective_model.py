@@ -9,7 +9,7 @@
 import pytest
 
 from experiments.state import RunState
-from controller.dataplane import PortQueue
+from controller.dataplane.tcqdisc import PortQueue
 from experiments.workloads.collective import agents as coll_agents, plan as coll_plan, summary as coll_summary
 from experiments.fabric import LiveFabric
 from experiments.context import HOST_QUEUE_PACKETS

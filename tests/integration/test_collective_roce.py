@@ -14,7 +14,8 @@ import pytest
 from common.dcqcn import DcqcnParams
 from experiments.scenario import FRAME_BYTES
 from experiments.state import RunState
-from controller.dataplane import PortQueue, ovs_trace_output_port
+from controller.dataplane.ovsctl import ovs_trace_output_port
+from controller.dataplane.tcqdisc import PortQueue
 from experiments.workloads.collective import agents as coll_agents, plan as coll_plan, summary as coll_summary
 from experiments.workloads.roce import jobs as rocejobs
 from experiments.fabric import LiveFabric

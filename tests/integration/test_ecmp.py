@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from experiments.state import RunState
-from controller.dataplane import PortQueue
+from controller.dataplane.tcqdisc import PortQueue
 from experiments.analysis import ecmp_balance
 from experiments.fabric import REPO, LiveFabric
 from topologies.fattree import FatTree

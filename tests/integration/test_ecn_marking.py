@@ -30,7 +30,7 @@ from experiments import probe
 from common.ecn import port_profiles
 from experiments.scenario import FRAME_BYTES, validate
 from experiments.state import RunState
-from controller import dataplane
+from controller.dataplane import ovsctl, tcqdisc
 from tests import marking
 from experiments.fabric import REPO, LiveFabric
 from traffic.udp_probe import WARMUP_FLAG
@@ -86,11 +86,11 @@ def marking_fabric(tmp_path, profile, marker="auto", rate_mbps=10):
     with RunState(f"marking-{tmp_path.name}") as st:
         with LiveFabric(fabric, tmp_path / "run", st, datapath=env["datapath"],
                         switch_queue=lambda r: port_queue(sc, r, slack_s),
-                        host_queue=lambda r: dataplane.PortQueue(r, buffer_packets=1000), ecn_plan=plan) as lf:
+                        host_queue=lambda r: tcqdisc.PortQueue(r, buffer_packets=1000), ecn_plan=plan) as lf:
             warm_up_reachability(lf)     # ovs-vswitchd opens its transmit socket at its first packet
             buf = contextlib.nullcontext()
             if env["datapath"] == "user":
-                buf = dataplane.OvsTxBuffer(userspace_tx_budget_bytes(sc, fabric), st)
+                buf = ovsctl.OvsTxBuffer(userspace_tx_budget_bytes(sc, fabric), st)
             with buf:
                 assert env["datapath"] != "user" or buf.applied or buf.reason == "already large enough", buf.record()
                 yield lf, kind
@@ -276,7 +276,7 @@ class TestStepFabric:
 def test_red_profile_marks_on_the_configured_line(tmp_path, marker, figure):
     """RED profile (Kmin 10, Kmax 60 packets, Pmax 0.2) on a 5 Mbit/s port: measured marking probability per
     queue-length bucket between Kmin and Kmax within 0.05 of the configured line (on kernel RED
-    through the probability compensation of controller.dataplane.red_tc_probability), beyond what
+    through the probability compensation of common.redparams.red_tc_probability), beyond what
     the queue reckoning resolves: a packet reckoned at q found q +- guard, whose line values differ
     by up to Pmax x guard / (Kmax - Kmin) (guard measured on the fabric, as for the step tests)."""
     env = _env()

@@ -375,7 +375,7 @@ def test_next_run_after_sigkill_starts_clean(tmp_path, held):
 
 
 def _machine_settings():
-    from controller.dataplane import OvsTxBuffer
+    from controller.dataplane.ovsctl import OvsTxBuffer
     allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read_text().split()
     with OvsTxBuffer(1) as b:
         pass

@@ -8,7 +8,9 @@ import time
 import pytest
 
 from experiments.state import RunState
-from controller.dataplane import OvsTxBuffer, PortQueue, offload_state
+from controller.dataplane.hostknobs import offload_state
+from controller.dataplane.ovsctl import OvsTxBuffer
+from controller.dataplane.tcqdisc import PortQueue
 from controller.qstats import QdiscStatsReader, ifindexes_for
 from experiments.fabric import LiveFabric
 from topologies.spineleaf import SpineLeaf

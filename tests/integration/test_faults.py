@@ -21,8 +21,8 @@ import time
 
 import pytest
 
-from controller import dataplane
-from controller.dataplane import PortQueue
+from controller.dataplane import ovsctl
+from controller.dataplane.tcqdisc import PortQueue
 from experiments.fabric import REPO, LiveFabric
 from experiments.live import warm_up_reachability
 from experiments.scenario import FRAME_BYTES
@@ -49,7 +49,7 @@ def fabric(tmp_path_factory):
             warm_up_reachability(lf)     # ovs-vswitchd opens its transmit socket at its first packet
             buf = contextlib.nullcontext()
             if lf.datapath == "user":    # as a run does: every queue can fill, so every drop is a qdisc's
-                buf = dataplane.OvsTxBuffer(len(fab.switch_interfaces()) * 102 * dataplane.FRAME_TRUESIZE_BYTES, st)
+                buf = ovsctl.OvsTxBuffer(len(fab.switch_interfaces()) * 102 * ovsctl.FRAME_TRUESIZE_BYTES, st)
             with buf:
                 yield lf, tmp
     assert_clean(str(tmp / "run"))

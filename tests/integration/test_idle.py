@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from experiments.state import RunState
-from controller.dataplane import PortQueue
+from controller.dataplane.tcqdisc import PortQueue
 from experiments import reach
 from experiments.fabric import LiveFabric
 from topologies.dragonfly import Dragonfly

@@ -11,12 +11,12 @@ import time
 import pytest
 
 from common.pfc import pfc_frame
-from controller import dataplane
+from controller.dataplane import pausegate
 
 NS = ("flpfc-src", "flpfc-sw", "flpfc-dst")
 SW, IN_PORT, OUT_PORT = 1, 1, 2
 XOFF, XON = 30280, 24224
-QUEUES = dataplane.PriorityQueues(rate_bps=10e6, fifo_bytes={0: 200_000, 3: 2_000_000})
+QUEUES = pausegate.PriorityQueues(rate_bps=10e6, fifo_bytes={0: 200_000, 3: 2_000_000})
 
 
 def sh(*a):
@@ -30,7 +30,7 @@ def nsx(ns, *a):
 @pytest.fixture
 def router():
     """src (10.78.1.1) -> sw (forwards; port flpb0 has the priority queues 0 and 3 of
-    :class:`controller.dataplane.PriorityQueues`) -> dst (10.78.2.1). Yields the pid of a process
+    :class:`controller.dataplane.pausegate.PriorityQueues`) -> dst (10.78.2.1). Yields the pid of a process
     in sw's namespace."""
     for ns in NS:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)   # a killed earlier run
@@ -49,7 +49,7 @@ def router():
         nsx(NS[1], "sysctl", "-qw", "net.ipv4.ip_forward=1")
         holder = subprocess.Popen(["ip", "netns", "exec", NS[1], "sleep", "600"])
         time.sleep(0.2)
-        dataplane.install_priority_queues("flpb0", QUEUES, holder.pid)
+        pausegate.install_priority_queues("flpb0", QUEUES, holder.pid)
         yield holder.pid
     finally:
         if holder is not None:
@@ -83,7 +83,7 @@ def _backlog(handle: str) -> int:
 
 def _held_and_backlog(bpf) -> tuple[dict, int]:
     """Priority 3's counter and its gate's backlog at one moment. A paused gate still passes one
-    frame every 1.5 s (:data:`controller.dataplane.PAUSED_RATE_BPS`); under the VM lane's emulated
+    frame every 1.5 s (:data:`controller.dataplane.pausegate.PAUSED_RATE_BPS`); under the VM lane's emulated
     CPU the ``tc`` read takes long enough for one to leave between the two reads (seen: the counter
     one frame above the backlog). Read again until the counter did not move around the backlog read."""
     for _ in range(10):
@@ -113,7 +113,7 @@ def test_counter_follows_the_held_queue_with_one_xoff_and_one_xon(router, figure
             events = []
             bpf.on_events(events.append)
             # close priority 3's gate (what a pause does), send lossless and lossy traffic
-            gates = dataplane.PauseGates("flpb0", QUEUES, router, kick_frame=pfc_frame("02:00:00:00:00:01", {3: 0}))
+            gates = pausegate.PauseGates("flpb0", QUEUES, router, kick_frame=pfc_frame("02:00:00:00:00:01", {3: 0}))
             gates.close_gate(3)
             t_close = time.monotonic()
             lossless, lossy = _send(26, 8e6, 1.0), _send(0, 1e6, 1.0)
@@ -122,7 +122,7 @@ def test_counter_follows_the_held_queue_with_one_xoff_and_one_xon(router, figure
             bpf.poll(10)
             held, backlog = _held_and_backlog(bpf)
             # a paused gate passes the frame it had granted, then one every 1.5 s (8 kbit/s)
-            passed_max = 2 + int((time.monotonic() - t_close) * dataplane.PAUSED_RATE_BPS / 8 / 1514)
+            passed_max = 2 + int((time.monotonic() - t_close) * pausegate.PAUSED_RATE_BPS / 8 / 1514)
             lossy_now = bpf.read(SW, IN_PORT, 0)
             t_open = time.monotonic()
             gates.open_gate(3)       # nothing else arrives: the gate's kick frame makes the qdisc run
@@ -187,7 +187,7 @@ def test_a_full_ingress_buffer_drops_and_counts(router, figure):
         bpf.set_thresholds(SW, IN_PORT, 3, XOFF, XON, cap_bytes=cap)
         bpf.attach("flpa1", router)
         bpf.attach("flpb0", router)
-        gates = dataplane.PauseGates("flpb0", QUEUES, router)
+        gates = pausegate.PauseGates("flpb0", QUEUES, router)
         gates.close_gate(3)
         n = int(_send(26, 8e6, 0.5).communicate()[0])
         time.sleep(0.2)

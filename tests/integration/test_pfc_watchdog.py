@@ -11,7 +11,7 @@ import pytest
 
 from common.pfc import parse_pfc, pfc_frame
 from experiments.state import RunState
-from controller import dataplane
+from controller.dataplane import netlink, ovsctl, pausegate
 from tests.pfcfabric import live_fabric, start_udp_flows, udp_flow_records
 from topologies.spineleaf import SpineLeaf
 
@@ -46,7 +46,7 @@ def qdisc_drops(lf) -> dict:
     where = [(i, None) for i in lf.fabric.switch_interfaces()]
     where += [(lf.fabric.host_attachment(h.name).b_intf, lf.host(h.name).pid) for h in lf.fabric.hosts]
     for intf, pid in where:
-        q = json.loads(dataplane.run(["tc", "-s", "-j", "qdisc", "show", "dev", intf, "root"], pid) or "[]")
+        q = json.loads(netlink.run(["tc", "-s", "-j", "qdisc", "show", "dev", intf, "root"], pid) or "[]")
         drops = sum(x.get("drops", 0) for x in q)
         if drops:
             out[intf] = drops
@@ -56,10 +56,10 @@ def qdisc_drops(lf) -> dict:
 def stuck_receiver_run(lf, st, plan, out):
     """h3 sends DATAGRAMS lossless datagrams to h1 while leaf1's priority-3 gate toward h1 is shut for
     HOLD_S; returns (datagrams sent, received, the PFC report while held, the final one)."""
-    q = dataplane.PriorityQueues(rate_bps=RATE_MBPS * 1e6,
+    q = pausegate.PriorityQueues(rate_bps=RATE_MBPS * 1e6,
                                  fifo_bytes={int(p): v for p, v in plan["switch_fifo_bytes"].items()},
                                  default_prio=0, weights=None, burst_bytes=3028)
-    gates = dataplane.PauseGates("leaf1-eth1", q, kick_frame=pfc_frame("02:fa:b1:ab:00:01", {3: 0}))
+    gates = pausegate.PauseGates("leaf1-eth1", q, kick_frame=pfc_frame("02:fa:b1:ab:00:01", {3: 0}))
     flows = [{"src": "h3", "dst": "h1", "dscp": 26, "bytes": DATAGRAMS * 1460}]
     deadline = time.time() + HOLD_S + 90
     agents = None
@@ -81,7 +81,7 @@ def stuck_receiver_run(lf, st, plan, out):
     assert all(c == 0 for c in codes.values()), codes
     (tx, rx), = udp_flow_records(lf, flows, out)
     rep = lf.pfc_report(out / "pfc.json")
-    rep["ovs_drops"] = dataplane.ovs_interface_drops()
+    rep["ovs_drops"] = ovsctl.ovs_interface_drops()
     rep["qdisc_drops"] = qdisc_drops(lf)
     assert "error" not in tx, tx
     return tx["datagrams_sent"], (rx["datagrams_received"] if rx else 0), rep_held, rep

@@ -8,8 +8,10 @@ import subprocess
 import pytest
 
 from common.errors import SetupError
-from controller import dataplane, portsetup
-from controller.dataplane import PortQueue, offload_state
+from controller import portsetup
+from controller.dataplane import hostknobs, netlink, tcqdisc
+from controller.dataplane.hostknobs import offload_state
+from controller.dataplane.tcqdisc import PortQueue
 
 from .conftest import own_netns
 
@@ -29,7 +31,7 @@ def netns_pair():
         yield holder.pid, "fltps0", "fltps1"
     finally:
         # the links first (peers go at once); a namespace ends asynchronously
-        dataplane.delete_root_links(list(NAMES))
+        hostknobs.delete_root_links(list(NAMES))
         holder.kill()
         holder.wait()
 
@@ -48,7 +50,7 @@ def test_ports_in_two_namespaces_get_offloads_off_and_their_queue_read_back_by_e
                                pid: [portsetup.PortPlan(ns_end, PortQueue(10, buffer_bytes=30000))]})
     assert offload_state(root_end) == dict.fromkeys(("rx", "tx", "tso", "gso", "gro"), False)
     assert offload_state(ns_end, pid) == dict.fromkeys(("rx", "tx", "tso", "gso", "gro"), False)
-    assert dataplane.gso_max_segs(root_end) == 1 and dataplane.gso_max_segs(ns_end, pid) == 1
+    assert hostknobs.gso_max_segs(root_end) == 1 and hostknobs.gso_max_segs(ns_end, pid) == 1
     assert {("htb", "root"), ("pfifo", "1:1")} <= _qdiscs(root_end)
     assert {("htb", "root"), ("bfifo", "1:1")} <= _qdiscs(ns_end, pid)
     assert open(f"/proc/sys/net/ipv6/conf/{root_end}/disable_ipv6").read().strip() == "1"
@@ -66,27 +68,27 @@ def test_a_missing_interface_is_named_and_nothing_else_is_touched(netns_pair):
 
 def test_bulk_delete_removes_exactly_the_named_interfaces_and_their_peers(netns_pair):
     pid, root_end, ns_end = netns_pair
-    deleted = dataplane.delete_root_links([root_end, "fltps2", "fltnothere"])
+    deleted = hostknobs.delete_root_links([root_end, "fltps2", "fltnothere"])
     assert deleted == sorted([root_end, "fltps2"])
-    left = dataplane.root_links()
+    left = hostknobs.root_links()
     assert root_end not in left and "fltps2" not in left and "fltps3" not in left   # peers went with them
     ns_links = subprocess.run(["nsenter", "-t", str(pid), "-n", "ip", "-o", "link"], capture_output=True, text=True).stdout
     assert ns_end not in ns_links
-    assert dataplane.delete_root_links([root_end]) == []
+    assert hostknobs.delete_root_links([root_end]) == []
 
 
 def test_bulk_delete_leaves_an_interface_that_is_not_named_even_in_the_same_group(netns_pair):
     # an interface someone else put in the first group fabriclab would try: not deleted
-    subprocess.run(["ip", "link", "set", "fltps2", "group", str(dataplane.LINK_GROUP_BASE)], check=True)
+    subprocess.run(["ip", "link", "set", "fltps2", "group", str(hostknobs.LINK_GROUP_BASE)], check=True)
     try:
-        assert dataplane.delete_root_links([netns_pair[1]]) == [netns_pair[1]]
-        assert "fltps2" in dataplane.root_links()
+        assert hostknobs.delete_root_links([netns_pair[1]]) == [netns_pair[1]]
+        assert "fltps2" in hostknobs.root_links()
     finally:
         subprocess.run(["ip", "link", "set", "fltps2", "group", "0"], capture_output=True)
 
 
 def test_port_trees_read_what_was_installed_as_the_plan_says_and_a_tamper_as_it_is(netns_pair):
-    """controller.dataplane.PortTrees (raw netlink, one socket per namespace) reads the queues
+    """controller.dataplane.tcqdisc.PortTrees (raw netlink, one socket per namespace) reads the queues
     portsetup installed exactly as controller.porttree expects them (a 64-bit class rate too),
     and a root replaced by tc as what it is; deleting it and installing again puts it back."""
     from controller import porttree
@@ -96,16 +98,16 @@ def test_port_trees_read_what_was_installed_as_the_plan_says_and_a_tamper_as_it_
                                pid: [portsetup.PortPlan(ns_end, slow)]})
     intents = {root_end: porttree.PortIntent(40_000_000_000, "bfifo", 150_000),
                ns_end: porttree.PortIntent(10_000_000, "pfifo", 50)}
-    trees = dataplane.PortTrees({None: [root_end, "flnothere"], pid: [ns_end]})
+    trees = tcqdisc.PortTrees({None: [root_end, "flnothere"], pid: [ns_end]})
     try:
         found = trees()
         assert found["flnothere"] == ()
         for intf, intent in intents.items():
             assert found[intf] == porttree.expected_nodes(intent), (intf, found[intf])
-        dataplane.run(["tc", "qdisc", "replace", "dev", ns_end, "root", "pfifo", "limit", "1000"], pid)
+        netlink.run(["tc", "qdisc", "replace", "dev", ns_end, "root", "pfifo", "limit", "1000"], pid)
         plan = porttree.restore_plan(intents[ns_end], trees()[ns_end])
         assert plan.reinstall and any(n.startswith("pfifo ") and n.endswith("parent root limit 1000") for n in plan.extra)
-        dataplane.delete_port_qdiscs(ns_end, pid)
+        tcqdisc.delete_port_qdiscs(ns_end, pid)
         with portsetup.NamespacePorts(pid) as ns:
             ns.install_queue(ns_end, slow)
         assert not porttree.restore_plan(intents[ns_end], trees()[ns_end]).needed

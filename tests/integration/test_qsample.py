@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from controller import dataplane, portsetup, qstats
-from controller.dataplane import PortQueue
+from controller import portsetup, qstats
+from controller.dataplane import hostknobs
+from controller.dataplane.tcqdisc import PortQueue
 
 from .conftest import own_netns
 
@@ -31,7 +32,7 @@ def shaped_port():
     finally:
         # the link first (its peer goes at once); a namespace ends asynchronously, and the next
         # test's fltqs0 would meet this one's still being removed
-        dataplane.delete_root_links(["fltqs0"])
+        hostknobs.delete_root_links(["fltqs0"])
         holder.kill()
         holder.wait()
 

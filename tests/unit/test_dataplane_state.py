@@ -6,7 +6,7 @@ import time
 import pytest
 
 from experiments.state import kill_recorded, proc_start_time
-from controller.dataplane import PortQueue
+from controller.dataplane.tcqdisc import PortQueue
 
 
 def test_port_queue_kind_and_limit():
@@ -64,15 +64,15 @@ def test_forked_copy_of_the_runner_dies_on_sigterm_without_unwinding():
 def test_a_killed_runs_transmit_buffer_is_put_back_only_on_the_ovs_it_changed(monkeypatch):
     """The record says how big ovs-vswitchd's transmit buffer was; a restarted ovs-vswitchd (no
     transmit socket yet) has its default again and is left alone, the same one gets it back."""
-    from controller import dataplane
+    from controller.dataplane import hostknobs, ovsctl
     from experiments import state
-    monkeypatch.setattr(dataplane, "ovs_bridges", lambda: [])
-    monkeypatch.setattr(dataplane, "ovs_del_bridges", lambda names: None)
-    monkeypatch.setattr(dataplane, "delete_root_links", lambda names: [])
+    monkeypatch.setattr(ovsctl, "ovs_bridges", lambda: [])
+    monkeypatch.setattr(ovsctl, "ovs_del_bridges", lambda names: None)
+    monkeypatch.setattr(hostknobs, "delete_root_links", lambda names: [])
     calls = []
-    monkeypatch.setattr(dataplane, "set_ovs_tx_sndbuf", lambda size_bytes: calls.append(size_bytes))
+    monkeypatch.setattr(ovsctl, "set_ovs_tx_sndbuf", lambda size_bytes: calls.append(size_bytes))
     rec = {"restore": {"ovs_tx_sndbuf_bytes": 212992}}
-    monkeypatch.setattr(dataplane, "ovs_tx_socket_exists", lambda: False)
+    monkeypatch.setattr(ovsctl, "ovs_tx_socket_exists", lambda: False)
     assert state.cleanup_record(rec)["errors"] == [] and calls == []
-    monkeypatch.setattr(dataplane, "ovs_tx_socket_exists", lambda: True)
+    monkeypatch.setattr(ovsctl, "ovs_tx_socket_exists", lambda: True)
     assert state.cleanup_record(rec)["errors"] == [] and calls == [212992]

@@ -6,7 +6,8 @@ import pytest
 from common.ecn import EcnProfile, describe, parse_profile, port_profiles, profile_spec, resolve_ecn, settings_spec
 from common.errors import ScenarioError
 from experiments.scenario import FRAME_BYTES, switch_layers, validate
-from controller import dataplane
+from common import redparams
+from controller.dataplane import tcqdisc
 from controller.bpfmarker import CFG, ST, decode_st, encode_cfg
 from experiments import analysis
 from experiments.features.ecn import report as ecn_report, summary as ecn_summary
@@ -175,32 +176,32 @@ def test_bpf_map_encodings():
 
 
 def test_red_arguments_for_tc():
-    argv = dataplane.red_argv("l1-eth1", 10e6, 151400, parse_profile({"step": {"k_packets": 20}}, BUF, "k"))
+    argv = tcqdisc.red_argv("l1-eth1", 10e6, 151400, parse_profile({"step": {"k_packets": 20}}, BUF, "k"))
     i = argv.index
     assert argv[i("min") + 1] == "30280" and argv[i("max") + 1] == "30281" and argv[i("probability") + 1] == "1.0"
     assert argv[-2:] == ["ecn", "nodrop"] and argv[i("limit") + 1] == "151400" and argv[i("handle") + 1] == "20:"
     # tc derives Wlog from burst (iproute2 tc_red_eval_ewma): the chosen burst gives the asked Wlog
-    assert dataplane.red_wlog(None) == 1 and dataplane.red_wlog(2 ** -9) == 9
+    assert redparams.red_wlog(None) == 1 and redparams.red_wlog(2 ** -9) == 9
     for bad in (0.3, 1.0):
         with pytest.raises(ValueError):
-            dataplane.red_wlog(bad)
-    b = dataplane.red_burst_for_wlog(15140, 1514, 5)
+            redparams.red_wlog(bad)
+    b = redparams.red_burst_for_wlog(15140, 1514, 5)
     assert b >= 10
     # what iproute2 6.1 prints (the VM lane) and what older ones print
     shown = {"limit": 151400, "min": 30280, "max": 30281, "ecn": True, "harddrop": False, "adaptive": False,
              "nodrop": True, "ewma": 1, "probability": 0.5, "Scell_log": 11}
-    assert dataplane.red_flags_ok(shown) and dataplane.red_flags_ok({"flags": "ecn nodrop"})
-    assert not dataplane.red_flags_ok(dict(shown, nodrop=False)) and not dataplane.red_flags_ok({"flags": "ecn"})
+    assert tcqdisc.red_flags_ok(shown) and tcqdisc.red_flags_ok({"flags": "ecn nodrop"})
+    assert not tcqdisc.red_flags_ok(dict(shown, nodrop=False)) and not tcqdisc.red_flags_ok({"flags": "ecn"})
 
 
 def test_linux_red_probability_compensation():
     """Linux RED marks at 2p/(1+p) per packet (uniform gaps); P' = Pmax/(2-Pmax) gives Pmax at Kmax."""
     for pmax in (0.01, 0.2, 0.5, 1.0):
-        p = dataplane.red_tc_probability(pmax)
+        p = redparams.red_tc_probability(pmax)
         assert 2 * p / (1 + p) == pytest.approx(pmax)
-    assert dataplane.red_line_deviation(0.2) < 0.006
-    assert 0.03 < dataplane.red_line_deviation(0.5) < 0.04
-    argv = dataplane.red_argv("x", 10e6, 151400, parse_profile(
+    assert redparams.red_line_deviation(0.2) < 0.006
+    assert 0.03 < redparams.red_line_deviation(0.5) < 0.04
+    argv = tcqdisc.red_argv("x", 10e6, 151400, parse_profile(
         {"red": {"kmin_packets": 10, "kmax_packets": 60, "pmax": 0.2}}, BUF, "k"))
     assert float(argv[argv.index("probability") + 1]) == pytest.approx(0.2 / 1.8)
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from common.errors import ScenarioError
-from controller.dataplane import HtbClass
+from controller.dataplane.tcqdisc import HtbClass
 from controller.faultports import FaultPorts
 from controller.faults import FAULTS, FrameDrop, LinkFlap, RateLimit, link_directions, parse_fault
 from controller.messages import FaultsAdd, MessageError

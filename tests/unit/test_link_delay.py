@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from common.errors import CapabilityError, ScenarioError
-from controller.dataplane import delay_line_limit_packets
+from controller.dataplane.tcqdisc import delay_line_limit_packets
 from experiments.features.delay import LinkDelay, configured_rtt_s, path_links
 from experiments.plan import check_against_fabric
 from experiments.runner import _context

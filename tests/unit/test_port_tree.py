@@ -10,7 +10,7 @@ import pytest
 
 from common.ecn import EcnProfile
 from controller import porttree
-from controller.dataplane import PortQueue
+from controller.dataplane.tcqdisc import PortQueue
 from controller.porttree import PortIntent, class_node, expected_nodes, qdisc_node, restore_plan
 from controller.portsetup import PortPlan
 from controller.tables import ofctl_line, switch_flows
@@ -214,9 +214,11 @@ class FakeDataPlane:
 def fake(monkeypatch):
     def make(**kw):
         dp = FakeDataPlane(**kw)
-        for name in ("PortTrees", "delete_port_qdiscs", "ovs_port_qos", "ovs_clear_qos", "ovs_flow_differences",
-                     "ovs_replace_flows", "ovs_flow_fingerprint"):
-            monkeypatch.setattr(restore.dataplane, name, getattr(dp, name))
+        for name in ("PortTrees", "delete_port_qdiscs"):
+            monkeypatch.setattr(restore.tcqdisc, name, getattr(dp, name))
+        for name in ("ovs_port_qos", "ovs_clear_qos", "ovs_flow_differences", "ovs_replace_flows",
+                     "ovs_flow_fingerprint"):
+            monkeypatch.setattr(restore.ovsctl, name, getattr(dp, name))
 
         class Ports:
             def __init__(self, pid):
@@ -301,7 +303,7 @@ def test_a_data_plane_that_cannot_be_read_fails_the_round_with_the_reason(fake, 
 
     def refused(names):
         raise restore.SetupError("ovs-vsctl exited 1: database connection failed")
-    monkeypatch.setattr(restore.dataplane, "ovs_port_qos", refused)
+    monkeypatch.setattr(restore.ovsctl, "ovs_port_qos", refused)
     f, summary = run_check()
     (line,) = f.failures(summary)
     assert line == "the data plane could not be checked before the round: ovs-vsctl exited 1: database connection failed"
@@ -314,7 +316,7 @@ def test_a_flow_fingerprint_ignores_age_and_counters_and_reads_every_reply_part(
     import socket
     import struct
     import threading
-    from controller import dataplane
+    from controller.dataplane import ovsctl
 
     def entry(priority: int, age_s: int, packets: int) -> bytes:
         body = struct.pack("!HBxIIHHHH4xQQQ", 56, 0, age_s, 7, priority, 0, 0, 0, 0, packets, packets * 1500)
@@ -337,17 +339,17 @@ def test_a_flow_fingerprint_ignores_age_and_counters_and_reads_every_reply_part(
         t.start()
         return t
 
-    monkeypatch.setattr(dataplane, "OVS_RUNDIRS", (str(tmp_path),))
+    monkeypatch.setattr(ovsctl, "OVS_RUNDIRS", (str(tmp_path),))
     t = serve(entry(200, 1, 10), entry(0, 1, 3))
-    first = dataplane.ovs_flow_fingerprint("br0")
+    first = ovsctl.ovs_flow_fingerprint("br0")
     t.join()
     (tmp_path / "br0.mgmt").unlink()
     t = serve(entry(0, 9, 500), entry(200, 9, 4000))      # older, busier, other order: the same tables
-    assert dataplane.ovs_flow_fingerprint("br0") == first and len(first) == 2 * 56
+    assert ovsctl.ovs_flow_fingerprint("br0") == first and len(first) == 2 * 56
     t.join()
     (tmp_path / "br0.mgmt").unlink()
     t = serve(entry(201, 1, 10), entry(0, 1, 3))
-    assert dataplane.ovs_flow_fingerprint("br0") != first
+    assert ovsctl.ovs_flow_fingerprint("br0") != first
     t.join()
     with pytest.raises(restore.SetupError, match="no management socket"):
-        dataplane.ovs_flow_fingerprint("nobridge")
+        ovsctl.ovs_flow_fingerprint("nobridge")

@@ -8,7 +8,8 @@ import pytest
 
 from common.units import FRAME_BYTES, SHAPER_SLACK_S, shaper_burst_bytes
 from controller import dequeuebpf, timers
-from controller.dataplane import PortQueue, PriorityQueues
+from controller.dataplane.pausegate import PriorityQueues
+from controller.dataplane.tcqdisc import PortQueue
 from experiments.features.fidelity import (LEAD_TOLERANCE_US, MIN_GAPS, MIN_RATE_SHARE, STALL_FRAMES,
                                           Fidelity, port_figures, serialisation_section, spacing_floor)
 

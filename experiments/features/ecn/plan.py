@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from common.ecn import profile_spec
 from common.errors import CapabilityError, ScenarioError
-from controller import dataplane
+from common import redparams
 from controller.bpfmarker import OBJECT as ECN_BPF_OBJECT
 from experiments.model import Round, Scenario
 
@@ -67,6 +67,6 @@ def check_red_weights(sc: Scenario, rounds: list[Round]) -> None:
         for where, prof in specs:
             if prof.kind == "red" and prof.weight is not None:
                 try:
-                    dataplane.red_wlog(prof.weight)
+                    redparams.red_wlog(prof.weight)
                 except ValueError as e:
                     raise ScenarioError(f"{prefix}.{where}.red.weight", str(e)) from None

@@ -12,7 +12,7 @@ import numpy as np
 from common.errors import SetupError
 from experiments.live import ROUND_STOP, Agents, start_sampler, stop_sampler
 from experiments.model import Collective
-from controller.dataplane import ovs_trace_output_port
+from controller.dataplane.ovsctl import ovs_trace_output_port
 from experiments.workloads.collective.plan import (ALPHA_PROBE_ELEMENTS_PER_RANK, BASE_PORT, TRANSPORTS, alpha_from_run,
                                                    bottleneck_rate_bps, layout, payload_fraction, rank_hosts,
                                                    rank_servers, roce_qps, schedule, traced_rate_bps)

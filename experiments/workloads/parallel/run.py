@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from common.errors import SetupError
-from controller.dataplane import ovs_trace_output_port
+from controller.dataplane.ovsctl import ovs_trace_output_port
 from common.parallelism import KINDS, Plan, bubble_fraction, check_placement, flows, gpipe_compute_s, stage_layers
 from experiments import plot
 from experiments import paths
