@@ -52,3 +52,8 @@ def shaper_burst_bytes(rate_bps: float, slack_s: float = SHAPER_SLACK_S) -> int:
     if not rate_bps > 0 or not slack_s > 0:
         raise ValueError(f"rate_bps and slack_s must be > 0, got {rate_bps}, {slack_s}")
     return int(min(FRAME_BYTES, max(FRAME_BYTES // 10, round(rate_bps * slack_s / 8))))
+
+
+#: Upper bound of the kernel's truesize (the memory a socket is charged) for one full-size
+#: frame, in bytes: what a frame held in a send buffer costs.
+FRAME_TRUESIZE_BYTES = 4096

@@ -41,8 +41,8 @@ from experiments.model import Scenario
 from experiments.pagekit import Caption
 from experiments.plan import build_fabric
 from experiments.runner import PLATFORM, port_queue
-from controller.dataplane.ovsctl import ovs_trace_output_port
 from controller.dataplane.tcqdisc import PortQueue
+from controller.datapaths.registry import from_environment
 
 #: The probes' UDP destination port (the traced 5-tuples use it).
 PROBE_PORT = 7000
@@ -93,7 +93,8 @@ class LiveProbes:
         if sport not in seen:
             self.traces += 1
             try:
-                p = traced_path(self.fmap, src, dst, sport, PROBE_PORT, proto="udp", trace=ovs_trace_output_port)
+                p = traced_path(self.fmap, src, dst, sport, PROBE_PORT, proto="udp",
+                                trace=self.lf.datapath.trace_output_port)
             except ValueError:
                 p = None
             seen[sport] = tuple(p) if p else None
@@ -299,7 +300,7 @@ def diagnose(sc: Scenario, results_root: Path, inject: str | None = None, seed: 
         folders.make_folder(out)
         say(f"diagnose: {sc.topology.kind} fabric, {len(fabric.hosts)} hosts, {len(fmap['links'])} links "
             f"({D.directed_links(fmap)} directed); datapath={env['datapath']}; results -> {out}")
-        with platform.live_fabric(fabric, out, state, datapath=env["datapath"],
+        with platform.live_fabric(fabric, out, state, datapath=from_environment(env),
                                   switch_queue=lambda r: port_queue(sc, r, slack_s),
                                   host_queue=lambda r: PortQueue(rate_mbps=r, buffer_packets=HOST_QUEUE_PACKETS,
                                                                  burst_bytes=sc.queues.burst_for(r, slack_s)),

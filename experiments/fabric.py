@@ -1,4 +1,5 @@
-"""A live emulated fabric: Mininet + OVS + the fabriclab controller, as a
+"""A live emulated fabric: Mininet + the switches' datapath (Open vSwitch: controller.datapaths)
++ the fabriclab controller, as a
 context manager whose exit tears everything down (case C2).
 
 Used by the experiment runner and by the integration tests alike.
@@ -11,18 +12,19 @@ import subprocess
 import sys
 import threading
 import time
-from functools import partial
 from pathlib import Path
 
 from mininet.link import Link
 from mininet.log import setLogLevel
 from mininet.net import Mininet
-from mininet.node import OVSSwitch, RemoteController
+from mininet.node import RemoteController
 
 from common.errors import SetupError
 from experiments.procs import spawn
 from controller import portsetup
 from controller.dataplane import hostknobs
+from controller.datapaths.base import Datapath
+from controller.datapaths.registry import from_environment
 from controller.rest import ControlClient, free_port, new_token
 from experiments.state import RunState
 from topologies.mininet_topo import FabricTopo
@@ -93,7 +95,9 @@ class LiveFabric:
         fabric: the pure description (topologies.spineleaf.Fabric).
         workdir: folder for the fabric map, controller log and agent files.
         state: the RunState that records what is created.
-        datapath: ``kernel`` or ``user`` (choose with the environment probe: experiments.probe).
+        datapath: the switches' datapath (:class:`controller.datapaths.base.Datapath`; the run's choice
+            is :func:`controller.datapaths.registry.from_environment` of its environment), or the name
+            of an Open vSwitch mode (``kernel`` or ``user``).
         switch_queue: ``rate_mbps -> PortQueue`` for every switch egress port, or None.
         host_queue: ``rate_mbps -> PortQueue`` for every host NIC, or None.
         connect_timeout_s: how long switches get to connect and be configured.
@@ -121,13 +125,13 @@ class LiveFabric:
             connect in time (case C3), or a tc/ethtool step fails.
     """
 
-    def __init__(self, fabric: Fabric, workdir: Path, state: RunState, datapath: str = "kernel",
+    def __init__(self, fabric: Fabric, workdir: Path, state: RunState, datapath: Datapath | str = "kernel",
                  switch_queue=None, host_queue=None, connect_timeout_s: float = 90.0, routing: str = "ecmp",
                  ecn_plan: dict | None = None, pfc_plan: dict | None = None):
         self.fabric = fabric
         self.workdir = Path(workdir)
         self.state = state
-        self.datapath = datapath
+        self.datapath = datapath if isinstance(datapath, Datapath) else from_environment({"datapath": datapath})
         self.switch_queue = switch_queue
         self.host_queue = host_queue
         self.connect_timeout_s = connect_timeout_s
@@ -242,8 +246,7 @@ class LiveFabric:
     def _start_mininet(self):
 
         setLogLevel("error")
-        switch = partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13", failMode="secure", batch=True)
-        self.net = Mininet(topo=FabricTopo(self.fabric), switch=switch, link=Link, controller=None,
+        self.net = Mininet(topo=FabricTopo(self.fabric), switch=self.datapath.switch_class(), link=Link, controller=None,
                            autoSetMacs=False, autoStaticArp=False, build=False, waitConnected=False)
         self.net.addController(_listening_controller(RemoteController)("c0", ip="127.0.0.1", port=OF_PORT))
         t0 = time.monotonic()
@@ -265,7 +268,7 @@ class LiveFabric:
             if self.controller.poll() is not None:
                 raise SetupError(f"controller died: {self._tail(self.workdir / 'controller.log')}")
             if time.monotonic() > deadline:
-                missing = self._unconnected()
+                missing = self.datapath.unconnected(self.net.switches)
                 raise SetupError(f"switches not connected/configured after {self.connect_timeout_s:.0f} s: "
                                  f"{', '.join(missing) or '(all connected, configuration incomplete)'}; "
                                  f"controller log: {self._tail(self.workdir / 'controller.log')}")
@@ -306,14 +309,6 @@ class LiveFabric:
         if self.ecn_plan is None:
             return {}
         return self.api.call("GET", "/ecn/counters", what="ECN")
-
-    def _unconnected(self) -> list[str]:
-        out = []
-        for sw in self.net.switches:
-            st = sw.cmd("ovs-vsctl --timeout=2 get controller", sw.name, "is_connected").strip()
-            if "true" not in st:
-                out.append(sw.name)
-        return out
 
     def _configure_ports(self):
         """Offloads off everywhere (cases T1, L5); no IPv6 chatter from switch ports; queues at each
@@ -369,7 +364,7 @@ class LiveFabric:
                       file=sys.stderr)
                 self._stop_controller_shells(net)
             else:
-                t = threading.Thread(target=self._mininet_stop, args=(net, self.fabric.interface_names(),
+                t = threading.Thread(target=self._mininet_stop, args=(net, self.datapath, self.fabric.interface_names(),
                                                                       self.timings_s, self.state), daemon=True)
                 t.start()
                 t.join(STOP_TIMEOUT_S)
@@ -400,9 +395,10 @@ class LiveFabric:
                 pass
 
     @staticmethod
-    def _mininet_stop(net, interfaces: list[str], timings_s: dict, state: RunState):
-        """Mininet's ``net.stop()`` in bulk: every bridge deleted in one ``ovs-vsctl`` transaction
-        (Mininet's own batch shutdown, which also ends the switches' shells), every link's
+    def _mininet_stop(net, datapath: Datapath, interfaces: list[str], timings_s: dict, state: RunState):
+        """Mininet's ``net.stop()`` in bulk: every switch stopped at once by its datapath (Open vSwitch:
+        every bridge deleted in one ``ovs-vsctl`` transaction, Mininet's own batch shutdown, which also
+        ends the switches' shells), every link's
         root-namespace end (and so its peer) deleted in one netlink request
         (:func:`controller.dataplane.hostknobs.delete_root_links`) instead of one ``ip link del`` per
         interface, then the hosts' shells ended, which frees their namespaces. A Fat-Tree k=8 took
@@ -412,11 +408,9 @@ class LiveFabric:
         ``timings_s`` (``teardown_bridges_s``, ``teardown_links_s``, ``teardown_hosts_s``)."""
         try:
             t0 = time.monotonic()
-            switches = tuple(net.switches)
             with hostknobs.expedited_rcu(lambda before: state.remember("rcu_expedited", before),
                                          lambda: state.forget("rcu_expedited")):
-                if switches:
-                    type(switches[0]).batchShutdown(switches)
+                datapath.shutdown(list(net.switches))
             t1 = time.monotonic()
             timings_s["teardown_bridges_s"] = t1 - t0
             hostknobs.delete_root_links(interfaces)

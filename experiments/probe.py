@@ -12,7 +12,9 @@ import sys
 from pathlib import Path
 
 from common.datapath import ovs_kernel_datapath_available
+from common.errors import SetupError
 from controller import timers
+from controller.datapaths import registry as datapaths
 
 #: qdisc kinds probed, with the minimal tc arguments each needs.
 QDISC_PROBES = {
@@ -101,14 +103,21 @@ def _version(argv: list[str]) -> str:
 def probe() -> dict:
     """Probe the machine and choose the datapath.
 
-    Returns a JSON-serialisable dict: kernel, ovs_version, datapath
-    (``kernel`` if the openvswitch module is usable, else ``user``),
+    Returns a JSON-serialisable dict: kernel, ovs_version, datapath_impl (the registered datapath
+    chosen: controller.datapaths.registry.choose, ``ovs``; None when none can run here), datapath
+    (its mode: ``kernel`` if the openvswitch module is usable, else ``user``), routes_via (how the
+    controller's routes reach its switches),
     offloads_off (always true: cases T1/L5), qdiscs {kind: bool},
     tcp_congestion_control {available, default}, shaper {slack_s, timer_lateness} (how late
     this machine's timers fire and the port shapers' slack that follows,
     controller.timers.shaper_slack_s), python, versions of os-ken, mininet, pyroute2, scapy.
     """
     kernel_dp = ovs_kernel_datapath_available()
+    try:
+        dp = datapaths.choose()
+        chosen = {"datapath_impl": dp.name, "datapath": dp.mode, "routes_via": dp.routes_via}
+    except SetupError:
+        chosen = {"datapath_impl": None, "datapath": "kernel" if kernel_dp else "user", "routes_via": None}
     versions = {}
     for mod in ("os_ken", "mininet.net", "pyroute2", "scapy", "matplotlib"):
         try:
@@ -124,7 +133,7 @@ def probe() -> dict:
         "machine": platform.machine(),
         "ovs_version": _version(["ovs-vsctl", "--version"]),
         "ovs_kernel_module": kernel_dp,
-        "datapath": "kernel" if kernel_dp else "user",
+        **chosen,
         "offloads_off": True,
         "qdiscs": probe_qdiscs(),
         "tcp_congestion_control": tcp_congestion_controls(),

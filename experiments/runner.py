@@ -25,8 +25,8 @@ from typing import Callable
 
 import yaml
 
-from controller.dataplane import ovsctl
 from controller.dataplane.tcqdisc import PortQueue
+from controller.datapaths.registry import from_environment
 from controller.routing import ECMP_METHOD
 from experiments import draw, folders, probe as envprobe, report
 from experiments.context import HOST_QUEUE_PACKETS, RoundRecord, RunContext, maybe_fault
@@ -44,6 +44,7 @@ from experiments.state import RunState, describe_report
 from experiments.workloads.registry import WORKLOADS, workload_for
 from experiments.model import Round, Scenario
 from common.errors import UnfaithfulRun
+from common.units import FRAME_TRUESIZE_BYTES
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,7 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
         if state.stale_report and any(state.stale_report[k] for k in ("processes", "bridges", "interfaces")):
             ctx.say(f"removed state of an earlier run: {describe_report(state.stale_report)}")
         maybe_fault("before_fabric")
-        with platform.live_fabric(fabric, out, state, datapath=env["datapath"],
+        with platform.live_fabric(fabric, out, state, datapath=from_environment(env),
                                   switch_queue=lambda rate: port_queue(sc, rate, slack_s), host_queue=host_queue,
                                   routing=sc.routing.mode, **fabric_args) as lf:
             timings.update(lf.timings_s)
@@ -398,18 +399,11 @@ def _run_environment(env: dict, rounds: list[Round], round_env: list[dict], mult
 
 @contextlib.contextmanager
 def _tx_buffer(sc: Scenario, fabric, env: dict, state: RunState, queues_per_port: int):
-    """On the userspace datapath, OVS's shared transmit buffer enlarged for the block so every
-    queue can fill (recorded as ``ovs_userspace_tx_buffer``; a warning when it cannot be)."""
-    if env["datapath"] != "user":
-        yield
-        return
-    with ovsctl.OvsTxBuffer(userspace_tx_budget_bytes(sc, fabric, queues_per_port), state) as txbuf:
-        env["ovs_userspace_tx_buffer"] = txbuf.record()
-        if not txbuf.applied and txbuf.reason != "already large enough":
-            print(f"fabriclab: WARNING: could not enlarge Open vSwitch's transmit buffer "
-                  f"({txbuf.reason}); all queues of the fabric together are capped near "
-                  f"{txbuf.before_bytes} bytes of packet memory, and excess packets are dropped "
-                  "inside OVS, not in the qdiscs", file=sys.stderr)
+    """What the run's datapath holds while every queue of the block can fill
+    (:meth:`controller.datapaths.base.Datapath.hold_for_run`; Open vSwitch's userspace datapath
+    enlarges its shared transmit buffer, recorded as ``ovs_userspace_tx_buffer``)."""
+    with from_environment(env).hold_for_run(userspace_tx_budget_bytes(sc, fabric, queues_per_port), state) as rec:
+        env.update(rec)
         yield
 
 
@@ -419,11 +413,11 @@ PLATFORM = Platform(probe=envprobe.probe, run_state=RunState, live_fabric=LiveFa
 
 
 def userspace_tx_budget_bytes(sc: Scenario, fabric, queues_per_port: int = 1) -> int:
-    """Send buffer OVS's shared transmit socket needs (bytes) so every switch FIFO can fill at once
-    (see dataplane): ``queues_per_port`` buffers of the scenario's size per switch port."""
+    """Packet memory (bytes, as the kernel charges a frame: :data:`common.units.FRAME_TRUESIZE_BYTES`) for every
+    switch FIFO to fill at once: ``queues_per_port`` buffers of the scenario's size per switch port."""
     q = sc.queues
     per_port_frames = q.buffer_packets if q.buffer_packets is not None else -(-q.buffer_bytes // FRAME_BYTES)
-    return len(fabric.switch_interfaces()) * (per_port_frames + 2) * queues_per_port * ovsctl.FRAME_TRUESIZE_BYTES
+    return len(fabric.switch_interfaces()) * (per_port_frames + 2) * queues_per_port * FRAME_TRUESIZE_BYTES
 
 
 def _git_rev() -> str:

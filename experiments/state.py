@@ -20,6 +20,7 @@ from pathlib import Path
 
 from common.errors import BusyError, SetupError
 from controller.dataplane import hostknobs, ovsctl
+from controller.datapaths import registry as datapaths
 
 
 def _forked_child_defaults() -> None:
@@ -174,10 +175,8 @@ def cleanup_record(rec: dict) -> dict:
             report["restored"].append(key)
         except (SetupError, OSError) as e:
             report["errors"].append(f"restoring {key}: {e}")
-    bridges = [b for b in rec.get("bridges", []) if b in set(ovsctl.ovs_bridges())]
     try:
-        ovsctl.ovs_del_bridges(bridges)
-        report["bridges"] = bridges
+        report["bridges"] = datapaths.remove_everywhere(rec.get("bridges", []))
     except SetupError as e:
         report["errors"].append(str(e))
     try:
@@ -236,7 +235,7 @@ class RunState:
 
     def claim(self, bridges: list[str], interfaces: list[str]) -> None:
         """Record names about to be created; SetupError if any exists already (not ours)."""
-        clash = sorted(set(bridges) & set(ovsctl.ovs_bridges()))
+        clash = sorted(set(bridges) & datapaths.present_everywhere())
         clash += sorted(set(interfaces) & hostknobs.root_links())
         if clash:
             raise SetupError("these names exist already and no fabriclab record claims them: "

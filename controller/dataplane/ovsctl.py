@@ -85,8 +85,6 @@ SO_SNDBUFFORCE = 32
 SYS_PIDFD_GETFD = 438  # x86_64 and aarch64 (asm-generic) syscall number
 
 
-#: Upper bound of an skb's truesize for one full-size frame, in bytes.
-FRAME_TRUESIZE_BYTES = 4096
 
 
 def ovs_vswitchd_pid() -> int:
@@ -168,7 +166,7 @@ class OvsTxBuffer:
 
     Args:
         min_bytes: the send buffer needed: every switch port's FIFO full at
-            once, in skb truesize (ports x buffer_packets x FRAME_TRUESIZE_BYTES).
+            once, in skb truesize (ports x buffer_packets x common.units.FRAME_TRUESIZE_BYTES).
         state: a experiments.state.RunState; the original size is recorded there
             before the change, so a killed run's cleanup puts it back.
 

@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from controller.dataplane import ovsctl
+from controller.datapaths.base import FORWARDING_THREAD
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
 
@@ -27,12 +27,6 @@ NO_HEADROOM_CORES = 0.05
 #: (in cores: /proc/stat's steal time) is reported: for that time nothing here ran, neither the
 #: shapers' timers nor the senders, and the emulation's clock went on.
 STOLEN_CORES = 0.05
-#: The name of the userspace datapath's forwarding thread among the watched processes: Open vSwitch
-#: forwards every port that no PMD thread polls (all of fabriclab's veth ports) in ovs-vswitchd's
-#: main thread (its thread id is the process id). On a k=4 Fat-Tree or a Spine-Leaf carrying more
-#: than it can forward, that thread reads 0.96-1.01 of a core per second while the rest of the
-#: process (handlers, revalidators) stays near 0.
-FORWARDING_THREAD = "forwarding_thread"
 #: A watched thread's run-queue wait (runnable but without a CPU) is kept under its name plus this.
 WAIT_SUFFIX = "_runqueue_wait"
 #: The kernel's clock ticks per second (the unit of /proc/stat and /proc/PID/stat times).
@@ -238,14 +232,14 @@ class CpuHeadroom(Feature):
         self.meter: CpuMeter | None = None
 
     def before_round(self, lf, rnd: RoundRecord) -> dict:
-        """Start sampling the machine, ovs-vswitchd, the controller and this process."""
+        """Start sampling the machine, the datapath's forwarding processes (Open vSwitch:
+        ovs-vswitchd, and on its userspace datapath the one thread that forwards), the controller
+        and this process."""
         try:
-            ovs = ovsctl.ovs_vswitchd_pid()
+            forwarders = lf.datapath.forwarders()
         except Exception:         # no pid file: its share is reported as unknown
-            ovs = None
-        pids = {"ovs-vswitchd": ovs, "controller": lf.controller.pid, "runner": os.getpid()}
-        if ovs is not None and self.ctx.env.get("datapath") == "user":
-            pids[FORWARDING_THREAD] = (ovs, ovs)
+            forwarders = {"ovs-vswitchd": None}
+        pids = {**forwarders, "controller": lf.controller.pid, "runner": os.getpid()}
         self.meter = CpuMeter(pids).start()
         return {}
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from experiments import analysis, plot
 from common.errors import SetupError
-from controller.dataplane.ovsctl import ovs_trace_output_port
 from experiments.paths import traced_path
 from experiments.context import RoundRecord, maybe_fault
 from experiments.live import Agents, start_sampler, stop_sampler
@@ -99,7 +98,8 @@ class KernelFlows(Workload):
         finally:
             agents.kill()
             stop_sampler(sampler)
-        return {"codes": codes, "paths": trace_paths(lf.fabric_map, plan, t.port, "udp" if udp else "tcp")}
+        return {"codes": codes, "paths": trace_paths(lf.fabric_map, plan, t.port, "udp" if udp else "tcp",
+                                                                trace=lf.datapath.trace_output_port)}
 
     def collect(self, rec: RoundRecord) -> list[dict]:
         """The round's per-flow rows (experiments.analysis.collect_flows)."""
@@ -178,19 +178,20 @@ def describe_arrivals(plan: list[dict], hosts: int) -> str:
 MAX_TRACED_FLOWS = 256
 
 
-def trace_paths(fabric_map: dict, plan: list[dict], dst_port: int, proto: str, trace=None) -> dict:
-    """Every planned flow's path through the live fabric, as Open vSwitch's tables send its
-    5-tuple (experiments.coll_plan.traced_path: the ECMP hash as the switches compute it), e.g.
+def trace_paths(fabric_map: dict, plan: list[dict], dst_port: int, proto: str, trace) -> dict:
+    """Every planned flow's path through the live fabric, as the switches' tables send its
+    5-tuple (experiments.paths.traced_path: the ECMP hash as the switches compute it), e.g.
     ``{"0": "h2>l2>s1>l1>h1", ...}`` by flow id; the seed's source ports make it the same in every
     variant of a study. A flow that cannot be traced maps to ``"error: ..."``; more than
-    :data:`MAX_TRACED_FLOWS` flows give ``{}``. ``trace(bridge, flow) -> port`` replaces the tracer (tests)."""
+    :data:`MAX_TRACED_FLOWS` flows give ``{}``. ``trace(switch, flow) -> port``: the live fabric's
+    (:meth:`controller.datapaths.base.Datapath.trace_output_port`) or a test's."""
     if len(plan) > MAX_TRACED_FLOWS:
         return {}
     out = {}
     for f in plan:
         try:
             links = traced_path(fabric_map, f["src"], f["dst"], f["src_port"], dst_port, proto,
-                                trace=trace or ovs_trace_output_port)
+                                trace=trace)
             out[str(f["flow_id"])] = ">".join([f["src"]] + [b for _a, b in links])
         except (ValueError, SetupError) as e:
             out[str(f["flow_id"])] = f"error: {e}"

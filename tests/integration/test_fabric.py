@@ -91,7 +91,7 @@ def test_sampler_reads_every_switch_port(default_fabric):
 def test_ovs_transmit_buffer_is_enlarged_and_restored(default_fabric):
     """Userspace datapath: OVS's shared AF_PACKET transmit socket can be given room for every
     switch FIFO, and gets its own size back afterwards."""
-    if default_fabric.datapath != "user":
+    if default_fabric.datapath.mode != "user":
         pytest.skip("only the userspace datapath transmits through one AF_PACKET socket")
     assert default_fabric.net.ping(default_fabric.net.hosts[:2], timeout=2) == 0.0
     with OvsTxBuffer(1) as now:

@@ -10,7 +10,6 @@ one-switch fabric (its emulated CPU brings a k=4 Fat-Tree up in too much of its 
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -21,7 +20,7 @@ import time
 
 import pytest
 
-from controller.dataplane import ovsctl
+from common.units import FRAME_TRUESIZE_BYTES
 from controller.dataplane.tcqdisc import PortQueue
 from experiments.fabric import REPO, LiveFabric
 from experiments.live import warm_up_reachability
@@ -47,10 +46,8 @@ def fabric(tmp_path_factory):
                         host_queue=lambda r: PortQueue(r, buffer_packets=1000)) as lf:
             lf.api.call("POST", "/hosts", {"host_pids": {h.name: h.pid for h in lf.net.hosts}})
             warm_up_reachability(lf)     # ovs-vswitchd opens its transmit socket at its first packet
-            buf = contextlib.nullcontext()
-            if lf.datapath == "user":    # as a run does: every queue can fill, so every drop is a qdisc's
-                buf = ovsctl.OvsTxBuffer(len(fab.switch_interfaces()) * 102 * ovsctl.FRAME_TRUESIZE_BYTES, st)
-            with buf:
+            # as a run does: every queue can fill, so every drop is a qdisc's
+            with lf.datapath.hold_for_run(len(fab.switch_interfaces()) * 102 * FRAME_TRUESIZE_BYTES, st):
                 yield lf, tmp
     assert_clean(str(tmp / "run"))
 

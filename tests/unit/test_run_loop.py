@@ -11,6 +11,7 @@ import pytest
 
 from common.errors import UnfaithfulRun
 from experiments import runner
+from controller.datapaths.ovs.datapath import OvsDatapath
 from experiments.features.base import Feature
 from experiments.scenario import load_scenario
 from experiments.workloads.base import Workload
@@ -171,7 +172,7 @@ def test_rounds_run_in_order_and_each_summary_is_written_once(tmp_path, summary_
     expected += ["after_rounds", "fabric down", "unlock", "finish [0, 1, 2, 3]"]
     assert log == expected
     assert fabric_args == [{"switch_queue": fabric_args[0]["switch_queue"], "host_queue": fabric_args[0]["host_queue"],
-                            "datapath": "user", "routing": "ecmp", "recorder_plan": {"rounds": 4}}]
+                            "datapath": OvsDatapath("user"), "routing": "ecmp", "recorder_plan": {"rounds": 4}}]
     dirs = [out / "rounds" / f"{i + 1:02d}-{n}" for i, n in enumerate(names)]
     assert sorted(summary_writes) == sorted(d / "summary.json" for d in dirs)     # once per round
     for i, d in enumerate(dirs):

@@ -1,0 +1,115 @@
+"""Open vSwitch (kernel or userspace datapath) behind the Datapath seam.
+
+Switches are Mininet's ``OVSSwitch`` on OpenFlow 1.3 in fail mode ``secure`` (no forwarding
+until the controller's routes are in), all bridges and ports made in one ``ovs-vsctl``
+transaction (``batch=True``); the os-ken app installs routes and ECMP groups (the ``multipath``
+action: :mod:`controller.app`). On the userspace datapath one ovs-vswitchd thread forwards every
+frame (its CPU is accounted as the forwarding thread) and ovs-vswitchd's shared transmit socket
+is enlarged for a run so that every queue can fill (:class:`controller.dataplane.ovsctl.OvsTxBuffer`).
+"""
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable, ClassVar
+
+from mininet.node import OVSSwitch
+
+from common.datapath import chosen_datapath
+from common.errors import SetupError
+from controller.dataplane import ovsctl
+from controller.datapaths.base import FORWARDING_THREAD
+
+#: Modes: Open vSwitch's datapath (Mininet's ``datapath=`` and OVS's ``datapath_type``).
+MODES = {"kernel": "system", "user": "netdev"}
+
+
+@dataclass(frozen=True)
+class OvsDatapath:
+    """Open vSwitch in ``mode`` ``kernel`` or ``user`` (see :class:`controller.datapaths.base.Datapath`).
+
+    Raises:
+        SetupError: an unknown mode.
+    """
+
+    name: ClassVar[str] = "ovs"
+    routes_via: ClassVar[str] = "openflow13"
+    mode: str
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise SetupError(f"datapath {self.mode!r}: Open vSwitch's are {', '.join(MODES)}")
+
+    @classmethod
+    def available(cls) -> str | None:
+        """``kernel`` where the openvswitch module loads, else ``user``; None without ``ovs-vsctl``."""
+        if shutil.which("ovs-vsctl") is None:
+            return None
+        return chosen_datapath()
+
+    def record(self) -> dict[str, Any]:
+        """``{"impl": "ovs", "mode", "datapath_type", "routes_via"}``."""
+        return {"impl": self.name, "mode": self.mode, "datapath_type": MODES[self.mode], "routes_via": self.routes_via}
+
+    def switch_class(self) -> Callable[..., Any]:
+        """Mininet's ``OVSSwitch`` on this mode, OpenFlow 1.3, fail mode ``secure``, batched."""
+        return partial(OVSSwitch, datapath=self.mode, protocols="OpenFlow13", failMode="secure", batch=True)
+
+    def unconnected(self, switches: list) -> list[str]:
+        """Switches whose bridge does not report its controller connected (``ovs-vsctl get controller``)."""
+        out = []
+        for sw in switches:
+            st = sw.cmd("ovs-vsctl --timeout=2 get controller", sw.name, "is_connected").strip()
+            if "true" not in st:
+                out.append(sw.name)
+        return out
+
+    def shutdown(self, switches: list) -> None:
+        """Every bridge deleted in one ``ovs-vsctl`` transaction (Mininet's batch shutdown, which also
+        ends the switches' shells)."""
+        if switches:
+            type(switches[0]).batchShutdown(tuple(switches))
+
+    @classmethod
+    def present(cls) -> set[str]:
+        """Every Open vSwitch bridge on the machine (empty when ovsdb is not reachable)."""
+        return set(ovsctl.ovs_bridges())
+
+    @classmethod
+    def remove(cls, names: list[str]) -> None:
+        """Delete the named bridges in one transaction (:func:`controller.dataplane.ovsctl.ovs_del_bridges`)."""
+        ovsctl.ovs_del_bridges(list(names))
+
+    def forwarders(self) -> dict[str, int | tuple[int, int]]:
+        """``{"ovs-vswitchd": pid}``, and on the userspace datapath also ``{FORWARDING_THREAD: (pid, pid)}``:
+        its main thread forwards every frame there (:data:`controller.datapaths.base.FORWARDING_THREAD`)."""
+        pid = ovsctl.ovs_vswitchd_pid()
+        out: dict[str, int | tuple[int, int]] = {"ovs-vswitchd": pid}
+        if self.mode == "user":
+            out[FORWARDING_THREAD] = (pid, pid)
+        return out
+
+    def trace_output_port(self, switch: str, flow: str) -> int | None:
+        """``ovs-appctl ofproto/trace`` (:func:`controller.dataplane.ovsctl.ovs_trace_output_port`)."""
+        return ovsctl.ovs_trace_output_port(switch, flow)
+
+    @contextlib.contextmanager
+    def hold_for_run(self, buffer_bytes: int, state):
+        """On the userspace datapath, ovs-vswitchd's shared transmit socket enlarged to ``buffer_bytes``
+        for the run (:class:`controller.dataplane.ovsctl.OvsTxBuffer`, undone at exit and by a clean-up
+        after a crash); yields ``{"ovs_userspace_tx_buffer": its record}``, with a warning on stderr
+        when it could not be enlarged. The kernel datapath hands each frame straight to its port's
+        qdisc: nothing to hold, yields ``{}``."""
+        if self.mode != "user":
+            yield {}
+            return
+        with ovsctl.OvsTxBuffer(buffer_bytes, state) as txbuf:
+            if not txbuf.applied and txbuf.reason != "already large enough":
+                print(f"fabriclab: WARNING: could not enlarge Open vSwitch's transmit buffer "
+                      f"({txbuf.reason}); all queues of the fabric together are capped near "
+                      f"{txbuf.before_bytes} bytes of packet memory, and excess packets are dropped "
+                      "inside OVS, not in the qdiscs", file=sys.stderr)
+            yield {"ovs_userspace_tx_buffer": txbuf.record()}
