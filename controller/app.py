@@ -21,13 +21,13 @@ with basis 0 and an aggregation switch would repeat its edge switch's choice
 (half the Fat-Tree core idle). Every packet of a flow takes one path.
 
 When every switch of the map has answered its barrier, the app writes the
-ready file the runner waits for and, if it was given an ECN or PFC plan, its
-REST API (:mod:`controller.rest`, on 127.0.0.1) starts answering ECN
-(:mod:`controller.ecnports`) and PFC (:mod:`controller.pfcports`) requests: the
-runner asks it to apply the plan once the ports have their queues (adding a
-port to Open vSwitch resets its root qdisc, so that is after the switches
-connect), and to change profiles during the run; a user can read and change
-them with curl. OpenFlow 1.3 only.
+ready file the runner waits for, and its REST API (:mod:`controller.rest`, on
+127.0.0.1) takes the ECN plan (:mod:`controller.ecnports`) and the PFC plan
+(:mod:`controller.pfcports`) in their start requests, as the typed messages of
+:mod:`controller.messages`: the runner sends them once the ports have their
+queues (adding a port to Open vSwitch resets its root qdisc, so that is after
+the switches connect), and changes profiles during the run the same way; a
+user can read and change them with curl. OpenFlow 1.3 only.
 
 Its settings are os-ken configuration options in group ``[fabriclab]`` (:mod:`controller.options`),
 so it runs under os-ken's manager as Ryu apps do (``python -m controller.manager controller/app.py
@@ -49,7 +49,8 @@ from controller.faultports import FaultPorts
 from controller import options
 from controller.pfcports import PfcPorts, share_gil_realtime
 from controller.portstats import read_ports
-from controller.rest import ControlApi, read_token, serve
+from controller.messages import EcnPlan, PfcStart
+from controller.rest import ControlApi, HttpError, read_token, serve
 from controller.routing import compute_routes, hash_basis
 from controller.tables import Multipath, Output, SetReg, ToController, port_sets_of, switch_flows
 
@@ -64,7 +65,7 @@ class FabricController(BaseApp):
     Configured by os-ken's configuration options in group ``[fabriclab]`` (parsed before the app
     manager instantiates the app; :mod:`controller.options`): the fabric (``topo``, a Mininet-style
     spec built in memory, or ``fabric-map``, a JSON file), ``ready-file``, ``routing``
-    (``ecmp``|``single``), ``ecn-plan``, ``pfc-plan``, ``control-dir``, ``rest-port`` (the REST
+    (``ecmp``|``single``), ``control-dir`` (where the ECN marker's record goes), ``rest-port`` (the REST
     API, controller.rest, on 127.0.0.1; 0: none) and ``token-file`` (the API's token: changes
     need it; none: the API only reads). :attr:`config` holds them as
     :func:`controller.options.settings` returns them.
@@ -96,9 +97,8 @@ class FabricController(BaseApp):
         self.faults = FaultPorts(self.fabric)
         if self.config.get("rest_port") is not None:
             token = read_token(self.config["token_file"]) if self.config.get("token_file") else None
-            api = ControlApi(self._status, lambda: self.ecn, lambda: self.pfc,
-                             has_ecn=bool(self.config.get("ecn_plan")), has_pfc=bool(self.config.get("pfc_plan")),
-                             faults=self.faults, ports=lambda: read_ports(self.fabric, self.faults.live_rx_errors,
+            api = ControlApi(self._status, lambda: self.ecn, lambda: self.pfc, start_ecn=self.start_ecn,
+                             start_pfc=self.start_pfc, faults=self.faults, ports=lambda: read_ports(self.fabric, self.faults.live_rx_errors,
                                                                self.faults.link_speeds),
                              token=token)
             try:
@@ -188,14 +188,35 @@ class FabricController(BaseApp):
         del self.pending[dpid]
         self.ready.add(dpid)
         if self.ready >= set(self.by_dpid):
-            if self.config.get("ecn_plan") and self.ecn is None:
-                with open(self.config["ecn_plan"]) as f:
-                    self.ecn = EcnPorts(json.load(f), self.config["control_dir"])
-            if self.config.get("pfc_plan") and self.pfc is None:
-                with open(self.config["pfc_plan"]) as f:
-                    self.pfc = PfcPorts(json.load(f))
-                self.pfc.hub_realtime = share_gil_realtime()
             self._write_ready()
+
+    def _ports_ready(self, what: str, started) -> None:
+        if not self.ready >= set(self.by_dpid):
+            raise HttpError(409, "the switches are not configured yet")
+        if started is not None:
+            raise HttpError(409, f"{what} is started already")
+
+    def start_ecn(self, plan: EcnPlan) -> dict:
+        """``POST /fabriclab/ecn/start``: apply the ECN plan (every port's first profile; the marker's
+        record goes to the ``control-dir``); returns the record. HttpError 409 before every switch is
+        configured, or when ECN is started already; SetupError when the kernel refuses."""
+        self._ports_ready("ECN", self.ecn)
+        ready = self.config.get("ready_file")
+        where = os.path.dirname(os.path.abspath(ready)) if ready else os.getcwd()
+        ecn = EcnPorts(plan, self.config.get("control_dir") or os.path.join(where, "control"))
+        record = ecn.start()
+        self.ecn = ecn
+        return record
+
+    def start_pfc(self, msg: PfcStart) -> dict:
+        """``POST /fabriclab/pfc/start``: install the PFC plan on every port and host NIC and start the
+        pauser (its hub's threads at real-time priority where allowed); returns the record. HttpError
+        409 as :meth:`start_ecn`."""
+        self._ports_ready("PFC", self.pfc)
+        pfc = PfcPorts(msg.plan)
+        pfc.hub_realtime = share_gil_realtime()
+        self.pfc = pfc
+        return pfc.start(msg.host_pids)
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, [HANDSHAKE_DISPATCHER, CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def on_error(self, ev):

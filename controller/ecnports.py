@@ -35,6 +35,7 @@ from common.errors import SetupError
 
 from controller.bpfmarker import BpfEcnMarker
 from controller.dataplane import tcqdisc
+from controller.messages import EcnPlan
 
 LOG = logging.getLogger("fabriclab.controller.ecn")
 
@@ -52,11 +53,11 @@ class EcnPorts:
     Raises (from :meth:`apply`): SetupError naming the port and the kernel's or tc's message.
     """
 
-    def __init__(self, plan: dict, control_dir: Path, load_marker=BpfEcnMarker.load, tc=tcqdisc,
+    def __init__(self, plan: EcnPlan, control_dir: Path, load_marker=BpfEcnMarker.load, tc=tcqdisc,
                  ifindex=socket.if_nametoindex):
         self.plan = plan
         self.load_marker, self.tc, self.ifindex = load_marker, tc, ifindex
-        self.marker_kind = plan["marker"]
+        self.marker_kind = plan.marker
         self.dir = Path(control_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.marker = None
@@ -66,9 +67,9 @@ class EcnPorts:
         """Apply every port's initial profile; returns what ``ecn_marker.json`` records."""
         if self.marker_kind == "bpf":
             self.marker = self.load_marker()
-            for intf in self.plan["ports"]:
+            for intf in self.plan.ports:
                 self.marker.attach(intf)
-        n = self.apply({intf: p["profile"] for intf, p in self.plan["ports"].items()}, reset=True)
+        n = self.apply({intf: p.profile for intf, p in self.plan.ports.items()}, reset=True)
         record = {"marker": self.marker_kind, "ports": n}
         if self.marker is not None:
             record.update(self.marker.ids())
@@ -88,10 +89,10 @@ class EcnPorts:
         """
         out = {}
         for intf, spec in specs.items():
-            port = self.plan["ports"].get(intf)
+            port = self.plan.ports.get(intf)
             if port is None:
                 raise LookupError(f"ECN: {intf} is not a switch port of this fabric")
-            out[intf] = parse_profile(spec, port["buffer_bytes"], f"ecn.ports.{intf}")
+            out[intf] = parse_profile(spec, port.buffer_bytes, f"ecn.ports.{intf}")
         return out
 
     def apply(self, specs: dict, reset: bool = False) -> int:
@@ -99,14 +100,14 @@ class EcnPorts:
         ports changed. SetupError when the kernel or tc refuses."""
         changed = 0
         for intf, prof in self.check(specs).items():
-            port = self.plan["ports"][intf]
+            port = self.plan.ports[intf]
             if self.marker_kind == "bpf":
-                self.marker.configure(self.ifindex(intf), prof, port["rate_bps"], port["buffer_bytes"],
-                                      port["burst_bytes"], reset=reset)
+                self.marker.configure(self.ifindex(intf), prof, port.rate_bps, port.buffer_bytes,
+                                      port.burst_bytes, reset=reset)
             elif prof.kind == "off":
-                self.tc.install_fifo_leaf(intf, port["fifo"]["kind"], port["fifo"]["limit"])
+                self.tc.install_fifo_leaf(intf, port.fifo.kind, port.fifo.limit)
             else:
-                self.tc.install_red(intf, port["rate_bps"], port["buffer_bytes"], prof)
+                self.tc.install_red(intf, port.rate_bps, port.buffer_bytes, prof)
             if self.current.get(intf) != prof:
                 changed += 1
             self.current[intf] = prof
@@ -119,7 +120,7 @@ class EcnPorts:
         marked, vq_drops, max_backlog_bytes. RED: marked, early, pdrop, other (tc's RED
         statistics; ports without RED now are absent)."""
         out = {}
-        for intf in self.plan["ports"]:
+        for intf in self.plan.ports:
             c = self.marker.read(self.ifindex(intf)) if self.marker_kind == "bpf" else self.tc.red_counters(intf)
             if c is not None:
                 out[intf] = c

@@ -1,7 +1,7 @@
 """Start the fabriclab controller as its own process.
 
 ``python -m controller.main (--fabric-map MAP | --topo fattree,4) --ready-file FILE [--host 127.0.0.1]
-[--port 6653] [--routing ecmp|single] [--ecn-plan PLAN.json] [--pfc-plan PLAN.json] [--control-dir DIR]
+[--port 6653] [--routing ecmp|single] [--control-dir DIR]
 [--rest-port 8080] [--token-file FILE]``: the REST API (controller.rest) listens on 127.0.0.1 at
 ``--rest-port`` (0: none); a request that changes anything must carry the token held in
 ``--token-file`` (without one the API only reads). ``--topo`` builds the fabric map in memory (no file).
@@ -59,9 +59,8 @@ def main(argv=None) -> int:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=6653)
     ap.add_argument("--routing", choices=("ecmp", "single"), default="ecmp")
-    ap.add_argument("--ecn-plan", help="ECN plan JSON (controller.ecnports); applied once all switches are up")
-    ap.add_argument("--pfc-plan", help="PFC plan JSON (controller.pfcports); started on request once all switches are up")
-    ap.add_argument("--control-dir", help="folder for the ECN marker's record (with --ecn-plan)")
+    ap.add_argument("--control-dir", help="folder for the ECN marker's record (default: control/ beside the ready "
+                                          "file); the ECN and PFC plans come in their start requests")
     ap.add_argument("--rest-port", type=int, default=8080,
                     help="the REST API's port on 127.0.0.1 (Ryu's REST apps use 8080; 0: no API)")
     ap.add_argument("--token-file", help="file holding the REST API's token (changes need it; without: reads only)")
@@ -75,8 +74,7 @@ def main(argv=None) -> int:
     options.register(cfg.CONF)
     cfg.CONF(args=[f"--ofp-listen-host={args.host}", f"--ofp-tcp-listen-port={args.port}"]
              + options.cli_args(topo=args.topo, fabric_map=args.fabric_map, ready_file=args.ready_file,
-                                routing=args.routing, ecn_plan=args.ecn_plan, pfc_plan=args.pfc_plan,
-                                control_dir=args.control_dir, rest_port=args.rest_port,
+                                routing=args.routing, control_dir=args.control_dir, rest_port=args.rest_port,
                                 token_file=args.token_file),
              project=PROJECT)
     app_manager.AppManager.run_apps(["controller.app"])

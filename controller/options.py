@@ -31,9 +31,9 @@ OPTS = [
                                   "fabric is configured"),
     cfg.StrOpt("routing", default="ecmp", choices=["ecmp", "single"],
                help="ecmp: each 5-tuple hashed over the equal-cost next hops; single: one path per destination"),
-    cfg.StrOpt("ecn-plan", help="ECN plan JSON (controller.ecnports), applied on request once all switches are up"),
-    cfg.StrOpt("pfc-plan", help="PFC plan JSON (controller.pfcports), started on request once all switches are up"),
-    cfg.StrOpt("control-dir", help="folder for the ECN marker's record (with ecn-plan)"),
+    cfg.StrOpt("control-dir", help="folder for the ECN marker's record (default: control/ beside the ready file); "
+                                   "the ECN and PFC plans come in their start requests (POST /fabriclab/ecn/start, "
+                                   "/fabriclab/pfc/start)"),
     cfg.IntOpt("rest-port", default=8080, min=0, max=65535,
                help="the REST API's port on 127.0.0.1 (Ryu's REST apps use 8080; 0: no API)"),
     cfg.StrOpt("token-file", help="file holding the REST API's token: requests that change anything must carry "
@@ -67,7 +67,7 @@ def cli_args(**values) -> list[str]:
 
 def settings(conf=None) -> dict:
     """The app's settings from ``conf`` (default os-ken's ``cfg.CONF``, parsed):
-    ``{"topo", "fabric_map", "ready_file", "routing", "ecn_plan", "pfc_plan", "control_dir", "token_file"}`` as
+    ``{"topo", "fabric_map", "ready_file", "routing", "control_dir", "token_file"}`` as
     given (str or None) and ``"rest_port"`` (int, or None for 0: no API).
 
     Raises:

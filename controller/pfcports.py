@@ -8,16 +8,10 @@ Each (ingress port, lossless priority) owns ``cap_bytes`` of buffer: XOFF plus
 the headroom must fit in it; frames beyond it are dropped (and counted). Lossy
 priorities never pause; their queues drop at the egress buffer, as before.
 
-Plan shape (the runner writes it; :func:`experiments.features.pfc.plan.pfc_plan`)::
+The plan is a :class:`controller.messages.PfcPlan` (the runner builds it:
+:func:`experiments.features.pfc.plan.pfc_plan`).
 
-    {"enabled": bool, "dscp_map": {"26": 3, ...}, "default_priority": 0, "lossless": [3],
-     "xoff_bytes", "xon_bytes", "cap_bytes", "watchdog_s", "watchdog_action",
-     "weights": {prio: w} | null, "burst_bytes",
-     "switch_fifo_bytes": {prio: limit}, "host_fifo_bytes": {prio: limit},
-     "switches": [{"name", "sw", "ports": [{"intf", "index", "rate_bps", "peer", "peer_intf", "peer_is_host"}]}],
-     "hosts": [{"name", "intf", "rate_bps"}]}
-
-Requests (controller.rest): ``POST /fabriclab/pfc/start`` ``{"host_pids": {name: pid}}``
+Requests (controller.rest): ``POST /fabriclab/pfc/start`` ``{"host_pids": {name: pid}, "plan": {...}}``
 installs everything and starts the pauser; ``GET /fabriclab/pfc/report`` answers the
 pauses, reaction latencies, headroom and counters; ``PUT /fabriclab/pfc`` with ``{"xoff_bytes",
 "xon_bytes", "cap_bytes"}`` changes the thresholds and buffers of every lossless counter,
@@ -41,6 +35,7 @@ from common.errors import SetupError
 from common.units import shaper_burst_bytes
 from common.pfc import PauseState, buffer_warning, headroom_bytes, pfc_frame
 from controller.dataplane import pausegate
+from controller.messages import PfcPlan
 from controller.pfcbpf import PfcBpf
 from controller.qstats import QdiscStatsReader, ifindexes_for
 
@@ -136,8 +131,9 @@ class PfcPorts:
     Raises (from :meth:`start`): SetupError naming the port and the kernel's message.
     """
 
-    def __init__(self, plan: dict, clock_ns=time.monotonic_ns):
-        """``clock_ns``: the monotonic clock in nanoseconds (component tests pass a fake one)."""
+    def __init__(self, plan: PfcPlan, clock_ns=time.monotonic_ns):
+        """``plan``: the :class:`controller.messages.PfcPlan` (its start request's); ``clock_ns``: the
+        monotonic clock in nanoseconds (component tests pass a fake one)."""
         self.plan = plan
         self.clock_ns = clock_ns
         self.bpf = None
@@ -171,60 +167,59 @@ class PfcPorts:
     # -- set-up ---------------------------------------------------------------------------
     def _queues(self, rate_bps: float, fifo: dict) -> pausegate.PriorityQueues:
         return pausegate.PriorityQueues(rate_bps=rate_bps, fifo_bytes={int(p): int(v) for p, v in fifo.items()},
-                                        default_prio=self.plan["default_priority"],
-                                        weights={int(p): w for p, w in self.plan["weights"].items()}
-                                        if self.plan.get("weights") else None,
-                                        burst_bytes=self.plan["burst_bytes"]
-                                        or shaper_burst_bytes(rate_bps, self.plan["shaper_slack_s"]))
+                                        default_prio=self.plan.default_priority,
+                                        weights=dict(self.plan.weights) if self.plan.weights else None,
+                                        burst_bytes=self.plan.burst_bytes
+                                        or shaper_burst_bytes(rate_bps, self.plan.shaper_slack_s))
 
     def plan_pauses(self) -> None:
         """The pauser's own state from the plan, no side effects: the priorities, every switch
         port's link (its peer, whose gate a pause closes) and a :class:`PauseState` per (switch,
         ingress port, lossless priority); enabled as the plan says."""
         p = self.plan
-        lossless = set(p["lossless"])
-        self.priorities = sorted({int(x) for x in p["switch_fifo_bytes"]})
-        for s in p["switches"]:
-            for port in s["ports"]:
+        lossless = set(p.lossless)
+        self.priorities = sorted({int(x) for x in p.switch_fifo_bytes})
+        for s in p.switches:
+            for port in s.ports:
                 for prio in self.priorities:
                     if prio in lossless:
-                        self.states[(s["sw"], port["index"], prio)] = PauseState(
-                            p["xoff_bytes"], p["xon_bytes"], p["watchdog_s"], p["watchdog_action"])
-                self.links[(s["sw"], port["index"])] = {"switch": s["name"], **port}
-        self.enabled = bool(p["enabled"]) and bool(lossless)
+                        self.states[(s.sw, port.index, prio)] = PauseState(
+                            p.xoff_bytes, p.xon_bytes, p.watchdog_s, p.watchdog_action)
+                self.links[(s.sw, port.index)] = {"switch": s.name, **port.model_dump()}
+        self.enabled = bool(p.enabled) and bool(lossless)
 
     def start(self, host_pids: dict) -> dict:
         """Install queues and classifiers on every port, load the accounting, start the pauser."""
         p = self.plan
-        lossless = set(p["lossless"])      # counted and gated; paused only while enabled
+        lossless = set(p.lossless)      # counted and gated; paused only while enabled
         kick = pfc_frame("02:fa:b1:ab:00:00", {prio: 0 for prio in sorted(lossless)}) if lossless else b""
         self.plan_pauses()
         self.bpf = PfcBpf.load()
-        self.bpf.set_dscp_map({int(d): v for d, v in p["dscp_map"].items()}, p["default_priority"])
-        for h in p["hosts"]:
-            pid = host_pids[h["name"]]
-            q = self._queues(h["rate_bps"], p["host_fifo_bytes"])
-            pausegate.install_priority_queues(h["intf"], q, pid)
-            self.bpf.attach(h["intf"], pid, switch_port=False)
-            self.workers[h["intf"]] = GateWorker(pausegate.PauseGates(h["intf"], q, pid, kick_frame=kick), self.errors)
-        for s in p["switches"]:
-            for port in s["ports"]:
-                q = self._queues(port["rate_bps"], p["switch_fifo_bytes"])
-                pausegate.install_priority_queues(port["intf"], q)
-                self.bpf.set_port(socket.if_nametoindex(port["intf"]), s["sw"], port["index"], True)
-                self.bpf.attach(port["intf"])
-                self.workers[port["intf"]] = GateWorker(pausegate.PauseGates(port["intf"], q, kick_frame=kick),
+        self.bpf.set_dscp_map(dict(p.dscp_map), p.default_priority)
+        for h in p.hosts:
+            pid = host_pids[h.name]
+            q = self._queues(h.rate_bps, p.host_fifo_bytes)
+            pausegate.install_priority_queues(h.intf, q, pid)
+            self.bpf.attach(h.intf, pid, switch_port=False)
+            self.workers[h.intf] = GateWorker(pausegate.PauseGates(h.intf, q, pid, kick_frame=kick), self.errors)
+        for s in p.switches:
+            for port in s.ports:
+                q = self._queues(port.rate_bps, p.switch_fifo_bytes)
+                pausegate.install_priority_queues(port.intf, q)
+                self.bpf.set_port(socket.if_nametoindex(port.intf), s.sw, port.index, True)
+                self.bpf.attach(port.intf)
+                self.workers[port.intf] = GateWorker(pausegate.PauseGates(port.intf, q, kick_frame=kick),
                                                         self.errors)
                 for prio in self.priorities:
-                    on = prio in lossless and p["enabled"]
-                    self.bpf.set_thresholds(s["sw"], port["index"], prio, p["xoff_bytes"] if on else 0,
-                                            p["xon_bytes"] if on else 0, p["cap_bytes"] if on else 0)
+                    on = prio in lossless and p.enabled
+                    self.bpf.set_thresholds(s.sw, port.index, prio, p.xoff_bytes if on else 0,
+                                            p.xon_bytes if on else 0, p.cap_bytes if on else 0)
         self.bpf.on_events(self._on_event)
         self._thread = threading.Thread(target=self._run, name="pfc-pauser", daemon=True)
         self._thread.start()
         self._reconciler = threading.Thread(target=self._run_reconciler, name="pfc-reconciler", daemon=True)
         self._reconciler.start()
-        record = {"ports": sum(len(s["ports"]) for s in p["switches"]), "hosts": len(p["hosts"]),
+        record = {"ports": sum(len(s.ports) for s in p.switches), "hosts": len(p.hosts),
                   "lossless": sorted(lossless), "enabled": self.enabled, **self.bpf.ids()}
         LOG.info("PFC: queues on %d switch ports and %d host NICs; lossless priorities %s",
                  record["ports"], record["hosts"], record["lossless"])
@@ -300,17 +295,17 @@ class PfcPorts:
                 if worker is not None:     # stop obeying the pause; the packets are dropped downstream
                     worker.submit(worker.gates.open_gate, key[2])
 
-    def _queues_empty(self, ports: list[dict], prio: int) -> bool:
+    def _queues_empty(self, ports, prio: int) -> bool:
         """Whether priority ``prio``'s gate holds nothing on every one of ``ports``: one raw netlink
         dump of the switches' namespace (controller.qstats; a pyroute2 socket per port made the
         reconciler hold the interpreter lock for milliseconds: `make bench-pfc` reaction p99 7.5-11 ms
         instead of 1.9 without it)."""
         reader = self._gate_readers.get(prio)
         if reader is None:
-            names = [port["intf"] for s in self.plan["switches"] for port in s["ports"]]
+            names = [port.intf for s in self.plan.switches for port in s.ports]
             reader = self._gate_readers[prio] = QdiscStatsReader(ifindexes_for(names), pausegate.prio_gate_handle(prio))
         stats = reader.read()
-        return all(port["intf"] in stats and stats[port["intf"]][0] == 0 for port in ports)
+        return all(port.intf in stats and stats[port.intf][0] == 0 for port in ports)
 
     def _tick(self) -> None:
         """Every poll: follow the kernel's paused flags (an event the ring buffer could not take
@@ -340,21 +335,21 @@ class PfcPorts:
     def _reconcile_idle(self, lossless) -> None:
         """Reconcile the (switch, priority) counters that still hold bytes though nothing has arrived
         for a whole interval (an idle switch; reading queues costs netlink dumps: never while busy)."""
-        for s in self.plan["switches"]:
-            idx = [port["index"] for port in s["ports"]]
+        for s in self.plan.switches:
+            idx = [port.index for port in s.ports]
             for prio in lossless:
-                reads = [self.bpf.read(s["sw"], i, prio) for i in idx]
+                reads = [self.bpf.read(s.sw, i, prio) for i in idx]
                 packets = sum(r["packets"] for r in reads if r)
                 held = sum(r["bytes"] for r in reads if r)
-                key = (s["sw"], prio)
+                key = (s.sw, prio)
                 last = self._idle_seen.get(key)
                 self._idle_seen[key] = packets
                 # not again while nothing moved: a switch held by a pause downstream keeps its bytes
                 # and its count for as long as the pause lasts, and its queues stay non-empty; once
                 # they drain (the held bytes change) it is tried again
                 if held and last == packets and self._tried.get(key) != (packets, held):
-                    fixed = self.bpf.reconcile(s["sw"], prio, idx,
-                                               lambda s=s, prio=prio: self._queues_empty(s["ports"], prio))
+                    fixed = self.bpf.reconcile(s.sw, prio, idx,
+                                               lambda s=s, prio=prio: self._queues_empty(s.ports, prio))
                     self.corrected_bytes += fixed
                     self._tried[key] = None if fixed else (packets, held)
 
@@ -386,7 +381,7 @@ class PfcPorts:
         events waited meanwhile. Real-time below the pauser, so it hands the interpreter lock on
         when the pauser wants it."""
         _realtime(HUB_RT_PRIORITY)
-        lossless = self.plan["lossless"]
+        lossless = self.plan.lossless
         wait_s = RECONCILE_INTERVAL_S
         while not self._stop.wait(wait_s):
             try:
@@ -437,8 +432,8 @@ class PfcPorts:
                 "headroom": self.headroom(), "pauser_realtime": self.realtime, "hub_realtime": self.hub_realtime,
                 "lost_events": self.lost_events,
                 "corrected_bytes": self.corrected_bytes, "counters": counters, "errors": self.errors[:20],
-                "now_s": now, "enabled": self.enabled, "xoff_bytes": self.plan["xoff_bytes"],
-                "xon_bytes": self.plan["xon_bytes"], "cap_bytes": self.plan["cap_bytes"],
+                "now_s": now, "enabled": self.enabled, "xoff_bytes": self.plan.xoff_bytes,
+                "xon_bytes": self.plan.xon_bytes, "cap_bytes": self.plan.cap_bytes,
                 "reactions": reactions, "occupancy": occupancy,
                 "reaction_parts": [list(x) for x in self.reaction_parts] if parts is not None else [],
                 "reaction_parts_s": None if parts is None else {
@@ -458,7 +453,7 @@ class PfcPorts:
         now_s = self._t_rel(self.clock_ns())
         for key, st in self.states.items():
             if self.enabled:
-                self.bpf.set_limits(*key, p["xoff_bytes"], p["xon_bytes"], p["cap_bytes"])
+                self.bpf.set_limits(*key, p.xoff_bytes, p.xon_bytes, p.cap_bytes)
                 continue
             self.bpf.set_limits(*key, 0, 0, 0)
             if st.paused:
@@ -470,13 +465,13 @@ class PfcPorts:
                     self.bpf.set_storm_drop(*key, False)
                 for ev in st.update(0, now_s):
                     self._after(ev, key, link)
-        lossy = int(p["lossy_fifo_bytes"])
-        for s in p["switches"]:
-            for port in s["ports"]:
-                worker = self.workers[port["intf"]]
+        lossy = int(p.lossy_fifo_bytes)
+        for s in p.switches:
+            for port in s.ports:
+                worker = self.workers[port.intf]
                 for prio in {k[2] for k in self.states}:
                     worker.submit(worker.gates.set_limit, prio,
-                                  p["cap_bytes"] * len(s["ports"]) if self.enabled else lossy)
+                                  p.cap_bytes * len(s.ports) if self.enabled else lossy)
         self._wait_workers("PFC on" if self.enabled else "PFC off")
         LOG.info("PFC %s on %d (ingress port, priority) counters", "on" if self.enabled else "off", len(self.states))
         return len(self.states)
@@ -486,17 +481,18 @@ class PfcPorts:
         how many counters changed. Raises ValueError for XON >= XOFF or XOFF >= cap."""
         if not 0 <= xon_bytes < xoff_bytes < cap_bytes:
             raise ValueError(f"need 0 <= XON < XOFF < buffer, got {xon_bytes}, {xoff_bytes}, {cap_bytes}")
-        self.plan.update(xoff_bytes=xoff_bytes, xon_bytes=xon_bytes, cap_bytes=cap_bytes)
+        self.plan = self.plan.model_copy(update={"xoff_bytes": xoff_bytes, "xon_bytes": xon_bytes,
+                                                 "cap_bytes": cap_bytes})
         for (sw, idx, prio), st in self.states.items():
             st.xoff_bytes, st.xon_bytes = xoff_bytes, xon_bytes
             self.bpf.set_limits(sw, idx, prio, xoff_bytes, xon_bytes, cap_bytes)
         # a lossless egress queue must hold every ingress port's buffer (drops happen at the caps)
         lossless = {k[2] for k in self.states}
-        for s in self.plan["switches"]:
-            for port in s["ports"]:
-                worker = self.workers[port["intf"]]
+        for s in self.plan.switches:
+            for port in s.ports:
+                worker = self.workers[port.intf]
                 for prio in lossless:
-                    worker.submit(worker.gates.set_limit, prio, cap_bytes * len(s["ports"]))
+                    worker.submit(worker.gates.set_limit, prio, cap_bytes * len(s.ports))
         self._wait_workers("new limits")
         LOG.info("PFC: XOFF %d B, XON %d B, buffer %d B on %d counters", xoff_bytes, xon_bytes, cap_bytes,
                  len(self.states))
@@ -519,13 +515,13 @@ class PfcPorts:
         if not r:
             return []
         p99 = float(np.percentile(r, 99))
-        rates = sorted({port["rate_bps"] for s in self.plan["switches"] for port in s["ports"]})
+        rates = sorted({port.rate_bps for s in self.plan.switches for port in s.ports})
         out = []
         for rate in rates:
             need = headroom_bytes(rate, p99, 0.0)
             out.append({"rate_bps": rate, "reaction_p99_s": p99, "headroom_bytes": need,
-                        "xoff_bytes": self.plan["xoff_bytes"], "buffer_bytes": self.plan["cap_bytes"],
-                        "warning": buffer_warning(self.plan["cap_bytes"], self.plan["xoff_bytes"], need,
+                        "xoff_bytes": self.plan.xoff_bytes, "buffer_bytes": self.plan.cap_bytes,
+                        "warning": buffer_warning(self.plan.cap_bytes, self.plan.xoff_bytes, need,
                                                   f"ports at {rate / 1e6:g} Mbit/s")})
         return out
 

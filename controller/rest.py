@@ -10,11 +10,13 @@ run does not have, 405 for a method a path does not take, 409 before the switche
 - ``GET /fabriclab/status``: switches configured, whether ECN and PFC run, this API's URL.
 - ``GET /fabriclab/ecn``: the marker and every switch port's profile now.
 - ``PUT /fabriclab/ecn`` ``{"ports": {intf: profile}}``: new profiles (controller.messages.EcnChange).
-- ``POST /fabriclab/ecn/start``: apply the plan (the runner, once the ports have their queues).
+- ``POST /fabriclab/ecn/start`` with the ECN plan (controller.messages.EcnPlan): apply it (the
+  runner, once the ports have their queues).
 - ``GET /fabriclab/ecn/counters``: the marker's per-port counters.
 - ``GET /fabriclab/pfc``: enabled, lossless priorities, XOFF, XON, buffer per counter.
 - ``PUT /fabriclab/pfc`` ``{"enabled": bool}`` or ``{"xoff_bytes", "xon_bytes", "cap_bytes"}``.
-- ``POST /fabriclab/pfc/start`` ``{"host_pids": {host: pid}}``: install PFC, start the pauser.
+- ``POST /fabriclab/pfc/start`` ``{"host_pids": {host: pid}, "plan": {...}}`` (controller.messages.PfcStart,
+  the plan a PfcPlan): install PFC, start the pauser.
 - ``GET /fabriclab/pfc/report``: pauses, storms, reaction latencies, counters, occupancy.
 - ``POST /fabriclab/hosts`` ``{"host_pids": {host: pid}}``: the hosts' namespaces (for faults on hosts).
 - ``GET /fabriclab/ports``: every switch port's counters (controller.portstats).
@@ -53,7 +55,7 @@ from typing import Callable
 
 from common.ecn import profile_spec
 from common.errors import ScenarioError, SetupError
-from controller.messages import EcnChange, FaultsAdd, HostsRegister, MessageError, PfcChange, PfcStart
+from controller.messages import EcnChange, EcnPlan, FaultsAdd, HostsRegister, MessageError, PfcChange, PfcStart
 
 LOG = logging.getLogger("fabriclab.controller.rest")
 #: Ryu's REST apps listen on 8080; fabriclab takes it when it is free (another port otherwise).
@@ -103,9 +105,12 @@ class ControlApi:
 
     Args:
         status: () -> the status record (switches configured, ...).
-        ecn: () -> the ECN port manager (controller.ecnports.EcnPorts), None before the switches
-            are configured; ``has_ecn``/``has_pfc``: whether this run has that plan at all.
+        ecn: () -> the ECN port manager (controller.ecnports.EcnPorts), None until ECN is started.
         pfc: () -> the PFC part (controller.pfcports.PfcPorts), likewise.
+        start_ecn: (:class:`controller.messages.EcnPlan`) -> the record of the plan applied
+            (``POST /ecn/start``); it raises HttpError 409 before the switches are configured or
+            when ECN is started already. None: 404.
+        start_pfc: (:class:`controller.messages.PfcStart`) -> the record (``POST /pfc/start``), likewise.
         faults: the fault manager (controller.faultports.FaultPorts), or None (404).
         ports: () -> every switch port's counters (controller.portstats.read_ports), or None (404).
         token: the run's token (:func:`new_token`): a request other than a read must carry it as
@@ -120,11 +125,11 @@ class ControlApi:
             "path", "code", "client"}``; ``refused_total`` counts them all.
     """
 
-    def __init__(self, status: Callable[[], dict], ecn: Callable, pfc: Callable, has_ecn: bool, has_pfc: bool,
-                 faults=None, ports: Callable | None = None, token: str | None = None,
-                 clock: Callable[[], float] = time.time):
+    def __init__(self, status: Callable[[], dict], ecn: Callable, pfc: Callable, *, start_ecn: Callable | None = None,
+                 start_pfc: Callable | None = None, faults=None, ports: Callable | None = None,
+                 token: str | None = None, clock: Callable[[], float] = time.time):
         self.status, self._ecn, self._pfc = status, ecn, pfc
-        self.has_ecn, self.has_pfc = has_ecn, has_pfc
+        self._start_ecn, self._start_pfc = start_ecn, start_pfc
         self._faults, self._ports = faults, ports
         self._token = None if token is None else token.encode()
         self.clock = clock
@@ -135,10 +140,12 @@ class ControlApi:
         self.routes = {
             ("GET", "/status"): lambda body: self.status(),
             ("GET", "/ecn"): self.get_ecn, ("PUT", "/ecn"): self.put_ecn,
-            ("POST", "/ecn/start"): lambda body: {"record": self.ecn().start()},
+            ("POST", "/ecn/start"): lambda body: {"record": self._need(self._start_ecn, "ECN")(
+                EcnPlan.from_json(body))},
             ("GET", "/ecn/counters"): lambda body: self.ecn().counters(),
             ("GET", "/pfc"): self.get_pfc, ("PUT", "/pfc"): self.put_pfc,
-            ("POST", "/pfc/start"): lambda body: {"record": self.pfc().start(PfcStart.from_json(body).host_pids)},
+            ("POST", "/pfc/start"): lambda body: {"record": self._need(self._start_pfc, "PFC")(
+                PfcStart.from_json(body))},
             ("GET", "/pfc/report"): lambda body: self.pfc().report(),
             ("POST", "/hosts"): self.post_hosts,
             ("GET", "/ports"): lambda body: {"ports": self._need(self._ports, "port counters")()},
@@ -172,20 +179,19 @@ class ControlApi:
         return {"ids": f.add(list(msg.faults), hidden=msg.hidden)}
 
     def ecn(self):
-        """The ECN part (HttpError 404 without an ECN plan, 409 before the switches are configured)."""
-        return self._part(self._ecn, self.has_ecn, "ECN plan (no round marks)")
+        """The ECN part (HttpError 404 until a plan is started: a run without marking rounds has none)."""
+        return self._part(self._ecn, "ECN", "/ecn/start")
 
     def pfc(self):
-        """The PFC part (HttpError 404 without a PFC plan, 409 before the switches are configured)."""
-        return self._part(self._pfc, self.has_pfc, "PFC plan (no priorities or pfc section)")
+        """The PFC part (HttpError 404 until a plan is started: a run without priorities or a pfc
+        section has none)."""
+        return self._part(self._pfc, "PFC", "/pfc/start")
 
     @staticmethod
-    def _part(get, planned: bool, what: str):
-        if not planned:
-            raise HttpError(404, f"this run has no {what}")
+    def _part(get, what: str, start: str):
         part = get()
         if part is None:
-            raise HttpError(409, "the switches are not configured yet")
+            raise HttpError(404, f"{what} is not started on this fabric (POST {PREFIX}{start} with its plan)")
         return part
 
     def get_ecn(self, body=None) -> dict:
@@ -207,8 +213,8 @@ class ControlApi:
     def get_pfc(self, body=None) -> dict:
         """PFC's state and thresholds now."""
         p = self.pfc()
-        return {"enabled": p.enabled, "lossless": list(p.plan["lossless"]),
-                **{k: p.plan[k] for k in ("xoff_bytes", "xon_bytes", "cap_bytes")}}
+        return {"enabled": p.enabled, "lossless": list(p.plan.lossless),
+                **{k: getattr(p.plan, k) for k in ("xoff_bytes", "xon_bytes", "cap_bytes")}}
 
     def put_pfc(self, body) -> dict:
         """Apply a :class:`PfcChange`; ``changed``: how many (ingress port, priority) counters."""

@@ -25,6 +25,7 @@ from controller import portsetup
 from controller.dataplane import hostknobs
 from controller.datapaths.base import Datapath
 from controller.datapaths.registry import from_environment
+from controller.messages import EcnPlan, PfcPlan
 from controller.rest import ControlClient, free_port, new_token
 from experiments.state import RunState
 from topologies.mininet_topo import FabricTopo
@@ -103,11 +104,13 @@ class LiveFabric:
         connect_timeout_s: how long switches get to connect and be configured.
         routing: ``ecmp`` (hash each 5-tuple over all equal-cost next hops) or
             ``single`` (one deterministic path per destination); see controller.routing.
-        ecn_plan: the ECN plan the controller applies once the ports have queues
-            (experiments.features.ecn.plan.ecn_plan; controller.ecnports), or None.
-        pfc_plan: the PFC plan (experiments.features.pfc.plan.pfc_plan; controller.pfcports): the
-            controller installs per-priority queues on every port instead of
-            ``switch_queue``/``host_queue`` and runs the pauser; or None.
+        ecn_plan: the ECN plan (:class:`controller.messages.EcnPlan`; experiments.features.ecn.plan.ecn_plan)
+            the controller applies once the ports have queues, sent in ``POST /fabriclab/ecn/start``
+            (controller.ecnports), or None.
+        pfc_plan: the PFC plan (:class:`controller.messages.PfcPlan`; experiments.features.pfc.plan.pfc_plan),
+            sent in ``POST /fabriclab/pfc/start``: the controller installs per-priority queues on every
+            port instead of ``switch_queue``/``host_queue`` and runs the pauser (controller.pfcports);
+            or None. Both are also written beside the results as ``ecn_plan.json``/``pfc_plan.json``.
 
     Attributes after enter: ``net`` (Mininet), ``fabric_map`` (dict),
     ``timings_s`` (set-up phases in seconds: ``controller_s``, ``mininet_build_s`` (namespaces, shells,
@@ -127,7 +130,7 @@ class LiveFabric:
 
     def __init__(self, fabric: Fabric, workdir: Path, state: RunState, datapath: Datapath | str = "kernel",
                  switch_queue=None, host_queue=None, connect_timeout_s: float = 90.0, routing: str = "ecmp",
-                 ecn_plan: dict | None = None, pfc_plan: dict | None = None):
+                 ecn_plan: EcnPlan | None = None, pfc_plan: PfcPlan | None = None):
         self.fabric = fabric
         self.workdir = Path(workdir)
         self.state = state
@@ -183,12 +186,13 @@ class LiveFabric:
         if self.pfc_plan is not None:
             t5 = time.monotonic()
             pids = {h.name: h.pid for h in self.net.hosts}
-            self.pfc_record = self.api.call("POST", "/pfc/start", {"host_pids": pids}, timeout_s=120,
-                                            what="PFC")["record"]
+            self.pfc_record = self.api.call("POST", "/pfc/start", {"host_pids": pids, "plan": self.pfc_plan.to_json()},
+                                            timeout_s=120, what="PFC")["record"]
             self.timings_s["pfc_s"] = time.monotonic() - t5
         if self.ecn_plan is not None:
             t4 = time.monotonic()
-            self.ecn_record = self.api.call("POST", "/ecn/start", timeout_s=60, what="ECN")["record"]
+            self.ecn_record = self.api.call("POST", "/ecn/start", self.ecn_plan.to_json(), timeout_s=60,
+                                            what="ECN")["record"]
             self.timings_s["ecn_s"] = time.monotonic() - t4
         self._up_at = time.monotonic()
         log_fabric_event("up", switches=len(self.fabric.switches), hosts=len(self.fabric.hosts),
@@ -201,17 +205,10 @@ class LiveFabric:
         self.ready_file = self.workdir / "controller.ready"
         self.ready_file.unlink(missing_ok=True)
         log = open(self.workdir / "controller.log", "w")
-        ecn_args = []
-        if self.ecn_plan is not None:
-            plan_path = self.workdir / "ecn_plan.json"
-            plan_path.write_text(json.dumps(self.ecn_plan, indent=1))
-            ecn_args = ["--ecn-plan", str(plan_path)]
-        if self.pfc_plan is not None:
-            plan_path = self.workdir / "pfc_plan.json"
-            plan_path.write_text(json.dumps(self.pfc_plan, indent=1))
-            ecn_args += ["--pfc-plan", str(plan_path)]
-        if ecn_args:
-            ecn_args += ["--control-dir", str(self.control_dir)]
+        # the plans go to the controller in their start requests (below); these files record them
+        for name, plan in (("ecn_plan.json", self.ecn_plan), ("pfc_plan.json", self.pfc_plan)):
+            if plan is not None:
+                (self.workdir / name).write_text(json.dumps(plan.to_json(), indent=1))
         rest_port = free_port()
         self.rest_url = f"http://127.0.0.1:{rest_port}"
         # a fresh token per run, in the 0700 state folder (0600); the controller reads the file,
@@ -221,8 +218,8 @@ class LiveFabric:
         self.controller = spawn(
             [sys.executable, "-m", "controller.main", "--fabric-map", str(map_path),
              "--ready-file", str(self.ready_file), "--host", "127.0.0.1", "--port", str(OF_PORT),
-             "--routing", self.routing, "--rest-port", str(rest_port), "--token-file", str(self.token_file)]
-            + ecn_args,
+             "--routing", self.routing, "--rest-port", str(rest_port), "--token-file", str(self.token_file),
+             "--control-dir", str(self.control_dir)],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.state.add_process(self.controller.pid, "controller")

@@ -38,7 +38,7 @@ def run(tmp_path):
     ctx = runner._context(sc, layout, {}, tmp_path / "run", True)
     plane = FakePlane()
     fp = FaultPorts(ctx.fabric_map, apply=plane)
-    api = ControlApi(dict, lambda: None, lambda: None, False, False, faults=fp, ports=lambda: [], token=TOKEN)
+    api = ControlApi(dict, lambda: None, lambda: None, faults=fp, ports=lambda: [], token=TOKEN)
     server = serve(api, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.server_address[1]}"
     yield ctx, sc, url, plane, fp

@@ -9,14 +9,17 @@ import urllib.request
 import pytest
 
 from common.errors import SetupError
-from controller.messages import EcnChange, MessageError, PfcChange, PfcStart
+from common.pfc import parse_pfc
+from controller.messages import EcnChange, EcnPlan, MessageError, PfcChange, PfcStart
+from experiments.features.pfc.plan import pfc_plan
+from topologies.spineleaf import SpineLeaf
 from controller.rest import RUNNER_AGENT, ControlApi, ControlClient, free_port, new_token, read_token, serve
 
 
 class FakePfc:
     def __init__(self):
         self.enabled, self.calls = False, []
-        self.plan = {"lossless": [3], "xoff_bytes": 60560, "xon_bytes": 51476, "cap_bytes": 151400}
+        self.plan = PLAN
 
     def start(self, host_pids):
         self.calls.append(("start", host_pids))
@@ -27,7 +30,7 @@ class FakePfc:
         return 8
 
     def set_limits(self, xoff, xon, cap):
-        self.plan.update(xoff_bytes=xoff, xon_bytes=xon, cap_bytes=cap)
+        self.plan = self.plan.model_copy(update={"xoff_bytes": xoff, "xon_bytes": xon, "cap_bytes": cap})
         return 8
 
     def report(self):
@@ -35,14 +38,20 @@ class FakePfc:
 
 
 TOKEN = "the-runs-token"
+_FABRIC = SpineLeaf(spines=1, leaves=2, hosts_per_leaf=1, host_rate_mbps=10, uplink_rate_mbps=10).build().to_map()
+#: A real PFC plan, as the runner sends it.
+PLAN = pfc_plan(_FABRIC, parse_pfc(None, {"enabled": True, "xoff_packets": 40, "xon_packets": 34}, 151400), 151400,
+                3028, host_fifo_bytes=1514000, slack_s=100e-6)
 
 
 @pytest.fixture()
 def served():
     pfc = FakePfc()
     ready = {"pfc": None}
-    api = ControlApi(lambda: {"configured": 3}, lambda: None, lambda: ready["pfc"], has_ecn=False, has_pfc=True,
-                     token=TOKEN)
+    def start_pfc(msg):
+        ready["pfc"] = pfc
+        return pfc.start(msg.host_pids)
+    api = ControlApi(lambda: {"configured": 3}, lambda: None, lambda: ready["pfc"], start_pfc=start_pfc, token=TOKEN)
     server = serve(api, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.server_address[1]}"
     yield url, ControlClient(url, token=TOKEN), pfc, ready
@@ -69,9 +78,12 @@ def test_pfc_routes_and_their_errors(served):
     url, client, pfc, ready = served
     assert client.call("GET", "/status") == {"configured": 3}
     code, out = raw(url, "GET", "/fabriclab/pfc")
-    assert code == 409 and "not configured yet" in out["error"]            # before the switches are up
-    ready["pfc"] = pfc
-    assert client.call("POST", "/pfc/start", {"host_pids": {"h1": 100}}) == {"record": {"ports": 8}}
+    assert code == 404 and "PFC is not started" in out["error"]            # before its start request
+    code, out = raw(url, "POST", "/fabriclab/pfc/start", {"host_pids": {"h1": 100}}, owner())
+    assert code == 400 and "pfc.start.plan" in out["error"]                 # the plan comes in the request
+    assert client.call("POST", "/pfc/start", {"host_pids": {"h1": 100}, "plan": PLAN.to_json()}) == \
+        {"record": {"ports": 8}}
+    assert pfc.calls == [("start", {"h1": 100})]
     assert client.call("PUT", "/pfc", {"enabled": True}) == {"changed": 8} and pfc.enabled
     assert client.call("GET", "/pfc")["enabled"] is True
     client.call("PUT", "/pfc", {"xoff_bytes": 30000, "xon_bytes": 20000, "cap_bytes": 90000})
@@ -79,6 +91,8 @@ def test_pfc_routes_and_their_errors(served):
     assert client.call("GET", "/pfc/report") == {"pauses": [], "enabled": True}
     assert raw(url, "PUT", "/fabriclab/pfc", {"enabled": "yes"}, owner())[0] == 400
     assert raw(url, "GET", "/fabriclab/ecn")[0] == 404                      # this run has no ECN plan
+    code, out = raw(url, "POST", "/fabriclab/ecn/start", {"marker": "bpf", "ports": {}}, owner())
+    assert code == 404 and "no ECN" in out["error"]                         # nor takes one
     code, out = raw(url, "GET", "/fabriclab/nothing")
     assert code == 404 and "/fabriclab/pfc/report" in out["error"]
     assert raw(url, "GET", "/other")[0] == 404
@@ -101,11 +115,18 @@ def test_the_client_waits_for_a_server_that_is_not_up_and_gives_up_on_a_dead_one
 
 def test_messages_are_typed_and_name_the_bad_key():
     assert EcnChange.from_json({"ports": {"leaf1-eth1": "off"}}).ports == {"leaf1-eth1": "off"}
-    assert PfcStart.from_json({"host_pids": {"h1": 7}}).host_pids == {"h1": 7}
+    assert PfcStart.from_json({"host_pids": {"h1": 7}, "plan": PLAN.to_json()}).host_pids == {"h1": 7}
+    assert PfcStart.from_json({"host_pids": {}, "plan": PLAN.to_json()}).plan == PLAN      # the plan round-trips
     assert PfcChange.from_json({"enabled": False}) == PfcChange(enabled=False)
     assert PfcChange.from_json({"xoff_bytes": 3, "xon_bytes": 2, "cap_bytes": 4}).cap_bytes == 4
     for make, body, key in [(EcnChange, {"ports": {}}, "ecn.ports"), (EcnChange, [], "ecn"),
-                            (PfcStart, {"host_pids": {"h1": "x"}}, "pfc.start.host_pids.h1"),
+                            (PfcStart, {"host_pids": {"h1": "x"}, "plan": PLAN.to_json()}, "pfc.start.host_pids.h1"),
+                            (PfcStart, {"host_pids": {}, "plan": {**PLAN.to_json(), "xoff_bytes": -1}},
+                             "pfc.start.plan.xoff_bytes"),
+                            (PfcStart, {"host_pids": {}, "plan": {**PLAN.to_json(), "bogus": 1}}, "pfc.start.plan.bogus"),
+                            (EcnPlan, {"marker": "bpf", "ports": {"s1-eth1": {"rate_bps": 1e7}}},
+                             "ecn.ports.s1-eth1.buffer_bytes"),
+                            (EcnPlan, {"marker": "wred", "ports": {}}, "ecn.marker"),
                             (PfcChange, {"xoff_bytes": 3}, "pfc"), (PfcChange, {"xoff_bytes": 2, "xon_bytes": 3,
                                                                                  "cap_bytes": 4}, "pfc"),
                             (PfcChange, {"enabled": 1}, "pfc.enabled")]:
@@ -116,7 +137,7 @@ def test_messages_are_typed_and_name_the_bad_key():
 def test_the_preferred_port_is_taken_when_free_and_another_otherwise():
     port = free_port(0)
     assert free_port(port) == port
-    server = serve(ControlApi(dict, lambda: None, lambda: None, False, False), "127.0.0.1", port)
+    server = serve(ControlApi(dict, lambda: None, lambda: None), "127.0.0.1", port)
     try:
         assert free_port(port) != port
     finally:
@@ -163,7 +184,7 @@ def test_reads_stay_open_but_the_change_log_is_the_owners(served):
 
 def test_every_accepted_change_is_recorded_with_its_time_and_client():
     clock = iter([100.0, 101.5, 102.25, 103.0]).__next__
-    api = ControlApi(dict, lambda: None, lambda: FakePfc(), has_ecn=False, has_pfc=True, token=TOKEN, clock=clock)
+    api = ControlApi(dict, lambda: None, lambda: FakePfc(), token=TOKEN, clock=clock)
     auth = f"Bearer {TOKEN}"
     assert api.handle("PUT", "/fabriclab/pfc", {"enabled": True}, auth, RUNNER_AGENT)[0] == 200
     assert api.handle("PUT", "/fabriclab/pfc", {"enabled": "no"}, auth, "curl/8.5.0")[0] == 400   # not accepted
@@ -181,7 +202,7 @@ def test_every_accepted_change_is_recorded_with_its_time_and_client():
 
 def test_a_controller_without_a_token_takes_no_changes_at_all():
     pfc = FakePfc()
-    api = ControlApi(dict, lambda: None, lambda: pfc, has_ecn=False, has_pfc=True)
+    api = ControlApi(dict, lambda: None, lambda: pfc)
     code, out = api.handle("PUT", "/fabriclab/pfc", {"enabled": True}, "Bearer anything")
     assert code == 403 and "started without a token" in out["error"] and not pfc.enabled
     assert api.handle("GET", "/fabriclab/pfc", None)[0] == 200

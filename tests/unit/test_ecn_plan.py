@@ -13,6 +13,7 @@ from experiments import analysis
 from experiments.features.ecn import report as ecn_report, summary as ecn_summary
 from tests import marking
 from experiments.plan import check_against_fabric
+from controller.messages import EcnPlan
 from experiments.features.ecn.plan import check_red_weights, choose_marker, ecn_plan
 from topologies import TOPOLOGIES
 from topologies.spineleaf import SpineLeaf
@@ -138,13 +139,14 @@ def test_plan_carries_every_switch_port():
                    "traffic": {"senders": 2}, "ecn": {"profile": {"step": {"k_packets": 20}}}})
     fmap = SpineLeaf(spines=1, leaves=2, hosts_per_leaf=2).build().to_map()
     plan = ecn_plan(sc, fmap, "bpf", port_profiles(sc.ecn, fmap), slack_s=100e-6)
-    assert set(plan["ports"]) == {p["intf"] for s in fmap["switches"] for p in s["ports"]}
-    p = plan["ports"]["leaf1-eth1"]
-    assert p["rate_bps"] == 10e6 and p["buffer_bytes"] == 100 * FRAME_BYTES
-    assert p["burst_bytes"] == FRAME_BYTES // 10        # 10 Mbit/s x 100 us is 125 B: a tenth of a frame, the floor
+    assert set(plan.ports) == {p["intf"] for s in fmap["switches"] for p in s["ports"]}
+    p = plan.ports["leaf1-eth1"]
+    assert p.rate_bps == 10e6 and p.buffer_bytes == 100 * FRAME_BYTES
+    assert p.burst_bytes == FRAME_BYTES // 10        # 10 Mbit/s x 100 us is 125 B: a tenth of a frame, the floor
     slow = ecn_plan(sc, fmap, "bpf", port_profiles(sc.ecn, fmap), slack_s=500e-6)   # timers 0.5 ms late
-    assert slow["ports"]["leaf1-eth1"]["burst_bytes"] == 625
-    assert p["fifo"] == {"kind": "pfifo", "limit": 100}
+    assert slow.ports["leaf1-eth1"].burst_bytes == 625
+    assert p.fifo.to_json() == {"kind": "pfifo", "limit": 100}
+    assert EcnPlan.from_json(plan.to_json()) == plan     # the start request's JSON gives the same plan back
     red = {"red": {"kmin_packets": 5, "kmax_packets": 50, "pmax": 0.1, "weight": 0.3}}
     sc2 = validate({"name": "x", "ecn": {"layers": {"leaf": red}}})
     with pytest.raises(ScenarioError) as e:

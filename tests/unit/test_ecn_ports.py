@@ -63,7 +63,7 @@ def ports(tmp_path, marker="bpf"):
 def test_start_attaches_the_marker_to_every_port_and_records_its_maps(tmp_path):
     ep, p, m, _ = ports(tmp_path)
     rec = ep.start()
-    assert sorted(m.attached) == sorted(p["ports"]) and rec == {"marker": "bpf", "ports": len(p["ports"]),
+    assert sorted(m.attached) == sorted(p.ports) and rec == {"marker": "bpf", "ports": len(p.ports),
                                                                 "counters_map_id": 7}
     assert all(kind == "step" and reset for _, kind, reset in m.configured)
     assert json.loads((tmp_path / "ecn_marker.json").read_text()) == rec
@@ -73,8 +73,14 @@ def test_start_attaches_the_marker_to_every_port_and_records_its_maps(tmp_path):
 def api(tmp_path):
     """EcnPorts behind a live REST server on a free port, and the runner's client."""
     ep, p, m, tc = ports(tmp_path)
-    server = serve(ControlApi(lambda: {"ok": True}, lambda: ep, lambda: None, has_ecn=True, has_pfc=False,
-                              token="t0k"), "127.0.0.1", 0)
+    started = []
+
+    def start_ecn(msg):
+        assert msg == p           # the plan came through the request intact
+        started.append(msg)
+        return ep.start()
+    server = serve(ControlApi(lambda: {"ok": True}, lambda: ep if started else None, lambda: None,
+                              start_ecn=start_ecn, token="t0k"), "127.0.0.1", 0)
     yield ep, p, m, ControlClient(f"http://127.0.0.1:{server.server_address[1]}", token="t0k")
     server.shutdown()
     server.server_close()
@@ -82,21 +88,21 @@ def api(tmp_path):
 
 def test_a_round_changes_profiles_through_the_api_and_counts_only_changes(api):
     ep, p, m, client = api
-    assert client.call("POST", "/ecn/start")["record"]["marker"] == "bpf"
-    first = sorted(p["ports"])[0]
-    same = p["ports"][first]["profile"]          # the profile it has: nothing changes
+    assert client.call("POST", "/ecn/start", p.to_json())["record"]["marker"] == "bpf"
+    first = sorted(p.ports)[0]
+    same = p.ports[first].profile          # the profile it has: nothing changes
     assert client.call("PUT", "/ecn", {"ports": {first: same}}) == {"applied": 0}
     assert client.call("PUT", "/ecn", {"ports": {first: "off"}}) == {"applied": 1}
     assert ep.current[first].kind == "off" and m.configured[-1][1:] == ("off", False)
     now = client.call("GET", "/ecn")
-    assert now["marker"] == "bpf" and now["ports"][first] == "off" and len(now["ports"]) == len(p["ports"])
+    assert now["marker"] == "bpf" and now["ports"][first] == "off" and len(now["ports"]) == len(p.ports)
     counters = client.call("GET", "/ecn/counters")
-    assert set(counters) == set(p["ports"]) and all(c["packets"] == 10 for c in counters.values())
+    assert set(counters) == set(p.ports) and all(c["packets"] == 10 for c in counters.values())
 
 
 def test_a_port_outside_the_fabric_is_refused_with_the_error(api):
-    ep, _, _, client = api
-    client.call("POST", "/ecn/start")
+    ep, p, _, client = api
+    client.call("POST", "/ecn/start", p.to_json())
     with pytest.raises(SetupError, match="nosuch-eth9 is not a switch port"):
         client.call("PUT", "/ecn", {"ports": {"nosuch-eth9": "off"}}, what="ECN")
     with pytest.raises(SetupError, match=r"ecn.ports.leaf1-eth1: expected 'off'"):
@@ -106,10 +112,10 @@ def test_a_port_outside_the_fabric_is_refused_with_the_error(api):
 def test_kernel_red_replaces_the_fifo_for_marking_profiles_and_puts_it_back_for_off(tmp_path):
     ep, p, _, tc = ports(tmp_path, marker="red")
     ep.start()
-    assert {c[0] for c in tc.calls} == {"red"} and len(tc.calls) == len(p["ports"])
-    first = sorted(p["ports"])[0]
+    assert {c[0] for c in tc.calls} == {"red"} and len(tc.calls) == len(p.ports)
+    first = sorted(p.ports)[0]
     ep.apply({first: "off"})
-    assert tc.calls[-1] == ("fifo", first, p["ports"][first]["fifo"]["kind"], p["ports"][first]["fifo"]["limit"])
+    assert tc.calls[-1] == ("fifo", first, p.ports[first].fifo.kind, p.ports[first].fifo.limit)
 
 
 def test_a_profile_the_port_cannot_hold_is_refused_and_nothing_changes(api):
@@ -117,8 +123,8 @@ def test_a_profile_the_port_cannot_hold_is_refused_and_nothing_changes(api):
     mark): 400 naming the key, and no port changed; an unknown port: 404; a method the path does
     not take: 405."""
     ep, p, m, client = api
-    client.call("POST", "/ecn/start")
-    first, second = sorted(p["ports"])[:2]
+    client.call("POST", "/ecn/start", p.to_json())
+    first, second = sorted(p.ports)[:2]
     before = dict(ep.current)
     for spec, key in [({"step": {"k_bites": 15140}}, f"ecn.ports.{first}.step.k_bites"),
                       ({"step": {"k_bytes": -5}}, f"ecn.ports.{first}.step.k_bytes"),

@@ -180,7 +180,7 @@ OWNER = "Bearer t0k"     # the token the ControlApis below were given
 
 def test_the_rest_routes_add_list_and_remove_faults():
     fp, plane = manager()
-    api = ControlApi(dict, lambda: None, lambda: None, False, False, faults=fp, ports=lambda: [{"intf": "x"}],
+    api = ControlApi(dict, lambda: None, lambda: None, faults=fp, ports=lambda: [{"intf": "x"}],
                      token="t0k")
     code, out = api.handle("POST", "/fabriclab/faults", {"kind": "degrade", "link": "p0a1->c1"}, OWNER)
     assert (code, out) == (200, {"ids": [1]})
@@ -193,13 +193,13 @@ def test_the_rest_routes_add_list_and_remove_faults():
     code, out = api.handle("DELETE", "/fabriclab/faults", None, OWNER)
     assert code == 200 and out["removed"][0]["rates"]["p0a1-eth3"]["restored"] is True
     assert api.handle("POST", "/fabriclab/hosts", {"host_pids": {"h1": 0}}, OWNER)[0] == 400
-    bare = ControlApi(dict, lambda: None, lambda: None, False, False)
+    bare = ControlApi(dict, lambda: None, lambda: None)
     assert bare.handle("GET", "/fabriclab/faults", None)[0] == 404
 
 
 def test_a_hidden_fault_is_left_out_of_the_list_until_its_removal_reveals_it():
     fp, plane = manager()
-    api = ControlApi(dict, lambda: None, lambda: None, False, False, faults=fp, ports=lambda: [], token="t0k")
+    api = ControlApi(dict, lambda: None, lambda: None, faults=fp, ports=lambda: [], token="t0k")
     assert api.handle("POST", "/fabriclab/faults", {"faults": [{"kind": "drop", "switch": "c1"}], "hidden": True}, OWNER)[0] == 200
     api.handle("POST", "/fabriclab/faults", {"kind": "degrade", "link": "p0a1->c1"}, OWNER)
     time.sleep(0.05)

@@ -90,8 +90,7 @@ def started(tmp_path, **kw):
     pp = PfcPorts(plan, clock_ns=clock)
     pp.plan_pauses()
     pp.bpf = FakeBpf()
-    intfs = {p["peer_intf"] for s in plan["switches"] for p in s["ports"]} | {p["intf"] for s in plan["switches"]
-                                                                             for p in s["ports"]}
+    intfs = {p.peer_intf for s in plan.switches for p in s.ports} | {p.intf for s in plan.switches for p in s.ports}
     pp.workers = {i: InlineWorker(FakeGates(i)) for i in intfs}
     return pp, clock
 

@@ -1,5 +1,6 @@
 """runner.pfc_plan: the plan the controller's PFC part applies, from a fabric map (no root)."""
 from common.pfc import parse_pfc
+from controller.messages import PfcPlan
 from experiments.features.pfc.plan import pfc_plan
 from topologies.spineleaf import SpineLeaf
 
@@ -9,7 +10,9 @@ BUF = 100 * 1514
 def _plan(enabled=True, prio=None):
     fabric = SpineLeaf(spines=2, leaves=2, hosts_per_leaf=2, host_rate_mbps=10, uplink_rate_mbps=40).build()
     cfg = parse_pfc(prio, {"enabled": enabled, "xoff_packets": 40, "xon_packets": 34}, BUF)
-    return fabric.to_map(), pfc_plan(fabric.to_map(), cfg, BUF, 3028, host_fifo_bytes=1000 * 1514, slack_s=100e-6)
+    plan = pfc_plan(fabric.to_map(), cfg, BUF, 3028, host_fifo_bytes=1000 * 1514, slack_s=100e-6)
+    assert PfcPlan.from_json(plan.to_json()) == plan       # the start request's JSON gives the same plan back
+    return fabric.to_map(), plan.to_json()                 # what the controller receives
 
 
 def test_every_switch_port_names_the_transmitter_it_pauses():

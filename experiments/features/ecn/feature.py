@@ -68,7 +68,7 @@ class Ecn(Feature):
         if self.marker == "red":
             return {intf: {"red": p} for intf, p in self.ctx.profiles[rnd.index].items() if p.kind != "off"}
         if self.marker == "bpf":
-            return {intf: {"clsact": True} for intf in self.plan_ecn["ports"]}
+            return {intf: {"clsact": True} for intf in self.plan_ecn.ports}
         return None
 
     def before_round(self, lf, rnd: RoundRecord) -> dict:

@@ -6,6 +6,7 @@ from common.ecn import profile_spec
 from common.errors import CapabilityError, ScenarioError
 from common import redparams
 from controller.bpfmarker import OBJECT as ECN_BPF_OBJECT
+from controller.messages import EcnPlan, EcnPort, Fifo
 from experiments.model import Round, Scenario
 
 
@@ -38,20 +39,20 @@ def choose_marker(sc: Scenario, env: dict, needed: bool, priority_queues: bool =
                    + ("(asked for)" if asked == "red" else "(this kernel has sch_red)"))
 
 
-def ecn_plan(sc: Scenario, fabric_map: dict, marker: str, profiles: dict, slack_s: float) -> dict:
-    """The plan the controller applies (controller.ecnports): every switch port's rate, buffer,
-    shaper burst (from ``slack_s``, the machine's shaper slack in seconds), FIFO and first-round
-    profile (``profiles``: port -> EcnProfile)."""
+def ecn_plan(sc: Scenario, fabric_map: dict, marker: str, profiles: dict, slack_s: float) -> EcnPlan:
+    """The plan the controller applies (controller.ecnports), as the message its start request
+    takes: every switch port's rate, buffer, shaper burst (from ``slack_s``, the machine's shaper
+    slack in seconds), FIFO and first-round profile (``profiles``: port -> EcnProfile)."""
     q = sc.queues
-    fifo = {"kind": "bfifo", "limit": q.buffer_bytes} if q.buffer_bytes is not None else \
-        {"kind": "pfifo", "limit": q.buffer_packets}
+    fifo = Fifo(kind="bfifo", limit=q.buffer_bytes) if q.buffer_bytes is not None else \
+        Fifo(kind="pfifo", limit=q.buffer_packets)
     ports = {}
     for sw in fabric_map["switches"]:
         for p in sw["ports"]:
-            prof = profiles[p["intf"]]
-            ports[p["intf"]] = {"rate_bps": p["rate_mbps"] * 1e6, "buffer_bytes": q.limit_bytes,
-                                "burst_bytes": q.burst_for(p["rate_mbps"], slack_s), "fifo": fifo, "profile": profile_spec(prof)}
-    return {"marker": marker, "ports": ports}
+            ports[p["intf"]] = EcnPort(rate_bps=p["rate_mbps"] * 1e6, buffer_bytes=q.limit_bytes,
+                                       burst_bytes=q.burst_for(p["rate_mbps"], slack_s), fifo=fifo,
+                                       profile=profile_spec(profiles[p["intf"]]))
+    return EcnPlan(marker=marker, ports=ports)
 
 
 def check_red_weights(sc: Scenario, rounds: list[Round]) -> None:

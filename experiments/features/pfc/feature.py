@@ -58,7 +58,7 @@ class Pfc(Feature):
         """Record what the controller applied."""
         if self.plan_pfc is not None:
             self.ctx.env["pfc"]["controller"] = lf.pfc_record
-            self.on = self.plan_pfc["enabled"]
+            self.on = self.plan_pfc.enabled
 
     def describe_round(self, rnd: RoundRecord) -> str | None:
         """``PFC on`` or ``PFC off`` (nothing without priority queues)."""

@@ -13,6 +13,8 @@ drop at the egress port's buffer, as without PFC.
 """
 from __future__ import annotations
 
+from controller.messages import PfcHost, PfcPlan, PfcSwitch, PfcSwitchPort
+
 
 #: What every result records as the PFC mechanism.
 MECHANISM = ("per-priority HTB classes with a TBF gate each on every switch port and host NIC; bytes held "
@@ -21,8 +23,8 @@ MECHANISM = ("per-priority HTB classes with a TBF gate each on every switch port
 
 
 def pfc_plan(fabric_map: dict, cfg, buffer_bytes: int, burst_bytes: int | None, host_fifo_bytes: int,
-             slack_s: float) -> dict:
-    """The plan controller.pfcports applies: priority queues on every switch port and host NIC, the
+             slack_s: float) -> PfcPlan:
+    """The plan controller.pfcports applies, as the message its start request takes: priority queues on every switch port and host NIC, the
     thresholds of the lossless priorities, and each switch port's link peer (whose gate it pauses).
 
     Args:
@@ -47,20 +49,18 @@ def pfc_plan(fabric_map: dict, cfg, buffer_bytes: int, burst_bytes: int | None, 
         for p in s["ports"]:
             peer_is_host = p["peer"] in hosts
             peer_intf = hosts[p["peer"]]["intf"] if peer_is_host else f"{p['peer']}-eth{p['peer_port']}"
-            ports.append({"intf": p["intf"], "index": p["port"], "rate_bps": p["rate_mbps"] * 1e6, "peer": p["peer"],
-                          "peer_intf": peer_intf, "peer_is_host": peer_is_host})
-        switches.append({"name": s["name"], "sw": sw_ids[s["name"]], "ports": ports})
+            ports.append(PfcSwitchPort(intf=p["intf"], index=p["port"], rate_bps=p["rate_mbps"] * 1e6, peer=p["peer"],
+                                       peer_intf=peer_intf, peer_is_host=peer_is_host))
+        switches.append(PfcSwitch(name=s["name"], sw=sw_ids[s["name"]], ports=tuple(ports)))
     # a lossless egress queue never drops: its limit holds every ingress port's share (the buffer
     # caps drop at ingress); PfcPorts.set_limits raises it with the buffer
     switch_fifo = {p: (buffer_bytes * n_ports if p in lossless and cfg.enabled else buffer_bytes) for p in prios}
-    return {"enabled": cfg.enabled, "dscp_map": {str(d): p for d, p in cfg.dscp_map.items()},
-            "default_priority": cfg.default_priority, "lossless": sorted(lossless),
-            "xoff_bytes": cfg.xoff_bytes or 0, "xon_bytes": cfg.xon_bytes or 0, "cap_bytes": buffer_bytes,
-            "watchdog_s": cfg.watchdog_s, "watchdog_action": cfg.watchdog_action,
-            "weights": {str(p): w for p, w in cfg.weights.items()} if cfg.scheduling == "weighted" else None,
-            "burst_bytes": burst_bytes, "shaper_slack_s": slack_s, "lossy_fifo_bytes": buffer_bytes,
-            "switch_fifo_bytes": {str(p): v for p, v in switch_fifo.items()},
-            "host_fifo_bytes": {str(p): host_fifo_bytes for p in prios},
-            "switches": switches,
-            "hosts": [{"name": h["name"], "intf": h["intf"], "rate_bps": h["rate_mbps"] * 1e6}
-                      for h in fabric_map["hosts"]]}
+    return PfcPlan(enabled=cfg.enabled, dscp_map=dict(cfg.dscp_map), default_priority=cfg.default_priority,
+                   lossless=tuple(sorted(lossless)), xoff_bytes=cfg.xoff_bytes or 0, xon_bytes=cfg.xon_bytes or 0,
+                   cap_bytes=buffer_bytes, watchdog_s=cfg.watchdog_s, watchdog_action=cfg.watchdog_action,
+                   weights=dict(cfg.weights) if cfg.scheduling == "weighted" else None,
+                   burst_bytes=burst_bytes, shaper_slack_s=slack_s, lossy_fifo_bytes=buffer_bytes,
+                   switch_fifo_bytes=switch_fifo, host_fifo_bytes={p: host_fifo_bytes for p in prios},
+                   switches=tuple(switches),
+                   hosts=tuple(PfcHost(name=h["name"], intf=h["intf"], rate_bps=h["rate_mbps"] * 1e6)
+                               for h in fabric_map["hosts"]))
