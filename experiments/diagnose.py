@@ -3,7 +3,7 @@ random --seed N]``.
 
 It brings the scenario's fabric up, injects the scenario's faults (or, with ``--inject random``,
 one seeded random fault) without telling the troubleshooter, and follows the textbook's
-procedure (experiments.diagnosis): probe flows from every host until every directed link has
+procedure (experiments.troubleshooter): probe flows from every host until every directed link has
 carried one (is it the network?), halve the suspects by zone with link-disjoint probe rounds
 (which zone?), then read the culprit's switch-port counters (which layer?). The probes are
 constant-rate UDP flows (traffic.udp_probe) from chosen source ports: each flow's path is the one
@@ -30,7 +30,7 @@ from common.errors import SetupError
 from experiments.procs import host_spawn
 from common.units import FRAME_BYTES
 from controller.faults import FAULTS, parse_fault
-from experiments import diagnosis as D
+from experiments import troubleshooter as D
 from experiments import folders
 from experiments.paths import traced_path
 from experiments.context import HOST_QUEUE_PACKETS
@@ -110,7 +110,7 @@ class LiveProbes:
         return None
 
     def flows_through(self, e) -> Iterable[D.Flow]:
-        """Probes crossing element ``e`` (experiments.diagnosis.PathModel's pairs, realised)."""
+        """Probes crossing element ``e`` (experiments.troubleshooter.PathModel's pairs, realised)."""
         for s, d, p in self.model.through(e):
             f = self.realise(s, d, p)
             if f is not None:

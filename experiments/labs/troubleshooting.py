@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from controller.faults import FAULTS
-from experiments import diagnosis as D
+from experiments import troubleshooter as D
 from experiments.labs.base import Band, Figures, Lab, Question
 
 RUN = "diagnose-fattree"
@@ -67,7 +67,7 @@ class Troubleshooting(Lab):
         return fig
 
     def same(self, q: Question, answer, right) -> bool:
-        """The place matches as the troubleshooter's verdict does (experiments.diagnosis.matches)."""
+        """The place matches as the troubleshooter's verdict does (experiments.troubleshooter.matches)."""
         if q.id == "q2":
             return D.matches(D.Verdict(str(answer).strip(), self._truth["kind"], "", ()), self._truth)
         return super().same(q, answer, right)

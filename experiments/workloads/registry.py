@@ -4,7 +4,7 @@ under this package, plus its import and an entry in the tuple here."""
 from __future__ import annotations
 
 from experiments.workloads.base import Workload
-from experiments.workloads.blocks import IncastBlocks
+from experiments.workloads.blocks.workload import IncastBlocks
 from experiments.workloads.collective.workload import Collective
 from experiments.workloads.flows import KernelFlows
 from experiments.workloads.parallel.workload import MixedParallel

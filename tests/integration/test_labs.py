@@ -75,10 +75,10 @@ LAB6_SEEDS = (0, 1, 2, 3, 4)          # on the k=4 Fat-Tree: corrupt, degrade, d
 def test_lab6_a_hidden_random_fault_on_five_seeds(tmp_path):
     """Lab 6 as a student runs it, for five seeds (every kind of fault): `fabriclab diagnose ...
     --by-hand` brings the fabric up with the seed's hidden fault and reads the student's answer
-    from stdin (here the fault, known from the seed: experiments.diagnosis.random_fault on the
+    from stdin (here the fault, known from the seed: experiments.troubleshooter.random_fault on the
     fabric's map); the run says it matches and records the truth; the answers file scores 4/4,
     and a wrong one 0/4, each line saying why."""
-    from experiments import diagnosis as D
+    from experiments import troubleshooter as D
     from experiments.plan import build_fabric
     from experiments.scenario import read_yaml_file, validate
     scenario = ROOT / "experiments" / "scenarios" / "diagnose-fattree.yaml"

@@ -1,4 +1,4 @@
-"""Which blocks of an incast in blocks stalled, and what stalled them (experiments.blocksrun), on
+"""Which blocks of an incast in blocks stalled, and what stalled them (experiments.workloads.blocks.summary), on
 synthetic agent records: the ideal block time from the bytes on the wire, the stall threshold
 from a round trip through the full buffer, the cause from the late senders' counters, and the rounds table that shows them
 beside the goodput over the whole block phase. Pure, no sockets."""
@@ -7,8 +7,8 @@ import types
 import pytest
 
 from common.units import TCP_FRAME_OVERHEAD_BYTES, tcp_wire_bytes
-from experiments import blocksrun
-from experiments.blocksrun import (StallRule, block_rows, blocks_summary, classify_stall,
+from experiments.workloads.blocks import summary as blocksrun
+from experiments.workloads.blocks.summary import (StallRule, block_rows, blocks_summary, classify_stall,
                                    connection_rows, format_rounds, round_row, stall_rule)
 
 RATE_MBPS, N, SIZE = 10.0, 8, 8192

@@ -13,7 +13,7 @@ from experiments.plan import check_against_fabric
 from experiments.scenario import validate
 from experiments.workloads.flows import KernelFlows
 from experiments.workloads.registry import workload_for
-from experiments.workloads.blocks import IncastBlocks
+from experiments.workloads.blocks.workload import IncastBlocks
 from tests.unit.test_blocks_agent import _run
 
 SCENARIO = {"name": "blk", "queues": {"buffer_packets": 16},

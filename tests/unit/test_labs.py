@@ -159,7 +159,7 @@ def lab6_right(truth: dict) -> dict:
 def test_lab6_checks_every_kind_of_random_hidden_fault(tmp_path):
     """Twenty seeds of the k=4 Fat-Tree's random fault (every kind): the right answers score 4/4,
     answers wrong in every way 0/4; a link's direction counts for corrupt and degrade, not for a flap."""
-    from experiments import diagnosis as D
+    from experiments import troubleshooter as D
     from experiments.labs.troubleshooting import Troubleshooting
     from experiments.plan import build_fabric
     from experiments.scenario import read_yaml_file, validate

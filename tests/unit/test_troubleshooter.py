@@ -1,4 +1,4 @@
-"""The troubleshooter's reasoning (experiments.diagnosis), on pure fabrics with a scripted data
+"""The troubleshooter's reasoning (experiments.troubleshooter), on pure fabrics with a scripted data
 plane: a probe loses datagrams exactly when it crosses the hidden faulty element. The planner
 must find that element, blame nothing else, in about ceil(log2(suspects)) rounds, for Fat-Trees
 up to k=16 and the Spine-Leaf; the verdict rules on scripted counters; the random hidden fault."""
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from experiments import diagnosis as D
+from experiments import troubleshooter as D
 from topologies import FatTree, SpineLeaf
 
 

@@ -9,11 +9,12 @@ import json
 import time
 from pathlib import Path
 
-from experiments import analysis, blocksrun
+from experiments import analysis
 from experiments.context import RoundRecord, maybe_fault
 from experiments.live import Agents, start_sampler, stop_sampler
 from experiments.tables import write_csv
 from experiments.workloads.base import Workload
+from experiments.workloads.blocks import plan as blocks_plan, summary as blocks_summary
 from experiments.workloads.flows import AGENT_EXIT_GRACE_S, TAIL_GRACE_S
 from experiments.model import Round, Scenario
 from traffic.patterns import flow_plan
@@ -56,13 +57,13 @@ class IncastBlocks(Workload):
         servers, client = Agents(lf, state), Agents(lf, state)
         try:
             for f in plan:
-                servers.start(f["src"], blocksrun.SERVER_ROLE, blocksrun.server_job(
-                    t.port, deadline + AGENT_EXIT_GRACE_S, agent_dir / f"{f['src']}.{blocksrun.SERVER_ROLE}.json",
+                servers.start(f["src"], blocks_plan.SERVER_ROLE, blocks_plan.server_job(
+                    t.port, deadline + AGENT_EXIT_GRACE_S, agent_dir / f"{f['src']}.{blocks_plan.SERVER_ROLE}.json",
                     t.dscp))
             servers.wait_ready()
-            client.start(t.receiver, blocksrun.CLIENT_ROLE, blocksrun.client_job(
+            client.start(t.receiver, blocks_plan.CLIENT_ROLE, blocks_plan.client_job(
                 [{"host": f["src"], "ip": f["src_ip"], "port": t.port} for f in plan], t, deadline,
-                agent_dir / f"{t.receiver}.{blocksrun.CLIENT_ROLE}.json"))
+                agent_dir / f"{t.receiver}.{blocks_plan.CLIENT_ROLE}.json"))
             client.wait_ready()
             start_at = time.time() + t.start_delay_s
             servers.release(start_at)
@@ -86,7 +87,7 @@ class IncastBlocks(Workload):
         ``blocks`` section, the bottleneck as the flows workload reports it). No per-flow rows
         (``rec.rows`` stays None: the ECN and PFC sections, which need flows, are left out)."""
         sc, fmap, out = self.ctx.sc, self.ctx.fabric_map, rec.dir
-        client, servers = blocksrun.load_records(out / "agents", rec.raw["receiver"], rec.raw["senders"],
+        client, servers = blocks_summary.load_records(out / "agents", rec.raw["receiver"], rec.raw["senders"],
                                                  rec.raw["codes"])
         env = json.loads((out / "environment.json").read_text())
         receiver = rec.raw["receiver"]
@@ -97,10 +98,10 @@ class IncastBlocks(Workload):
         bn, chosen = analysis.choose_bottleneck(ports, receiver, rec.options.get("receiver_bottleneck_reason"))
         rate = next((h["rate_mbps"] for h in fmap["hosts"] if h["name"] == receiver), None)
         rule = self._stall_rule(env, client, servers, rate)
-        conns = blocksrun.connection_rows(client, servers)
-        rows = blocksrun.block_rows(client, conns, rule)
-        write_csv(out / "blocks.csv", list(blocksrun.BLOCK_COLUMNS), rows)
-        write_csv(out / "block_connections.csv", list(blocksrun.CONNECTION_COLUMNS), conns)
+        conns = blocks_summary.connection_rows(client, servers)
+        rows = blocks_summary.block_rows(client, conns, rule)
+        write_csv(out / "blocks.csv", list(blocks_summary.BLOCK_COLUMNS), rows)
+        write_csv(out / "block_connections.csv", list(blocks_summary.CONNECTION_COLUMNS), conns)
         bsum = analysis.bottleneck_summary(bn, receiver, window)
         return {
             "scenario": sc.name, "round": rec.round.name if self.ctx.multi else None,
@@ -108,7 +109,7 @@ class IncastBlocks(Workload):
             "topology": dict(sc.topology.model_dump(), oversubscription=fmap["params"].get("oversubscription")),
             "routing": env.get("routing"), "datapath": env["datapath"], "kernel": env["kernel"],
             "scale": env.get("scale"),
-            "blocks": blocksrun.blocks_summary(client, servers, rows, rate, rule),
+            "blocks": blocks_summary.blocks_summary(client, servers, rows, rate, rule),
             "bottleneck": dict(bsum, chosen=chosen) if bsum is not None and chosen else bsum,
             "total_drops": sum(p["drops"] for p in ports),
             "sampler": json.loads((out / "sampler.json").read_text()),
@@ -117,19 +118,19 @@ class IncastBlocks(Workload):
         }
 
     def _stall_rule(self, env: dict, client: dict, servers: dict, rate_mbps: float | None):
-        """The round's blocksrun.StallRule: its senders and block bytes, the receiver's rate, the
+        """The round's blocks_summary.StallRule: its senders and block bytes, the receiver's rate, the
         measured round trip (``scale.measured_rtt_s`` of the round's environment record), the
         switch buffer (``queues``) and the servers' segment size; None without a rate or senders."""
         n, size = client.get("senders"), client.get("block_bytes")
         if not (n and size and rate_mbps):
             return None
-        return blocksrun.stall_rule(n, size, rate_mbps, (env.get("scale") or {}).get("measured_rtt_s"),
-                                    self.ctx.sc.queues.limit_bytes, blocksrun.senders_mss_bytes(servers))
+        return blocks_summary.stall_rule(n, size, rate_mbps, (env.get("scale") or {}).get("measured_rtt_s"),
+                                    self.ctx.sc.queues.limit_bytes, blocks_summary.senders_mss_bytes(servers))
 
     def format_round(self, summary: dict, rdir: Path) -> str:
         """The folder, the blocks line and the bottleneck line."""
         bn = summary.get("bottleneck") or {}
-        return (f"{rdir}\n  {blocksrun.format_line(summary['blocks'])}\n"
+        return (f"{rdir}\n  {blocks_summary.format_line(summary['blocks'])}\n"
                 f"  bottleneck: {bn.get('intf')} (toward {bn.get('peer')}), peak backlog "
                 f"{bn.get('peak_backlog_packets')} packets, drops {bn.get('drops')}; all ports {summary['total_drops']} "
                 "drops")
@@ -138,8 +139,8 @@ class IncastBlocks(Workload):
         """blocks_rounds.csv (and the table on the terminal): goodput, block times, retransmissions
         and timeouts per round, so an RTOmin, N or block-size sweep reads as one table."""
         out = self.ctx.out
-        rows = [blocksrun.round_row(rec.index, rec.round, s, str(rec.dir.relative_to(out))) for rec, s in done]
+        rows = [blocks_summary.round_row(rec.index, rec.round, s, str(rec.dir.relative_to(out))) for rec, s in done]
         if rows:
-            write_csv(out / "blocks_rounds.csv", list(blocksrun.ROUND_COLUMNS), rows)
+            write_csv(out / "blocks_rounds.csv", list(blocks_summary.ROUND_COLUMNS), rows)
             if not self.ctx.quiet:
-                print(blocksrun.format_rounds(rows, out))
+                print(blocks_summary.format_rounds(rows, out))

@@ -1,8 +1,6 @@
-"""An incast in barrier-synchronised blocks (``traffic.incast_mode: blocks``): the agents' jobs,
-and the round's tables and summary from their records (traffic.blocks).
+"""An incast in barrier-synchronised blocks (``traffic.incast_mode: blocks``): the round's tables and summary from their records (traffic.blocks).
 
-Pure file-in / file-out code (no root, no live fabric): :func:`server_job` and
-:func:`client_job` build the agents' JSON jobs; :func:`load_records` reads what they wrote;
+Pure file-in / file-out code (no root, no live fabric): :func:`load_records` reads what they wrote;
 :func:`block_rows` and :func:`connection_rows` join the client's blocks with the servers'
 per-block TCP deltas; :func:`stall_rule` and :func:`classify_stall` decide which blocks stalled
 and what stalled them; :func:`blocks_summary` is the summary's ``blocks`` section;
@@ -28,18 +26,21 @@ from pathlib import Path
 from common.stats import sample_percentiles
 from common.units import FRAME_BYTES, TCP_FRAME_OVERHEAD_BYTES, tcp_wire_bytes
 from experiments.tables import percentile
+from experiments.workloads.blocks.plan import CLIENT_ROLE, SERVER_ROLE
 
-#: The agents' role names in a round's agents/ folder: ``<host>.srv.json``, ``<host>.cli.json``.
-SERVER_ROLE, CLIENT_ROLE = "srv", "cli"
 
 #: blocks.csv: one row per block (times in seconds from the common start).
 BLOCK_COLUMNS = ("block", "start_s", "end_s", "duration_s", "bytes", "complete", "goodput_mbps", "excess_s",
                  "stalled", "stall_cause", "late_senders", "longest_gap_s", "retrans", "timeouts", "loss_probes",
                  "connections_with_timeout", "rto_time_ms", "slowest_sender", "slowest_last_byte_s")
+
+
 #: block_connections.csv: one row per block and sender.
 CONNECTION_COLUMNS = ("block", "sender", "bytes", "first_byte_s", "last_byte_s", "retrans", "timeouts",
                       "rto_recoveries", "rto_time_ms", "loss_probes", "loss_probe_recoveries", "rto_at_request_ms",
                       "srtt_at_request_ms")
+
+
 #: blocks_rounds.csv: one row per round.
 ROUND_COLUMNS = ("round", "name", "senders", "block_bytes", "rto_min_ms", "delayed_ack", "congestion_control",
                  "blocks", "complete", "goodput_overall_mbps", "fraction_of_link", "goodput_median_mbps",
@@ -48,6 +49,7 @@ ROUND_COLUMNS = ("round", "name", "senders", "block_bytes", "rto_min_ms", "delay
                  "stalled_tlp", "stalled_other", "stalled_unknown", "time_stalled_s", "retransmissions_total",
                  "timeouts_total", "blocks_with_timeout", "loss_probes_total", "bottleneck_drops", "total_drops",
                  "peak_backlog_packets", "folder")
+
 
 #: What stalled a block (:func:`classify_stall`), strongest first.
 STALL_CAUSES = ("rto", "tlp", "other", "unknown")
@@ -153,26 +155,6 @@ def classify_stall(duration_s: float | None, start_s: float, conns: list[dict], 
         cause = "unknown"
     return {"excess_s": excess, "stalled": True, "stall_cause": cause,
             "late_senders": " ".join(str(c["sender"]) for c in late)}
-
-
-def server_job(port: int, deadline_unix_s: float, out: Path, dscp: int) -> dict:
-    """A ``blocks-server`` job (traffic.blocks): one client connection on ``port``, ending at
-    ``deadline_unix_s`` at the latest, its record written to ``out``."""
-    return {"role": "blocks-server", "port": port, "expect_connections": 1, "deadline_unix_s": deadline_unix_s,
-            "dscp": dscp, "out": str(out)}
-
-
-def client_job(servers: list[dict], traffic, deadline_unix_s: float, out: Path) -> dict:
-    """A ``blocks-client`` job (traffic.blocks) for a round's resolved ``traffic`` section
-    (experiments.model.Round.traffic: ``block_bytes``, ``blocks``, ``duration_s``, ``dscp``).
-
-    Args:
-        servers: ``[{"host", "ip", "port"}, ...]``, one per sender.
-        deadline_unix_s: the client stops there, a block in flight or not.
-    """
-    return {"role": "blocks-client", "servers": servers, "block_bytes": traffic.block_bytes,
-            "blocks": traffic.blocks, "duration_s": traffic.duration_s, "deadline_unix_s": deadline_unix_s,
-            "dscp": traffic.dscp, "out": str(out)}
 
 
 def load_records(agent_dir: Path, receiver: str, senders: list[str], codes: dict[str, int]) -> tuple[dict, dict]:
