@@ -153,28 +153,15 @@ def _merge(env: dict, more: dict) -> dict:
 def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feature_registry: dict,
          workload_registry: dict, accept_unfaithful: bool = False,
          on_round: Callable[[str, Path, dict], None] | None = None) -> Path:
+    """The run loop: plan, bring the fabric up, run every round, tear down, finish (see :func:`run`)."""
     t_begin = time.monotonic()
     timings = {}
     layout = check_against_fabric(sc)          # a scenario that does not fit its fabric: refused before the probe
     out = _results_folder(results_root, sc.name)  # a bad --results: refused before anything starts
     ctx = _context(sc, layout, platform.probe(), out, quiet, accept_unfaithful)
     env = ctx.env
-    fabric, fabric_map, plan, rounds, out, multi = ctx.fabric, ctx.fabric_map, ctx.plan, ctx.rounds, ctx.out, ctx.multi
-    features = [f(ctx) for f in feature_registry.values()]
-    queues_per_port = 1
-    for f in features:
-        queues_per_port += f.plan(queues_per_port)
-    workloads = {}                    # name -> the run's instance; and each round's
-    round_workload = []
-    for r in rounds:
-        w = workload_for(sc, r, workload_registry)
-        round_workload.append(workloads.setdefault(w.name, w(ctx)))
+    features, queues_per_port, round_workload = _plan_run(ctx, feature_registry, workload_registry)
     fabric_args = {k: v for f in features for k, v in f.fabric_args().items()}
-    env["git_revision"] = _git_rev()
-    env["scale"] = _scale(sc)
-    env["routing"] = {"mode": sc.routing.mode, **(ECMP_METHOD if sc.routing.mode == "ecmp" else {})}
-    env["accept_unfaithful"] = accept_unfaithful
-
     slack_s = env["shaper"]["slack_s"]
 
     def host_queue(rate_mbps: float) -> PortQueue:
@@ -185,83 +172,25 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
     round_env: list[dict] = []
     # the run lock first: a run refused because another is active creates nothing (BusyError)
     with platform.run_state(out.name) as state, contextlib.ExitStack() as run_long:
-        folders.make_folder(out)
-        (out / "scenario.yaml").write_text(yaml.safe_dump(sc.to_data(), sort_keys=False))
-        (out / "environment.json").write_text(json.dumps(env, indent=2))
-        ctx.say(" ".join([f"datapath={env['datapath']} kernel={env['kernel']}"]
-                         + [h for h in (f.headline() for f in features) if h] + [f"results -> {out}"]))
-        for f in features:
-            f.enter(run_long, state)
-        if state.stale_report and any(state.stale_report[k] for k in ("processes", "bridges", "interfaces")):
-            ctx.say(f"removed state of an earlier run: {describe_report(state.stale_report)}")
+        _open_run(ctx, features, state, run_long)
         maybe_fault("before_fabric")
-        with platform.live_fabric(fabric, out, state, datapath=from_environment(env),
+        with platform.live_fabric(ctx.fabric, out, state, datapath=from_environment(env),
                                   switch_queue=lambda rate: port_queue(sc, rate, slack_s), host_queue=host_queue,
                                   routing=sc.routing.mode, **fabric_args) as lf:
-            timings.update(lf.timings_s)
-            timings["setup_s"] = time.monotonic() - t_begin
-            # where the token the API's changes need is (its owner reads it; the token is recorded nowhere)
-            token_file = getattr(lf, "token_file", None)
-            ctx.say(f"fabric up in {timings['setup_s']:.1f} s: {len(fabric.switches)} switches, "
-                    f"{len(fabric.hosts)} hosts, oversubscription {fabric.params['oversubscription']:g}:1; "
-                    f"controller API {lf.rest_url}/fabriclab/" + (f" (changes need the token in {token_file})"
-                                                                   if token_file else ""))
-            env["controller_api"] = f"{lf.rest_url}/fabriclab/"
-            env["controller_token_file"] = str(token_file) if token_file else None
+            _fabric_up(ctx, lf, timings, t_begin)
             maybe_fault("after_fabric")
             for f in features:
                 f.after_fabric(lf)
             timings["reachability_s"] = platform.warm_up_s(lf)
-            env["scale"]["measured_rtt_s"] = platform.rtt_s(lf, plan[0]["src"], plan[0]["dst"])
-            env["scale"]["rtt_probe_hosts"] = [plan[0]["src"], plan[0]["dst"]]     # whose path both RTTs are
-            env["scale"]["bdp_packets_measured_rtt"] = (sc.topology.host_rate_mbps * 1e6
-                                                        * env["scale"]["measured_rtt_s"] / 8 / FRAME_BYTES)
-            # a data packet's round trip: full frames both ways, serialised at every hop
-            env["scale"]["measured_rtt_full_frame_s"] = platform.rtt_s(lf, plan[0]["src"], plan[0]["dst"],
-                                                                       payload_bytes=FRAME_BYTES - 42)
-            env["scale"]["bdp_packets_full_frame_rtt"] = (sc.topology.host_rate_mbps * 1e6
-                                                          * env["scale"]["measured_rtt_full_frame_s"] / 8 / FRAME_BYTES)
-            # the rounds are analysed with the measured RTT: a run stopped after them leaves it on
-            # record, so `analyze` rebuilds the same summaries
-            (out / "environment.json").write_text(json.dumps(env, indent=2))
-            with platform.tx_buffer(sc, fabric, env, state, queues_per_port), \
-                    Progress("rounds", len(rounds), quiet, lines=False) as progress:
-                for i, r in enumerate(rounds):
-                    check_signalled()
-                    ROUND_STOP.clear()
-                    w = round_workload[i]
-                    rdir = _round_dir(ctx, i, r)
-                    rdir.mkdir(parents=True, exist_ok=True)
-                    (rdir / "agents").mkdir()
-                    rec = RoundRecord(index=i, round=r, dir=rdir)
-                    renv = dict(env, round={"index": i, "name": r.name, "of": len(rounds)})
-                    rec.port_intent = [x for x in (f.port_intent(rec) for f in features) if x]
-                    for f in features:
-                        renv = _merge(renv, f.before_round(lf, rec))
-                        rec.options.update(f.round_options(rec))
-                    round_env.append({k: v for k, v in renv.items() if k not in env})
-                    (rdir / "environment.json").write_text(json.dumps(renv, indent=2))
-                    if multi:
-                        parts = [p for p in (f.describe_round(rec) for f in features) if p]
-                        ctx.say(f"round {i + 1}/{len(rounds)} {r.name}: "
-                                + ", ".join(parts + [w.describe_round(r)]))
-                    t_round = time.monotonic()
-                    # a signal from here to the end of the analysis stops the round's traffic and
-                    # keeps what it measured; the run ends after it (experiments.live.SignalStop)
-                    with SIGNAL_STOP.keeping():
-                        rec.raw = w.run_round(lf, state, rec)
-                        rec.timings_s = dict(timings, traffic_s=time.monotonic() - t_round)
-                        rec.stopped = ROUND_STOP.reason if ROUND_STOP.is_set() else None
-                        for f in features:
-                            got = f.after_round(lf, rec)
-                            if got is not None:
-                                rec.features[f.name] = got
-                        _save_round(rec, w.name)
-                        done.append((w.name, rec, _analyse_round(ctx, w, features, rec)))
-                    progress.advance(1, f"round {i + 1}/{len(rounds)} {r.name}: "
+            _measure_rtts(ctx, lf, platform)
+            with platform.tx_buffer(sc, ctx.fabric, env, state, queues_per_port), \
+                    Progress("rounds", len(ctx.rounds), quiet, lines=False) as progress:
+                for i, r in enumerate(ctx.rounds):
+                    done.append(_one_round(ctx, i, round_workload[i], features, lf, state, timings, round_env))
+                    progress.advance(1, f"round {i + 1}/{len(ctx.rounds)} {r.name}: "
                                         + one_line(measure(done[-1][2]), (done[-1][2].get("bottleneck") or {}).get("intf")))
                     if on_round is not None:
-                        on_round(r.name, rdir, done[-1][2])
+                        on_round(r.name, done[-1][1].dir, done[-1][2])
                     if SIGNAL_STOP.stopped:
                         break                  # the run ends after the round a signal stopped
                 for f in features:
@@ -270,10 +199,122 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
             t_down = time.monotonic()
         timings["teardown_s"] = time.monotonic() - t_down
     timings["total_s"] = time.monotonic() - t_begin
-    (out / "environment.json").write_text(json.dumps(_run_environment(env, rounds, round_env, multi), indent=2))
+    _finish_run(ctx, done, round_env, timings, {w.name: w for w in round_workload})
+    return out
+
+
+def _plan_run(ctx: RunContext, feature_registry: dict, workload_registry: dict) -> tuple[list, int, list]:
+    """Every feature planned in order (each adds the queues per port it needs) and each round's
+    workload (one instance per workload for the run); the run's own environment entries.
+    Returns ``(features, queues_per_port, the workload of each round)``."""
+    sc, env = ctx.sc, ctx.env
+    features = [f(ctx) for f in feature_registry.values()]
+    queues_per_port = 1
+    for f in features:
+        queues_per_port += f.plan(queues_per_port)
+    workloads = {}                    # name -> the run's instance
+    round_workload = [workloads.setdefault(w.name, w(ctx)) for w in
+                      (workload_for(sc, r, workload_registry) for r in ctx.rounds)]
+    env["git_revision"] = _git_rev()
+    env["scale"] = _scale(sc)
+    env["routing"] = {"mode": sc.routing.mode, **(ECMP_METHOD if sc.routing.mode == "ecmp" else {})}
+    env["accept_unfaithful"] = ctx.accept_unfaithful
+    return features, queues_per_port, round_workload
+
+
+def _open_run(ctx: RunContext, features: list, state, run_long: contextlib.ExitStack) -> None:
+    """The results folder made, the scenario and environment written, the run's headline said, each
+    feature entered for the run; a crashed earlier run's leftovers reported."""
+    out, env = ctx.out, ctx.env
+    folders.make_folder(out)
+    (out / "scenario.yaml").write_text(yaml.safe_dump(ctx.sc.to_data(), sort_keys=False))
+    (out / "environment.json").write_text(json.dumps(env, indent=2))
+    ctx.say(" ".join([f"datapath={env['datapath']} kernel={env['kernel']}"]
+                     + [h for h in (f.headline() for f in features) if h] + [f"results -> {out}"]))
+    for f in features:
+        f.enter(run_long, state)
+    if state.stale_report and any(state.stale_report[k] for k in ("processes", "bridges", "interfaces")):
+        ctx.say(f"removed state of an earlier run: {describe_report(state.stale_report)}")
+
+
+def _fabric_up(ctx: RunContext, lf, timings: dict, t_begin: float) -> None:
+    """Say the fabric is up (its size, the controller's API and where its token is) and record the API."""
+    fabric, env = ctx.fabric, ctx.env
+    timings.update(lf.timings_s)
+    timings["setup_s"] = time.monotonic() - t_begin
+    # where the token the API's changes need is (its owner reads it; the token is recorded nowhere)
+    token_file = getattr(lf, "token_file", None)
+    ctx.say(f"fabric up in {timings['setup_s']:.1f} s: {len(fabric.switches)} switches, "
+            f"{len(fabric.hosts)} hosts, oversubscription {fabric.params['oversubscription']:g}:1; "
+            f"controller API {lf.rest_url}/fabriclab/" + (f" (changes need the token in {token_file})"
+                                                           if token_file else ""))
+    env["controller_api"] = f"{lf.rest_url}/fabriclab/"
+    env["controller_token_file"] = str(token_file) if token_file else None
+
+
+def _measure_rtts(ctx: RunContext, lf, platform: Platform) -> None:
+    """The first planned pair's RTT, small and full-frame, and the BDPs they give, into ``env["scale"]``;
+    the environment written again, so a run stopped after its rounds leaves them on record and
+    ``analyze`` rebuilds the same summaries."""
+    sc, env, plan = ctx.sc, ctx.env, ctx.plan
+    scale = env["scale"]
+    scale["measured_rtt_s"] = platform.rtt_s(lf, plan[0]["src"], plan[0]["dst"])
+    scale["rtt_probe_hosts"] = [plan[0]["src"], plan[0]["dst"]]     # whose path both RTTs are
+    scale["bdp_packets_measured_rtt"] = sc.topology.host_rate_mbps * 1e6 * scale["measured_rtt_s"] / 8 / FRAME_BYTES
+    # a data packet's round trip: full frames both ways, serialised at every hop
+    scale["measured_rtt_full_frame_s"] = platform.rtt_s(lf, plan[0]["src"], plan[0]["dst"],
+                                                        payload_bytes=FRAME_BYTES - 42)
+    scale["bdp_packets_full_frame_rtt"] = (sc.topology.host_rate_mbps * 1e6
+                                           * scale["measured_rtt_full_frame_s"] / 8 / FRAME_BYTES)
+    (ctx.out / "environment.json").write_text(json.dumps(env, indent=2))
+
+
+def _one_round(ctx: RunContext, i: int, w, features: list, lf, state, timings: dict,
+               round_env: list[dict]) -> tuple[str, RoundRecord, dict]:
+    """Round ``i``: its folder and environment (each feature's additions), its traffic through
+    workload ``w``, each feature's record, the raw record saved and the round analysed. Appends the
+    round's own environment entries to ``round_env``; returns ``(workload name, record, summary)``."""
+    env, r = ctx.env, ctx.rounds[i]
+    check_signalled()
+    ROUND_STOP.clear()
+    rdir = _round_dir(ctx, i, r)
+    rdir.mkdir(parents=True, exist_ok=True)
+    (rdir / "agents").mkdir()
+    rec = RoundRecord(index=i, round=r, dir=rdir)
+    renv = dict(env, round={"index": i, "name": r.name, "of": len(ctx.rounds)})
+    rec.port_intent = [x for x in (f.port_intent(rec) for f in features) if x]
+    for f in features:
+        renv = _merge(renv, f.before_round(lf, rec))
+        rec.options.update(f.round_options(rec))
+    round_env.append({k: v for k, v in renv.items() if k not in env})
+    (rdir / "environment.json").write_text(json.dumps(renv, indent=2))
+    if ctx.multi:
+        parts = [p for p in (f.describe_round(rec) for f in features) if p]
+        ctx.say(f"round {i + 1}/{len(ctx.rounds)} {r.name}: " + ", ".join(parts + [w.describe_round(r)]))
+    t_round = time.monotonic()
+    # a signal from here to the end of the analysis stops the round's traffic and
+    # keeps what it measured; the run ends after it (experiments.live.SignalStop)
+    with SIGNAL_STOP.keeping():
+        rec.raw = w.run_round(lf, state, rec)
+        rec.timings_s = dict(timings, traffic_s=time.monotonic() - t_round)
+        rec.stopped = ROUND_STOP.reason if ROUND_STOP.is_set() else None
+        for f in features:
+            got = f.after_round(lf, rec)
+            if got is not None:
+                rec.features[f.name] = got
+        _save_round(rec, w.name)
+        return w.name, rec, _analyse_round(ctx, w, features, rec)
+
+
+def _finish_run(ctx: RunContext, done: list, round_env: list[dict], timings: dict, workloads: dict) -> None:
+    """After the fabric: the run's environment and timings, the topology drawing, each workload's
+    rounds side by side, the report; then a signal's exit, or the failed fidelity checks
+    (UnfaithfulRun unless accepted)."""
+    out, rounds, multi = ctx.out, ctx.rounds, ctx.multi
+    (out / "environment.json").write_text(json.dumps(_run_environment(ctx.env, rounds, round_env, multi), indent=2))
     (out / "timings.json").write_text(json.dumps(
         {**timings, "rounds": {rec.round.name: rec.timings_s.get("traffic_s") for _, rec, _ in done}}, indent=2))
-    draw.draw(fabric_map, out / "topology.png", title=sc.name)
+    draw.draw(ctx.fabric_map, out / "topology.png", title=ctx.sc.name)
     if multi:
         for name, w in workloads.items():
             w.finish_run([(rec, s) for n, rec, s in done if n == name])
@@ -286,12 +327,11 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
         check_signalled(ending=True)          # exit with the signal's code (130, 143, 129)
     failed = [(rec.round.name, line) for _, rec, s in done for line in s["fidelity"]["failures"]]
     if failed:
-        if not accept_unfaithful:
+        if not ctx.accept_unfaithful:
             raise UnfaithfulRun(failed, out)
         print(f"fabriclab: WARNING: {len(failed)} fidelity check(s) failed and were accepted (as --accept-unfaithful "
               "and every study ask: a study marks such cells unfaithful); the summary.json of each round that "
               "failed says fidelity.accepted_unfaithful", file=sys.stderr)
-    return out
 
 
 #: A round's raw record (what the run loop kept of it, for `python -m experiments analyze`).
