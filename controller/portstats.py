@@ -19,9 +19,15 @@ Where each figure comes from (one netlink dump each, root namespace, where the s
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from controller.dataplane import counters, tcqdisc
+from common.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from controller.dataplane import counters, tcqdisc
+else:    # read only by read_ports (the live half): the columns and tables import without netlink
+    counters = lazy_module("controller.dataplane.counters")
+    tcqdisc = lazy_module("controller.dataplane.tcqdisc")
 
 #: The columns of a port's counters, in order (ports.csv, the REST answer).
 COLUMNS = ("switch", "port", "intf", "peer", "rx_packets", "rx_bytes", "rx_errors", "tx_packets", "tx_bytes",

@@ -56,48 +56,62 @@ def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> l
     # keyed per receiving host: the kernel reuses a source port toward different destinations
     by_addr = {(dst, f["src_ip"], f["src_port"]): f for dst, rec in rx.items() for f in rec.get("flows", [])}
     tx_by_id = {f["flow_id"]: (s, f) for s, rec in tx.items() for f in rec.get("flows", [])}
-    rows = []
-    for p in plan:
-        row = {k: None for k in FLOW_COLUMNS}
-        row.update(flow_id=p["flow_id"], src=p["src"], dst=p["dst"], src_ip=p["src_ip"], start_s=p.get("start_s") or 0.0)
-        _, t = tx_by_id.get(p["flow_id"], (None, None))
-        if t is None:
-            row["error"] = tx[p["src"]].get("error") or f"sender {p['src']} has no record of flow {p['flow_id']}"
-        else:
-            t0 = t["start_at_unix_s"]
-            start = t0 + row["start_s"]
-            row.update(src_port=t.get("src_port"), bytes_planned=t["bytes_planned"], bytes_sent=t["bytes_sent"],
-                       start_at_unix_s=t0, congestion_control=t.get("congestion_control"),
-                       ecn_negotiated=t.get("ecn_negotiated"),
-                       total_retrans=t.get("total_retrans"), rtt_us=t.get("rtt_us"),
-                       sender_done_s=(t["closed_unix_s"] - start) if t.get("closed_unix_s") else None,
-                       error=t.get("error") or rx[p["dst"]].get("error"),
-                       _tcp_samples=[[x[0] - t0] + list(x[1:]) for x in t.get("tcp_samples") or []],
-                       _launch_late_s=(t["started_unix_s"] - start) if t.get("started_unix_s") else None)
-            udp = "datagrams_sent" in t
-            row["transport"] = "udp" if udp else "tcp"
-            if udp:
-                row.update(datagrams_sent=t["datagrams_sent"], blocked_sends=t["blocked_sends"],
-                           host_queue_full=t["host_queue_full"], datagrams_received=0,
-                           datagrams_lost=t["datagrams_sent"], bytes_received=0)
-            f = by_addr.get((p["dst"], p["src_ip"], t.get("src_port")))
-            if f is not None and udp:
-                row.update(datagrams_received=f["datagrams_received"],
-                           datagrams_lost=t["datagrams_sent"] - f["datagrams_received"])
-            if f is not None:
-                row.update(bytes_received=f["bytes"],
-                           first_byte_s=(f["first_byte_unix_s"] - start) if f["first_byte_unix_s"] else None,
-                           fct_s=(f["last_byte_unix_s"] - start) if f["last_byte_unix_s"] else None,
-                           _samples=[(ts - t0, b) for ts, b in f["samples"]])
-                if f.get("ecn_received"):
-                    e = f["ecn_received"]
-                    row.update(ce_received=e["ce"], ect_received=e["ect"], not_ect_received=e["not_ect"])
-                row["complete"] = bool(f["eof"] and not row["error"] and f["bytes"] == t["bytes_sent"]
-                                       and (t["bytes_planned"] is None or t["bytes_sent"] == t["bytes_planned"]))
-        if row["complete"] is None:
-            row["complete"] = False
-        rows.append(row)
-    return rows
+    return [_flow_row(p, tx, rx, tx_by_id, by_addr) for p in plan]
+
+
+def _flow_row(p: dict, tx: dict, rx: dict, tx_by_id: dict, by_addr: dict) -> dict:
+    """One planned flow's row (:func:`collect_flows`): its sender's record joined with its receiver's."""
+    row = {k: None for k in FLOW_COLUMNS}
+    row.update(flow_id=p["flow_id"], src=p["src"], dst=p["dst"], src_ip=p["src_ip"], start_s=p.get("start_s") or 0.0)
+    _, t = tx_by_id.get(p["flow_id"], (None, None))
+    if t is None:
+        row["error"] = tx[p["src"]].get("error") or f"sender {p['src']} has no record of flow {p['flow_id']}"
+    else:
+        _sender_fields(row, t, rx[p["dst"]].get("error"))
+        f = by_addr.get((p["dst"], p["src_ip"], t.get("src_port")))
+        if f is not None:
+            _receiver_fields(row, t, f)
+    if row["complete"] is None:
+        row["complete"] = False
+    return row
+
+
+def _sender_fields(row: dict, t: dict, receiver_error: str | None) -> None:
+    """A flow row's sender half from its sender record ``t`` (times from the flow's scheduled start)."""
+    t0 = t["start_at_unix_s"]
+    start = t0 + row["start_s"]
+    row.update(src_port=t.get("src_port"), bytes_planned=t["bytes_planned"], bytes_sent=t["bytes_sent"],
+               start_at_unix_s=t0, congestion_control=t.get("congestion_control"),
+               ecn_negotiated=t.get("ecn_negotiated"),
+               total_retrans=t.get("total_retrans"), rtt_us=t.get("rtt_us"),
+               sender_done_s=(t["closed_unix_s"] - start) if t.get("closed_unix_s") else None,
+               error=t.get("error") or receiver_error,
+               _tcp_samples=[[x[0] - t0] + list(x[1:]) for x in t.get("tcp_samples") or []],
+               _launch_late_s=(t["started_unix_s"] - start) if t.get("started_unix_s") else None)
+    udp = "datagrams_sent" in t
+    row["transport"] = "udp" if udp else "tcp"
+    if udp:
+        row.update(datagrams_sent=t["datagrams_sent"], blocked_sends=t["blocked_sends"],
+                   host_queue_full=t["host_queue_full"], datagrams_received=0,
+                   datagrams_lost=t["datagrams_sent"], bytes_received=0)
+
+
+def _receiver_fields(row: dict, t: dict, f: dict) -> None:
+    """A flow row's receiver half from its receiver record ``f`` (the sender's ``t`` for the join)."""
+    t0 = t["start_at_unix_s"]
+    start = t0 + row["start_s"]
+    if row["transport"] == "udp":
+        row.update(datagrams_received=f["datagrams_received"],
+                   datagrams_lost=t["datagrams_sent"] - f["datagrams_received"])
+    row.update(bytes_received=f["bytes"],
+               first_byte_s=(f["first_byte_unix_s"] - start) if f["first_byte_unix_s"] else None,
+               fct_s=(f["last_byte_unix_s"] - start) if f["last_byte_unix_s"] else None,
+               _samples=[(ts - t0, b) for ts, b in f["samples"]])
+    if f.get("ecn_received"):
+        e = f["ecn_received"]
+        row.update(ce_received=e["ce"], ect_received=e["ect"], not_ect_received=e["not_ect"])
+    row["complete"] = bool(f["eof"] and not row["error"] and f["bytes"] == t["bytes_sent"]
+                           and (t["bytes_planned"] is None or t["bytes_sent"] == t["bytes_planned"]))
 
 
 def queue_percentile_columns(backlog_packets, backlog_bytes) -> dict:
@@ -350,31 +364,9 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     senders = sorted({p["src"] for p in plan})
     rate_of = {h["name"]: h["rate_mbps"] for h in fabric_map["hosts"]}
     line = sum(rate_of[s] for s in senders)
-    pairs = [(p["src"], p["dst"]) for p in plan]
     routing = sc.routing.mode
-    if arrives_over_time(flows):
-        # flows arriving over time never all run at once: what the links carry is what the plan
-        # offers (its bytes over its arrivals' span), not the fluid model of every flow at once
-        last = max(p.get("start_s") or 0.0 for p in plan)
-        model = [sum(p["bytes"] or 0 for p in plan) * 8 / last / 1e6] if last > 0 else [0.0]
-        hashed, model_kind = None, "offered"
-    else:
-        model = max_min_rates(fabric_map, pairs, routing)
-        # single-path routing has no hashing: its model is the one fixed path per destination
-        hashed = hash_ecmp_aggregate(fabric_map, pairs, seed=sc.seed) if routing == "ecmp" else None
-        model_kind = "fluid"
-    wire = None
-    if samples:
-        receivers = {q["dst"] for q in plan}
-        down = {p["intf"] for sw in fabric_map["switches"] for p in sw["ports"] if p["peer"] in receivers}
-        total = 0.0
-        for intf in down:
-            smp = samples.get(intf)
-            if smp is None or len(smp["t_s"]) < 2:
-                total = None
-                break
-            total += float(np.interp(t_b, smp["t_s"], smp["tx_bytes_total"]) - np.interp(t_a, smp["t_s"], smp["tx_bytes_total"]))
-        wire = total * 8 / span / 1e6 if total is not None else None
+    model, hashed, model_kind = _throughput_model(flows, fabric_map, plan, sc)
+    wire = _wire_mbps(samples, fabric_map, plan, t_a, t_b) if samples else None
     x = np.asarray(per_flow, dtype=float)
     jain = jain_index(x) if len(x) and x.any() else None
     return {
@@ -390,6 +382,35 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
                           "max": float(x.max())} if len(x) else None,
         "jain_index_per_flow": jain,
     }
+
+
+def _throughput_model(flows: list[dict], fabric_map: dict, plan: list[dict], sc: Scenario) -> tuple:
+    """``(per-flow model rates in Mbit/s, the hash-ECMP model or None, "fluid" or "offered")`` for
+    :func:`throughput_summary`."""
+    routing = sc.routing.mode
+    if arrives_over_time(flows):
+        # flows arriving over time never all run at once: what the links carry is what the plan
+        # offers (its bytes over its arrivals' span), not the fluid model of every flow at once
+        last = max(p.get("start_s") or 0.0 for p in plan)
+        return ([sum(p["bytes"] or 0 for p in plan) * 8 / last / 1e6] if last > 0 else [0.0]), None, "offered"
+    pairs = [(p["src"], p["dst"]) for p in plan]
+    # single-path routing has no hashing: its model is the one fixed path per destination
+    hashed = hash_ecmp_aggregate(fabric_map, pairs, seed=sc.seed) if routing == "ecmp" else None
+    return max_min_rates(fabric_map, pairs, routing), hashed, "fluid"
+
+
+def _wire_mbps(samples: dict, fabric_map: dict, plan: list[dict], t_a: float, t_b: float) -> float | None:
+    """Every byte the switches sent down the receiving hosts' links between ``t_a`` and ``t_b`` (s),
+    in Mbit/s, from the queue sampler's transmit counters; None when a link has no samples."""
+    receivers = {q["dst"] for q in plan}
+    down = {p["intf"] for sw in fabric_map["switches"] for p in sw["ports"] if p["peer"] in receivers}
+    total = 0.0
+    for intf in down:
+        smp = samples.get(intf)
+        if smp is None or len(smp["t_s"]) < 2:
+            return None
+        total += float(np.interp(t_b, smp["t_s"], smp["tx_bytes_total"]) - np.interp(t_a, smp["t_s"], smp["tx_bytes_total"]))
+    return total * 8 / max(t_b - t_a, 1e-9) / 1e6
 
 
 #: tcp_samples.csv: each TCP sender's live connections sampled from TCP_INFO (traffic.agent.tcp_sample).
@@ -430,15 +451,9 @@ def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], 
     out = Path(out)
     starts = [f["start_at_unix_s"] for f in flows if f["start_at_unix_s"] is not None]
     t0 = min(starts) if starts else 0.0
-    with open(out / "flow_samples.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(("t_s", "flow_id", "src", "bytes_received_total"))
-        for fl in flows:
-            for t, b in fl.get("_samples") or []:
-                w.writerow((f"{t:.6f}", fl["flow_id"], fl["src"], b))
+    write_flow_samples(out / "flow_samples.csv", flows)
     write_tcp_samples(out / "tcp_samples.csv", flows)
     ends = [end_s(f) for f in flows if f["fct_s"] is not None]
-    fcts = [f["fct_s"] for f in flows if f["fct_s"] is not None]
     end = max(ends) if ends else 0.0
     env = json.loads((out / "environment.json").read_text())
     ideal = add_ideal_fct(flows, plan, fabric_map, env, sc.routing.mode, sc.queues.burst_bytes)
@@ -448,7 +463,6 @@ def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], 
     bn, chosen = choose_bottleneck(ports, receiver, receiver_bottleneck_reason)
     receiver_leaf = next((h["switch"] for h in fabric_map["hosts"] if h["name"] == receiver), None)
     sampler = json.loads((out / "sampler.json").read_text())
-    ccs = sorted({f["congestion_control"] for f in flows if f["congestion_control"]})
     summary = {
         "scenario": sc.name,
         "pattern": sc.traffic.pattern,
@@ -458,20 +472,7 @@ def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], 
         "datapath": env["datapath"],
         "kernel": env["kernel"],
         "scale": env.get("scale"),
-        "flows": {
-            "count": len(flows),
-            "all_complete": all(f["complete"] for f in flows),
-            "bytes_sent": sum(f["bytes_sent"] or 0 for f in flows),
-            "bytes_received": sum(f["bytes_received"] or 0 for f in flows),
-            "per_flow": [{**{k: f[k] for k in ("flow_id", "src", "dst", "bytes_sent", "bytes_received", "fct_s",
-                                               "complete", "total_retrans")},
-                          "throughput_mbps": (f["bytes_received"] * 8 / f["fct_s"] / 1e6)
-                          if f["bytes_received"] and f["fct_s"] else None} for f in flows],
-            "fct_median_s": _percentile(fcts, 50), "fct_p99_s": _percentile(fcts, 99),
-            "fct_max_s": max(fcts) if fcts else None,
-            "congestion_control_on_live_flows": ccs,
-            "errors": [f["error"] for f in flows if f["error"]],
-        },
+        "flows": flows_summary(flows),
         "bottleneck": bottleneck_summary(bn, receiver, (0.0, end)) if chosen is None
         else dict(bottleneck_summary(bn, receiver, (0.0, end)), chosen=chosen),
         # bytes each spine carried down to the receiver's leaf: shows how ECMP split the traffic toward it
@@ -490,6 +491,36 @@ def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], 
     if arrives_over_time(flows):
         summary["arrivals"] = arrivals_summary(flows, plan, fabric_map)
     return summary
+
+
+def write_flow_samples(path: Path, flows: list[dict]) -> None:
+    """flow_samples.csv: every flow's received-bytes samples (``t_s`` from the common start)."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(("t_s", "flow_id", "src", "bytes_received_total"))
+        for fl in flows:
+            for t, b in fl.get("_samples") or []:
+                w.writerow((f"{t:.6f}", fl["flow_id"], fl["src"], b))
+
+
+def flows_summary(flows: list[dict]) -> dict:
+    """``summary["flows"]``: count, completeness, bytes, each flow's figures, completion-time
+    percentiles (s), the congestion controls the live flows used, the errors."""
+    fcts = [f["fct_s"] for f in flows if f["fct_s"] is not None]
+    return {
+        "count": len(flows),
+        "all_complete": all(f["complete"] for f in flows),
+        "bytes_sent": sum(f["bytes_sent"] or 0 for f in flows),
+        "bytes_received": sum(f["bytes_received"] or 0 for f in flows),
+        "per_flow": [{**{k: f[k] for k in ("flow_id", "src", "dst", "bytes_sent", "bytes_received", "fct_s",
+                                           "complete", "total_retrans")},
+                      "throughput_mbps": (f["bytes_received"] * 8 / f["fct_s"] / 1e6)
+                      if f["bytes_received"] and f["fct_s"] else None} for f in flows],
+        "fct_median_s": _percentile(fcts, 50), "fct_p99_s": _percentile(fcts, 99),
+        "fct_max_s": max(fcts) if fcts else None,
+        "congestion_control_on_live_flows": sorted({f["congestion_control"] for f in flows if f["congestion_control"]}),
+        "errors": [f["error"] for f in flows if f["error"]],
+    }
 
 
 def arrivals_summary(flows: list[dict], plan: list[dict], fabric_map: dict) -> dict:

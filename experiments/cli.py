@@ -412,12 +412,12 @@ def plot(results_dir: str) -> int:
 @click.option("--quiet", is_flag=True, help="no per-round lines")
 def analyze(results_dir: str, quiet: bool) -> int:
     """Rebuild a results folder's tables, summaries and plots from its raw files. No root."""
-    from experiments import runner
+    from experiments import rounds
     d = _read_path(results_dir, "results folder", folder=True)
     if not (d / "scenario.yaml").is_file() or not (d / "environment.json").is_file():
         raise Stop(2, f"{d}: not a results folder (no scenario.yaml and environment.json)")
     try:
-        dirs = runner.analyze(d, quiet=quiet)
+        dirs = rounds.analyze(d, quiet=quiet)
     except FileNotFoundError as e:
         raise Stop(2, str(e)) from None
     except ScenarioError as e:

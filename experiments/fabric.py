@@ -20,7 +20,7 @@ from mininet.net import Mininet
 from mininet.node import RemoteController
 
 from common.errors import SetupError
-from experiments.procs import spawn
+from experiments.procs import REPO, spawn
 from controller import portsetup
 from controller.dataplane import hostknobs
 from controller.datapaths.base import Datapath
@@ -31,7 +31,6 @@ from experiments.state import RunState
 from topologies.mininet_topo import FabricTopo
 from topologies.spineleaf import Fabric
 
-REPO = Path(__file__).resolve().parent.parent
 OF_PORT = 6653
 #: Longest wait for Mininet's own teardown before the recorded cleanup takes over.
 STOP_TIMEOUT_S = 60.0

@@ -16,13 +16,16 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from common.errors import SetupError
 from experiments.procs import host_spawn, spawn
 from experiments import reach
-from experiments.fabric import REPO, LiveFabric
-from experiments.state import RunState
+from experiments.procs import REPO
+
+if TYPE_CHECKING:      # the live fabric and run state are passed in: this module runs without Mininet
+    from experiments.fabric import LiveFabric
+    from experiments.state import RunState
 
 _SIGNALLED: list[int] = []   # signals received during run(), in order
 

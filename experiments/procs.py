@@ -7,6 +7,10 @@ Open vSwitch daemons.
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
+
+#: The checkout (or installed package root) the agents and the sampler run from (their ``cwd``).
+REPO = Path(__file__).resolve().parent.parent
 
 
 def spawn(argv: list[str], **popen_args) -> subprocess.Popen:

@@ -28,7 +28,7 @@ import yaml
 from controller.dataplane.tcqdisc import PortQueue
 from controller.datapaths.registry import from_environment
 from controller.routing import ECMP_METHOD
-from experiments import draw, folders, probe as envprobe, report
+from experiments import draw, folders, probe as envprobe
 from experiments.context import HOST_QUEUE_PACKETS, RoundRecord, RunContext, maybe_fault
 from experiments.fabric import REPO, LiveFabric
 from experiments.features.registry import FEATURES
@@ -36,10 +36,9 @@ from experiments.live import (ROUND_STOP, SIGNAL_STOP, check_signalled, measure_
                               warm_up_reachability)
 from experiments.metrics import measure, one_line
 from experiments.progress import Progress
-from experiments.tables import label_csvs
+from experiments.rounds import analyse_round, round_dir, run_context, save_round, write_report
 from experiments.plan import check_against_fabric
-from experiments.scenario import FRAME_BYTES, read_yaml_file, validate
-from experiments.sections import SECTIONS
+from experiments.scenario import FRAME_BYTES
 from experiments.state import RunState, describe_report
 from experiments.workloads.registry import WORKLOADS, workload_for
 from experiments.model import Round, Scenario
@@ -115,7 +114,7 @@ def preflight(sc: Scenario, env: dict | None = None, platform: Platform | None =
     """
     layout = check_against_fabric(sc)
     env = dict(env) if env is not None else (platform or PLATFORM).probe()
-    ctx = _context(sc, layout, env, Path("preflight-not-written"), True)
+    ctx = run_context(sc, layout, env, Path("preflight-not-written"), True)
     queues_per_port = 1
     for f in (FEATURES if features is None else features).values():
         queues_per_port += f(ctx).plan(queues_per_port)
@@ -125,21 +124,6 @@ def preflight(sc: Scenario, env: dict | None = None, platform: Platform | None =
 def _results_folder(results_root: Path, name: str) -> Path:
     """The run's folder to be: checked (experiments.folders), not created. PathError otherwise."""
     return folders.next_folder(folders.check_results_root(results_root), name)
-
-
-def _round_dir(ctx: RunContext, index: int, rnd: Round) -> Path:
-    """A round's folder: ``rounds/<nn>-<name>`` of a scenario with rounds, else the run's own folder."""
-    return ctx.out / "rounds" / f"{index + 1:02d}-{rnd.name}" if ctx.multi else ctx.out
-
-
-def _context(sc: Scenario, layout: tuple, env: dict, out: Path, quiet: bool,
-             accept_unfaithful: bool = False) -> RunContext:
-    """The run's context: the resolved scenario, its ``layout`` on the fabric
-    (experiments.plan.check_against_fabric), ``env`` and the results folder ``out``."""
-    fabric, fabric_map, plan, rounds, profiles = layout
-    return RunContext(sc=sc, fabric=fabric, fabric_map=fabric_map, plan=plan, rounds=rounds, profiles=profiles,
-                      env=env, out=out, multi=sc.multi_round, quiet=quiet, accept_unfaithful=accept_unfaithful,
-                      sections=SECTIONS)
 
 
 def _merge(env: dict, more: dict) -> dict:
@@ -158,7 +142,7 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
     timings = {}
     layout = check_against_fabric(sc)          # a scenario that does not fit its fabric: refused before the probe
     out = _results_folder(results_root, sc.name)  # a bad --results: refused before anything starts
-    ctx = _context(sc, layout, platform.probe(), out, quiet, accept_unfaithful)
+    ctx = run_context(sc, layout, platform.probe(), out, quiet, accept_unfaithful)
     env = ctx.env
     features, queues_per_port, round_workload = _plan_run(ctx, feature_registry, workload_registry)
     fabric_args = {k: v for f in features for k, v in f.fabric_args().items()}
@@ -277,7 +261,7 @@ def _one_round(ctx: RunContext, i: int, w, features: list, lf, state, timings: d
     env, r = ctx.env, ctx.rounds[i]
     check_signalled()
     ROUND_STOP.clear()
-    rdir = _round_dir(ctx, i, r)
+    rdir = round_dir(ctx, i, r)
     rdir.mkdir(parents=True, exist_ok=True)
     (rdir / "agents").mkdir()
     rec = RoundRecord(index=i, round=r, dir=rdir)
@@ -302,8 +286,8 @@ def _one_round(ctx: RunContext, i: int, w, features: list, lf, state, timings: d
             got = f.after_round(lf, rec)
             if got is not None:
                 rec.features[f.name] = got
-        _save_round(rec, w.name)
-        return w.name, rec, _analyse_round(ctx, w, features, rec)
+        save_round(rec, w.name)
+        return w.name, rec, analyse_round(ctx, w, features, rec)
 
 
 def _finish_run(ctx: RunContext, done: list, round_env: list[dict], timings: dict, workloads: dict) -> None:
@@ -318,7 +302,7 @@ def _finish_run(ctx: RunContext, done: list, round_env: list[dict], timings: dic
     if multi:
         for name, w in workloads.items():
             w.finish_run([(rec, s) for n, rec, s in done if n == name])
-    _write_report(out)
+    write_report(out)
     ctx.say(f"fabric down in {timings['teardown_s']:.1f} s; {timings['total_s']:.1f} s in all; results in {out}")
     if SIGNAL_STOP.stopped:
         kept = done[-1][1].dir if done else out
@@ -332,100 +316,6 @@ def _finish_run(ctx: RunContext, done: list, round_env: list[dict], timings: dic
         print(f"fabriclab: WARNING: {len(failed)} fidelity check(s) failed and were accepted (as --accept-unfaithful "
               "and every study ask: a study marks such cells unfaithful); the summary.json of each round that "
               "failed says fidelity.accepted_unfaithful", file=sys.stderr)
-
-
-#: A round's raw record (what the run loop kept of it, for `python -m experiments analyze`).
-ROUND_RECORD = "round.json"
-
-
-def _save_round(rec: RoundRecord, workload: str) -> None:
-    """Write the round's raw record (workload, options, the workload's and features' records,
-    timings) into its folder, before its analysis."""
-    (rec.dir / ROUND_RECORD).write_text(json.dumps(
-        {"index": rec.index, "name": rec.round.name, "workload": workload, "options": rec.options,
-         "raw": rec.raw, "features": rec.features, "timings_s": rec.timings_s, "stopped": rec.stopped},
-        indent=1, default=str))
-
-
-def analyze(out: Path, quiet: bool = False, features: dict | None = None, workloads: dict | None = None) -> list[Path]:
-    """Rebuild a results folder's derived files (each round's tables, summary.json and plots, the
-    rounds side by side, the drawing) from its raw files: scenario.yaml, environment.json and, per
-    round, round.json, the agents' records, the sampler's files. Needs no root and no fabric.
-    Returns the round folders analysed.
-
-    Raises:
-        FileNotFoundError: ``out`` is not a results folder, or no round has its raw record
-            (the run ended before any round's traffic finished).
-    """
-    out = Path(out)
-    sc = validate(read_yaml_file(out / "scenario.yaml"))
-    ctx = _context(sc, check_against_fabric(sc), json.loads((out / "environment.json").read_text()), out, quiet)
-    feats = [f(ctx) for f in (FEATURES if features is None else features).values()]
-    for f in feats:
-        f.restore()
-    registry = WORKLOADS if workloads is None else workloads
-    made, done = {}, []
-    for i, r in enumerate(ctx.rounds):
-        rdir = _round_dir(ctx, i, r)
-        if not (rdir / ROUND_RECORD).exists():
-            continue
-        saved = json.loads((rdir / ROUND_RECORD).read_text())
-        rec = RoundRecord(index=i, round=r, dir=rdir, options=saved["options"], raw=saved["raw"],
-                          features=saved["features"], timings_s=saved["timings_s"], stopped=saved.get("stopped"))
-        w = made.setdefault(saved["workload"], registry[saved["workload"]](ctx))
-        done.append((saved["workload"], rec, _analyse_round(ctx, w, feats, rec)))
-    if not done:
-        raise FileNotFoundError(f"{out}: no round has its raw record ({ROUND_RECORD}): nothing to analyse")
-    draw.draw(ctx.fabric_map, out / "topology.png", title=sc.name)
-    if ctx.multi:
-        for name, w in made.items():
-            w.finish_run([(rec, s) for n, rec, s in done if n == name])
-    _write_report(out)
-    return [rec.dir for _, rec, _ in done]
-
-
-def _write_report(out: Path) -> None:
-    """The folder's report.html (experiments.report), from its files; a report that cannot be
-    written is a warning, not a failed run (every result file is already written)."""
-    try:
-        report.write_report(out)
-    except (OSError, ValueError) as e:
-        print(f"fabriclab: WARNING: could not write {out / report.REPORT}: {e}", file=sys.stderr)
-
-
-def _analyse_round(ctx: RunContext, w, features: list, rec: RoundRecord) -> dict:
-    """The round's summary: the workload's, then each feature's section; summary.json written once,
-    then the workload's plots, summary.txt (the round's lines as printed: the workload's, then each
-    feature's) and every warning. Returns the summary."""
-    summary = w.summarize(rec)
-    summary["stopped"] = rec.stopped
-    for f in features:
-        f.summarize(rec, summary)
-    failures = [line for f in features for line in f.failures(summary)]
-    summary.setdefault("fidelity", {}).update(
-        ok=not failures, failures=failures, accepted_unfaithful=bool(failures) and ctx.accept_unfaithful)
-    (rec.dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    w.after_summary(rec, summary)
-    label_csvs(rec.dir, {"round": rec.round.name, "variant": rec.round.variant, "seed": rec.round.seed})
-    lines = [w.format_round(summary, rec.dir)] + [x for x in (f.report(summary) for f in features) if x]
-    if rec.stopped:
-        lines.append(stopped_line(rec.stopped))
-    (rec.dir / report.SUMMARY_TEXT).write_text("\n".join(lines) + "\n")
-    for f in features:
-        for warning in f.warnings(summary):
-            print(f"fabriclab: WARNING: {warning}", file=sys.stderr)
-    for line in failures:
-        print(f"fabriclab: FIDELITY CHECK FAILED: {line}", file=sys.stderr)
-    if not ctx.quiet:
-        print("\n".join(lines), flush=True)
-    return summary
-
-
-def stopped_line(reason: str) -> str:
-    """The line a stopped round's summary ends with (terminal, summary.txt, report.html): why it
-    stopped, and that its figures cover only the time before the stop."""
-    return (f"stopped ({reason}): the round's traffic was cut short; its agents wrote what they counted "
-            "until then (an unfinished flow's error says \"stopped by the runner\")")
 
 
 def _run_environment(env: dict, rounds: list[Round], round_env: list[dict], multi: bool) -> dict:

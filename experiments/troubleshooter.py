@@ -431,46 +431,58 @@ def verdict(culprits: set, outcomes: list[Outcome], delta: list[dict], switches:
     slow = {o.flow.src for o in outcomes if symptom(o) == "slow"}
     lossy = [o for o in outcomes if symptom(o) == "loss"]
     if slow and not lossy:
-        srcs = {o.flow.src for o in outcomes}
-        if len(slow) == 1:
-            (h,) = slow
-            if not [o for o in outcomes if o.flow.src == h and symptom(o) == "ok"]:
-                lead = (f"every probe from {h} sent below {SLOW_SENDER:.0%} of its rate and lost nothing",
-                        f"probes to {h} and from the {len(srcs) - 1} other hosts were healthy")
-                ev = Evidence("host", h, rx=next((r for r in delta if r["peer"] == h), None))
-                found = _recognised(ev, "slow", lead)
-                if found is not None:
-                    return found
-        return Verdict(None, None, None, (f"senders {sorted(slow)} were slow; no single host explains it",))
+        return _slow_verdict(slow, outcomes, delta)
     if len(culprits) != 1:
-        sws = [e for e in culprits if e[0] == "switch"]
-        if len(sws) == 1 and all(e[0] == "switch" or sws[0][1] in e[1:] for e in culprits):
-            # a switch and links that touch it: every probe through the switch crossed them too (a
-            # spine of a 2-leaf fabric), so probes cannot tell them apart; the counters can
-            x = sws[0][1]
-            links = [c for c in sorted(culprits) if c[0] != "switch"]
-            named = ", ".join(describe(c) for c in links)
-            lead = (f"the probes could not tell {x} from its links {named}",)
-            for e in links:
-                found = _recognised(_evidence(e, delta, switches), "loss", lead, targets=("link",))
-                if found is not None:
-                    return found
-            found = _recognised(Evidence("switch", x), "loss",
-                                (f"every lossy probe crossed {x} and its links {named}, which no probe can cross "
-                                 "apart from it",
-                                 "none of those links' ports counted receive errors, carrier changes or a lower rate"))
-            if found is not None:
-                return found
-        if not culprits:
-            return Verdict(None, None, None, ("every element some probe crossed was cleared by a healthy probe",))
-        return Verdict(None, None, None, (f"{len(culprits)} suspects left: "
-                                          + ", ".join(describe(e) for e in sorted(culprits)[:6]),))
+        return _several_verdict(culprits, delta, switches)
     (e,) = culprits
     lead = (f"every lossy probe crossed {describe(e)} and every healthy one avoided it",)
     if e[0] == "switch":
         lead = (f"every lossy probe crossed {e[1]} and every healthy one avoided it",)
     return (_recognised(_evidence(e, delta, switches), "loss", lead)
             or Verdict(describe(e), None, None, lead + ("no counter explains it",)))
+
+
+def _slow_verdict(slow: set, outcomes: list[Outcome], delta: list[dict]) -> Verdict:
+    """Probes were slow and none lost: one host whose every probe was slow, recognised by a kind
+    that shows as ``slow``; otherwise no culprit."""
+    srcs = {o.flow.src for o in outcomes}
+    if len(slow) == 1:
+        (h,) = slow
+        if not [o for o in outcomes if o.flow.src == h and symptom(o) == "ok"]:
+            lead = (f"every probe from {h} sent below {SLOW_SENDER:.0%} of its rate and lost nothing",
+                    f"probes to {h} and from the {len(srcs) - 1} other hosts were healthy")
+            ev = Evidence("host", h, rx=next((r for r in delta if r["peer"] == h), None))
+            found = _recognised(ev, "slow", lead)
+            if found is not None:
+                return found
+    return Verdict(None, None, None, (f"senders {sorted(slow)} were slow; no single host explains it",))
+
+
+def _several_verdict(culprits: set, delta: list[dict], switches: set[str]) -> Verdict:
+    """More or fewer than one suspect: a switch and links touching it (which probes cannot tell
+    apart) are told apart by the counters; otherwise no culprit, and why."""
+    sws = [e for e in culprits if e[0] == "switch"]
+    if len(sws) == 1 and all(e[0] == "switch" or sws[0][1] in e[1:] for e in culprits):
+        # a switch and links that touch it: every probe through the switch crossed them too (a
+        # spine of a 2-leaf fabric), so probes cannot tell them apart; the counters can
+        x = sws[0][1]
+        links = [c for c in sorted(culprits) if c[0] != "switch"]
+        named = ", ".join(describe(c) for c in links)
+        lead = (f"the probes could not tell {x} from its links {named}",)
+        for e in links:
+            found = _recognised(_evidence(e, delta, switches), "loss", lead, targets=("link",))
+            if found is not None:
+                return found
+        found = _recognised(Evidence("switch", x), "loss",
+                            (f"every lossy probe crossed {x} and its links {named}, which no probe can cross "
+                             "apart from it",
+                             "none of those links' ports counted receive errors, carrier changes or a lower rate"))
+        if found is not None:
+            return found
+    if not culprits:
+        return Verdict(None, None, None, ("every element some probe crossed was cleared by a healthy probe",))
+    return Verdict(None, None, None, (f"{len(culprits)} suspects left: "
+                                      + ", ".join(describe(e) for e in sorted(culprits)[:6]),))
 
 
 # --- the procedure ----------------------------------------------------------------------------

@@ -13,14 +13,23 @@ named, before anything starts.
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 import networkx as nx
 
 from common.errors import CapabilityError, ScenarioError, SetupError
+from common.lazy import lazy_module
 from common.units import FRAME_BYTES
-from controller.dataplane import hostknobs, tcqdisc
 from controller.routing import switch_graph
 from experiments.features.base import Feature
+
+if TYPE_CHECKING:
+    from controller.dataplane import hostknobs
+    from controller.dataplane import tcqdisc
+else:    # the live half, loaded when a live hook first runs (common.lazy): analyze and plot run without it
+    hostknobs = lazy_module("controller.dataplane.hostknobs")
+    tcqdisc = lazy_module("controller.dataplane.tcqdisc")
+
 
 MECHANISM = ("tc ingress redirect of every interface's arriving frames to an ifb device with netem as its "
              "root qdisc; the frames re-enter the interface's receive path after the delay")

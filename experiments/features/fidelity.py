@@ -350,10 +350,7 @@ class Fidelity(Feature):
             raise CapabilityError(f"fidelity: {DEQUEUE_OBJECT} is not built (run 'sudo make setup'; needs clang "
                                   "and libbpf-dev)")
         self.one_fifo = queues_per_port == 1
-        fmap = self.ctx.fabric_map
-        self.rates = {p["intf"]: p["rate_mbps"] for s in fmap["switches"] for p in s["ports"]}
-        self.switch_ports = frozenset(self.rates)
-        self.rates.update({h["intf"]: h["rate_mbps"] for h in fmap["hosts"]})
+        self._ports()
         self.ctx.env["fidelity"] = {
             "serialisation": "BPF at the qdisc_dequeue tracepoint: gaps between dequeues of a backlogged "
                              "port against one frame time; the longest packet each qdisc saw",
@@ -362,6 +359,19 @@ class Fidelity(Feature):
             "shaper_burst_bytes": self.ctx.sc.queues.burst_bytes or "per port: rate x shaper_slack_s, "
                                   f"{FRAME_BYTES // 10}..{FRAME_BYTES} bytes"}
         return 0
+
+    def _ports(self) -> None:
+        """Every shaped port (switch ports and host NICs) and its rate in Mbit/s, from the fabric map."""
+        fmap = self.ctx.fabric_map
+        self.rates = {p["intf"]: p["rate_mbps"] for s in fmap["switches"] for p in s["ports"]}
+        self.switch_ports = frozenset(self.rates)
+        self.rates.update({h["intf"]: h["rate_mbps"] for h in fmap["hosts"]})
+
+    def restore(self) -> None:
+        """For ``analyze``: the shaped ports, so that ports with priority classes get their allowance
+        as they did in the run."""
+        self._ports()
+        self.one_fifo = self.ctx.env.get("fidelity", {}).get("one_fifo_per_port", True)
 
     def enter(self, stack: contextlib.ExitStack, state) -> None:
         """Load the dequeue-gap program for the run (unloaded at its end, whatever the exit)."""

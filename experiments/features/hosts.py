@@ -3,13 +3,20 @@ namespace's congestion control and ECN negotiation, set and read back before eve
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 from common.errors import CapabilityError, SetupError
-from controller.dataplane import hostknobs
+from common.lazy import lazy_module
 from experiments import probe as envprobe
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
-from experiments.state import RunState
+
+if TYPE_CHECKING:
+    from experiments.state import RunState
+    from controller.dataplane import hostknobs
+else:    # the live half, loaded when a live hook first runs (common.lazy): analyze and plot run without it
+    hostknobs = lazy_module("controller.dataplane.hostknobs")
+
 
 ALLOWED_CC = "net.ipv4.tcp_allowed_congestion_control"
 

@@ -22,12 +22,20 @@ from __future__ import annotations
 import contextlib
 import socket
 import sys
+from typing import TYPE_CHECKING
 
 from common.errors import SetupError
-from controller.dataplane import ovsctl
-from controller.ovstxbpf import OvsTxCounts
+from common.lazy import lazy_module
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
+
+if TYPE_CHECKING:
+    from controller.dataplane import ovsctl
+    from controller import ovstxbpf
+else:    # the live half, loaded when a live hook first runs (common.lazy): analyze and plot run without it
+    ovsctl = lazy_module("controller.dataplane.ovsctl")
+    ovstxbpf = lazy_module("controller.ovstxbpf")
+
 
 #: What a port's record keeps (controller.ovstxbpf.FIELDS).
 KEPT = ("discarded", "retried", "refused_first", "messages", "sent", "other_errors")
@@ -78,7 +86,7 @@ class OvsTransmit(Feature):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self.counts: OvsTxCounts | None = None
+        self.counts: ovstxbpf.OvsTxCounts | None = None
         self.before: dict[int, dict] = {}
         self.reason: str | None = None
 
@@ -90,7 +98,7 @@ class OvsTransmit(Feature):
             self.ctx.env["ovs_tx"] = {"counted": False, "reason": self.reason}
             return
         try:
-            self.counts = stack.enter_context(OvsTxCounts.load(ovsctl.ovs_vswitchd_pid()))
+            self.counts = stack.enter_context(ovstxbpf.OvsTxCounts.load(ovsctl.ovs_vswitchd_pid()))
         except SetupError as e:
             self.reason = str(e)
             print(f"fabriclab: WARNING: frames Open vSwitch discards after a full queue are not counted ({e}); "

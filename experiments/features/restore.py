@@ -17,15 +17,25 @@ import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from common.errors import SetupError
+from common.lazy import lazy_module
 from controller import porttree
-from controller.dataplane import ovsctl, tcqdisc
-from controller.portsetup import NamespacePorts
 from controller.routing import compute_routes, hash_basis
 from controller.tables import ofctl_line, switch_flows
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
+
+if TYPE_CHECKING:
+    from controller.dataplane import ovsctl
+    from controller.dataplane import tcqdisc
+    from controller import portsetup
+else:    # the live half, loaded when a live hook first runs (common.lazy): analyze and plot run without it
+    ovsctl = lazy_module("controller.dataplane.ovsctl")
+    tcqdisc = lazy_module("controller.dataplane.tcqdisc")
+    portsetup = lazy_module("controller.portsetup")
+
 
 #: Threads that read the switches' flow tables (one ovs-ofctl process each).
 FLOW_READERS = 4
@@ -160,7 +170,7 @@ class IntendedDataPlane(Feature):
             try:
                 tcqdisc.delete_port_qdiscs(intf, pid, root=plan.reinstall, hooks=plan.delete_hooks)
                 if plan.reinstall:
-                    with NamespacePorts(pid) as ns:
+                    with portsetup.NamespacePorts(pid) as ns:
                         ns.install_queue(intf, q)
                     if intf in red:
                         tcqdisc.install_red(intf, q.rate_mbps * 1e6, self.ctx.sc.queues.limit_bytes, red[intf])

@@ -14,11 +14,18 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from typing import TYPE_CHECKING
 
-from controller.dataplane import tcqdisc
+from common.lazy import lazy_module
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
 from experiments.live import ROUND_STOP
+
+if TYPE_CHECKING:
+    from controller.dataplane import tcqdisc
+else:    # the live half, loaded when a live hook first runs (common.lazy): analyze and plot run without it
+    tcqdisc = lazy_module("controller.dataplane.tcqdisc")
+
 
 #: How often the watcher looks (seconds).
 INTERVAL_S = 0.25

@@ -12,7 +12,7 @@ import pytest
 
 from controller.faultports import FaultPorts
 from controller.rest import ControlApi, ControlClient, serve
-from experiments import runner
+from experiments import rounds
 from experiments.context import RoundRecord
 from experiments.features.changes import ApiChanges
 from experiments.features.faults import Faults
@@ -35,7 +35,7 @@ def run(tmp_path):
     sc = validate({"name": "quiet", "topology": {"kind": "fattree", "k": 4},
                    "traffic": {"pattern": "permutation", "duration_s": 1}})
     layout = check_against_fabric(sc)
-    ctx = runner._context(sc, layout, {}, tmp_path / "run", True)
+    ctx = rounds.run_context(sc, layout, {}, tmp_path / "run", True)
     plane = FakePlane()
     fp = FaultPorts(ctx.fabric_map, apply=plane)
     api = ControlApi(dict, lambda: None, lambda: None, faults=fp, ports=lambda: [], token=TOKEN)

@@ -7,7 +7,7 @@ import json
 import shutil
 
 from common.units import tcp_wire_bytes
-from experiments import runner
+from experiments import rounds
 from experiments.context import RoundRecord
 from experiments.plan import check_against_fabric
 from experiments.scenario import validate
@@ -30,7 +30,7 @@ def test_blocks_rounds_go_to_the_blocks_workload_and_oneshot_to_flows():
 
 def test_each_round_runs_its_own_senders(tmp_path):
     sc = validate(SCENARIO)
-    ctx = runner._context(sc, check_against_fabric(sc), {}, tmp_path, True)
+    ctx = rounds.run_context(sc, check_against_fabric(sc), {}, tmp_path, True)
     w = IncastBlocks(ctx)
     n3, rto5 = (w.senders(r) for r in sc.rounds)
     assert len(n3) == 3 and len(rto5) == 6
@@ -42,7 +42,7 @@ def test_each_round_runs_its_own_senders(tmp_path):
 def test_a_round_summary_from_real_agent_records(tmp_path):
     sc = validate(SCENARIO)
     out = tmp_path / "run"
-    ctx = runner._context(sc, check_against_fabric(sc), {}, out, True)
+    ctx = rounds.run_context(sc, check_against_fabric(sc), {}, out, True)
     w = IncastBlocks(ctx)
     rnd = sc.rounds[0]
     hosts = [f["src"] for f in w.senders(rnd)]
@@ -101,7 +101,7 @@ def test_a_oneshot_incast_round_plans_its_own_senders_over_tcp_and_roce(tmp_path
     for transport, cls in (("tcp", KernelFlows), ("roce", RoceFlows)):
         sc = validate({"name": "one", "traffic": {"transport": transport, "senders": 8},
                        "rounds": [{"name": "n2", "traffic": {"senders": 2}}, {"name": "n8"}]})
-        ctx = runner._context(sc, check_against_fabric(sc), {}, tmp_path / transport, True)
+        ctx = rounds.run_context(sc, check_against_fabric(sc), {}, tmp_path / transport, True)
         assert all(workload_for(sc, r) is cls for r in sc.rounds)
         w = cls(ctx)
         n2, n8 = (w.round_plan(r) for r in sc.rounds)

@@ -8,7 +8,7 @@ from common.errors import CapabilityError, ScenarioError
 from controller.dataplane.tcqdisc import delay_line_limit_packets
 from experiments.features.delay import LinkDelay, configured_rtt_s, path_links
 from experiments.plan import check_against_fabric
-from experiments.runner import _context
+from experiments.rounds import run_context as _context
 from experiments.scenario import validate
 from topologies.spineleaf import SpineLeaf
 

@@ -232,7 +232,7 @@ def fake(monkeypatch):
 
             def install_queue(self, intf, q):
                 dp.install_queue(intf, q)
-        monkeypatch.setattr(restore, "NamespacePorts", Ports)
+        monkeypatch.setattr(restore.portsetup, "NamespacePorts", Ports)
         return dp
     return make
 

@@ -11,6 +11,7 @@ import pytest
 
 from common.errors import UnfaithfulRun
 from experiments import runner
+from experiments import rounds
 from controller.datapaths.ovs.datapath import OvsDatapath
 from experiments.features.base import Feature
 from experiments.scenario import load_scenario
@@ -246,7 +247,7 @@ def test_analyze_rebuilds_every_round_from_its_raw_record(tmp_path, summary_writ
         p.unlink()
     (out / "report.html").unlink()
     log.clear()
-    dirs = runner.analyze(out, quiet=True, features={"recorder": recording_feature(log)},
+    dirs = rounds.analyze(out, quiet=True, features={"recorder": recording_feature(log)},
                           workloads={"writer": recording_workload(log)})
     assert len(dirs) == 4 and {p: p.read_text() for p in out.rglob("summary.json")} == before
     assert "<h2>Round 4: ecn-pfc</h2>" in (out / "report.html").read_text()     # analyze wrote it again
@@ -267,7 +268,7 @@ def test_a_run_stopped_after_its_rounds_keeps_them_and_analyze_finishes_it(tmp_p
     monkeypatch.delenv("FABRICLAB_INJECT_FAULT")
     for p in out.glob("rounds/*/summary.json"):
         p.unlink()
-    runner.analyze(out, quiet=True, features={"recorder": recording_feature(log)},
+    rounds.analyze(out, quiet=True, features={"recorder": recording_feature(log)},
                    workloads={"writer": recording_workload(log)})
     assert log[-1] == "finish [0, 1, 2, 3]"
 
@@ -278,7 +279,7 @@ def test_analyze_refuses_a_folder_without_round_records(tmp_path):
     for p in out.rglob("round.json"):
         p.unlink()
     with pytest.raises(FileNotFoundError, match="no round has its raw record"):
-        runner.analyze(out, quiet=True, features={"recorder": recording_feature(log)},
+        rounds.analyze(out, quiet=True, features={"recorder": recording_feature(log)},
                        workloads={"writer": recording_workload(log)})
 
 
@@ -312,9 +313,9 @@ def test_a_failed_fidelity_check_writes_every_round_then_fails_the_run_unless_ac
         assert e.value.failures == [("ecn-k20", "port x-eth1: round 1 too slow")]
         assert "ecn-k20: port x-eth1: round 1 too slow" in str(e.value)
     assert log[-3:] == ["fabric down", "unlock", "finish [0, 1, 2, 3]"]      # all done before it is raised
-    rounds = sorted((out / "rounds").iterdir())
-    assert len(rounds) == 4                                                    # every round ran and was written
-    fid = [json.loads((d / "summary.json").read_text())["fidelity"] for d in rounds]
+    round_dirs = sorted((out / "rounds").iterdir())
+    assert len(round_dirs) == 4                                                # every round ran and was written
+    fid = [json.loads((d / "summary.json").read_text())["fidelity"] for d in round_dirs]
     assert [f["ok"] for f in fid] == [True, False, True, True]
     assert fid[1]["failures"] == ["port x-eth1: round 1 too slow"] and fid[1]["accepted_unfaithful"] is accept
     assert json.loads((out / "environment.json").read_text())["accept_unfaithful"] is accept
@@ -322,7 +323,7 @@ def test_a_failed_fidelity_check_writes_every_round_then_fails_the_run_unless_ac
     assert "FIDELITY CHECK FAILED: port x-eth1: round 1 too slow" in o.err
     assert o.out.count("checker: ok") == 3 and o.out.count("checker: FAILED") == 1
     # report.html is written before the run fails, and says which round failed and why
-    assert (rounds[1] / "summary.txt").read_text() == f"round 1 in {rounds[1]}\nchecker: FAILED\n"
+    assert (round_dirs[1] / "summary.txt").read_text() == f"round 1 in {round_dirs[1]}\nchecker: FAILED\n"
     page = (out / "report.html").read_text()
     assert "Unfaithful: 1 of 4 round(s) failed a fidelity check (ecn-k20)" in page
     assert "port x-eth1: round 1 too slow" in page and ("the run accepted them" in page) is accept

@@ -8,7 +8,7 @@ from common.errors import ScenarioError
 from experiments.features.scaled import USERSPACE_FORWARDING_MBPS, ScaledFabric, real_units
 from experiments.fluid import switch_hop_forwarding_mbps
 from experiments.plan import check_against_fabric
-from experiments.runner import _context
+from experiments.rounds import run_context as _context
 from experiments.scaling import apply_scale, scale_value
 from experiments.scenario import load_scenario, validate
 

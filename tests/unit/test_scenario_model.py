@@ -12,7 +12,7 @@ import experiments.scenario
 from common.ecn import EcnProfile
 from common.errors import ScenarioError
 from common.units import FRAME_BYTES
-from experiments import runner
+from experiments import rounds
 from experiments.features.ecn.feature import Ecn
 from experiments.features.pfc.feature import Pfc
 from experiments.plan import check_against_fabric
@@ -89,11 +89,11 @@ def test_k_and_xoff_are_parsed_once_from_file_to_plans(monkeypatch, tmp_path):
     monkeypatch.setattr(experiments.scenario, "parse_pfc", count_pfc)
     built = tmp_path / "built.o"
     built.write_bytes(b"")
-    monkeypatch.setattr("experiments.features.ecn.plan.ECN_BPF_OBJECT", built)
-    monkeypatch.setattr("experiments.features.pfc.feature.PFC_OBJECT", built)
+    monkeypatch.setattr("controller.bpfmarker.OBJECT", built)
+    monkeypatch.setattr("controller.pfcbpf.OBJECT", built)
 
     sc = load_scenario(SCENARIOS / "incast.yaml")
-    ctx = runner._context(sc, check_against_fabric(sc), {"qdiscs": {"red": True, "clsact": True},
+    ctx = rounds.run_context(sc, check_against_fabric(sc), {"qdiscs": {"red": True, "clsact": True},
                                                                "shaper": {"slack_s": 100e-6}}, tmp_path, True)
     queues = 1
     for feature in (Pfc(ctx), Ecn(ctx)):

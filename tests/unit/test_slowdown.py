@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from experiments import runner
+
+from experiments import rounds
 from experiments.context import RoundRecord
 from experiments.metrics import measure
 from experiments.plan import check_against_fabric
@@ -162,7 +163,7 @@ def test_a_poisson_round_reports_slowdown_by_size(tmp_path):
                    "traffic": {"pattern": "poisson", "load": 0.5, "flows": 300, "timeout_s": 30}})
     layout = check_against_fabric(sc)
     out = tmp_path / "run"
-    ctx = runner._context(sc, layout, {}, out, True)
+    ctx = rounds.run_context(sc, layout, {}, out, True)
     w = KernelFlows(ctx)
     plan = layout[2]
     rdir = out / "rounds" / "01-ws"
@@ -207,7 +208,7 @@ def test_a_poisson_round_reports_slowdown_by_size(tmp_path):
 def test_other_rounds_have_no_slowdown_section_unless_sized(tmp_path):
     sc = validate({"name": "tl", "topology": FABRIC, "traffic": {"pattern": "permutation", "duration_s": 2}})
     layout = check_against_fabric(sc)
-    ctx = runner._context(sc, layout, {}, tmp_path, True)
+    ctx = rounds.run_context(sc, layout, {}, tmp_path, True)
     plan = layout[2]
     for f in plan:
         f["bytes"] = 10_000                              # what the agents record for time-limited flows

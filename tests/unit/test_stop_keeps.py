@@ -14,6 +14,7 @@ import time
 import pytest
 
 from experiments import live, runner
+from experiments.rounds import analyze
 from experiments.analysis import collect_flows
 from experiments.live import ROUND_STOP, SIGNAL_STOP
 from experiments.scenario import load_scenario
@@ -86,7 +87,7 @@ def test_a_signal_during_a_round_keeps_it_marked_stopped_and_ends_the_run_after_
     want = (rounds[1] / "summary.json").read_text()
     for d in rounds:
         (d / "summary.json").unlink()
-    runner.analyze(out, quiet=True, features={"recorder": recording_feature([])},
+    analyze(out, quiet=True, features={"recorder": recording_feature([])},
                    workloads={"writer": recording_workload([])})
     assert (rounds[1] / "summary.json").read_text() == want
 

@@ -14,14 +14,20 @@ import shutil
 import sys
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, ClassVar
-
-from mininet.node import OVSSwitch
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from common.datapath import chosen_datapath
 from common.errors import SetupError
-from controller.dataplane import ovsctl
+from common.lazy import lazy_module
 from controller.datapaths.base import FORWARDING_THREAD
+
+if TYPE_CHECKING:
+    from mininet import node as mininet_node
+
+    from controller.dataplane import ovsctl
+else:    # loaded when a switch is made or asked: the registry imports without Mininet or netlink
+    mininet_node = lazy_module("mininet.node")
+    ovsctl = lazy_module("controller.dataplane.ovsctl")
 
 #: Modes: Open vSwitch's datapath (Mininet's ``datapath=`` and OVS's ``datapath_type``).
 MODES = {"kernel": "system", "user": "netdev"}
@@ -56,7 +62,7 @@ class OvsDatapath:
 
     def switch_class(self) -> Callable[..., Any]:
         """Mininet's ``OVSSwitch`` on this mode, OpenFlow 1.3, fail mode ``secure``, batched."""
-        return partial(OVSSwitch, datapath=self.mode, protocols="OpenFlow13", failMode="secure", batch=True)
+        return partial(mininet_node.OVSSwitch, datapath=self.mode, protocols="OpenFlow13", failMode="secure", batch=True)
 
     def unconnected(self, switches: list) -> list[str]:
         """Switches whose bridge does not report its controller connected (``ovs-vsctl get controller``)."""

@@ -2,12 +2,20 @@
 marker), the controller's plan of every port's profile, and the RED weights' check."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from common import redparams
 from common.ecn import profile_spec
 from common.errors import CapabilityError, ScenarioError
-from common import redparams
-from controller.bpfmarker import OBJECT as ECN_BPF_OBJECT
+from common.lazy import lazy_module
 from controller.messages import EcnPlan, EcnPort, Fifo
 from experiments.model import Round, Scenario
+
+if TYPE_CHECKING:
+    from controller import bpfmarker
+else:    # the live half, loaded when a live hook first runs (common.lazy): analyze and plot run without it
+    bpfmarker = lazy_module("controller.bpfmarker")
+
 
 
 def choose_marker(sc: Scenario, env: dict, needed: bool, priority_queues: bool = False) -> tuple[str, str]:
@@ -27,8 +35,8 @@ def choose_marker(sc: Scenario, env: dict, needed: bool, priority_queues: bool =
     if not needed:
         return "none", "no round asks for ECN marking"
     if asked == "bpf" or (asked == "auto" and (not has_red or priority_queues)):
-        if not ECN_BPF_OBJECT.exists():
-            raise CapabilityError(f"ecn.marker: bpf: {ECN_BPF_OBJECT} is not built (run 'sudo make setup'; "
+        if not bpfmarker.OBJECT.exists():
+            raise CapabilityError(f"ecn.marker: bpf: {bpfmarker.OBJECT} is not built (run 'sudo make setup'; "
                                   "needs clang and libbpf-dev)")
         if not env["qdiscs"].get("clsact"):
             raise CapabilityError("ecn.marker: bpf: this kernel has no clsact qdisc")

@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from common.errors import CapabilityError
+from common.lazy import lazy_module
 from common.pfc import config_sections
 from common.units import FRAME_BYTES
-from controller.pfcbpf import OBJECT as PFC_OBJECT
 from experiments.context import HOST_QUEUE_PACKETS, RoundRecord
 from experiments.features.base import Feature
 from experiments.features.pfc.plan import MECHANISM, pfc_plan
 from experiments.features.pfc.summary import add_to_summary
+
+if TYPE_CHECKING:
+    from controller import pfcbpf
+else:    # the live half, loaded when a live hook first runs (common.lazy): analyze and plot run without it
+    pfcbpf = lazy_module("controller.pfcbpf")
+
 
 
 class Pfc(Feature):
@@ -40,8 +47,8 @@ class Pfc(Feature):
         if self.cfg is None:
             self.ctx.env["pfc"] = None
             return 0
-        if not PFC_OBJECT.exists():
-            raise CapabilityError(f"pfc: {PFC_OBJECT} is not built (run 'sudo make setup'; needs clang and "
+        if not pfcbpf.OBJECT.exists():
+            raise CapabilityError(f"pfc: {pfcbpf.OBJECT} is not built (run 'sudo make setup'; needs clang and "
                                   "libbpf-dev): the priority queues' accounting needs it")
         self.plan_pfc = pfc_plan(self.ctx.fabric_map, replace(self.cfg, enabled=rounds[0].pfc_enabled),
                                  sc.queues.limit_bytes, sc.queues.burst_bytes,
