@@ -6,16 +6,18 @@ message (cases L1, L2).
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
 import struct
-import subprocess
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink.rtnl import RTM_NEWQDISC, RTM_NEWTFILTER, tcmsg
 from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime
+from pyroute2.netlink.rtnl.tcmsg.common_act import get_tca_action
 
 from common.errors import SetupError
 from common.redparams import red_burst_for_wlog, red_tc_probability, red_wlog
@@ -24,8 +26,9 @@ from controller import porttree
 from controller.dataplane.counters import index_names
 from controller.dataplane.netlink import (
     FIFO_HANDLE, HTB_CLASS, HTB_ROOT, NLMSG_DONE, NLMSG_ERROR, NLMSG_HEADER, NLM_F_DUMP_REQUEST, RED_HANDLE,
-    RTM_GETQDISC, RTM_GETTCLASS, TCA_HTB_CEIL64, TCA_HTB_PARMS, TCA_HTB_RATE64, TCA_KIND, TCA_OPTIONS,
-    TCMSG_HEADER, in_netns, ipr_in, link_index, nl_attrs, run, tc_handle_text)
+    RTM_GETQDISC, RTM_GETTCLASS, TC_ADD, TC_REPLACE, TCA_HTB_CEIL64, TCA_HTB_PARMS, TCA_HTB_RATE64, TCA_KIND,
+    TCA_OPTIONS, TCMSG_HEADER, in_netns, ipr_entered, ipr_in, kernel_says, link_index, nl_attrs, run, tc_handle_text,
+    tc_message, tc_send)
 from controller.timers import shaper_slack_s
 
 
@@ -134,12 +137,29 @@ class QdiscTrees:
         self._ns = {}
 
 
+#: fabriclab's own throwaway ifb device, made and deleted by :func:`ifb_available`.
+PROBE_IFB = "flprobeifb"
+
+
 def ifb_available() -> bool:
-    """True if the kernel can make an ifb device (tried with fabriclab's own throwaway ``flprobeifb``)."""
-    subprocess.run(["ip", "link", "del", "flprobeifb"], capture_output=True, timeout=10)
-    p = subprocess.run(["ip", "link", "add", "flprobeifb", "type", "ifb"], capture_output=True, timeout=10)
-    subprocess.run(["ip", "link", "del", "flprobeifb"], capture_output=True, timeout=10)
-    return p.returncode == 0
+    """True if the kernel can make an ifb device (tried with :data:`PROBE_IFB` in the root
+    namespace; a stale one is deleted first, and the new one at once)."""
+    with IPRoute() as ipr:
+        for idx in ipr.link_lookup(ifname=PROBE_IFB):
+            try:
+                ipr.link("del", index=idx)
+            except NetlinkError:
+                pass            # gone meanwhile: the add below says what the kernel can do
+        try:
+            ipr.link("add", ifname=PROBE_IFB, kind="ifb")
+        except NetlinkError:
+            return False
+        for idx in ipr.link_lookup(ifname=PROBE_IFB):
+            try:
+                ipr.link("del", index=idx)
+            except NetlinkError:
+                pass
+        return True
 
 
 def delay_line_limit_packets(rate_mbps: float, delay_us: int, jitter_us: int = 0) -> int:
@@ -149,12 +169,44 @@ def delay_line_limit_packets(rate_mbps: float, delay_us: int, jitter_us: int = 0
     return max(1000, int(1.5 * in_flight) + 1)
 
 
+#: tc's parents of a clsact qdisc and of its ingress hook (TC_H_CLSACT, TC_H_MAKE(TC_H_CLSACT,
+#: TC_H_MIN_INGRESS)), and the handle the kernel gives clsact (ffff:).
+TC_H_CLSACT, CLSACT_INGRESS_PARENT, CLSACT_HANDLE = 0xFFFFFFF1, 0xFFFFFFF2, 0xFFFF0000
+
+
+#: ETH_P_ALL in network byte order: ``protocol all`` in a filter's tcm_info.
+ETH_P_ALL_BE = socket.htons(0x0003)
+
+
+def netem_message(ifb_index: int, delay_us: int, jitter_us: int, limit_packets: int):
+    """The request ``tc qdisc replace dev <ifb> root handle 1: netem limit L delay Dus [Jus]``
+    sends (iproute2 6.1, read with strace): ``struct tc_netem_qopt`` with the delay and jitter in
+    psched ticks, no loss, no duplication, no distribution table (the jitter is uniform)."""
+    return tc_message("netem", ifb_index, 0x10000, 0xFFFFFFFF, tcmsg.plugins["netem"].get_parameters(
+        {"delay": int(delay_us), "jitter": int(jitter_us), "limit": int(limit_packets)}))
+
+
+def redirect_filter_message(index: int, ifb_index: int):
+    """The request ``tc filter add dev <if> ingress pref 1 protocol all u32 match u32 0 0 action
+    mirred egress redirect dev <ifb>`` sends (iproute2 6.1, read with strace): a u32 filter with
+    one all-matching key and no class, whose one action (mirred, stolen) hands every arriving
+    frame to ``ifb_index``."""
+    action = {"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": ifb_index}
+    options = {"attrs": [["TCA_U32_ACT", get_tca_action({"action": action})],
+                         ["TCA_U32_SEL", {"keys": ["0x0/0x0+0"]}]]}
+    return tc_message("u32", index, 0, CLSACT_INGRESS_PARENT, options, info=(1 << 16) | ETH_P_ALL_BE)
+
+
 def install_delay_line(ifname: str, ifb_name: str, delay_us: int, jitter_us: int, limit_packets: int,
                        netns_pid: int | None = None) -> None:
     """Delay every frame arriving on ``ifname`` by ``delay_us`` (+- ``jitter_us``, uniform): its tc
     ingress hook redirects each frame to the new ifb device ``ifb_name``, whose root qdisc is
     netem, and ifb hands it back to ``ifname``'s receive path when its time has come. The sending
     port's shaper and buffer are untouched, so the delay line never holds buffer (case L3).
+
+    Over one netlink socket, in ``ip``'s and ``tc``'s order: the ifb device, up, netem on it
+    (:func:`netem_message`), ``ifname``'s clsact qdisc (one already there is kept), the redirect
+    (:func:`redirect_filter_message`).
 
     Args:
         ifname: the receiving end of a link (in the namespace of ``netns_pid``, or the root one).
@@ -163,20 +215,32 @@ def install_delay_line(ifname: str, ifb_name: str, delay_us: int, jitter_us: int
         limit_packets: netem's limit (:func:`delay_line_limit_packets`).
 
     Raises:
-        SetupError: a command failed (no ifb or netem in the kernel, a name taken), with its message.
+        SetupError: naming the interface and the step, with the kernel's message (no ifb or netem
+            in the kernel, a name taken), or naming a missing interface (then nothing is made), or
+            a namespace that cannot be entered.
     """
-    run(["ip", "link", "add", ifb_name, "type", "ifb"], netns_pid)
-    run(["ip", "link", "set", ifb_name, "up"], netns_pid)
-    netem = ["tc", "qdisc", "replace", "dev", ifb_name, "root", "handle", "1:", "netem", "limit", str(limit_packets),
-             "delay", f"{delay_us}us"] + ([f"{jitter_us}us"] if jitter_us else [])
-    run(netem, netns_pid)
+    step = f"ip link add {ifb_name} type ifb"
     try:
-        run(["tc", "qdisc", "add", "dev", ifname, "clsact"], netns_pid)
-    except SetupError as e:
-        if "File exists" not in str(e) and "Exclusivity flag on" not in str(e):
-            raise
-    run(["tc", "filter", "add", "dev", ifname, "ingress", "pref", "1", "protocol", "all", "u32", "match", "u32",
-         "0", "0", "action", "mirred", "egress", "redirect", "dev", ifb_name], netns_pid)
+        with ipr_entered(netns_pid) as ipr:
+            idx = link_index(ipr, ifname, "delay line")
+            ipr.link("add", ifname=ifb_name, kind="ifb")
+            step = f"ip link set {ifb_name} up"
+            ifb = link_index(ipr, ifb_name, "delay line")
+            ipr.link("set", index=ifb, state="up")
+            step = f"netem on {ifb_name}"
+            tc_send(ipr, netem_message(ifb, delay_us, jitter_us, limit_packets), RTM_NEWQDISC, TC_REPLACE)
+            step = f"clsact on {ifname}"
+            try:
+                tc_send(ipr, tc_message("clsact", idx, CLSACT_HANDLE, TC_H_CLSACT), RTM_NEWQDISC, TC_ADD)
+            except NetlinkError as e:
+                if e.code != errno.EEXIST:     # already there (a BPF hook's, or an earlier run's)
+                    raise
+            step = f"redirect from {ifname}'s ingress to {ifb_name}"
+            tc_send(ipr, redirect_filter_message(idx, ifb), RTM_NEWTFILTER, TC_ADD)
+    except NetlinkError as e:
+        raise SetupError(f"delay line on {ifname}: {step}: kernel refused ({kernel_says(e)})") from None
+    except OSError as e:
+        raise SetupError(f"delay line on {ifname}: cannot enter the namespace of pid {netns_pid} ({e})") from None
 
 
 def red_argv(ifname: str, rate_bps: float, limit_bytes: int, profile, avpkt: int = 1514) -> list[str]:
