@@ -1,14 +1,15 @@
-"""The delay line's netlink requests on this kernel, on throwaway veths, read back with the tools a
-user would use (``tc``, ``ip``), not with the code under test. Where the kernel has netem (the
-stock-kernel lane) the whole install is checked; where it has none (the host lane's kernel) the
-refusal must name the interface and carry the kernel's words, and the parts it does have (ifb,
-clsact, the u32 redirect) are checked on their own."""
+"""The delay line's and RED's netlink requests on this kernel, on throwaway veths, read back with
+the tools a user would use (``tc``, ``ip``), not with the code under test. Where the kernel has
+netem or RED (the stock-kernel lane) the whole install is checked; where it has neither (the host
+lane's kernel) the refusal must name the interface and carry the kernel's words, and the parts it
+does have (ifb, clsact, the u32 redirect) are checked on their own."""
 import json
 import subprocess
 import time
 
 import pytest
 
+from common.ecn import parse_profile
 from common.errors import SetupError
 from controller.dataplane import hostknobs, tcqdisc
 from controller.dataplane.netlink import TC_ADD, ipr_entered, link_index, tc_message, tc_send
@@ -16,6 +17,9 @@ from pyroute2.netlink.rtnl import RTM_NEWQDISC, RTM_NEWTFILTER
 from tests.conftest import kernel_features
 
 from .conftest import own_netns
+
+ROOT_PAIR = ("flnlr0", "flnlr1")
+
 
 def _ns(pid, *argv) -> str:
     return subprocess.run(["nsenter", "-t", str(pid), "-n", "--", *argv], capture_output=True, text=True,
@@ -36,6 +40,22 @@ def netns():
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.fixture
+def shaped_root_port():
+    """flnlr0 in the root namespace with the port's tree (htb 1: -> 1:1 at 10 Mbit/s -> pfifo 10:)."""
+    try:
+        subprocess.run(["ip", "link", "add", ROOT_PAIR[0], "type", "veth", "peer", "name", ROOT_PAIR[1]], check=True)
+        subprocess.run(["tc", "qdisc", "add", "dev", ROOT_PAIR[0], "root", "handle", "1:", "htb", "default", "1"],
+                       check=True)
+        subprocess.run(["tc", "class", "add", "dev", ROOT_PAIR[0], "parent", "1:", "classid", "1:1", "htb", "rate",
+                        "10mbit"], check=True)
+        subprocess.run(["tc", "qdisc", "add", "dev", ROOT_PAIR[0], "parent", "1:1", "handle", "10:", "pfifo", "limit",
+                        "100"], check=True)
+        yield ROOT_PAIR[0]
+    finally:
+        hostknobs.delete_root_links(list(ROOT_PAIR))
 
 
 def _rx_packets(pid, ifname) -> int:
@@ -97,3 +117,30 @@ def test_a_delay_line_in_a_host_namespace(netns):
     with pytest.raises(SetupError, match="^delay line: no interface 'flnope'$"):
         tcqdisc.install_delay_line("flnope", "flnlifb1", 2000, 0, 1000, pid)
     assert "flnlifb1" not in _ns(pid, "ip", "-o", "link")           # nothing made for a missing interface
+
+
+def test_red_under_the_port_class(shaped_root_port):
+    ifname = shaped_root_port
+    feats, _ = kernel_features()
+    prof = parse_profile({"step": {"k_packets": 20}}, 151400, "k")
+    if "qdisc:red" in feats:
+        tcqdisc.install_red(ifname, 10e6, 151400, prof)
+        (q,) = [q for q in json.loads(subprocess.run(["tc", "-d", "-j", "qdisc", "show", "dev", ifname],
+                                                     capture_output=True, text=True, check=True).stdout)
+                if q["kind"] == "red"]
+        assert (q["handle"], q["parent"]) == ("20:", "1:1")
+        o = q["options"]
+        assert (o["limit"], o["min"], o["max"], o["ewma"]) == (151400, 30280, 30281, 1)
+        assert tcqdisc.red_flags_ok(o)
+        c = tcqdisc.red_counters(ifname)
+        assert set(c) == {"marked", "early", "pdrop", "other", "drops", "packets"}
+        assert all(isinstance(v, int) for v in c.values())
+    else:
+        with pytest.raises(SetupError, match=rf"^tc on {ifname}: kernel refused RED \(2: Specified qdisc kind is "
+                                             r"unknown\)$"):
+            tcqdisc.install_red(ifname, 10e6, 151400, prof)
+        assert tcqdisc.red_counters(ifname) is None           # a FIFO port has no RED counters
+    with pytest.raises(SetupError, match="^tc: no interface 'flnope'$"):
+        tcqdisc.install_red("flnope", 10e6, 151400, prof)
+    with pytest.raises(SetupError, match="^tc: no interface 'flnope'$"):
+        tcqdisc.red_counters("flnope")
