@@ -14,9 +14,9 @@ import struct
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
-from pyroute2.netlink import nla
+from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST, nla
 from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.rtnl import RTM_NEWQDISC, RTM_NEWTFILTER, tcmsg
+from pyroute2.netlink.rtnl import RTM_DELQDISC, RTM_NEWQDISC, RTM_NEWTFILTER, tcmsg
 from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime, tick_in_usec
 from pyroute2.netlink.rtnl.tcmsg.common import stats2 as tc_stats2
 from pyroute2.netlink.rtnl.tcmsg.common_act import get_tca_action
@@ -163,6 +163,72 @@ def ifb_available() -> bool:
             except NetlinkError:
                 pass
         return True
+
+
+def probe_qdisc_message(kind: str, index: int):
+    """The request the environment probe tries ``kind`` with: what ``tc qdisc add dev IF root
+    handle 1: <kind> [args]`` sends for the probe's former arguments (``tc qdisc add dev IF
+    clsact`` for clsact), read from iproute2 6.1 with strace. The same bytes as tc for htb, pfifo,
+    bfifo, red, netem, fq_codel and clsact; prio without tc's trailing empty attribute (the kernel
+    reads only ``struct tc_prio_qopt``); tbf as pyroute2 encodes the TBF gates (its rate table
+    without tc's link-layer byte and ``TCA_TBF_BURST``), which every kernel with tbf accepts.
+
+    Raises:
+        KeyError: a kind the probe does not know.
+    """
+    options = {
+        "htb": lambda: tcmsg.plugins["htb"].get_parameters({"default": 0}),
+        "tbf": lambda: tcmsg.plugins["tbf"].get_parameters({"rate": "10mbit", "burst": 10 * 1024, "latency": 50_000}),
+        "pfifo": lambda: None,
+        "bfifo": lambda: None,
+        "prio": lambda: {"bands": 3, "priomap": (1, 2, 2, 2, 1, 2, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)},
+        "red": lambda: RedPlugin.get_parameters({"limit": 400_000, "min": 30_000, "max": 90_000, "avpkt": 1000,
+                                                 "burst": 55, "bandwidth": 10_000_000, "probability": 0.1,
+                                                 "ecn": True}),
+        "netem": lambda: tcmsg.plugins["netem"].get_parameters({"delay": 1000}),
+        "fq_codel": lambda: {"attrs": []},
+        "clsact": lambda: None,
+    }[kind]()
+    if kind == "clsact":
+        return tc_message("clsact", index, CLSACT_HANDLE, TC_H_CLSACT)
+    return tc_message(kind, index, 0x10000, 0xFFFFFFFF, options)
+
+
+def qdisc_kinds_accepted(ifname: str, peer: str, kinds) -> dict[str, bool]:
+    """Which of ``kinds`` (experiments.probe's list, each one :func:`probe_qdisc_message` knows) the
+    kernel accepts, as ``{kind: bool}`` in their order: each is added as the root qdisc (clsact: as
+    itself) of a throwaway veth pair ``ifname``/``peer`` in this namespace and deleted again; a
+    stale pair is deleted first, and the pair always afterwards. Every kind reads False if the
+    pair cannot be made."""
+    with IPRoute() as ipr:
+        def drop_pair():
+            for idx in ipr.link_lookup(ifname=ifname):
+                try:
+                    ipr.link("del", index=idx)
+                except NetlinkError:
+                    pass
+        drop_pair()
+        try:
+            ipr.link("add", ifname=ifname, kind="veth", peer=peer)
+            idx = link_index(ipr, ifname, "qdisc probe")
+        except (NetlinkError, SetupError):
+            return {k: False for k in kinds}
+        try:
+            found = {}
+            for kind in kinds:
+                try:
+                    tc_send(ipr, probe_qdisc_message(kind, idx), RTM_NEWQDISC, TC_ADD)
+                    found[kind] = True
+                except NetlinkError:
+                    found[kind] = False
+                try:                   # as tc qdisc del dev IF root (clsact: dev IF clsact)
+                    tc_send(ipr, tc_message(kind, idx, 0, TC_H_CLSACT if kind == "clsact" else 0xFFFFFFFF),
+                            RTM_DELQDISC, NLM_F_REQUEST | NLM_F_ACK)
+                except NetlinkError:
+                    pass
+            return found
+        finally:
+            drop_pair()
 
 
 def delay_line_limit_packets(rate_mbps: float, delay_us: int, jitter_us: int = 0) -> int:
