@@ -2,8 +2,10 @@
 
 Linux RED (net/sched/sch_red.c, include/net/red.h; Floyd and Jacobson, IEEE/ACM ToN 1993)
 keeps its EWMA weight as a shift and spaces its marks; these functions choose the ``tc``
-parameters that give a scenario's profile (:mod:`common.ecn`) on that qdisc. The qdisc itself is
-installed by :mod:`controller.dataplane.tcqdisc`.
+parameters that give a scenario's profile (:mod:`common.ecn`) on that qdisc, and turn them into
+the kernel's own (``struct tc_red_qopt``, the idle-damping table, ``max_P``) exactly as iproute2's
+``tc`` does (tc/q_red.c, tc/tc_red.c, tc/tc_core.c). The qdisc itself is installed over netlink by
+:mod:`controller.dataplane.tcqdisc`.
 """
 from __future__ import annotations
 
@@ -30,24 +32,77 @@ def red_burst_for_wlog(kmin_bytes: int, avpkt: int, wlog: int) -> int:
     tc picks the smallest Wlog >= 1 with ``burst + 1 - kmin/avpkt <= (1 - (1 - W)**burst) / W``;
     this searches ``burst`` upward from the smallest tc accepts. Raises ValueError if none gives ``wlog``.
     """
-    def tc_wlog(burst):
-        a = burst + 1 - kmin_bytes / avpkt
-        if a < 1.0:
-            return -1
-        w = 0.5
-        for wl in range(1, 32):
-            if a <= (1 - (1 - w) ** burst) / w:
-                return wl
-            w /= 2
-        return -1
     start = max(1, int(kmin_bytes // avpkt))
     for burst in range(start, start + 100000):
-        got = tc_wlog(burst)
+        got = red_eval_ewma(kmin_bytes, burst, avpkt)
         if got == wlog:
             return burst
         if got > wlog:
             break
     raise ValueError(f"no RED burst gives Wlog {wlog} for Kmin {kmin_bytes} B")
+
+
+def red_eval_ewma(qmin_bytes: int, burst: int, avpkt: int) -> int:
+    """RED's Wlog for ``burst`` packets as tc chooses it (``tc_red_eval_ewma``): the smallest
+    Wlog >= 1 with ``burst + 1 - qmin/avpkt <= (1 - (1 - W)**burst) / W``, W = 2**-Wlog; -1 if
+    the burst is too small for ``qmin_bytes`` or no Wlog below 32 fits."""
+    a = burst + 1 - qmin_bytes / avpkt
+    if a < 1.0:
+        return -1
+    w = 0.5
+    for wlog in range(1, 32):
+        if a <= (1 - (1 - w) ** burst) / w:
+            return wlog
+        w /= 2
+    return -1
+
+
+def red_eval_plog(qmin_bytes: int, qmax_bytes: int, probability: float) -> int:
+    """RED's Plog as tc computes it (``tc_red_eval_P``): the number of doublings that lift
+    ``probability / (qmax - qmin)`` above 1; -1 if qmax <= qmin or 32 doublings do not."""
+    span = qmax_bytes - qmin_bytes
+    if span <= 0:
+        return -1
+    prob = probability / span
+    for i in range(32):
+        if prob > 1.0:
+            return i
+        prob *= 2
+    return -1
+
+
+def red_xmit_ticks(rate_bytes_per_s: int, size_bytes: int, tick_in_usec: float) -> int:
+    """The time ``size_bytes`` take at ``rate_bytes_per_s``, in psched ticks, truncated twice as
+    ``tc_calc_xmittime`` does (to whole microseconds, then to whole ticks)."""
+    return int(int(1_000_000 * (size_bytes / rate_bytes_per_s)) * tick_in_usec)
+
+
+def red_idle_damping(wlog: int, avpkt: int, rate_bytes_per_s: int, tick_in_usec: float) -> tuple[int, bytes]:
+    """RED's Scell_log and its 256-byte idle-damping table (``TCA_RED_STAB``) as tc computes them
+    (``tc_red_eval_idle_damping``): entry i is how far the average decays over ``i << Scell_log``
+    idle ticks, in Wlog steps, at most 31.
+
+    Args:
+        wlog: RED's EWMA exponent; avpkt: the average packet in bytes;
+        rate_bytes_per_s: the link rate in bytes/s (tc truncates ``bandwidth``'s bit/s over 8);
+        tick_in_usec: psched ticks per microsecond (from ``/proc/net/psched``; 15.625 on Linux).
+
+    Returns: (Scell_log, table); Scell_log is -1 (and the table empty) if none below 32 fits.
+    """
+    lw = -math.log(1.0 - 1.0 / (1 << wlog)) / red_xmit_ticks(rate_bytes_per_s, avpkt, tick_in_usec)
+    maxtime = 31 / lw
+    clog = next((c for c in range(32) if maxtime / (1 << c) < 512), 32)
+    if clog >= 32:
+        return -1, b""
+    # tc stores each double in a __u8: truncation to int, then its low byte (x86), then at most 31
+    table = [0] + [min(31, int((i << clog) * lw) & 0xFF) for i in range(1, 255)] + [31]
+    return clog, bytes(table)
+
+
+def red_max_p(probability: float) -> int:
+    """RED's ``TCA_RED_MAX_P`` as tc sends it: ``probability * 2**32`` in a __u32 (truncated;
+    probability 1 wraps to 0, and the kernel then derives max_P from Plog, as it does for tc)."""
+    return int(probability * 2 ** 32) & 0xFFFFFFFF
 
 
 def red_tc_probability(pmax: float) -> float:

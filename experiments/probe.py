@@ -14,21 +14,12 @@ from pathlib import Path
 from common.datapath import ovs_kernel_datapath_available
 from common.errors import SetupError
 from controller import timers
+from controller.dataplane import tcqdisc
 from controller.datapaths import registry as datapaths
 
-#: qdisc kinds probed, with the minimal tc arguments each needs.
-QDISC_PROBES = {
-    "htb": ["htb"],
-    "tbf": ["tbf", "rate", "10mbit", "burst", "10kb", "latency", "50ms"],
-    "pfifo": ["pfifo"],
-    "bfifo": ["bfifo"],
-    "prio": ["prio"],
-    "red": ["red", "limit", "400000", "min", "30000", "max", "90000", "avpkt", "1000",
-            "burst", "55", "bandwidth", "10mbit", "probability", "0.1", "ecn"],
-    "netem": ["netem", "delay", "1ms"],
-    "fq_codel": ["fq_codel"],
-    "clsact": ["clsact"],
-}
+#: qdisc kinds probed (each with the arguments of tc's shortest command line for it:
+#: controller.dataplane.tcqdisc.probe_qdisc_message).
+QDISC_PROBES = ("htb", "tbf", "pfifo", "bfifo", "prio", "red", "netem", "fq_codel", "clsact")
 PROBE_IF = "flprobe0"
 PROBE_PEER = "flprobe1"
 
@@ -42,28 +33,13 @@ def _out(argv: list[str]) -> tuple[int, str]:
 
 
 def probe_qdiscs() -> dict[str, bool]:
-    """Which qdisc kinds the kernel accepts, tried on a throwaway veth pair.
+    """Which qdisc kinds the kernel accepts, tried over netlink on a throwaway veth pair with the
+    encoders fabriclab's own installs use (controller.dataplane.tcqdisc.qdisc_kinds_accepted).
 
     The veth pair ``flprobe0``/``flprobe1`` is fabriclab's own; a stale one is
     removed first and the pair is always deleted afterwards.
     """
-    _out(["ip", "link", "del", PROBE_IF])
-    rc, msg = _out(["ip", "link", "add", PROBE_IF, "type", "veth", "peer", "name", PROBE_PEER])
-    if rc != 0:
-        return {k: False for k in QDISC_PROBES}
-    try:
-        found = {}
-        for kind, args in QDISC_PROBES.items():
-            if kind == "clsact":
-                rc, _ = _out(["tc", "qdisc", "add", "dev", PROBE_IF, "clsact"])
-                _out(["tc", "qdisc", "del", "dev", PROBE_IF, "clsact"])
-            else:
-                rc, _ = _out(["tc", "qdisc", "add", "dev", PROBE_IF, "root", "handle", "1:"] + args)
-                _out(["tc", "qdisc", "del", "dev", PROBE_IF, "root"])
-            found[kind] = rc == 0
-        return found
-    finally:
-        _out(["ip", "link", "del", PROBE_IF])
+    return tcqdisc.qdisc_kinds_accepted(PROBE_IF, PROBE_PEER, QDISC_PROBES)
 
 
 def loadable_congestion_controls() -> list[str]:

@@ -89,6 +89,7 @@ class FabriclabSwitch(OVSSwitch):
             if link is None:   # the loopback
                 continue
             for end in (link.intf1, link.intf2):
+                # kept as ethtool through the node's shell: topologies may not use pyroute2 (import-linter)
                 end.node.cmd("ethtool", "-K", end.name, *USER_DATAPATH_OFFLOADS_OFF)
 
 

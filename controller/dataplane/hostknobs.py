@@ -121,6 +121,7 @@ def offload_state(ifname: str, netns_pid: int | None = None) -> dict[str, bool]:
     shows them: ``{feature: on}`` (an independent check of :mod:`controller.portsetup`)."""
     names = {"rx": "rx-checksumming", "tx": "tx-checksumming", "tso": "tcp-segmentation-offload",
              "gso": "generic-segmentation-offload", "gro": "generic-receive-offload"}
+    # kept as ethtool: a second reading, independent of portsetup's own ioctl (ETHTOOL_SFEATURES) code
     out = run(["ethtool", "-k", ifname], netns_pid)
     state = {}
     for line in out.splitlines():

@@ -1,31 +1,37 @@
 """A port's qdiscs: the HTB shaper and its FIFO or RED leaf, delay lines on ifb devices, reading
 every port's qdisc tree back and deleting it.
 
-Errors are raised as :class:`common.errors.SetupError` carrying the kernel's or ``tc``'s own
-message (cases L1, L2).
+Every request goes over netlink (pyroute2), encoded as iproute2's ``tc`` and ``ip`` encode it;
+errors are raised as :class:`common.errors.SetupError` naming the interface and carrying the
+kernel's own message (cases L1, L2).
 """
 from __future__ import annotations
 
-import json
+import errno
 import os
 import socket
 import struct
-import subprocess
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
+from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST, nla
 from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime
+from pyroute2.netlink.rtnl import RTM_DELQDISC, RTM_NEWQDISC, RTM_NEWTFILTER, tcmsg
+from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime, tick_in_usec
+from pyroute2.netlink.rtnl.tcmsg.common import stats2 as tc_stats2
+from pyroute2.netlink.rtnl.tcmsg.common_act import get_tca_action
 
 from common.errors import SetupError
-from common.redparams import red_burst_for_wlog, red_tc_probability, red_wlog
+from common.redparams import (red_burst_for_wlog, red_eval_ewma, red_eval_plog, red_idle_damping, red_max_p,
+                              red_tc_probability, red_wlog)
 from common.units import shaper_burst_bytes
 from controller import porttree
 from controller.dataplane.counters import index_names
 from controller.dataplane.netlink import (
     FIFO_HANDLE, HTB_CLASS, HTB_ROOT, NLMSG_DONE, NLMSG_ERROR, NLMSG_HEADER, NLM_F_DUMP_REQUEST, RED_HANDLE,
-    RTM_GETQDISC, RTM_GETTCLASS, TCA_HTB_CEIL64, TCA_HTB_PARMS, TCA_HTB_RATE64, TCA_KIND, TCA_OPTIONS,
-    TCMSG_HEADER, in_netns, ipr_in, link_index, nl_attrs, run, tc_handle_text)
+    RTM_GETQDISC, RTM_GETTCLASS, TC_ADD, TC_REPLACE, TCA_HTB_CEIL64, TCA_HTB_PARMS, TCA_HTB_RATE64, TCA_KIND,
+    TCA_OPTIONS, TCMSG_HEADER, in_netns, ipr_entered, ipr_in, kernel_says, link_index, nl_attrs, tc_handle_text,
+    tc_message, tc_send)
 from controller.timers import shaper_slack_s
 
 
@@ -134,12 +140,95 @@ class QdiscTrees:
         self._ns = {}
 
 
+#: fabriclab's own throwaway ifb device, made and deleted by :func:`ifb_available`.
+PROBE_IFB = "flprobeifb"
+
+
 def ifb_available() -> bool:
-    """True if the kernel can make an ifb device (tried with fabriclab's own throwaway ``flprobeifb``)."""
-    subprocess.run(["ip", "link", "del", "flprobeifb"], capture_output=True, timeout=10)
-    p = subprocess.run(["ip", "link", "add", "flprobeifb", "type", "ifb"], capture_output=True, timeout=10)
-    subprocess.run(["ip", "link", "del", "flprobeifb"], capture_output=True, timeout=10)
-    return p.returncode == 0
+    """True if the kernel can make an ifb device (tried with :data:`PROBE_IFB` in the root
+    namespace; a stale one is deleted first, and the new one at once)."""
+    with IPRoute() as ipr:
+        for idx in ipr.link_lookup(ifname=PROBE_IFB):
+            try:
+                ipr.link("del", index=idx)
+            except NetlinkError:
+                pass            # gone meanwhile: the add below says what the kernel can do
+        try:
+            ipr.link("add", ifname=PROBE_IFB, kind="ifb")
+        except NetlinkError:
+            return False
+        for idx in ipr.link_lookup(ifname=PROBE_IFB):
+            try:
+                ipr.link("del", index=idx)
+            except NetlinkError:
+                pass
+        return True
+
+
+def probe_qdisc_message(kind: str, index: int):
+    """The request the environment probe tries ``kind`` with: what ``tc qdisc add dev IF root
+    handle 1: <kind> [args]`` sends for the probe's former arguments (``tc qdisc add dev IF
+    clsact`` for clsact), read from iproute2 6.1 with strace. The same bytes as tc for htb, pfifo,
+    bfifo, red, netem, fq_codel and clsact; prio without tc's trailing empty attribute (the kernel
+    reads only ``struct tc_prio_qopt``); tbf as pyroute2 encodes the TBF gates (its rate table
+    without tc's link-layer byte and ``TCA_TBF_BURST``), which every kernel with tbf accepts.
+
+    Raises:
+        KeyError: a kind the probe does not know.
+    """
+    options = {
+        "htb": lambda: tcmsg.plugins["htb"].get_parameters({"default": 0}),
+        "tbf": lambda: tcmsg.plugins["tbf"].get_parameters({"rate": "10mbit", "burst": 10 * 1024, "latency": 50_000}),
+        "pfifo": lambda: None,
+        "bfifo": lambda: None,
+        "prio": lambda: {"bands": 3, "priomap": (1, 2, 2, 2, 1, 2, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)},
+        "red": lambda: RedPlugin.get_parameters({"limit": 400_000, "min": 30_000, "max": 90_000, "avpkt": 1000,
+                                                 "burst": 55, "bandwidth": 10_000_000, "probability": 0.1,
+                                                 "ecn": True}),
+        "netem": lambda: tcmsg.plugins["netem"].get_parameters({"delay": 1000}),
+        "fq_codel": lambda: {"attrs": []},
+        "clsact": lambda: None,
+    }[kind]()
+    if kind == "clsact":
+        return tc_message("clsact", index, CLSACT_HANDLE, TC_H_CLSACT)
+    return tc_message(kind, index, 0x10000, 0xFFFFFFFF, options)
+
+
+def qdisc_kinds_accepted(ifname: str, peer: str, kinds) -> dict[str, bool]:
+    """Which of ``kinds`` (experiments.probe's list, each one :func:`probe_qdisc_message` knows) the
+    kernel accepts, as ``{kind: bool}`` in their order: each is added as the root qdisc (clsact: as
+    itself) of a throwaway veth pair ``ifname``/``peer`` in this namespace and deleted again; a
+    stale pair is deleted first, and the pair always afterwards. Every kind reads False if the
+    pair cannot be made."""
+    with IPRoute() as ipr:
+        def drop_pair():
+            for idx in ipr.link_lookup(ifname=ifname):
+                try:
+                    ipr.link("del", index=idx)
+                except NetlinkError:
+                    pass
+        drop_pair()
+        try:
+            ipr.link("add", ifname=ifname, kind="veth", peer=peer)
+            idx = link_index(ipr, ifname, "qdisc probe")
+        except (NetlinkError, SetupError):
+            return {k: False for k in kinds}
+        try:
+            found = {}
+            for kind in kinds:
+                try:
+                    tc_send(ipr, probe_qdisc_message(kind, idx), RTM_NEWQDISC, TC_ADD)
+                    found[kind] = True
+                except NetlinkError:
+                    found[kind] = False
+                try:                   # as tc qdisc del dev IF root (clsact: dev IF clsact)
+                    tc_send(ipr, tc_message(kind, idx, 0, TC_H_CLSACT if kind == "clsact" else 0xFFFFFFFF),
+                            RTM_DELQDISC, NLM_F_REQUEST | NLM_F_ACK)
+                except NetlinkError:
+                    pass
+            return found
+        finally:
+            drop_pair()
 
 
 def delay_line_limit_packets(rate_mbps: float, delay_us: int, jitter_us: int = 0) -> int:
@@ -149,12 +238,44 @@ def delay_line_limit_packets(rate_mbps: float, delay_us: int, jitter_us: int = 0
     return max(1000, int(1.5 * in_flight) + 1)
 
 
+#: tc's parents of a clsact qdisc and of its ingress hook (TC_H_CLSACT, TC_H_MAKE(TC_H_CLSACT,
+#: TC_H_MIN_INGRESS)), and the handle the kernel gives clsact (ffff:).
+TC_H_CLSACT, CLSACT_INGRESS_PARENT, CLSACT_HANDLE = 0xFFFFFFF1, 0xFFFFFFF2, 0xFFFF0000
+
+
+#: ETH_P_ALL in network byte order: ``protocol all`` in a filter's tcm_info.
+ETH_P_ALL_BE = socket.htons(0x0003)
+
+
+def netem_message(ifb_index: int, delay_us: int, jitter_us: int, limit_packets: int):
+    """The request ``tc qdisc replace dev <ifb> root handle 1: netem limit L delay Dus [Jus]``
+    sends (iproute2 6.1, read with strace): ``struct tc_netem_qopt`` with the delay and jitter in
+    psched ticks, no loss, no duplication, no distribution table (the jitter is uniform)."""
+    return tc_message("netem", ifb_index, 0x10000, 0xFFFFFFFF, tcmsg.plugins["netem"].get_parameters(
+        {"delay": int(delay_us), "jitter": int(jitter_us), "limit": int(limit_packets)}))
+
+
+def redirect_filter_message(index: int, ifb_index: int):
+    """The request ``tc filter add dev <if> ingress pref 1 protocol all u32 match u32 0 0 action
+    mirred egress redirect dev <ifb>`` sends (iproute2 6.1, read with strace): a u32 filter with
+    one all-matching key and no class, whose one action (mirred, stolen) hands every arriving
+    frame to ``ifb_index``."""
+    action = {"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": ifb_index}
+    options = {"attrs": [["TCA_U32_ACT", get_tca_action({"action": action})],
+                         ["TCA_U32_SEL", {"keys": ["0x0/0x0+0"]}]]}
+    return tc_message("u32", index, 0, CLSACT_INGRESS_PARENT, options, info=(1 << 16) | ETH_P_ALL_BE)
+
+
 def install_delay_line(ifname: str, ifb_name: str, delay_us: int, jitter_us: int, limit_packets: int,
                        netns_pid: int | None = None) -> None:
     """Delay every frame arriving on ``ifname`` by ``delay_us`` (+- ``jitter_us``, uniform): its tc
     ingress hook redirects each frame to the new ifb device ``ifb_name``, whose root qdisc is
     netem, and ifb hands it back to ``ifname``'s receive path when its time has come. The sending
     port's shaper and buffer are untouched, so the delay line never holds buffer (case L3).
+
+    Over one netlink socket, in ``ip``'s and ``tc``'s order: the ifb device, up, netem on it
+    (:func:`netem_message`), ``ifname``'s clsact qdisc (one already there is kept), the redirect
+    (:func:`redirect_filter_message`).
 
     Args:
         ifname: the receiving end of a link (in the namespace of ``netns_pid``, or the root one).
@@ -163,54 +284,192 @@ def install_delay_line(ifname: str, ifb_name: str, delay_us: int, jitter_us: int
         limit_packets: netem's limit (:func:`delay_line_limit_packets`).
 
     Raises:
-        SetupError: a command failed (no ifb or netem in the kernel, a name taken), with its message.
+        SetupError: naming the interface and the step, with the kernel's message (no ifb or netem
+            in the kernel, a name taken), or naming a missing interface (then nothing is made), or
+            a namespace that cannot be entered.
     """
-    run(["ip", "link", "add", ifb_name, "type", "ifb"], netns_pid)
-    run(["ip", "link", "set", ifb_name, "up"], netns_pid)
-    netem = ["tc", "qdisc", "replace", "dev", ifb_name, "root", "handle", "1:", "netem", "limit", str(limit_packets),
-             "delay", f"{delay_us}us"] + ([f"{jitter_us}us"] if jitter_us else [])
-    run(netem, netns_pid)
+    step = f"ip link add {ifb_name} type ifb"
     try:
-        run(["tc", "qdisc", "add", "dev", ifname, "clsact"], netns_pid)
-    except SetupError as e:
-        if "File exists" not in str(e) and "Exclusivity flag on" not in str(e):
-            raise
-    run(["tc", "filter", "add", "dev", ifname, "ingress", "pref", "1", "protocol", "all", "u32", "match", "u32",
-         "0", "0", "action", "mirred", "egress", "redirect", "dev", ifb_name], netns_pid)
+        with ipr_entered(netns_pid) as ipr:
+            idx = link_index(ipr, ifname, "delay line")
+            ipr.link("add", ifname=ifb_name, kind="ifb")
+            step = f"ip link set {ifb_name} up"
+            ifb = link_index(ipr, ifb_name, "delay line")
+            ipr.link("set", index=ifb, state="up")
+            step = f"netem on {ifb_name}"
+            tc_send(ipr, netem_message(ifb, delay_us, jitter_us, limit_packets), RTM_NEWQDISC, TC_REPLACE)
+            step = f"clsact on {ifname}"
+            try:
+                tc_send(ipr, tc_message("clsact", idx, CLSACT_HANDLE, TC_H_CLSACT), RTM_NEWQDISC, TC_ADD)
+            except NetlinkError as e:
+                if e.code != errno.EEXIST:     # already there (a BPF hook's, or an earlier run's)
+                    raise
+            step = f"redirect from {ifname}'s ingress to {ifb_name}"
+            tc_send(ipr, redirect_filter_message(idx, ifb), RTM_NEWTFILTER, TC_ADD)
+    except NetlinkError as e:
+        raise SetupError(f"delay line on {ifname}: {step}: kernel refused ({kernel_says(e)})") from None
+    except OSError as e:
+        raise SetupError(f"delay line on {ifname}: cannot enter the namespace of pid {netns_pid} ({e})") from None
 
 
-def red_argv(ifname: str, rate_bps: float, limit_bytes: int, profile, avpkt: int = 1514) -> list[str]:
-    """``tc qdisc replace`` argv putting RED (ecn, nodrop) under the port's HTB class 1:1.
+#: RED's flags (linux/pkt_sched.h): ECN marks ECT packets instead of dropping them early; NODROP
+#: queues Not-ECT packets instead of dropping them early; SUPPORTED is tc's selector (the three
+#: historic flags and NODROP).
+TC_RED_ECN, TC_RED_HARDDROP, TC_RED_ADAPTATIVE, TC_RED_NODROP, TC_RED_SUPPORTED = 1, 2, 4, 8, 0x0F
+
+
+class RedPlugin:
+    """pyroute2's tc plugin for the RED qdisc, which pyroute2 (0.9) does not ship: its options as
+    ``tc qdisc ... red`` builds them (iproute2 tc/q_red.c, the maths in :mod:`common.redparams`)
+    and the classes that decode a dump's options and RED's statistics. Registered as ``red`` in
+    :data:`pyroute2.netlink.rtnl.tcmsg.plugins` when this module is imported."""
+
+    parent = 0xFFFFFFFF
+
+    @staticmethod
+    def get_parameters(kwarg: dict) -> dict:
+        """``TCA_OPTIONS`` for ``limit``, ``min``, ``max``, ``avpkt`` (bytes), ``burst`` (packets),
+        ``bandwidth`` (bit/s), ``probability`` and the flags ``ecn``, ``harddrop``, ``nodrop``,
+        ``adaptive`` (booleans): the thresholds, Wlog (from the burst), Plog, Scell_log and the
+        idle-damping table, ``max_P`` and the flags as a ``TCA_RED_FLAGS`` bitfield, in tc's order.
+
+        Raises:
+            ValueError: with tc's words, where tc refuses (no EWMA constant, probability or damping
+                table fits).
+        """
+        qmin, qmax, avpkt = int(kwarg["min"]), int(kwarg["max"]), int(kwarg["avpkt"])
+        prob = float(kwarg["probability"])
+        rate_Bps = int(int(kwarg["bandwidth"]) / 8)          # tc's get_rate: bit/s over 8, truncated
+        wlog = red_eval_ewma(qmin, int(kwarg["burst"]), avpkt)
+        if wlog < 0:
+            raise ValueError("RED: failed to calculate EWMA constant")
+        plog = red_eval_plog(qmin, qmax, prob)
+        if plog < 0:
+            raise ValueError("RED: failed to calculate probability")
+        scell_log, stab = red_idle_damping(wlog, avpkt, rate_Bps, tick_in_usec)
+        if scell_log < 0:
+            raise ValueError("RED: failed to calculate idle damping table")
+        flags = sum(bit for key, bit in (("ecn", TC_RED_ECN), ("harddrop", TC_RED_HARDDROP),
+                                         ("adaptive", TC_RED_ADAPTATIVE), ("nodrop", TC_RED_NODROP))
+                    if kwarg.get(key))
+        return {"attrs": [
+            ["TCA_RED_PARMS", {"limit": int(kwarg["limit"]), "qth_min": qmin, "qth_max": qmax, "Wlog": wlog,
+                               "Plog": plog, "Scell_log": scell_log, "flags": 0}],
+            ["TCA_RED_STAB", stab],
+            ["TCA_RED_MAX_P", red_max_p(prob)],
+            ["TCA_RED_FLAGS", {"flags": flags, "selector": TC_RED_SUPPORTED}]]}
+
+    class options(nla):
+        """RED's ``TCA_OPTIONS`` (linux/pkt_sched.h ``TCA_RED_*``)."""
+        nla_map = (("TCA_RED_UNSPEC", "none"),
+                   ("TCA_RED_PARMS", "qopt"),
+                   ("TCA_RED_STAB", "cdata"),
+                   ("TCA_RED_MAX_P", "uint32"),
+                   ("TCA_RED_FLAGS", "flags_bf"),
+                   ("TCA_RED_EARLY_DROP_BLOCK", "uint32"),
+                   ("TCA_RED_MARK_BLOCK", "uint32"))
+
+        class qopt(nla):
+            fields = (("limit", "I"), ("qth_min", "I"), ("qth_max", "I"), ("Wlog", "B"), ("Plog", "B"),
+                      ("Scell_log", "B"), ("flags", "B"))
+
+        class flags_bf(nla):
+            """``struct nla_bitfield32`` (its ``value`` named ``flags``: pyroute2 reads a field
+            named ``value`` as the whole attribute's value)."""
+            fields = (("flags", "I"), ("selector", "I"))
+
+    class stats(nla):
+        """``struct tc_red_xstats`` (``TCA_XSTATS``)."""
+        fields = (("early", "I"), ("pdrop", "I"), ("other", "I"), ("marked", "I"))
+
+    class stats2(tc_stats2):
+        """``TCA_STATS2`` with RED's statistics as its application part and 64-bit packet counts."""
+        nla_map = tc_stats2.nla_map + (("TCA_STATS_RATE_EST64", "hex"), ("TCA_STATS_PAD", "hex"),
+                                       ("TCA_STATS_BASIC_HW", "hex"), ("TCA_STATS_PKT64", "uint64"))
+
+        class stats_app(nla):
+            fields = (("early", "I"), ("pdrop", "I"), ("other", "I"), ("marked", "I"))
+
+
+# Registered over any pyroute2 may bring: fabriclab's RED requests and read-backs mean tc's.
+tcmsg.plugins["red"] = RedPlugin
+
+
+def red_parameters(rate_bps: float, limit_bytes: int, profile, avpkt: int = 1514) -> dict:
+    """The ``tc qdisc ... red`` parameters for ``profile`` on a port of ``rate_bps`` bit/s and
+    ``limit_bytes`` of buffer (the keywords of :meth:`RedPlugin.get_parameters`).
 
     step K -> min K, max K+1 byte, probability 1 (the DCTCP set-up of the Mininet-HiFi
     experiments); red -> min Kmin, max Kmax, probability :func:`red_tc_probability` (Pmax).
-    ``nodrop``: Not-ECT packets are queued, not dropped early (they meet only the ``limit``;
-    case L2's "never silently change behaviour"). ``limit`` is the port's buffer in bytes.
+    The burst is the one for which tc's EWMA rule gives the profile's weight
+    (:func:`common.redparams.red_burst_for_wlog`). ``ecn``: ECT packets are marked; ``nodrop``:
+    Not-ECT packets are queued, not dropped early (they meet only the ``limit``; case L2's "never
+    silently change behaviour"). ``limit`` is the port's buffer in bytes.
+
+    Raises:
+        ValueError: no burst gives the profile's weight.
     """
     if profile.kind == "step":
         qmin, qmax, prob = profile.k_bytes, profile.k_bytes + 1, 1.0
     else:
         qmin, qmax, prob = profile.kmin_bytes, profile.kmax_bytes, red_tc_probability(profile.pmax)
     burst = red_burst_for_wlog(qmin, avpkt, red_wlog(profile.weight))
-    return ["tc", "qdisc", "replace", "dev", ifname, "parent", "1:1", "handle", f"{RED_HANDLE >> 16:x}:", "red",
-            "limit", str(int(limit_bytes)), "min", str(int(qmin)), "max", str(int(qmax)),
-            "avpkt", str(avpkt), "burst", str(burst), "bandwidth", f"{int(rate_bps)}bit",
-            "probability", repr(float(prob)), "ecn", "nodrop"]
+    return {"limit": int(limit_bytes), "min": int(qmin), "max": int(qmax), "avpkt": avpkt, "burst": burst,
+            "bandwidth": int(rate_bps), "probability": float(prob), "ecn": True, "nodrop": True}
+
+
+def red_message(index: int, rate_bps: float, limit_bytes: int, profile, avpkt: int = 1514):
+    """The request ``tc qdisc replace dev <if> parent 1:1 handle 20: red ...`` sends for
+    :func:`red_parameters` (the bytes iproute2 6.1 sends, read with strace: tests/unit/test_ecn_plan.py).
+
+    Raises:
+        ValueError: as :func:`red_parameters` and :meth:`RedPlugin.get_parameters`.
+    """
+    return tc_message("red", index, RED_HANDLE, HTB_CLASS,
+                      RedPlugin.get_parameters(red_parameters(rate_bps, limit_bytes, profile, avpkt)))
+
+
+def red_shown(m) -> dict:
+    """A dumped RED qdisc's options as ``tc -d -j qdisc show`` prints them: limit, min, max, the
+    flags (ecn, harddrop, adaptive, nodrop: booleans), ewma, probability (or Plog), Scell_log.
+    ``TCA_RED_FLAGS``, where the kernel sends it, holds the flags (as tc reads them)."""
+    opts = m.get_attr("TCA_OPTIONS")
+    p = opts.get_attr("TCA_RED_PARMS") if opts else None
+    if p is None:
+        return {}
+    bf = opts.get_attr("TCA_RED_FLAGS")
+    flags = bf["flags"] if bf else p["flags"]
+    max_p = opts.get_attr("TCA_RED_MAX_P") or 0
+    return {"limit": p["limit"], "min": p["qth_min"], "max": p["qth_max"],
+            "ecn": bool(flags & TC_RED_ECN), "harddrop": bool(flags & TC_RED_HARDDROP),
+            "adaptive": bool(flags & TC_RED_ADAPTATIVE), "nodrop": bool(flags & TC_RED_NODROP),
+            "ewma": p["Wlog"], **({"probability": max_p / 2 ** 32} if max_p else {"Plog": p["Plog"]}),
+            "Scell_log": p["Scell_log"]}
 
 
 def install_red(ifname: str, rate_bps: float, limit_bytes: int, profile) -> None:
-    """Replace the FIFO under ``ifname``'s HTB class with RED for ``profile`` (step or red).
+    """Replace the FIFO under ``ifname``'s HTB class with RED for ``profile`` (step or red):
+    :func:`red_message`, then the qdiscs under 1:1 read back on the same socket.
 
-    Raises SetupError with tc's message if refused, or if ``tc -d -j`` reads it back without
+    Raises SetupError naming the interface with the kernel's message if refused, with tc's words
+    if the parameters have no RED form, or if the read-back has no RED or one without
     ``ecn``/``nodrop`` (case L2). RED's probability does not read back as written, so it is
     checked by behaviour in the tests.
     """
-    run(red_argv(ifname, rate_bps, limit_bytes, profile))
-    shown = json.loads(run(["tc", "-d", "-j", "qdisc", "show", "dev", ifname, "parent", "1:1"]) or "[]")
-    red = [q for q in shown if q.get("kind") == "red"]
+    try:
+        with ipr_entered(None) as ipr:
+            idx = link_index(ipr, ifname)
+            tc_send(ipr, red_message(idx, rate_bps, limit_bytes, profile), RTM_NEWQDISC, TC_REPLACE)
+            shown = [m for m in ipr.get_qdiscs(index=idx) if m["index"] == idx and m["parent"] == HTB_CLASS]
+    except NetlinkError as e:
+        raise SetupError(f"tc on {ifname}: kernel refused RED ({kernel_says(e)})") from None
+    except ValueError as e:
+        raise SetupError(f"tc on {ifname}: {e}") from None
+    red = [m for m in shown if m.get_attr("TCA_KIND") == "red"]
     if not red:
-        raise SetupError(f"tc on {ifname}: RED did not take effect (read back {shown})")
-    opts = red[0].get("options", {})
+        raise SetupError(f"tc on {ifname}: RED did not take effect (read back "
+                         f"{[(m.get_attr('TCA_KIND'), tc_handle_text(m['handle'])) for m in shown]})")
+    opts = red_shown(red[0])
     if not red_flags_ok(opts):
         raise SetupError(f"tc on {ifname}: RED read back without ecn/nodrop: {opts}")
 
@@ -240,12 +499,36 @@ def install_fifo_leaf(ifname: str, fifo_kind: str, limit: int) -> None:
 
 
 def red_counters(ifname: str) -> dict | None:
-    """RED's counters on ``ifname`` from ``tc -s -j``: marked, early (dropped early), pdrop (over limit),
-    other; None if the port has no RED."""
-    for q in json.loads(run(["tc", "-s", "-j", "qdisc", "show", "dev", ifname]) or "[]"):
-        if q.get("kind") == "red":
-            return {k: q.get(k) for k in ("marked", "early", "pdrop", "other", "drops", "packets")}
+    """RED's counters on ``ifname``, as ``tc -s -j qdisc show`` names them: marked, early (dropped
+    early), pdrop (over limit), other, drops, packets; None if the port has no RED.
+
+    Raises:
+        SetupError: the interface is missing or the kernel refused the dump.
+    """
+    try:
+        with IPRoute() as ipr:
+            idx = link_index(ipr, ifname)
+            for m in ipr.get_qdiscs(index=idx):
+                if m["index"] == idx and m.get_attr("TCA_KIND") == "red":
+                    return red_stats(m)
+    except NetlinkError as e:
+        raise SetupError(f"tc on {ifname}: cannot read its qdiscs ({kernel_says(e)})") from None
     return None
+
+
+def red_stats(m) -> dict:
+    """A dumped RED qdisc's counters (:func:`red_counters`): RED's own from ``TCA_STATS2``'s
+    application part (``TCA_XSTATS`` if absent), drops from its queue part, packets from its
+    basic part (the 64-bit count where the kernel sends one, as tc prefers it)."""
+    st = m.get_attr("TCA_STATS2")
+    app = (st.get_attr("TCA_STATS_APP") if st else None) or m.get_attr("TCA_XSTATS")
+    basic = st.get_attr("TCA_STATS_BASIC") if st else None
+    queue = st.get_attr("TCA_STATS_QUEUE") if st else None
+    pkt64 = st.get_attr("TCA_STATS_PKT64") if st else None
+    out = {k: (int(app[k]) if app else None) for k in ("marked", "early", "pdrop", "other")}
+    out["drops"] = int(queue["drops"]) if queue else None
+    out["packets"] = int(pkt64) if pkt64 else (int(basic["packets"]) if basic else None)
+    return out
 
 
 @dataclass(frozen=True)

@@ -7,15 +7,16 @@ from typing import TYPE_CHECKING
 
 from common.errors import CapabilityError, SetupError
 from common.lazy import lazy_module
-from experiments import probe as envprobe
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
 
 if TYPE_CHECKING:
+    from experiments import probe as envprobe
     from experiments.state import RunState
     from controller.dataplane import hostknobs
 else:    # the live half, loaded when a live hook first runs (common.lazy): analyze and plot run without it
     hostknobs = lazy_module("controller.dataplane.hostknobs")
+    envprobe = lazy_module("experiments.probe")
 
 
 ALLOWED_CC = "net.ipv4.tcp_allowed_congestion_control"

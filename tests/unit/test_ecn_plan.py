@@ -177,23 +177,129 @@ def test_bpf_map_encodings():
         encode_cfg(EcnProfile("off"), 0, 10, 0)
 
 
-def test_red_arguments_for_tc():
-    argv = tcqdisc.red_argv("l1-eth1", 10e6, 151400, parse_profile({"step": {"k_packets": 20}}, BUF, "k"))
-    i = argv.index
-    assert argv[i("min") + 1] == "30280" and argv[i("max") + 1] == "30281" and argv[i("probability") + 1] == "1.0"
-    assert argv[-2:] == ["ecn", "nodrop"] and argv[i("limit") + 1] == "151400" and argv[i("handle") + 1] == "20:"
+#: TCA_OPTIONS of the RED requests iproute2 6.1 sent, read with ``strace -xx -e trace=sendmsg tc qdisc
+#: replace dev X parent 1:1 handle 20: red limit L min A max B avpkt 1514 burst N bandwidth Rbit
+#: probability P ecn nodrop`` (the kernel here has no RED: the request is sent all the same), for the
+#: parameters the former tc path gave each profile: [(rate bit/s, limit bytes, profile, hex)].
+TC_RED_OPTIONS = [
+    (10e6, 151400, {"step": {"k_packets": 20}}, (
+        "14000100684f0200487600004976000001010b0004010200000000000000000000000000000001010101010101010101"
+        "010101020202020202020202020202020303030303030303030303030303040404040404040404040404040505050505"
+        "050505050505050506060606060606060606060606060707070707070707070707070708080808080808080808080808"
+        "09090909090909090909090909090a0a0a0a0a0a0a0a0a0a0a0a0a0b0b0b0b0b0b0b0b0b0b0b0b0b0c0c0c0c0c0c0c0c"
+        "0c0c0c0c0c0c0d0d0d0d0d0d0d0d0d0d0d0d0d0e0e0e0e0e0e0e0e0e0e0e0e0e0f0f0f0f0f0f0f0f0f0f0f0f0f0f1010"
+        "1010101010101010101010111111111111111111111111111212121212121212121212121212131f0800030000000000"
+        "0c000400090000000f000000")),
+    (10e6, 151400, {"red": {"kmin_packets": 10, "kmax_packets": 60, "pmax": 0.2}}, (
+        "14000100684f0200243b0000d862010001140b0004010200000000000000000000000000000001010101010101010101"
+        "010101020202020202020202020202020303030303030303030303030303040404040404040404040404040505050505"
+        "050505050505050506060606060606060606060606060707070707070707070707070708080808080808080808080808"
+        "09090909090909090909090909090a0a0a0a0a0a0a0a0a0a0a0a0a0b0b0b0b0b0b0b0b0b0b0b0b0b0c0c0c0c0c0c0c0c"
+        "0c0c0c0c0c0c0d0d0d0d0d0d0d0d0d0d0d0d0d0e0e0e0e0e0e0e0e0e0e0e0e0e0f0f0f0f0f0f0f0f0f0f0f0f0f0f1010"
+        "1010101010101010101010111111111111111111111111111212121212121212121212121212131f080003001cc7711c"
+        "0c000400090000000f000000")),
+    (1e9, 1514000, {"red": {"kmin_packets": 50, "kmax_packets": 300, "pmax": 0.5, "weight": 2 ** -9}}, (
+        "14000100101a1700b427010038ee060009150d0004010200000000000000000000000000010101010101010101010101"
+        "020202020202020202020202030303030303030303030304040404040404040404040405050505050505050505050506"
+        "0606060606060606060607070707070707070707070708080808080808080808080809090909090909090909090a0a0a"
+        "0a0a0a0a0a0a0a0a0a0b0b0b0b0b0b0b0b0b0b0b0b0c0c0c0c0c0c0c0c0c0c0c0d0d0d0d0d0d0d0d0d0d0d0d0e0e0e0e"
+        "0e0e0e0e0e0e0e0e0f0f0f0f0f0f0f0f0f0f0f1010101010101010101010101111111111111111111111111212121212"
+        "1212121212121313131313131313131313131414141414141414141414141515151515151515151f0800030055555555"
+        "0c000400090000000f000000")),
+]
+
+
+def _options(msg) -> bytes:
+    """The TCA_OPTIONS payload of an encoded tc request (after its nlmsghdr and tcmsg)."""
+    from controller.dataplane.netlink import TCA_OPTIONS, nl_attrs
+    msg["header"]["type"], msg["header"]["flags"] = 36, 0x505
+    msg.encode()
+    data = bytes(msg.data)
+    return nl_attrs(data, 36, len(data))[TCA_OPTIONS]
+
+
+def test_red_is_requested_as_tc_requests_it():
+    """RED goes over netlink: the request's options are the bytes tc 6.1 sends for the same
+    parameters (thresholds, Wlog from the burst, Plog, Scell_log and the idle-damping table,
+    max_P, the ecn|nodrop flags as a bitfield), under 1:1 with handle 20:."""
+    from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec
+    if tick_in_usec != 15.625:
+        pytest.skip(f"this kernel's psched ticks ({tick_in_usec} per us) are not those the bytes were read with")
+    for rate, limit, spec, hexed in TC_RED_OPTIONS:
+        prof = parse_profile(spec, limit, "k")
+        msg = tcqdisc.red_message(7, rate, limit, prof)
+        assert (msg["index"], msg["handle"], msg["parent"]) == (7, 0x200000, 0x10001)
+        assert msg.get_attr("TCA_KIND") == "red"
+        assert _options(msg).hex() == hexed, spec
+
+
+def test_red_parameters_for_each_profile():
+    params = tcqdisc.red_parameters(10e6, 151400, parse_profile({"step": {"k_packets": 20}}, BUF, "k"))
+    assert params["min"] == 30280 and params["max"] == 30281 and params["probability"] == 1.0
+    assert params["ecn"] and params["nodrop"] and params["limit"] == 151400 and params["bandwidth"] == 10_000_000
     # tc derives Wlog from burst (iproute2 tc_red_eval_ewma): the chosen burst gives the asked Wlog
     assert redparams.red_wlog(None) == 1 and redparams.red_wlog(2 ** -9) == 9
     for bad in (0.3, 1.0):
         with pytest.raises(ValueError):
             redparams.red_wlog(bad)
     b = redparams.red_burst_for_wlog(15140, 1514, 5)
-    assert b >= 10
+    assert b >= 10 and redparams.red_eval_ewma(15140, b, 1514) == 5
+    # the kernel's parameters as tc computes them (tc_red_eval_P, tc_red_eval_idle_damping, max_P)
+    assert redparams.red_eval_plog(30280, 30281, 1.0) == 1 and redparams.red_eval_plog(5, 5, 0.5) == -1
+    clog, stab = redparams.red_idle_damping(1, 1514, 1_250_000, 15.625)
+    assert clog == 11 and len(stab) == 256 and stab[0] == 0 and stab[255] == 31 and list(stab) == sorted(stab)
+    assert redparams.red_max_p(1.0) == 0 and redparams.red_max_p(0.5) == 2 ** 31
+    opts = tcqdisc.RedPlugin.get_parameters(params)["attrs"]
+    assert [a[0] for a in opts] == ["TCA_RED_PARMS", "TCA_RED_STAB", "TCA_RED_MAX_P", "TCA_RED_FLAGS"]
+    parms = opts[0][1]
+    assert (parms["qth_min"], parms["qth_max"], parms["Wlog"], parms["Plog"], parms["Scell_log"], parms["flags"]) \
+        == (30280, 30281, 1, 1, 11, 0)
+    assert opts[3][1] == {"flags": tcqdisc.TC_RED_ECN | tcqdisc.TC_RED_NODROP, "selector": 0x0F}
+    with pytest.raises(ValueError, match="EWMA"):
+        tcqdisc.RedPlugin.get_parameters(dict(params, burst=1))
     # what iproute2 6.1 prints (the VM lane) and what older ones print
     shown = {"limit": 151400, "min": 30280, "max": 30281, "ecn": True, "harddrop": False, "adaptive": False,
              "nodrop": True, "ewma": 1, "probability": 0.5, "Scell_log": 11}
     assert tcqdisc.red_flags_ok(shown) and tcqdisc.red_flags_ok({"flags": "ecn nodrop"})
     assert not tcqdisc.red_flags_ok(dict(shown, nodrop=False)) and not tcqdisc.red_flags_ok({"flags": "ecn"})
+
+
+def _kernel_red_dump(flags_attr: bool):
+    """A RED qdisc as the kernel dumps it (net/sched/sch_red.c red_dump, red_dump_stats): the
+    parameters with max_P derived from Plog, the flags in the bitfield (or, from a kernel before
+    5.8, in the parameters), RED's statistics in TCA_STATS2 and TCA_XSTATS."""
+    from pyroute2.netlink.rtnl.tcmsg import tcmsg
+    opts = [["TCA_RED_PARMS", {"limit": 151400, "qth_min": 30280, "qth_max": 30281, "Wlog": 1, "Plog": 1,
+                               "Scell_log": 11, "flags": 0 if flags_attr else tcqdisc.TC_RED_ECN}],
+            ["TCA_RED_MAX_P", 2 ** 31]]
+    if flags_attr:
+        opts.append(["TCA_RED_FLAGS", {"flags": tcqdisc.TC_RED_ECN | tcqdisc.TC_RED_NODROP, "selector": 0x0F}])
+    xstats = {"early": 3, "pdrop": 2, "other": 0, "marked": 41}
+    m = tcmsg()
+    m["index"], m["handle"], m["parent"] = 7, 0x200000, 0x10001
+    m["attrs"] = [["TCA_KIND", "red"], ["TCA_OPTIONS", {"attrs": opts}],
+                  ["TCA_STATS2", {"attrs": [["TCA_STATS_BASIC", {"bytes": 151400, "packets": 100}],
+                                            ["TCA_STATS_QUEUE", {"qlen": 0, "backlog": 0, "drops": 5, "requeues": 0,
+                                                                 "overlimits": 0}],
+                                            ["TCA_STATS_APP", xstats]]}],
+                  ["TCA_XSTATS", xstats]]
+    m["header"]["type"] = 36
+    m.encode()
+    back = tcmsg(bytes(m.data))
+    back.decode()
+    return back
+
+
+def test_red_reads_back_its_flags_and_counters_as_tc_shows_them():
+    m = _kernel_red_dump(flags_attr=True)
+    shown = tcqdisc.red_shown(m)
+    assert shown == {"limit": 151400, "min": 30280, "max": 30281, "ecn": True, "harddrop": False, "adaptive": False,
+                     "nodrop": True, "ewma": 1, "probability": 0.5, "Scell_log": 11}
+    assert tcqdisc.red_flags_ok(shown)
+    assert tcqdisc.red_stats(m) == {"marked": 41, "early": 3, "pdrop": 2, "other": 0, "drops": 5, "packets": 100}
+    # a kernel without TCA_RED_FLAGS has no nodrop: the read-back refuses it
+    old = tcqdisc.red_shown(_kernel_red_dump(flags_attr=False))
+    assert old["ecn"] and not old["nodrop"] and not tcqdisc.red_flags_ok(old)
 
 
 def test_linux_red_probability_compensation():
@@ -203,9 +309,9 @@ def test_linux_red_probability_compensation():
         assert 2 * p / (1 + p) == pytest.approx(pmax)
     assert redparams.red_line_deviation(0.2) < 0.006
     assert 0.03 < redparams.red_line_deviation(0.5) < 0.04
-    argv = tcqdisc.red_argv("x", 10e6, 151400, parse_profile(
+    params = tcqdisc.red_parameters(10e6, 151400, parse_profile(
         {"red": {"kmin_packets": 10, "kmax_packets": 60, "pmax": 0.2}}, BUF, "k"))
-    assert float(argv[argv.index("probability") + 1]) == pytest.approx(0.2 / 1.8)
+    assert params["probability"] == pytest.approx(0.2 / 1.8)
 
 
 def _simulate_linux_red_rate(p, n=200000, seed=3):

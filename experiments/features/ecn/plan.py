@@ -17,7 +17,6 @@ else:    # the live half, loaded when a live hook first runs (common.lazy): anal
     bpfmarker = lazy_module("controller.bpfmarker")
 
 
-
 def choose_marker(sc: Scenario, env: dict, needed: bool, priority_queues: bool = False) -> tuple[str, str]:
     """The ECN marker for this run and why: ``none`` when no round marks, else ``red`` or ``bpf``.
 

@@ -22,7 +22,6 @@ else:    # the live half, loaded when a live hook first runs (common.lazy): anal
     pfcbpf = lazy_module("controller.pfcbpf")
 
 
-
 class Pfc(Feature):
     """Priority flow control: planned once before the fabric starts (XOFF/XON in bytes from the
     resolved scenario's ``pfc``, parsed once by common.pfc.parse_pfc), toggled per round,
