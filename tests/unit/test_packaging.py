@@ -76,6 +76,10 @@ def test_the_wheel_holds_every_subpackage_and_the_bpf_sources(wheel):
         assert f"controller/bpf/{c.name}" in names
     for y in (REPO / "experiments" / "scenarios").glob("*.yaml"):
         assert f"experiments/scenarios/{y.name}" in names
+    templates = sorted((REPO / "experiments" / "templates").glob("*.html.j2"))     # the reports' pages
+    assert len(templates) >= 3
+    for t in templates:
+        assert f"experiments/templates/{t.name}" in names, f"{t.name} is not in the wheel"
 
 
 def test_the_pure_commands_run_from_the_wheel_without_the_live_stack(pure_venv, tmp_path):
