@@ -42,7 +42,7 @@ FIG_W = 8.0
 MAX_COLS = 3
 #: Flow-size buckets of the slowdown plot (fewer when the flows have fewer distinct sizes).
 SIZE_BUCKETS = 5
-#: Bootstrap resamples of the seeds for the slowdown plot's intervals.
+#: Bootstrap resamples of the seeds for the slowdown plot's intervals (:func:`bootstrap_median_ci`).
 BOOTSTRAP_N = 2000
 #: A log axis when the positive values span more than this factor (two decades).
 LOG_SPAN = 100.0
@@ -577,19 +577,19 @@ def size_buckets(sizes, n: int = SIZE_BUCKETS) -> list[tuple[float, float]]:
 
 
 def bootstrap_median_ci(values, conf: float = 0.95, n: int = BOOTSTRAP_N, seed: int = 0) -> tuple:
-    """(median, low, high): the median of ``values`` (one per seed) and a percentile bootstrap
-    interval of it (``n`` resamples of the seeds with replacement, numpy's generator at ``seed``).
-    Low and high are None with fewer than two values; all None for none."""
-    a = np.asarray(list(values), dtype=float)
-    if not len(a):
-        return None, None, None
-    med = float(np.median(a))
-    if len(a) < 2:
-        return med, None, None
-    rs = np.random.default_rng(seed).choice(a, size=(n, len(a)), replace=True)
-    meds = np.median(rs, axis=1)
-    q = (1 - conf) / 2 * 100
-    return med, float(np.percentile(meds, q)), float(np.percentile(meds, 100 - q))
+    """(median, low, high): the median of ``values`` (one per seed, in their own unit) and a
+    percentile bootstrap interval of it at level ``conf``, as every per-variant interval of a
+    study (:func:`experiments.studystats.summarize_variant`: ``scipy.stats.bootstrap`` with
+    ``method='percentile'``, ``n`` resamples of the seeds drawn from
+    ``numpy.random.default_rng(seed)``). Low and high are None with fewer than two values; all
+    three None for none; values all equal give ``(v, v, v)``. None and NaN values are left out.
+
+    Raises:
+        ValueError: an infinite value, ``conf`` not strictly between 0 and 1, ``n`` not a
+            positive integer.
+    """
+    s = studystats.summarize_variant(list(values), confidence=conf, n_resamples=n, seed=seed)
+    return s.median, s.ci_low, s.ci_high
 
 
 def plot_slowdown_by_size(st: Study) -> Path | None:
