@@ -1,6 +1,8 @@
-"""What every self-contained HTML page of fabriclab shares (a study's report, a run's report):
-the CSS, the Content-Security-Policy, escaping, PNGs embedded as ``data:`` URIs, and plot
-captions that travel inside the PNG files themselves.
+"""What every self-contained HTML page of fabriclab shares (a study's report, a run's report,
+a comparison's report): the Jinja2 environment the pages are rendered with (templates in
+``experiments/templates/``: the page itself with its CSS and Content-Security-Policy in
+``page.html.j2``, the pieces the pages share in ``macros.html.j2``), escaping, PNGs embedded as
+``data:`` URIs, and plot captions that travel inside the PNG files themselves.
 
 A plot's caption is declared by whoever draws it: a :class:`Caption` (a title and a "how to
 read this" paragraph) passed to matplotlib's ``savefig`` as PNG text metadata
@@ -8,40 +10,28 @@ read this" paragraph) passed to matplotlib's ``savefig`` as PNG text metadata
 reads it back with :func:`read_caption` from the file alone, so the code that writes reports
 names no plot, no workload and no feature, and a redrawn plot carries its new caption with it.
 
-Imports nothing but the standard library (the study report's contract allows no more).
+Imports the standard library, Jinja2 and MarkupSafe only (the reports' contracts forbid the run
+loop and the live fabric).
 """
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import jinja2
+from markupsafe import Markup
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 #: The PNG text keywords a caption is stored under (standard keywords: image viewers show them).
 TITLE_KEY, HOW_KEY = "Title", "Description"
 
-CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:1.5em auto;
-max-width:1150px;padding:0 1em;color:#222;line-height:1.45}
-h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.25em;margin-top:1.6em;border-bottom:1px solid #ccc}
-h3{font-size:1.05em;margin-bottom:.3em}
-table{border-collapse:collapse;margin:.4em 0 1em;font-size:.86em}
-th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}
-th{background:#f2f2f2}td.n{text-align:right;font-variant-numeric:tabular-nums}
-.ci{color:#555;font-size:.9em;white-space:nowrap}
-figure{margin:1em 0 1.6em}figcaption{font-size:.85em;color:#555}img{max-width:100%;height:auto;border:1px solid #eee}
-.read{color:#444;font-size:.92em;max-width:62em}.warn{color:#a00;font-weight:bold}.ok{color:#060;font-weight:bold}
-.v-a{background:#e8f4e8}.v-b{background:#e8eef8}.v-none{color:#555}
-pre{white-space:pre-wrap;word-break:break-word;margin:0;font-size:.9em}
-dl.shape{display:grid;grid-template-columns:max-content auto;gap:.15em 1em}dl.shape dt{font-weight:bold}
-dl.shape dd{margin:0}.muted{color:#666}
-"""
-
-#: No script, no load from anywhere: only inline styles and ``data:`` images.
-CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+#: Where the pages' templates are (shipped in the wheel: pyproject.toml's package-data).
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 @dataclass(frozen=True)
@@ -105,26 +95,50 @@ def read_caption(path: Path) -> Caption | None:
 
 
 def esc(s) -> str:
-    """``str(s)`` HTML-escaped, quotes included (safe in text and in attribute values)."""
+    """``str(s)`` HTML-escaped, quotes included (safe in text and in attribute values): the
+    standard library's :func:`html.escape`, the escaping every page's template applies to each
+    value it prints (:func:`environment`)."""
     return html.escape(str(s), quote=True)
 
 
-def img_tag(path: Path, alt: str) -> str:
-    """An ``<img>`` with the PNG at ``path`` inline as a ``data:image/png;base64`` URI.
-    Raises OSError when the file cannot be read."""
-    data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
-    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}">'
+def _escaped(value) -> Markup:
+    """Jinja2's ``finalize``: a printed value as :func:`esc` spells it, marked safe so that the
+    autoescape after it leaves it as is; a value that is already :class:`markupsafe.Markup` (a
+    macro's output) is kept."""
+    return value if hasattr(value, "__html__") else Markup(esc(value))
 
 
-def figure(path: Path, caption: str) -> str:
-    """A ``<figure>``: the PNG inline (:func:`img_tag`) and ``caption`` under it (escaped)."""
-    return f"<figure>{img_tag(path, caption)}<figcaption>{esc(caption)}</figcaption></figure>"
+@functools.cache
+def environment() -> jinja2.Environment:
+    """The Jinja2 environment of the pages: templates from :data:`TEMPLATES`, autoescape on for
+    every template, an undefined name an error (``jinja2.StrictUndefined``), block tags take
+    their line's indentation and newline with them.
+
+    Every value a template prints goes through :func:`_escaped` (the ``finalize`` hook) before
+    the autoescape: the characters MarkupSafe escapes, spelt as :func:`html.escape` spells them
+    (``&quot;`` and ``&#x27;`` where MarkupSafe writes ``&#34;`` and ``&#39;``), so a value reads
+    in a page as :func:`esc` of it. Nothing is marked safe but the output of the templates' own
+    macros and blocks. A filter that escapes by itself (``|e``, ``|join``) spells quotes
+    MarkupSafe's way: the templates print values as they are given."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",), default_for_string=True, default=True),
+        finalize=_escaped, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        keep_trailing_newline=True)
 
 
-def page(title: str, body: str) -> str:
-    """A complete HTML document: ``title`` (escaped) and ``body`` (HTML, as given) with
-    :data:`CSS` inline and :data:`CSP` as its Content-Security-Policy."""
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{esc(title)}</title><style>{CSS}</style></head><body>{body}</body></html>\n")
+def render(template: str, **context) -> str:
+    """The page ``template`` (a file name in :data:`TEMPLATES`, e.g. ``"run.html.j2"``) rendered
+    with ``context``.
+
+    Raises:
+        jinja2.TemplateNotFound: no such template (an install without the templates).
+        jinja2.UndefinedError: the template names a value ``context`` does not give.
+    """
+    return environment().get_template(template).render(**context)
+
+
+def png_data_uri(path: Path) -> str:
+    """The PNG at ``path`` as a ``data:image/png;base64,...`` URI (only base64 characters after
+    the comma: nothing in it for an escape to change). Raises OSError when the file cannot be read."""
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")

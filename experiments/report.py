@@ -17,6 +17,10 @@ Beside each plot: the caption its drawer stored in the PNG (experiments.pagekit.
 a PNG without one gets :data:`GENERIC_HOW` and the CSS class ``generic``. This module names no
 workload, feature or plot. A study's folder has its own report (experiments.studyreport).
 
+The page is rendered from the templates ``run.html.j2`` and ``comparison.html.j2``
+(experiments/templates/, experiments.pagekit.render); this module gives them their values, every
+one already formatted as text (:func:`fmt`) and escaped by the templates.
+
 ``python -m experiments.report DIR`` writes it; the run loop writes it at the end of every run,
 ``python -m experiments analyze`` and ``plot`` rewrite it.
 """
@@ -31,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from experiments.pagekit import Caption, esc, figure, page, read_caption
+from experiments.pagekit import Caption, png_data_uri, read_caption, render
 
 REPORT = "report.html"
 #: The round's summary as the run printed it (written by the run loop beside summary.json).
@@ -44,9 +48,6 @@ GENERIC_HOW = ("No caption was stored with this plot (it was drawn by an older f
 MAX_CELL_CHARS = 400
 #: A table from a CSV shows at most this many rows.
 MAX_TABLE_ROWS = 200
-
-EXTRA_CSS = (".wide{overflow-x:auto}.generic figcaption,.generic .read{color:#a60}"
-             "details{margin:.3em 0 .8em}summary{cursor:pointer;color:#333}")
 
 
 @dataclass(frozen=True)
@@ -151,21 +152,20 @@ def fmt(v) -> str:
     return s if len(s) <= MAX_CELL_CHARS else s[:MAX_CELL_CHARS - 1] + "…"
 
 
-def facts_table(d: dict, skip: tuple = ()) -> str:
-    """A two-column table of ``d``'s keys and :func:`fmt` values (keys in ``skip`` left out)."""
-    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(fmt(v))}</td></tr>" for k, v in d.items() if k not in skip)
-    return f'<div class="wide"><table>{rows}</table></div>' if rows else '<p class="muted">nothing recorded</p>'
+def facts(d: dict, skip: tuple = ()) -> list[tuple[str, str]]:
+    """``d``'s keys and :func:`fmt` values as ``(key, value)`` text pairs, keys in ``skip`` left
+    out: a two-column table of the page (``facts_table`` of macros.html.j2)."""
+    return [(str(k), fmt(v)) for k, v in d.items() if k not in skip]
 
 
-def rows_table(rows: list[dict], skip: tuple = ()) -> str:
-    """A table of a list of dicts (a CSV's rows, a JSON list): one column per key of any row."""
+def table(rows: list[dict], skip: tuple = ()) -> dict:
+    """A table of a list of dicts (a CSV's rows, a JSON list) for the page (``rows_table`` of
+    macros.html.j2): ``columns`` (one per key of any row, ``skip`` left out), ``rows`` (lists of
+    :func:`fmt` texts, at most :data:`MAX_TABLE_ROWS`) and ``more`` (how many rows were left out)."""
     cols = [c for c in dict.fromkeys(k for r in rows for k in r) if c not in skip]
-    head = "".join(f"<th>{esc(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{esc(fmt(r.get(c)))}</td>" for c in cols) + "</tr>"
-                   for r in rows[:MAX_TABLE_ROWS])
-    more = (f'<p class="muted">{len(rows) - MAX_TABLE_ROWS} more rows in the file.</p>'
-            if len(rows) > MAX_TABLE_ROWS else "")
-    return f'<div class="wide"><table><tr>{head}</tr>{body}</table></div>{more}'
+    return {"columns": [str(c) for c in cols],
+            "rows": [[fmt(r.get(c)) for c in cols] for r in rows[:MAX_TABLE_ROWS]],
+            "more": max(len(rows) - MAX_TABLE_ROWS, 0)}
 
 
 def _csv_rows(path: Path) -> list[dict]:
@@ -183,15 +183,14 @@ def _number(v):
     return v
 
 
-def plot_figure(p: Plot, folder: Path) -> str:
-    """A plot: its title, "how to read this" and the PNG inline; ``data-file`` names the PNG
-    relative to ``folder`` (the report's)."""
+def plot_view(p: Plot, folder: Path) -> dict:
+    """A plot for the page (``plot`` of macros.html.j2): ``title`` and ``how`` (its caption),
+    ``css`` (``plot``, or ``plot generic`` without a stored caption), ``file`` (the PNG relative
+    to ``folder``, the report's) and ``src`` (the PNG as a data: URI).
+    Raises OSError when the PNG cannot be read."""
     rel = p.path.relative_to(folder) if p.path.is_relative_to(folder) else p.path.name
-    cls = "plot generic" if p.generic else "plot"
-    return (f'<section class="{cls}" data-file="{esc(rel)}"><h4>{esc(p.caption.title)} '
-            f'<span class="muted">({esc(rel)})</span></h4>'
-            f'<p class="read"><b>How to read this.</b> {esc(p.caption.how)}</p>'
-            f"{figure(p.path, p.caption.title)}</section>")
+    return {"css": "plot generic" if p.generic else "plot", "file": str(rel), "title": p.caption.title,
+            "how": p.caption.how, "src": png_data_uri(p.path)}
 
 
 # ---------------------------------------------------------------- sections
@@ -201,62 +200,54 @@ def _fidelity(s: dict) -> dict:
     return f if isinstance(f, dict) else {}
 
 
-def fidelity_table(rounds: list[Round]) -> str:
-    """One row per round: ok, its failed checks, whether the run accepted them; ``ok`` is
-    ``not recorded`` for a summary without a fidelity block."""
-    out = ['<table class="fidelity"><tr><th>round</th><th>ok</th><th>failures</th>'
-           "<th>accepted_unfaithful</th></tr>"]
+def fidelity_rows(rounds: list[Round]) -> list[dict]:
+    """The page's fidelity table, one row per round: ``name``, ``ok`` (``not recorded`` for a
+    summary without a fidelity block) and its ``css`` (``ok`` or ``warn``), ``failures`` (the
+    failed checks' texts; the cell shows ``-`` for none) and ``accepted`` (whether the run
+    accepted them)."""
+    out = []
     for r in rounds:
         f = _fidelity(r.summary)
         ok = f.get("ok")
-        cls = "ok" if ok is True else "warn"
-        fails = f.get("failures") or []
-        out.append(f'<tr><td>{esc(r.name)}</td><td class="{cls}">{esc("not recorded" if ok is None else fmt(ok))}</td>'
-                   f"<td>{'<br>'.join(esc(x) for x in fails) or '-'}</td>"
-                   f"<td>{esc(fmt(f.get('accepted_unfaithful')))}</td></tr>")
-    out.append("</table>")
-    return "".join(out)
+        fails = [str(x) for x in f.get("failures") or []]
+        out.append({"name": r.name, "css": "ok" if ok is True else "warn",
+                    "ok": "not recorded" if ok is None else fmt(ok),
+                    "failures": fails if len(fails) > 1 or any(fails) else [],     # one empty text: "-"
+                    "accepted": fmt(f.get("accepted_unfaithful"))})
+    return out
 
 
-def _verdict(rounds: list[Round]) -> str:
+def _verdict(rounds: list[Round]) -> dict:
+    """The run's verdict (the paragraph at the top): the names of the ``failed`` rounds and
+    whether the run ``accepted`` them all, how many rounds are ``missing`` a fidelity block, how
+    many ``rounds`` there are."""
     failed = [r for r in rounds if _fidelity(r.summary).get("ok") is False]
-    missing = [r for r in rounds if _fidelity(r.summary).get("ok") is None]
-    if failed:
-        accepted = all(_fidelity(r.summary).get("accepted_unfaithful") for r in failed)
-        return (f'<p class="warn">Unfaithful: {len(failed)} of {len(rounds)} round(s) failed a fidelity check '
-                f"({', '.join(esc(r.name) for r in failed)})"
-                + ("; the run accepted them (--accept-unfaithful or a study)" if accepted else "")
-                + ". Their figures describe the emulation, not the fabric it stands for.</p>")
-    if missing:
-        return f'<p class="muted">{len(missing)} round(s) have no fidelity block.</p>'
-    if not rounds:
-        return '<p class="warn">No round was analysed (the run ended before any round\'s traffic finished).</p>'
-    return f'<p class="ok">Every round ({len(rounds)}) passed its fidelity checks.</p>'
+    return {"failed": [r.name for r in failed], "rounds": len(rounds),
+            "accepted": bool(failed) and all(_fidelity(r.summary).get("accepted_unfaithful") for r in failed),
+            "missing": sum(_fidelity(r.summary).get("ok") is None for r in rounds)}
 
 
-def _round_section(i: int, r: Round, folder: Path, multi: bool) -> str:
+def _round_view(i: int, r: Round, folder: Path, multi: bool) -> dict:
+    """Round ``i``'s section (``round_section`` of run.html.j2)."""
     s = r.summary
-    out = [f"<h2>Round {i}: {esc(r.name)}</h2>" if multi else "<h2>Summary</h2>"]
-    if r.text is not None:
-        out.append(f"<pre>{esc(r.text.rstrip())}</pre>")
-    out.append(f"<details{' open' if r.text is None else ''}><summary>Every figure of "
-               f"{esc(r.dir.relative_to(folder) / 'summary.json' if r.dir != folder else 'summary.json')}"
-               f"</summary>{facts_table(s, skip=('fidelity',))}</details>")
     f = _fidelity(s)
     ok = f.get("ok")
     verdict = ("passed" if ok else "FAILED" + (" (accepted)" if f.get("accepted_unfaithful") else "")) \
         if ok is not None else "not recorded"
-    out.append(f'<h3>Fidelity: <span class="{"ok" if ok else "warn"}">{esc(verdict)}</span></h3>')
-    if f.get("failures"):
-        out.append("<ul>" + "".join(f"<li>{esc(x)}</li>" for x in f["failures"]) + "</ul>")
-    out.append(f"<details><summary>The fidelity block</summary>{facts_table(f)}</details>")
-    if r.plots:
-        out.append("<h3>Plots</h3>" + "".join(plot_figure(p, folder) for p in r.plots))
-    return "".join(out)
+    return {"heading": f"Round {i}: {r.name}" if multi else "Summary",
+            "text": r.text.rstrip() if r.text is not None else None,
+            "summary_file": str(r.dir.relative_to(folder) / "summary.json" if r.dir != folder else "summary.json"),
+            "figures": facts(s, skip=("fidelity",)),
+            "verdict": verdict, "css": "ok" if ok else "warn", "failures": f.get("failures"),
+            "fidelity": facts(f), "plots": [plot_view(p, folder) for p in r.plots]}
 
 
-def run_body(d: Path) -> tuple[str, str]:
-    """(title, body HTML) of a run folder's report (see the module docstring).
+def run_view(d: Path) -> dict:
+    """The values of a run folder's report (``run.html.j2``; see the module docstring): ``name``,
+    ``folder``, ``description``, ``verdict``, ``environment`` (the main facts) and
+    ``environment_all``, ``fidelity`` (:func:`fidelity_rows`), ``tables`` (each ``*rounds.csv``),
+    ``rounds`` (each round's section), ``plots`` (the folder's own), ``single`` (a run of one
+    round: its summary, then its plots).
 
     Raises:
         OSError, ValueError: ``scenario.yaml`` or ``environment.json`` unreadable.
@@ -267,57 +258,37 @@ def run_body(d: Path) -> tuple[str, str]:
     single = [d] == [r.dir for r in rounds]
     if single:
         rounds = [Round(r.name, r.dir, r.summary, r.text, []) for r in rounds]
-    name = str(sc.get("name") or d.name)
-    out = [f"<h1>{esc(name)}</h1>", f'<p class="muted">{esc(d.name)}</p>']
-    if sc.get("description"):
-        out.append(f"<p>{esc(str(sc['description']).strip())}</p>")
-    out.append(_verdict(rounds))
-    out.append("<h2>Environment</h2>"
-               + facts_table({k: env.get(k) for k in ("datapath", "kernel", "ovs_version", "machine", "cpus",
-                                                     "git_revision", "accept_unfaithful") if k in env})
-               + f"<details><summary>Everything environment.json records (what each feature chose)</summary>"
-                 f"{facts_table(env)}</details>")
-    out.append("<h2>Fidelity, round by round</h2>" + fidelity_table(rounds))
+    tables = []
     for t in sorted(d.glob("*rounds.csv")):
         try:
             rows = _csv_rows(t)
         except (OSError, csv.Error):
             continue
         if rows:
-            out.append(f"<h2>The rounds side by side ({esc(t.name)})</h2>" + rows_table(rows, skip=("folder",)))
-    rounds_html = [_round_section(i, r, d, not single) for i, r in enumerate(rounds, 1)]
-    if single:                       # a run of one round: its summary, then its plots
-        out += rounds_html
-    top = plots_in(d)
-    if top:
-        out.append("<h2>Plots of the whole run</h2>" if not single else "<h2>Plots</h2>")
-        out.append("".join(plot_figure(p, d) for p in top))
-    if not single:
-        out += rounds_html
-    return name, "".join(out)
+            tables.append(dict(table(rows, skip=("folder",)), file=t.name))
+    return {"name": str(sc.get("name") or d.name), "folder": d.name,
+            "description": str(sc["description"]).strip() if sc.get("description") else None,
+            "verdict": _verdict(rounds),
+            "environment": facts({k: env.get(k) for k in ("datapath", "kernel", "ovs_version", "machine", "cpus",
+                                                         "git_revision", "accept_unfaithful") if k in env}),
+            "environment_all": facts(env), "fidelity": fidelity_rows(rounds), "tables": tables,
+            "rounds": [_round_view(i, r, d, not single) for i, r in enumerate(rounds, 1)],
+            "plots": [plot_view(p, d) for p in plots_in(d)], "single": single}
 
 
-def comparison_body(d: Path) -> tuple[str, str]:
-    """(title, body HTML) of a comparison folder's report: its runs and ratios (comparison.json)
-    and its plots. Raises OSError, ValueError: comparison.json unreadable."""
+def comparison_view(d: Path) -> dict:
+    """The values of a comparison folder's report (``comparison.html.j2``): ``name``, ``folder``,
+    ``description``, ``incomplete``, its ``runs`` and ``ratios`` (comparison.json, as
+    :func:`table`; None when it has none) and its ``plots``.
+    Raises OSError, ValueError: comparison.json unreadable."""
     res = json.loads((d / "comparison.json").read_text())
-    name = str(res.get("name") or d.name)
-    out = [f"<h1>{esc(name)}</h1>", f'<p class="muted">{esc(d.name)}: a comparison</p>']
-    if res.get("description"):
-        out.append(f"<p>{esc(str(res['description']).strip())}</p>")
-    if res.get("complete") is False:
-        out.append('<p class="warn">Incomplete: not every planned run is in.</p>')
     runs = [r for r in res.get("runs") or [] if isinstance(r, dict)]
-    if runs:
-        out.append("<h2>Runs</h2>" + rows_table(runs)
-                   + '<p class="muted">Each run\'s folder (the <code>run</code> column) has its own report.html.</p>')
     ratios = [r for r in res.get("ratios") or [] if isinstance(r, dict)]
-    if ratios:
-        out.append("<h2>Ratios</h2>" + rows_table(ratios))
-    top = plots_in(d)
-    if top:
-        out.append("<h2>Plots</h2>" + "".join(plot_figure(p, d) for p in top))
-    return name, "".join(out)
+    return {"name": str(res.get("name") or d.name), "folder": d.name,
+            "description": str(res["description"]).strip() if res.get("description") else None,
+            "incomplete": res.get("complete") is False,
+            "runs": table(runs) if runs else None, "ratios": table(ratios) if ratios else None,
+            "plots": [plot_view(p, d) for p in plots_in(d)]}
 
 
 def write_report(d: Path) -> Path:
@@ -334,10 +305,8 @@ def write_report(d: Path) -> Path:
     kind = folder_kind(d)
     if kind == "study":
         raise ValueError(f"{d} is a study's folder: its report.html is experiments.studyreport's")
-    title, body = comparison_body(d) if kind == "comparison" else run_body(d)
-    body += (f'<p class="muted">Written from the folder\'s files by experiments/report.py; every plot above is a file '
-             f"of the folder, drawn again by <code>python -m experiments plot {esc(d.name)}</code>.</p>")
-    html_text = page(f"{title}: fabriclab report", body).replace("</style>", EXTRA_CSS + "</style>", 1)
+    html_text = render("comparison.html.j2", **comparison_view(d)) if kind == "comparison" \
+        else render("run.html.j2", **run_view(d))
     path = d / REPORT
     path.write_text(html_text, encoding="utf-8")
     return path

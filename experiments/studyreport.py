@@ -10,7 +10,9 @@ Reads only the study's files, never the runner or a live fabric:
 
 ``write_report(study_dir)`` writes every plot that the files allow and ``report.html`` (every
 PNG embedded as a ``data:`` URI, inline CSS, no script, nothing loaded from the network) into
-``study_dir``; ``python -m experiments.studyreport STUDY_DIR`` does the same.
+``study_dir``; ``python -m experiments.studyreport STUDY_DIR`` does the same. The page is
+rendered from the template ``study.html.j2`` (experiments/templates/, experiments.pagekit.render);
+this module gives it its values, already formatted as text, and the template escapes them.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Ellipse  # noqa: E402
 
 from experiments import studystats  # noqa: E402
-from experiments.pagekit import esc as _e, figure as _figure, page  # noqa: E402
+from experiments.pagekit import png_data_uri, render  # noqa: E402
 
 DPI = 110
 #: Figure width (inches): 880 px at :data:`DPI`, readable at 800 px.
@@ -40,7 +42,7 @@ FIG_W = 8.0
 MAX_COLS = 3
 #: Flow-size buckets of the slowdown plot (fewer when the flows have fewer distinct sizes).
 SIZE_BUCKETS = 5
-#: Bootstrap resamples of the seeds for the slowdown plot's intervals.
+#: Bootstrap resamples of the seeds for the slowdown plot's intervals (:func:`bootstrap_median_ci`).
 BOOTSTRAP_N = 2000
 #: A log axis when the positive values span more than this factor (two decades).
 LOG_SPAN = 100.0
@@ -575,19 +577,19 @@ def size_buckets(sizes, n: int = SIZE_BUCKETS) -> list[tuple[float, float]]:
 
 
 def bootstrap_median_ci(values, conf: float = 0.95, n: int = BOOTSTRAP_N, seed: int = 0) -> tuple:
-    """(median, low, high): the median of ``values`` (one per seed) and a percentile bootstrap
-    interval of it (``n`` resamples of the seeds with replacement, numpy's generator at ``seed``).
-    Low and high are None with fewer than two values; all None for none."""
-    a = np.asarray(list(values), dtype=float)
-    if not len(a):
-        return None, None, None
-    med = float(np.median(a))
-    if len(a) < 2:
-        return med, None, None
-    rs = np.random.default_rng(seed).choice(a, size=(n, len(a)), replace=True)
-    meds = np.median(rs, axis=1)
-    q = (1 - conf) / 2 * 100
-    return med, float(np.percentile(meds, q)), float(np.percentile(meds, 100 - q))
+    """(median, low, high): the median of ``values`` (one per seed, in their own unit) and a
+    percentile bootstrap interval of it at level ``conf``, as every per-variant interval of a
+    study (:func:`experiments.studystats.summarize_variant`: ``scipy.stats.bootstrap`` with
+    ``method='percentile'``, ``n`` resamples of the seeds drawn from
+    ``numpy.random.default_rng(seed)``). Low and high are None with fewer than two values; all
+    three None for none; values all equal give ``(v, v, v)``. None and NaN values are left out.
+
+    Raises:
+        ValueError: an infinite value, ``conf`` not strictly between 0 and 1, ``n`` not a
+            positive integer.
+    """
+    s = studystats.summarize_variant(list(values), confidence=conf, n_resamples=n, seed=seed)
+    return s.median, s.ci_low, s.ci_high
 
 
 def plot_slowdown_by_size(st: Study) -> Path | None:
@@ -672,12 +674,10 @@ HOW_TO_READ = {
 }
 
 
-def _plot_group(title: str, how: str, figures: list[tuple[Path, str]], absent: str) -> str:
-    """A plot kind: its heading, how to read it, its figures; ``absent`` (a sentence) without any."""
-    if not figures:
-        return f'<h3>{_e(title)}</h3><p class="muted">{_e(absent)}</p>'
-    return (f'<h3>{_e(title)}</h3><p class="read"><b>How to read this.</b> {_e(how)}</p>'
-            + "".join(_figure(p, c) for p, c in figures))
+def _plot_group(title: str, how: str, figures: list[tuple[Path, str]], absent: str) -> dict:
+    """A plot kind for the page: its ``title``, ``how`` to read it, its ``figures`` (data: URI,
+    caption); ``absent`` (a sentence) is shown without any. Raises OSError: a PNG unreadable."""
+    return {"title": title, "how": how, "figures": [(png_data_uri(p), c) for p, c in figures], "absent": absent}
 
 
 def _verdict(pair: dict) -> tuple[str, str]:
@@ -690,19 +690,19 @@ def _verdict(pair: dict) -> tuple[str, str]:
     return (v or "-"), "v-none"
 
 
-def _cell(v, lo, hi, unit: str, suffix: str = "") -> str:
+def _cell(v, lo, hi, unit: str, star: bool = False, times: bool = False) -> dict:
+    """A number of the comparison table: ``main`` (the value and its unit), ``ci`` (its interval,
+    "" for none); ``times`` (a ratio: ``×``) and ``star`` (a short interval: ``*``) follow a value."""
     main, ci = fmt_with_ci(v, lo, hi, unit)
-    ci = f'<br><span class="ci">{_e(ci)}</span>' if ci else ""
-    return f'<td class="n">{_e(main)}{suffix if main != "-" else ""}{ci}</td>'
+    return {"main": main, "ci": ci, "times": times, "star": star}
 
 
-def _pair_table(st: Study, pairs: list, conf: float) -> str:
+def _pair_table(st: Study, pairs: list, conf: float) -> dict:
+    """The comparison table of one pair of variants (``a``, ``b``) at one sweep point: ``rows``
+    (one per metric), ``conf`` (the intervals' level as a percentage) and ``short`` (the level
+    of the narrowest short interval, or None: :func:`experiments.studystats.short_interval`)."""
     a, b = str(pairs[0].get("a")), str(pairs[0].get("b"))
-    head = (f"<tr><th>metric</th><th>{_e(a)}<br>median [{_pct(conf)} CI]</th><th>{_e(b)}<br>median [CI]</th>"
-            f"<th>difference<br>{_e(b)} &minus; {_e(a)} [CI]</th><th>ratio<br>{_e(b)} / {_e(a)} [CI]</th>"
-            "<th>p<br>Wilcoxon</th><th>p<br>Holm-adjusted</th><th>verdict</th><th>seeds</th>"
-            "<th>seeds needed</th></tr>")
-    out = [f'<h3>A = {_e(a)}, B = {_e(b)}</h3><table>{head}']
+    rows = []
     for pr in pairs:
         m = str(pr.get("metric"))
         u = _metric_unit(st, m)
@@ -710,27 +710,19 @@ def _pair_table(st: Study, pairs: list, conf: float) -> str:
         sa, sb = st.stats.get((a, p, m), {}), st.stats.get((b, p, m), {})
         text, cls = _verdict(pr)
         better = st.metrics.get(m, {}).get("better")
-        note = f"{m}, {better} is better" if better in ("lower", "higher") else m
         needed = pr.get("seeds_needed")
-        out.append(
-            f'<tr><td>{_e(_metric_title(st, m))}<br><span class="muted">{_e(note)}</span></td>'
-            + _cell(pr.get("a_median"), sa.get("ci_low"), sa.get("ci_high"), u)
-            + _cell(pr.get("b_median"), sb.get("ci_low"), sb.get("ci_high"), u)
-            + _cell(pr.get("diff_median"), pr.get("diff_ci_low"), pr.get("diff_ci_high"), u,
-                    "*" if studystats.short_interval(pr, conf) else "")
-            + _cell(pr.get("ratio"), pr.get("ratio_ci_low"), pr.get("ratio_ci_high"), "",
-                    "&times;" + ("*" if studystats.short_interval(pr, conf) else ""))
-            + f'<td class="n">{_e(fmt_p(pr.get("p_wilcoxon")))}</td>'
-              f'<td class="n">{_e(fmt_p(pr.get("p_adjusted")))}</td>'
-              f'<td class="{cls}">{_e(text)}</td><td class="n">{_e(pr.get("n", "-"))}</td>'
-              f'<td class="n">{_e(needed) if needed is not None else "-"}</td></tr>')
-    out.append("</table>")
+        short = bool(studystats.short_interval(pr, conf))
+        rows.append({
+            "title": _metric_title(st, m), "note": f"{m}, {better} is better" if better in ("lower", "higher") else m,
+            "a": _cell(pr.get("a_median"), sa.get("ci_low"), sa.get("ci_high"), u),
+            "b": _cell(pr.get("b_median"), sb.get("ci_low"), sb.get("ci_high"), u),
+            "diff": _cell(pr.get("diff_median"), pr.get("diff_ci_low"), pr.get("diff_ci_high"), u, star=short),
+            "ratio": _cell(pr.get("ratio"), pr.get("ratio_ci_low"), pr.get("ratio_ci_high"), "", star=short,
+                           times=True),
+            "p": fmt_p(pr.get("p_wilcoxon")), "p_adjusted": fmt_p(pr.get("p_adjusted")),
+            "verdict": text, "css": cls, "n": pr.get("n", "-"), "needed": "-" if needed is None else needed})
     short = [x for x in (studystats.short_interval(pr, conf) for pr in pairs) if x]
-    if short:
-        out.append(f'<p class="muted">* too few seeds for a {_pct(conf)} interval: the difference\'s and '
-                   f"the ratio's are the widest the seeds allow, [min, max] of the per-seed values, at "
-                   f"{_pct(min(short))}; no verdict can say a difference (see seeds needed).</p>")
-    return "".join(out)
+    return {"a": a, "b": b, "conf": _pct(conf), "rows": rows, "short": _pct(min(short)) if short else None}
 
 
 def _interval_level(st: Study) -> float:
@@ -743,39 +735,33 @@ def _pct(level: float) -> str:
     return f"{100 * level:.4g}%"
 
 
-def _comparison_section(st: Study) -> str:
+def _comparison(st: Study) -> dict | None:
+    """The comparison section: ``level`` (the intervals' level), ``conf`` (the study's),
+    ``simultaneous`` (the Bonferroni level, or None), ``points`` (per sweep point its ``label``,
+    None without a sweep, and its ``tables``, :func:`_pair_table`). None without pairs."""
     pairs = st.cmp.get("pairs") or []
+    if not pairs:
+        return None
     conf = _num(st.cmp.get("confidence")) or 0.95
     level = _interval_level(st)
-    if not pairs:
-        return "<h2>Comparison</h2><p>No paired comparison in comparison.json.</p>"
     sim = _num(st.cmp.get("simultaneous_confidence"))
-    out = ["<h2>Comparison</h2>",
-           f'<p class="read">Per pair of variants A and B and metric: each variant\'s median over seeds '
-           f"with its {_pct(level)} confidence interval; the difference B &minus; A (seed by seed, same seed "
-           f"= same traffic) with its interval; the per-seed ratio B / A (Hodges-Lehmann) with its interval "
-           f"(both intervals from the signed-rank test: they exclude 0 and 1 exactly when the test rejects); "
-           f"the Wilcoxon signed-rank p-value of the paired differences and the same p-value Holm-adjusted for the many comparisons; "
-           f"the verdict; &ldquo;seeds needed&rdquo;: the statistics' estimate of how many seeds would "
-           f"resolve the observed difference (&ldquo;-&rdquo;: none given)."
-           + (f" Each interval is at {_pct(sim)} so that all of a pair's intervals over its metrics hold "
-              f"together with {_pct(conf)} confidence (Bonferroni); the verdicts hold together at {_pct(conf)} "
-              "(Holm)." if sim is not None else "") + "</p>"]
     by_point: dict = {}
     for pr in pairs:
         by_point.setdefault(st.point_of(pr.get("sweep")), []).append(pr)
+    points = []
     for p in sorted(by_point, key=st.order):
-        if st.sweep_keys:
-            out.append(f"<h3>{_e(st.point_label(p))}</h3>")
         groups: dict = {}
         for pr in by_point[p]:
             groups.setdefault((str(pr.get("a")), str(pr.get("b"))), []).append(pr)
-        for g in groups.values():
-            out.append(_pair_table(st, g, level))
-    return "".join(out)
+        points.append({"label": st.point_label(p) if st.sweep_keys else None,
+                       "tables": [_pair_table(st, g, level) for g in groups.values()]})
+    return {"level": _pct(level), "conf": _pct(conf), "simultaneous": _pct(sim) if sim is not None else None,
+            "points": points}
 
 
-def _shape_section(st: Study) -> str:
+def _shape(st: Study) -> dict:
+    """The study's shape: ``rows`` (variants, sweep, seeds, cells: text pairs), ``incomplete``,
+    ``unmeasured`` (title, name) of each metric no cell measured."""
     ok = [c for c in st.cells if c.get("status") == "ok"]
     unfaithful = [c for c in st.cells if c.get("status") == "unfaithful"]
     failed = [c for c in st.cells if c.get("status") not in ("ok", "unfaithful")]
@@ -788,97 +774,75 @@ def _shape_section(st: Study) -> str:
             ("cells", f"{len(st.cells)}: {len(ok)} ok"
                       + (f", {len(unfaithful)} unfaithful (a fidelity check failed; counted as missing)"
                          if unfaithful else "") + f", {len(failed)} failed")]
-    out = ['<h2>Study</h2><dl class="shape">'] + [f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows] + ["</dl>"]
-    if st.cmp.get("complete") is False:
-        out.append('<p class="warn">This study is incomplete: not every cell has run.</p>')
-    unmeasured = [m for m in st.metrics if not st.measured(m)]
-    if unmeasured:
-        out.append("<p>Not measured in any cell (no plot): "
-                   + ", ".join(f"{_e(_metric_title(st, m))} ({_e(m)})" for m in unmeasured) + ".</p>")
-    return "".join(out)
+    return {"rows": rows, "incomplete": st.cmp.get("complete") is False,
+            "unmeasured": [(_metric_title(st, m), m) for m in st.metrics if not st.measured(m)]}
 
 
-def _bottleneck_section(st: Study) -> str:
+def _bottlenecks(st: Study) -> dict:
+    """The bottlenecks that ``moved`` (comparison.json's entries) and whether any differed
+    ``within`` a seed (between its variants)."""
     moved = [b for b in st.cmp.get("bottlenecks") or [] if b.get("moved")]
-    if not moved:
-        return "<h2>Bottlenecks</h2><p>In every cell the bottleneck was where it usually is.</p>"
-    items = "".join(f"<li>cell {_e(b.get('cell'))} ({_e(b.get('variant'))}, seed {_e(b.get('seed'))}): "
-                    f"the bottleneck was <b>{_e(b.get('bottleneck'))}</b>, usually "
-                    f"{_e(b.get('usual'))}</li>" for b in moved)
     within = [b for b in st.cmp.get("bottlenecks") or [] if b.get("differs_in_seed")]
-    note = ("" if within else "<p>Each seed's bottleneck was the same in every variant: it moved with the "
-            "seeds' traffic, not with the variants.</p>")
-    return f"<h2>Bottlenecks that moved</h2>{note}<ul>{items}</ul>"
+    return {"moved": moved, "within": bool(within)}
 
 
-def _paths_section(st: Study) -> str:
+def _paths(st: Study) -> dict | None:
+    """The paths' section: ``text`` (:func:`experiments.studystats.paths_sentence`) and the
+    ``differing`` entries when some differed (None when they did not); None without a sentence."""
     paths = st.cmp.get("paths") or {}
     text = studystats.paths_sentence(paths, len(st.variants))
     if not text:
-        return ""
+        return None
     if paths.get("checked") and not paths.get("same"):
-        items = "".join(f"<li>seed {_e(d.get('seed'))}, flow {_e(d.get('flow_id'))}: {_e(d.get('paths'))}</li>"
-                        for d in paths.get("differing") or [])
-        return f"<h2>Paths that differed between variants of one seed</h2><p>{_e(text)}.</p><ul>{items}</ul>"
-    return f"<h2>Paths</h2><p>{_e(text[0].upper() + text[1:])}.</p>"
+        return {"text": text, "differing": paths.get("differing") or []}
+    return {"text": text[0].upper() + text[1:], "differing": None}
 
 
-def _failed_section(st: Study) -> str:
-    failed = [c for c in st.cells if c.get("status") != "ok"]
-    if not failed:
-        return ""
-    head = "<tr><th>cell</th><th>status</th><th>variant</th>" + ("<th>sweep</th>" if st.sweep_keys else "") + \
-           "<th>seed</th><th>folder</th><th>error</th></tr>"
-    rows = "".join(
-        f"<tr><td>{_e(c.get('cell'))}</td><td>{_e(c.get('status'))}</td><td>{_e(c.get('variant'))}</td>"
-        + (f"<td>{_e(st.point_label(st.point_of(c.get('sweep'))))}</td>" if st.sweep_keys else "")
-        + f"<td>{_e(c.get('seed'))}</td><td>{_e(c.get('dir'))}</td>"
-          f"<td><pre>{_e(c.get('error') or 'no error recorded')}</pre></td></tr>" for c in failed)
-    return (f"<h2>Cells that failed or were unfaithful</h2><p>Their values count as missing in the "
-            f"comparison.</p><table>{head}{rows}</table>")
+def _failed(st: Study) -> list[dict]:
+    """The cells that failed or were unfaithful, each with its sweep point's ``label``."""
+    return [dict(c, label=st.point_label(st.point_of(c.get("sweep")))) for c in st.cells if c.get("status") != "ok"]
+
+
+def study_view(st: Study, plots: dict) -> dict:
+    """The values of a study's report (``study.html.j2``): ``title``, ``description``, ``shape``,
+    ``comparison``, ``bottlenecks``, ``paths``, ``failed``, ``sweep`` (whether the study has a
+    sweep) and ``groups`` (the plot kinds, :func:`_plot_group`). ``plots`` as :func:`write_html`
+    takes it. Raises OSError: a PNG unreadable."""
+    conf = _pct(_interval_level(st))
+    how = {k: v.format(conf=conf) for k, v in HOW_TO_READ.items()}
+    groups = [_plot_group("Each metric per variant", how["metric"],
+                          [(p, f"{_metric_title(st, m)} ({m}) per variant") for m, p in plots["metric"]],
+                          "No metric was measured.")]
+    no_fct = "No study_fct.csv in the study folder." if st.fct is None else "study_fct.csv has no completed flow."
+    groups.append(_plot_group("Flow completion times", how["fct_ecdf"],
+                              [(plots["fct_ecdf"], "ECDF of flow completion times per variant")]
+                              if plots.get("fct_ecdf") else [], no_fct))
+    groups.append(_plot_group("Throughput against queueing delay", how["throughput_delay"],
+                              [(plots["throughput_delay"], "throughput against median queueing delay per seed")]
+                              if plots.get("throughput_delay") else [],
+                              f"Needs both {THROUGHPUT} and {QUEUE_DELAY}; this study did not measure both."))
+    if st.sweep_keys:
+        groups.append(_plot_group(f"Each metric against {st.sweep_keys[0]}", how["sweep"],
+                                  [(p, f"{_metric_title(st, m)} ({m}) against {st.sweep_keys[0]}")
+                                   for m, p in plots["sweep"]],
+                                  f"The sweep has fewer than two values of {st.sweep_keys[0]}."))
+    groups.append(_plot_group("Slowdown by flow size", how["slowdown"],
+                              [(plots["slowdown"], "median and p99 slowdown per flow-size bucket")]
+                              if plots.get("slowdown") else [],
+                              no_fct if st.fct is None else "study_fct.csv has no slowdown values."))
+    return {"title": str(st.cmp.get("study") or st.dir.name), "description": st.cmp.get("description") or None,
+            "shape": _shape(st), "comparison": _comparison(st), "bottlenecks": _bottlenecks(st),
+            "paths": _paths(st), "failed": _failed(st), "sweep": bool(st.sweep_keys), "groups": groups}
 
 
 def write_html(st: Study, plots: dict) -> Path:
     """Write ``report.html`` into the study folder: one self-contained page (PNGs inline as
     ``data:`` URIs, inline CSS, a Content-Security-Policy that forbids scripts and any load but
     ``data:`` images). ``plots``: ``{"metric": [paths], "fct_ecdf": path | None, ...}`` as
-    :func:`write_report` collects them. Every string from the study's files is HTML-escaped."""
-    conf = _pct(_interval_level(st))
-    how = {k: v.format(conf=conf) for k, v in HOW_TO_READ.items()}
-    title = str(st.cmp.get("study") or st.dir.name)
-    parts = [f"<h1>{_e(title)}</h1>"]
-    if st.cmp.get("description"):
-        parts.append(f"<p>{_e(st.cmp['description'])}</p>")
-    parts.append(_shape_section(st))
-    parts.append(_comparison_section(st))
-    parts.append(_bottleneck_section(st))
-    parts.append(_paths_section(st))
-    parts.append(_failed_section(st))
-    parts.append("<h2>Plots</h2>")
-    parts.append(_plot_group("Each metric per variant", how["metric"],
-                             [(p, f"{_metric_title(st, m)} ({m}) per variant") for m, p in plots["metric"]],
-                             "No metric was measured."))
-    no_fct = "No study_fct.csv in the study folder." if st.fct is None else "study_fct.csv has no completed flow."
-    parts.append(_plot_group("Flow completion times", how["fct_ecdf"],
-                             [(plots["fct_ecdf"], "ECDF of flow completion times per variant")]
-                             if plots.get("fct_ecdf") else [], no_fct))
-    parts.append(_plot_group("Throughput against queueing delay", how["throughput_delay"],
-                             [(plots["throughput_delay"], "throughput against median queueing delay per seed")]
-                             if plots.get("throughput_delay") else [],
-                             f"Needs both {THROUGHPUT} and {QUEUE_DELAY}; this study did not measure both."))
-    if st.sweep_keys:
-        parts.append(_plot_group(f"Each metric against {st.sweep_keys[0]}", how["sweep"],
-                                 [(p, f"{_metric_title(st, m)} ({m}) against {st.sweep_keys[0]}")
-                                  for m, p in plots["sweep"]],
-                                 f"The sweep has fewer than two values of {st.sweep_keys[0]}."))
-    parts.append(_plot_group("Slowdown by flow size", how["slowdown"],
-                             [(plots["slowdown"], "median and p99 slowdown per flow-size bucket")]
-                             if plots.get("slowdown") else [],
-                             no_fct if st.fct is None else "study_fct.csv has no slowdown values."))
-    parts.append('<p class="muted">Written from the study folder\'s comparison.json, study.csv and '
-                 "study_fct.csv by experiments/studyreport.py.</p>")
+    :func:`write_report` collects them. Every string from the study's files is HTML-escaped
+    (the template's autoescape)."""
     path = st.dir / "report.html"
-    path.write_text(page(f"{title}: study report", "".join(parts)), encoding="utf-8")
+    path.write_text(render("study.html.j2", **study_view(st, plots)), encoding="utf-8")
     return path
 
 

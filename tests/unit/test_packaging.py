@@ -1,6 +1,7 @@
-"""The project as a wheel: every subpackage and the BPF sources are in it, and the command's
-pure sub-commands (--help, schema, check, plot) run from it in a fresh virtual environment that
-has the pure dependencies only (no pyroute2, no os-ken, no Mininet), outside the checkout.
+"""The project as a wheel: every subpackage, the BPF sources and the reports' templates are in
+it, and the command's pure sub-commands (--help, schema, check, analyze, plot) run from it in a
+fresh virtual environment that has the pure dependencies only (no pyroute2, no os-ken, no
+Mininet), outside the checkout; ``analyze`` rebuilds a synthetic run's folder from it.
 
 The wheel is built offline from a copy of the sources; the fresh environment sees the pure
 dependencies already installed in .venv (linked, the live stack left out), so the test needs no
@@ -23,6 +24,9 @@ PACKAGES = ("common", "topologies", "controller", "traffic", "experiments")
 LIVE_ONLY = ("pyroute2", "os_ken", "mininet")
 #: the system site-packages .venv is made with (scripts/setup.sh: --system-site-packages)
 SYSTEM_SITE = ("/usr/lib/python3/dist-packages",)
+#: a run of one round on a small fabric; its plots are drawn by ``plot``, not by ``analyze``
+TINY_RUN = ("name: tiny\nseed: 1\ntopology: {spines: 1, leaves: 2, hosts_per_leaf: 2}\n"
+            "traffic: {pattern: incast, receiver: h1, senders: 2, response_bytes: 20000}\nmeasurement: {plots: false}\n")
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +66,36 @@ def pure_venv(wheel, tmp_path_factory) -> Path:
     return root / "venv" / "bin"
 
 
-def fabriclab(bin_dir: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+def clean_env(cwd: Path, pythonpath: Path | None = None) -> dict:
+    """The environment of a command run from the test venv: nothing of the caller's (its
+    PYTHONPATH would put the checkout first), ``pythonpath`` added when given."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd), "MPLCONFIGDIR": str(cwd)}
+    return env | ({"PYTHONPATH": str(pythonpath)} if pythonpath else {})
+
+
+def fabriclab(bin_dir: Path, *args: str, cwd: Path, pythonpath: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([str(bin_dir / "fabriclab"), *args], cwd=cwd, capture_output=True, text=True, timeout=120,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(cwd), "MPLCONFIGDIR": str(cwd)})
+                          env=clean_env(cwd, pythonpath))
+
+
+def synthetic_run(d: Path) -> Path:
+    """A run folder of :data:`TINY_RUN` as the run loop leaves it before the analysis: scenario.yaml,
+    round.json (the raw record), the agents' records of two complete flows, the sampler's files
+    and environment.json (tests/unit/test_slowdown.py's synthetic round)."""
+    import yaml
+
+    from experiments import rounds
+    from experiments.plan import check_against_fabric
+    from experiments.scenario import validate
+    from tests.unit.test_slowdown import _synthetic_round
+    sc = validate(yaml.safe_load(TINY_RUN))
+    layout = check_against_fabric(sc)
+    _synthetic_round(rounds.run_context(sc, layout, {}, d, True), layout[2], d, 1000.0, lambda f: 0.05)
+    (d / "scenario.yaml").write_text(TINY_RUN)
+    (d / rounds.ROUND_RECORD).write_text(json.dumps(      # the ECN feature's record: no port marked
+        {"index": 0, "name": sc.rounds[0].name, "workload": "flows", "options": {}, "raw": {"codes": {}},
+         "features": {"ecn": {"counters": {}}}, "timings_s": {}, "stopped": None}))
+    return d
 
 
 def test_the_wheel_holds_every_subpackage_and_the_bpf_sources(wheel):
@@ -76,13 +107,17 @@ def test_the_wheel_holds_every_subpackage_and_the_bpf_sources(wheel):
         assert f"controller/bpf/{c.name}" in names
     for y in (REPO / "experiments" / "scenarios").glob("*.yaml"):
         assert f"experiments/scenarios/{y.name}" in names
+    templates = sorted((REPO / "experiments" / "templates").glob("*.html.j2"))     # the reports' pages
+    assert len(templates) >= 3
+    for t in templates:
+        assert f"experiments/templates/{t.name}" in names, f"{t.name} is not in the wheel"
 
 
 def test_the_pure_commands_run_from_the_wheel_without_the_live_stack(pure_venv, tmp_path):
     py = pure_venv / "python"
     probe = subprocess.run([str(py), "-c", "import experiments, importlib.util as u; print(experiments.__file__); "
                             f"print([m for m in {LIVE_ONLY!r} if u.find_spec(m)])"],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
+                           cwd=tmp_path, capture_output=True, text=True, timeout=60, env=clean_env(tmp_path))
     where, live = probe.stdout.splitlines()
     assert "site-packages" in where and str(REPO) not in where, where      # the wheel's copy, not the checkout
     assert live == "[]", f"the test venv has {live}"
@@ -97,3 +132,23 @@ def test_the_pure_commands_run_from_the_wheel_without_the_live_stack(pure_venv, 
     (tmp_path / "bad.yaml").write_text("name: bad\ntopology: {kind: spineleaf, spines: -1}\n")
     res = fabriclab(pure_venv, "check", "bad.yaml", cwd=tmp_path)
     assert res.returncode == 2 and "topology.spines" in res.stderr, res.stdout + res.stderr
+
+
+def test_analyze_and_plot_rebuild_a_results_folder_from_the_wheel(pure_venv, tmp_path):
+    """``analyze`` rebuilds a run's folder from its raw files and ``plot`` draws its plots, with
+    none of the live stack; both write its report.html from the wheel's templates."""
+    run = synthetic_run(tmp_path / "run")
+    res = fabriclab(pure_venv, "analyze", "--quiet", str(run), cwd=tmp_path)
+    assert res.returncode == 0 and "analysed 1 round(s)" in res.stdout, res.stdout + res.stderr
+    for f in ("summary.json", "summary.txt", "flows.csv", "queues.csv", "ports.csv", "topology.png", "report.html"):
+        assert (run / f).is_file() and (run / f).stat().st_size > 0, f
+    assert json.loads((run / "summary.json").read_text())["flows"]["all_complete"] is True
+    assert "<h1>tiny</h1>" in (run / "report.html").read_text(encoding="utf-8")
+
+    (run / "report.html").unlink()
+    res = fabriclab(pure_venv, "plot", str(run), cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    written = [Path(line) for line in res.stdout.split()]
+    assert {"fct_cdf.png", "queue_depth.png", "report.html"} <= {p.name for p in written}
+    assert all(p.parent == run and p.stat().st_size > 0 for p in written), written
+    assert '<section class="plot" data-file="fct_cdf.png">' in (run / "report.html").read_text(encoding="utf-8")

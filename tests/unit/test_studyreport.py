@@ -10,12 +10,14 @@ import itertools
 import json
 import re
 import time
+import warnings
 from html.parser import HTMLParser
 from pathlib import Path
 
 import matplotlib.image as mpimg
 import numpy as np
 import pytest
+from scipy import stats
 
 from experiments import studyreport as sr
 from tests.chromium import CHROMIUM, PROBE, chromium, console_lines
@@ -288,6 +290,27 @@ def test_size_buckets_bootstrap_and_formats():
     assert sr.fmt_value(9412.3, "Mbit/s") == "9412 Mbit/s" and sr.fmt_value(None) == "-"
     assert sr.fmt_value(0.9512) == "0.951" and sr.fmt_p(3e-6) == "<0.0001"
     assert sr.fmt_bytes(1500) == "1.5 KB" and sr.fmt_bytes(2.5e6) == "2.5 MB"
+
+
+def test_the_slowdown_interval_is_scipys_percentile_bootstrap():
+    """bootstrap_median_ci is scipy.stats.bootstrap (percentile, seeded generator, BOOTSTRAP_N
+    resamples) of the median; none, one and all-equal values give what they always gave, warning-free."""
+    rng = np.random.default_rng(5)
+    for values, conf, seed in (([1.0, 2.0, 3.0, 4.0, 100.0], 0.95, 0), (list(rng.lognormal(0, 1, 10)), 0.9, 7),
+                               ([3.0, 1.0], 0.99, 1)):
+        res = stats.bootstrap((np.asarray(values),), np.median, n_resamples=sr.BOOTSTRAP_N, confidence_level=conf,
+                              method="percentile", rng=np.random.default_rng(seed))
+        got = sr.bootstrap_median_ci(values, conf, seed=seed)
+        assert got == (float(np.median(values)), float(res.confidence_interval.low),
+                       float(res.confidence_interval.high)), values
+        assert all(type(x) is float for x in got)
+    assert sr.bootstrap_median_ci(iter([2.0, 5.0]), n=50, seed=3) == sr.bootstrap_median_ci([2.0, 5.0], n=50, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sr.bootstrap_median_ci([]) == (None, None, None)
+        assert sr.bootstrap_median_ci([2.5]) == (2.5, None, None)
+        assert sr.bootstrap_median_ci([4.0] * 6) == (4.0, 4.0, 4.0)
+        assert sr.bootstrap_median_ci([0.0, 0.0]) == (0.0, 0.0, 0.0)
 
 
 # ------------------------------------------------------------------ a real browser
