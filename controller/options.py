@@ -18,6 +18,7 @@ import json
 
 from common.errors import SetupError
 from controller.ofp import ArgsAlreadyParsedError, cfg
+from controller.routing import STRATEGIES
 from topologies.spec import build
 
 GROUP = "fabriclab"
@@ -29,8 +30,8 @@ OPTS = [
                                   "or topo"),
     cfg.StrOpt("ready-file", help="written (JSON: switches, OpenFlow errors) once every switch of the "
                                   "fabric is configured"),
-    cfg.StrOpt("routing", default="ecmp", choices=["ecmp", "single"],
-               help="ecmp: each 5-tuple hashed over the equal-cost next hops; single: one path per destination"),
+    cfg.StrOpt("routing", default="ecmp", choices=list(STRATEGIES),
+               help="; ".join(f"{name}: {cls.TITLE}" for name, cls in STRATEGIES.items())),
     cfg.StrOpt("ecn-plan", help="ECN plan JSON (controller.ecnports), applied on request once all switches are up"),
     cfg.StrOpt("pfc-plan", help="PFC plan JSON (controller.pfcports), started on request once all switches are up"),
     cfg.StrOpt("control-dir", help="folder for the ECN marker's record (with ecn-plan)"),

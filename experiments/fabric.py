@@ -96,8 +96,9 @@ class LiveFabric:
         switch_queue: ``rate_mbps -> PortQueue`` for every switch egress port, or None.
         host_queue: ``rate_mbps -> PortQueue`` for every host NIC, or None.
         connect_timeout_s: how long switches get to connect and be configured.
-        routing: ``ecmp`` (hash each 5-tuple over all equal-cost next hops) or
-            ``single`` (one deterministic path per destination); see controller.routing.
+        routing: a registered routing strategy (controller.routing.STRATEGIES): ``ecmp`` (hash
+            each 5-tuple over all equal-cost next hops), ``single`` (one deterministic path per
+            destination).
         ecn_plan: the ECN plan the controller applies once the ports have queues
             (experiments.features.ecn.plan.ecn_plan; controller.ecnports), or None.
         pfc_plan: the PFC plan (experiments.features.pfc.plan.pfc_plan; controller.pfcports): the

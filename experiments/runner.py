@@ -27,7 +27,7 @@ import yaml
 
 from controller import dataplane
 from controller.dataplane import PortQueue
-from controller.routing import ECMP_METHOD
+from controller.routing import strategy_class
 from experiments import draw, folders, probe as envprobe, report
 from experiments.context import HOST_QUEUE_PACKETS, RoundRecord, RunContext, maybe_fault
 from experiments.fabric import REPO, LiveFabric
@@ -171,7 +171,7 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
     fabric_args = {k: v for f in features for k, v in f.fabric_args().items()}
     env["git_revision"] = _git_rev()
     env["scale"] = _scale(sc)
-    env["routing"] = {"mode": sc.routing.mode, **(ECMP_METHOD if sc.routing.mode == "ecmp" else {})}
+    env["routing"] = {"mode": sc.routing.mode, **strategy_class(sc.routing.mode).METHOD}
     env["accept_unfaithful"] = accept_unfaithful
 
     slack_s = env["shaper"]["slack_s"]

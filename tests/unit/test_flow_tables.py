@@ -8,9 +8,9 @@ import itertools
 import networkx as nx
 import pytest
 
-from controller.routing import compute_routes, hash_basis, port_peers, switch_graph
+from controller.routing import compute_routes, hash_basis, strategy_for, switch_graph
 from controller.tables import (ECMP_TABLE, ETH_TYPE_ARP, ETH_TYPE_IP, PRIO_ROUTE, FlowEntry, Multipath, Output,
-                               SetReg, ToController, switch_flows)
+                               SetField, SetReg, ToController, switch_flows)
 from experiments.plan import build_fabric
 from experiments.scenario import validate
 
@@ -26,8 +26,9 @@ def fabric_map(topology: dict) -> dict:
 
 
 def tables_of(fmap: dict, mode: str = "ecmp") -> dict[str, list[FlowEntry]]:
-    routes = compute_routes(fmap, mode)
-    return {s["name"]: switch_flows(routes[s["name"]], hash_basis(i)) for i, s in enumerate(fmap["switches"])}
+    """Every switch's entries as the app installs them: routing strategy ``mode``'s ``switch_flows``."""
+    strategy = strategy_for(fmap, mode)
+    return {s["name"]: strategy.switch_flows(s["name"]) for s in fmap["switches"]}
 
 
 def lookup(flows: list[FlowEntry], table_id: int, fields: dict) -> FlowEntry:
@@ -48,42 +49,77 @@ def multipath_link(five_tuple: tuple, basis: int, n_links: int) -> int:
     return h * n_links >> 16
 
 
-def pipeline(flows: list[FlowEntry], packet: dict, five_tuple: tuple) -> list:
+def run_tables(flows: list[FlowEntry], packet: dict, five_tuple: tuple) -> tuple[list, dict]:
     """Run one packet through a switch's tables; returns the final actions that send it (Output or
-    ToController), [] when dropped."""
+    ToController; [] when dropped) and the packet's header fields as it leaves (registers are the
+    switch's own and do not leave with it)."""
     fields, table, sent = dict(packet), 0, []
     while True:
         e = lookup(flows, table, fields)
         for a in e.actions:
             if isinstance(a, SetReg):
                 fields[a.reg] = a.value
+            elif isinstance(a, SetField):
+                fields[a.field] = a.value
             elif isinstance(a, Multipath):
                 fields[a.dst] = multipath_link(five_tuple, a.basis, a.max_link + 1)
             else:
                 sent.append(a)
         if e.goto_table is None:
-            return sent
+            return sent, {k: v for k, v in fields.items() if not k.startswith("reg")}
         assert e.goto_table > table, "goto_table must move forward"
         table = e.goto_table
 
 
+def pipeline(flows: list[FlowEntry], packet: dict, five_tuple: tuple) -> list:
+    """The actions that send one packet out of a switch (:func:`run_tables`)."""
+    return run_tables(flows, packet, five_tuple)[0]
+
+
 def forward(fmap: dict, tables: dict, src: str, dst: str, sport: int = 40000, dport: int = 5001) -> list[str]:
     """The switches an IPv4 packet from host ``src`` to host ``dst`` crosses; AssertionError on a
-    drop, a loop, a packet sent to the controller, or delivery to the wrong host."""
+    drop, a loop, a packet sent to the controller, delivery to the wrong host, or a frame that
+    arrives with headers other than those it was sent with (:func:`forward_frame`)."""
+    path, arrived = forward_frame(fmap, tables, src, dst, sport, dport)
+    sent = frame(fmap, src, dst)
+    assert {k: arrived[k] for k in sent if k != "in_port"} == {k: v for k, v in sent.items() if k != "in_port"}, \
+        f"{src}->{dst} arrived as {arrived}, sent as {sent}"
+    return path
+
+
+def frame(fmap: dict, src: str, dst: str) -> dict:
+    """The header fields of an IPv4 frame host ``src`` sends to host ``dst``, as its switch sees it."""
     hosts = {h["name"]: h for h in fmap["hosts"]}
-    peer = port_peers(fmap)
+    return {"eth_type": ETH_TYPE_IP, "eth_src": hosts[src]["mac"], "eth_dst": hosts[dst]["mac"],
+            "ipv4_src": hosts[src]["ip"], "ipv4_dst": hosts[dst]["ip"], "in_port": hosts[src]["switch_port"]}
+
+
+def forward_frame(fmap: dict, tables: dict, src: str, dst: str, sport: int = 40000, dport: int = 5001,
+                  seen: list | None = None) -> tuple[list[str], dict]:
+    """The switches a frame from host ``src`` to host ``dst`` crosses and its header fields as
+    ``dst`` receives it (every rewrite the tables made carried from switch to switch, each switch
+    seeing the port it arrived on as ``in_port``); ``seen`` collects the fields at each switch.
+    AssertionError on a drop, a packet sent to the controller, delivery to the wrong host, or the
+    same switch twice with the same headers (a loop)."""
+    hosts = {h["name"]: h for h in fmap["hosts"]}
+    ends = {(sw["name"], p["port"]): (p["peer"], p["peer_port"]) for sw in fmap["switches"] for p in sw["ports"]}
     five = (hosts[src]["ip"], hosts[dst]["ip"], 6, sport, dport)
-    packet = {"eth_type": ETH_TYPE_IP, "ipv4_dst": hosts[dst]["ip"]}
-    sw, path = hosts[src]["switch"], []
+    packet = frame(fmap, src, dst)
+    sw, path, states = hosts[src]["switch"], [], set()
     while True:
-        assert sw not in path, f"loop {path + [sw]}"
+        state = (sw, tuple(sorted((k, v) for k, v in packet.items() if k != "in_port")))
+        assert state not in states, f"loop {path + [sw]}"
+        states.add(state)
         path.append(sw)
-        sent = pipeline(tables[sw], packet, five)
+        if seen is not None:
+            seen.append(dict(packet))
+        sent, packet = run_tables(tables[sw], packet, five)
         assert len(sent) == 1 and isinstance(sent[0], Output), f"{sw} sent {sent} for {src}->{dst}"
-        nxt = peer[(sw, sent[0].port)]
+        nxt, port = ends[(sw, sent[0].port)]
+        packet["in_port"] = port
         if nxt in hosts:
             assert nxt == dst, f"{src}->{dst} delivered to {nxt}"
-            return path
+            return path, packet
         sw = nxt
 
 
@@ -147,3 +183,13 @@ def test_every_ecmp_link_index_has_an_output_and_no_more():
         outs = {(dict(e.match)["reg1"], dict(e.match)["reg0"]) for e in flows
                 if e.table_id == ECMP_TABLE and e.priority == PRIO_ROUTE}
         assert outs == {(s, link) for s, n in sets.items() for link in range(n)}, sw
+
+
+@pytest.mark.parametrize("mode", ["ecmp", "single"])
+def test_per_destination_strategies_install_the_per_destination_tables(mode):
+    """``ecmp`` and ``single`` install exactly controller.tables.switch_flows over their routes."""
+    fmap = fabric_map(FABRICS["fattree k=4"])
+    routes = compute_routes(fmap, mode)
+    assert tables_of(fmap, mode) == {s["name"]: switch_flows(routes[s["name"]], hash_basis(i))
+                                     for i, s in enumerate(fmap["switches"])}
+

@@ -79,3 +79,59 @@ def test_ecmp_balance_chi_square():
     assert ecmp_balance({"a": 64, "b": 0})["p_value"] < 1e-10
     with pytest.raises(ValueError):
         ecmp_balance({"a": 3})
+
+
+# -- the registry: a new strategy is one class and one registration ---------------------------------
+
+def test_a_registered_strategy_is_accepted_by_the_schema_and_routes(request):
+    """A throwaway strategy (one class, one register() call) is a valid ``routing.mode`` at once,
+    is listed in the exported schema's enum, computes routes, and leaves the registry as it was."""
+    from controller.routing import STRATEGIES, RoutingStrategy, register, strategy_for
+    from experiments.model import ScenarioFile
+    from experiments.plan import check_against_fabric
+    from experiments.scenario import validate
+
+    class Highest(RoutingStrategy):
+        """Of the equal-cost next hops, always the highest-numbered port."""
+        NAME = "highest-port-test"
+        TITLE = "the highest equal-cost port"
+        HASHED = False
+
+        def next_hops(self):
+            return {sw: {ip: [max(ports)] for ip, ports in r.items()} for sw, r in super().next_hops().items()}
+
+    register(Highest)
+    request.addfinalizer(lambda: STRATEGIES.pop(Highest.NAME))
+    sc = validate({"name": "t", "routing": {"mode": "highest-port-test"}})
+    assert sc.routing.mode == "highest-port-test"
+    check_against_fabric(sc)
+    schema = ScenarioFile.model_json_schema()
+    assert "highest-port-test" in str(schema["$defs"]["Routing"]["properties"]["mode"]["enum"])
+    m = SpineLeaf(spines=2, leaves=3, hosts_per_leaf=2).build().to_map()
+    routes = strategy_for(m, "highest-port-test").routes
+    assert routes["leaf1"]["10.2.0.1"] == [4]                  # leaf1's uplinks are ports 3 and 4
+    for sw in m["switches"]:
+        for h in m["hosts"]:
+            assert follow(m, routes, sw["name"], h["ip"])[-1] == h["switch"]
+    with pytest.raises(ValueError, match="taken"):
+        register(type("Other", (RoutingStrategy,), {"NAME": "highest-port-test"}))
+
+
+def test_every_place_takes_its_choices_from_the_registry():
+    from controller.main import main
+    from controller.options import OPTS
+    from controller.routing import STRATEGIES
+    from experiments.model import ScenarioFile
+    assert next(o for o in OPTS if o.dest == "routing").type.choices.keys() == STRATEGIES.keys()
+    assert ScenarioFile.model_json_schema()["$defs"]["Routing"]["properties"]["mode"]["enum"] == list(STRATEGIES)
+    with pytest.raises(SystemExit) as e:
+        main(["--topo", "fattree,4", "--ready-file", "/dev/null", "--routing", "flood"])
+    assert e.value.code == 2
+
+
+def test_routing_mode_errors_name_the_key():
+    from common.errors import ScenarioError
+    from experiments.scenario import validate
+    with pytest.raises(ScenarioError, match="routing.mode.*must be one of ecmp, single; got 'flood'"):
+        validate({"name": "t", "routing": {"mode": "flood"}})
+
