@@ -6,7 +6,7 @@
 ``--rest-port`` (0: none); a request that changes anything must carry the token held in
 ``--token-file`` (without one the API only reads). ``--topo`` builds the fabric map in memory (no
 file). ``--routing`` is a registered routing strategy (:data:`controller.routing.STRATEGIES`:
-``ecmp``, the default, and ``single``).
+``ecmp``, the default, ``single``, ``valiant``).
 
 The arguments become the app's os-ken configuration options (:mod:`controller.options`, group
 ``[fabriclab]``); ``python -m controller.manager controller/app.py --fabriclab-topo fattree,4``

@@ -8,8 +8,8 @@ table-miss flooding, so no broadcast storms), priority 100 ARP to the controller
 the fabric map), priority 200 per destination host: one next hop as an output, or ECMP as "write
 the port-set id to reg1, hash the 5-tuple onto a link index in reg0 (OVS ``multipath``,
 hash-threshold, RFC 2992), go to table 1". Table 1 (:data:`ECMP_TABLE`): (reg1, reg0) -> output
-port, priority 0 drop otherwise. A strategy with tables of its own composes them from the same
-pieces (:func:`next_hop`, :func:`route_entries`, :func:`ecmp_entries`) at table ids
+port, priority 0 drop otherwise. A strategy with tables of its own (``valiant``) composes them
+from the same pieces (:func:`next_hop`, :func:`route_entries`, :func:`ecmp_entries`) at table ids
 of its choosing; the app translates whatever entries a strategy returns and names none.
 """
 from __future__ import annotations

@@ -331,8 +331,8 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     arrivals), which a fabric that keeps up delivers; otherwise ``model`` is ``"fluid"``.
 
     The model follows the run's routing strategy: its ideal spread (with ``ecmp``, the ideal split
-    over equal-cost paths), and, for a strategy that hashes flows (``HASHED``: ``ecmp``), the
-    hash model
+    over equal-cost paths; with ``valiant``, over its intermediate groups too), and, for a
+    strategy that hashes flows (``HASHED``: ``ecmp``, ``valiant``), the hash model
     (:func:`experiments.fluid.hash_ecmp_aggregate`) that pins each flow to one path as a random
     hash would (its median is what per-flow hashing can reach); with ``single``, the one path
     per destination (no hash model: None).

@@ -41,7 +41,7 @@ from experiments.model import Scenario
 from experiments.pagekit import Caption
 from experiments.plan import build_fabric
 from experiments.runner import PLATFORM, port_queue
-from controller.dataplane import PortQueue, ovs_trace_output_port
+from controller.dataplane import PortQueue, ovs_trace_hop
 
 #: The probes' UDP destination port (the traced 5-tuples use it).
 PROBE_PORT = 7000
@@ -92,7 +92,7 @@ class LiveProbes:
         if sport not in seen:
             self.traces += 1
             try:
-                p = traced_path(self.fmap, src, dst, sport, PROBE_PORT, proto="udp", trace=ovs_trace_output_port)
+                p = traced_path(self.fmap, src, dst, sport, PROBE_PORT, proto="udp", trace=ovs_trace_hop)
             except ValueError:
                 p = None
             seen[sport] = tuple(p) if p else None

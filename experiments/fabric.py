@@ -98,7 +98,7 @@ class LiveFabric:
         connect_timeout_s: how long switches get to connect and be configured.
         routing: a registered routing strategy (controller.routing.STRATEGIES): ``ecmp`` (hash
             each 5-tuple over all equal-cost next hops), ``single`` (one deterministic path per
-            destination).
+            destination), ``valiant`` (through a random intermediate group of a Dragonfly).
         ecn_plan: the ECN plan the controller applies once the ports have queues
             (experiments.features.ecn.plan.ecn_plan; controller.ecnports), or None.
         pfc_plan: the PFC plan (experiments.features.pfc.plan.pfc_plan; controller.pfcports): the

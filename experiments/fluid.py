@@ -4,7 +4,8 @@ Max-min fair rates (Bertsekas and Gallager, Data Networks, 2nd ed., section
 6.5.2: progressive filling) of a set of long-lived flows on a fabric, each
 flow spread ideally over the paths its routing strategy may give it (under
 ``ecmp``, split at every switch equally over its equal-cost next hops, i.e.
-ideal ECMP: the best any per-flow hash can do). The routing strategy says where a
+ideal ECMP: the best any per-flow hash can do; under ``valiant``, also
+equally over its intermediate groups). The routing strategy says where a
 flow's bytes go (:meth:`controller.routing.RoutingStrategy.link_fractions`
 and ``sampled_path``); this module names none. Hash collisions, TCP dynamics
 and the emulator's CPU budget are what the measurement adds on top.
@@ -77,7 +78,7 @@ def hash_ecmp_aggregate(fabric_map: dict, pairs: list[tuple[str, str]], trials: 
                         seed: int = 1, routing: str = "ecmp") -> dict:
     """Aggregate max-min fair throughput (Mbit/s) when every flow is pinned to one path as a
     per-flow hash picks it under routing strategy ``routing`` (hash ECMP: one random equal-cost
-    path), over ``trials`` random placements
+    path; ``valiant``: a random intermediate group too), over ``trials`` random placements
     (default: 50, fewer for very many flows so that it stays within seconds: 100,000 / flows, at
     least 3).
 
@@ -116,7 +117,7 @@ def max_min_rates(fabric_map: dict, pairs: list[tuple[str, str]], routing: str =
     """Max-min fair rate (Mbit/s) of one long-lived flow per entry of ``pairs`` (repeat a pair for parallel flows),
     each flow spread ideally over the paths routing strategy ``routing`` may give it (its
     ``link_fractions``: ``ecmp`` splits it over its equal-cost paths, ``single`` keeps it on the
-    one path per destination).
+    one path per destination, ``valiant`` spreads it over its intermediate groups too).
 
     Every link direction has the link's ``rate_mbps`` of capacity. Returns the
     rates in the order of ``pairs``.

@@ -1,13 +1,14 @@
 """Routing (pure): the registered routing strategies and what they compute from the fabric map.
 
 A strategy (:class:`controller.routing.base.RoutingStrategy`, one module each: ``ecmp``,
-``single``; registered in :mod:`controller.routing.registry`) gives per-switch next
+``single``, ``valiant``; registered in :mod:`controller.routing.registry`) gives per-switch next
 hops toward every host, every switch's flow entries (:mod:`controller.tables` types, which the
 os-ken app installs as they are), and where a flow's bytes go (for the fluid models). The graph
 helpers every strategy shares are in :mod:`controller.routing.graph`.
 
 Routing is L3-style per destination: no learning, no flooding; a strategy's next hops each
-strictly decrease a distance to the destination, so loops cannot form.
+strictly decrease a distance (to the destination, or to an intermediate group), so loops cannot
+form.
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ __all__ = ["ECMP_METHOD", "STRATEGIES", "RoutingStrategy", "compute_routes", "ec
 def compute_routes(fabric_map: dict, mode: str = "ecmp") -> dict[str, dict[str, list[int]]]:
     """Next-hop ports for every (switch, destination host IP) under routing ``mode``: the
     strategy's per-destination routes (``ecmp``: every equal-cost port; ``single``: one of them
-    per destination).
+    per destination; ``valiant``: its minimal routes, which its second phase and same-group
+    traffic take; its first phase is in its flow tables).
 
     Args:
         fabric_map: as produced by :meth:`topologies.spineleaf.Fabric.to_map`.

@@ -10,6 +10,7 @@ from __future__ import annotations
 from controller.routing.base import RoutingStrategy
 from controller.routing.ecmp import Ecmp
 from controller.routing.single import Single
+from controller.routing.valiant import Valiant
 
 #: ``{name: strategy class}``, the default first.
 STRATEGIES: dict[str, type[RoutingStrategy]] = {}
@@ -31,6 +32,7 @@ def register(cls: type[RoutingStrategy]) -> type[RoutingStrategy]:
 
 register(Ecmp)
 register(Single)
+register(Valiant)
 
 
 def names() -> tuple[str, ...]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from experiments import analysis, plot
 from common.errors import SetupError
-from controller.dataplane import ovs_trace_output_port
+from controller.dataplane import ovs_trace_hop
 from experiments.paths import traced_path
 from experiments.context import RoundRecord, maybe_fault
 from experiments.live import Agents, start_sampler, stop_sampler
@@ -190,7 +190,7 @@ def trace_paths(fabric_map: dict, plan: list[dict], dst_port: int, proto: str, t
     for f in plan:
         try:
             links = traced_path(fabric_map, f["src"], f["dst"], f["src_port"], dst_port, proto,
-                                trace=trace or ovs_trace_output_port)
+                                trace=trace or ovs_trace_hop)
             out[str(f["flow_id"])] = ">".join([f["src"]] + [b for _a, b in links])
         except (ValueError, SetupError) as e:
             out[str(f["flow_id"])] = f"error: {e}"

@@ -12,7 +12,7 @@ import numpy as np
 from common.errors import SetupError
 from experiments.live import ROUND_STOP, Agents, start_sampler, stop_sampler
 from experiments.model import Collective
-from controller.dataplane import ovs_trace_output_port
+from controller.dataplane import ovs_trace_hop
 from experiments.workloads.collective.plan import (ALPHA_PROBE_ELEMENTS_PER_RANK, BASE_PORT, TRANSPORTS, alpha_from_run,
                                                    bottleneck_rate_bps, layout, payload_fraction, rank_hosts,
                                                    rank_servers, roce_qps, schedule, traced_rate_bps)
@@ -191,7 +191,7 @@ def run_round(lf, state, coll: Collective, out: Path, sample_hz: float, quiet: b
             drop_arrays(recs)
             traced, traced_error = None, None
             try:     # this run's connections on the paths the switches really gave them
-                traced = (traced_rate_bps(fmap, recs, hosts, kind, trace=ovs_trace_output_port, algorithm=algorithm,
+                traced = (traced_rate_bps(fmap, recs, hosts, kind, trace=ovs_trace_hop, algorithm=algorithm,
                                            servers=servers)
                           if chk["exact"] else None)
             except (ValueError, SetupError) as e:

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from common.errors import SetupError
-from controller.dataplane import ovs_trace_output_port
+from controller.dataplane import ovs_trace_hop
 from common.parallelism import KINDS, Plan, bubble_fraction, check_placement, flows, gpipe_compute_s, stage_layers
 from experiments import plot
 from experiments import paths
@@ -119,9 +119,9 @@ def run_round(lf, state, tr: Training, out: Path, sample_hz: float, quiet: bool 
         for c in (rec or {}).get("connections") or []:
             if servers[r] != servers[c["dst_rank"]]:
                 path = paths.traced_path(fmap, hosts[r], hosts[c["dst_rank"]], c["src_port"], c["dst_port"],
-                                              trace=ovs_trace_output_port)
+                                              trace=ovs_trace_hop)
                 back = paths.traced_path(fmap, hosts[c["dst_rank"]], hosts[r], c["dst_port"], c["src_port"],
-                                              trace=ovs_trace_output_port)
+                                              trace=ovs_trace_hop)
                 res["paths"].append([r, c["dst_rank"], [list(k) for k in path], [list(k) for k in back]])
     if not quiet:
         say(format_line(summarize_iterations(res, recs)))
