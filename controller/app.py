@@ -5,7 +5,10 @@ On each switch's FEATURES_REPLY it clears the switch, installs
 - priority 100: ARP -> controller, answered here from the fabric map (proxy ARP),
 - priority 200: per destination host IPv4 -> output port (one next hop), or
   ECMP over all equal-cost ports from :mod:`controller.routing` (below),
-then a barrier.
+then a barrier. Those are the ``ecmp`` strategy's tables; the app installs whatever flow entries
+the scenario's routing strategy returns (:mod:`controller.routing`, ``routing`` below: a
+registry of strategies, each giving every switch's entries as :mod:`controller.tables` types) and
+names none of them.
 
 ECMP. Each flow's 5-tuple (IP source and destination, protocol, TCP/UDP
 ports; symmetric) is hashed with a basis that differs per switch
@@ -51,8 +54,8 @@ from controller.pfcports import PfcPorts, share_gil_realtime
 from controller.portstats import read_ports
 from controller.messages import EcnPlan, PfcStart
 from controller.rest import ControlApi, HttpError, read_token, serve
-from controller.routing import compute_routes, hash_basis
-from controller.tables import Multipath, Output, SetReg, ToController, port_sets_of, switch_flows
+from controller.routing import strategy_for
+from controller.tables import Multipath, Output, SetField, SetReg, ToController
 
 LOG = logging.getLogger("fabriclab.controller")
 
@@ -64,15 +67,17 @@ class FabricController(BaseApp):
 
     Configured by os-ken's configuration options in group ``[fabriclab]`` (parsed before the app
     manager instantiates the app; :mod:`controller.options`): the fabric (``topo``, a Mininet-style
-    spec built in memory, or ``fabric-map``, a JSON file), ``ready-file``, ``routing``
-    (``ecmp``|``single``), ``control-dir`` (where the ECN marker's record goes), ``rest-port`` (the REST
+    spec built in memory, or ``fabric-map``, a JSON file), ``ready-file``, ``routing`` (a
+    registered routing strategy, :data:`controller.routing.STRATEGIES`), ``control-dir`` (where the
+    ECN marker's record goes), ``rest-port`` (the REST
     API, controller.rest, on 127.0.0.1; 0: none) and ``token-file`` (the API's token: changes
     need it; none: the API only reads). :attr:`config` holds them as
     :func:`controller.options.settings` returns them.
 
     Raises (on instantiation): common.errors.SetupError without exactly one of ``topo`` and
     ``fabric-map``, or with a ``token-file`` that cannot be read or is empty; ValueError or
-    ScenarioError for a bad ``topo``; OSError or ValueError for an unreadable map file.
+    ScenarioError for a bad ``topo``; OSError or ValueError for an unreadable map file, or a
+    routing strategy that cannot route the fabric.
     """
 
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
@@ -81,10 +86,9 @@ class FabricController(BaseApp):
         super().__init__(*args, **kwargs)
         self.config = options.settings(self.CONF)
         self.fabric = options.fabric_map(self.config)
-        self.routes = compute_routes(self.fabric, self.config.get("routing", "ecmp"))
+        self.routing = strategy_for(self.fabric, self.config.get("routing") or "ecmp")
         self.by_dpid = {s["dpid"]: s for s in self.fabric["switches"]}
         self.mac_of = {h["ip"]: h["mac"] for h in self.fabric["hosts"]}
-        self.index_of = {s["dpid"]: i for i, s in enumerate(self.fabric["switches"])}
         self.pending: dict[int, int] = {}   # dpid -> barrier xid
         self.ready: set[int] = set()
         self.arp_replies = 0
@@ -131,8 +135,7 @@ class FabricController(BaseApp):
         ofp, parser = dp.ofproto, dp.ofproto_parser
         dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
                                       out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
-        routes = self.routes[sw["name"]]
-        flows = switch_flows(routes, hash_basis(self.index_of[dpid]))
+        flows = self.routing.switch_flows(sw["name"])
         for e in flows:
             self._flow(dp, e.priority, parser.OFPMatch(**dict(e.match)), [self._action(dp, a) for a in e.actions],
                        table_id=e.table_id, goto_table=e.goto_table,
@@ -146,8 +149,9 @@ class FabricController(BaseApp):
         self.pending[dpid] = req.xid
         self.dpid_of[id(dp)] = dpid
         dp.send_msg(req)
-        LOG.info("configured %s (%016x): %d routes, %d ECMP port sets, hash basis %d",
-                 sw["name"], dpid, len(routes), port_sets_of(flows), hash_basis(self.index_of[dpid]))
+        LOG.info("configured %s (%016x): %d routes, %d flow entries (%s routing), hash basis %d",
+                 sw["name"], dpid, len(self.routing.routes[sw["name"]]), len(flows), self.routing.NAME,
+                 self.routing.basis(sw["name"]))
 
     @staticmethod
     def _action(dp, a):
@@ -159,6 +163,8 @@ class FabricController(BaseApp):
             return parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)
         if isinstance(a, SetReg):
             return parser.OFPActionSetField(**{a.reg: a.value})
+        if isinstance(a, SetField):
+            return parser.OFPActionSetField(**{a.field: a.value})
         if isinstance(a, Multipath):
             return parser.NXActionMultipath(fields=a.fields, basis=a.basis,
                                             algorithm=nicira_ext.NX_MP_ALG_HASH_THRESHOLD, max_link=a.max_link,

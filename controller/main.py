@@ -1,10 +1,12 @@
 """Start the fabriclab controller as its own process.
 
 ``python -m controller.main (--fabric-map MAP | --topo fattree,4) --ready-file FILE [--host 127.0.0.1]
-[--port 6653] [--routing ecmp|single] [--control-dir DIR]
+[--port 6653] [--routing MODE] [--control-dir DIR]
 [--rest-port 8080] [--token-file FILE]``: the REST API (controller.rest) listens on 127.0.0.1 at
 ``--rest-port`` (0: none); a request that changes anything must carry the token held in
-``--token-file`` (without one the API only reads). ``--topo`` builds the fabric map in memory (no file).
+``--token-file`` (without one the API only reads). ``--topo`` builds the fabric map in memory (no
+file). ``--routing`` is a registered routing strategy (:data:`controller.routing.STRATEGIES`:
+``ecmp``, the default, ``single``, ``valiant``).
 
 The arguments become the app's os-ken configuration options (:mod:`controller.options`, group
 ``[fabriclab]``); ``python -m controller.manager controller/app.py --fabriclab-topo fattree,4``
@@ -19,6 +21,7 @@ import signal
 import sys
 
 from controller.faultports import remove_everywhere
+from controller.routing import STRATEGIES
 
 
 def exit_on_sigterm() -> None:
@@ -58,7 +61,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ready-file", required=True)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=6653)
-    ap.add_argument("--routing", choices=("ecmp", "single"), default="ecmp")
+    ap.add_argument("--routing", choices=tuple(STRATEGIES), default="ecmp",
+                    help="the routing strategy (controller.routing.STRATEGIES)")
     ap.add_argument("--control-dir", help="folder for the ECN marker's record (default: control/ beside the ready "
                                           "file); the ECN and PFC plans come in their start requests")
     ap.add_argument("--rest-port", type=int, default=8080,

@@ -18,6 +18,7 @@ import json
 
 from common.errors import SetupError
 from controller.ofp import ArgsAlreadyParsedError, cfg
+from controller.routing import STRATEGIES
 from topologies.spec import build
 
 GROUP = "fabriclab"
@@ -29,8 +30,8 @@ OPTS = [
                                   "or topo"),
     cfg.StrOpt("ready-file", help="written (JSON: switches, OpenFlow errors) once every switch of the "
                                   "fabric is configured"),
-    cfg.StrOpt("routing", default="ecmp", choices=["ecmp", "single"],
-               help="ecmp: each 5-tuple hashed over the equal-cost next hops; single: one path per destination"),
+    cfg.StrOpt("routing", default="ecmp", choices=list(STRATEGIES),
+               help="; ".join(f"{name}: {cls.TITLE}" for name, cls in STRATEGIES.items())),
     cfg.StrOpt("control-dir", help="folder for the ECN marker's record (default: control/ beside the ready file); "
                                    "the ECN and PFC plans come in their start requests (POST /fabriclab/ecn/start, "
                                    "/fabriclab/pfc/start)"),

@@ -15,6 +15,7 @@ import numpy as np
 
 from common.stats import QUEUE_PERCENTILES, jain_index, sample_percentiles
 from common.units import FRAME_BYTES
+from controller.routing import strategy_class
 from experiments.fluid import hash_ecmp_aggregate, max_min_rates
 from experiments.slowdown import add_ideal_fct, slowdown_summary
 from experiments.tables import (FLOW_COLUMNS, load_queue_samples, percentile as _percentile,  # noqa: F401
@@ -343,11 +344,12 @@ def throughput_summary(flows: list[dict], fabric_map: dict, plan: list[dict], sc
     ``model_aggregate_mbps`` the payload rate the plan offers (its bytes over the span of its
     arrivals), which a fabric that keeps up delivers; otherwise ``model`` is ``"fluid"``.
 
-    The model follows the run's routing mode: with ``ecmp``, the ideal split
-    over equal-cost paths, and the hash-ECMP model
-    (:func:`experiments.fluid.hash_ecmp_aggregate`) that pins each flow to one
-    random equal-cost path (its median is what per-flow hashing can reach);
-    with ``single``, the one path per destination (no hash model: None).
+    The model follows the run's routing strategy: its ideal spread (with ``ecmp``, the ideal split
+    over equal-cost paths; with ``valiant``, over its intermediate groups too), and, for a
+    strategy that hashes flows (``HASHED``: ``ecmp``, ``valiant``), the hash model
+    (:func:`experiments.fluid.hash_ecmp_aggregate`) that pins each flow to one path as a random
+    hash would (its median is what per-flow hashing can reach); with ``single``, the one path
+    per destination (no hash model: None).
 
     Returns:
         ``{"window", "window_s", "aggregate_mbps", "wire_aggregate_mbps", "sending_hosts", "model",
@@ -394,8 +396,9 @@ def _throughput_model(flows: list[dict], fabric_map: dict, plan: list[dict], sc:
         last = max(p.get("start_s") or 0.0 for p in plan)
         return ([sum(p["bytes"] or 0 for p in plan) * 8 / last / 1e6] if last > 0 else [0.0]), None, "offered"
     pairs = [(p["src"], p["dst"]) for p in plan]
-    # single-path routing has no hashing: its model is the one fixed path per destination
-    hashed = hash_ecmp_aggregate(fabric_map, pairs, seed=sc.seed) if routing == "ecmp" else None
+    # a strategy without hashing (single) has no hash model: its model is its fixed paths
+    hashed = (hash_ecmp_aggregate(fabric_map, pairs, seed=sc.seed, routing=routing)
+              if strategy_class(routing).HASHED else None)
     return max_min_rates(fabric_map, pairs, routing), hashed, "fluid"
 
 
@@ -677,9 +680,10 @@ def _throughput_line(tp: dict | None) -> str:
             f"{100 * (tp['wire_fraction_of_hosts_x_host_rate'] or 0):.0f}% as frames on the wire); "
             + (f"the arrivals offered {tp['model_aggregate_mbps']:.1f} Mbit/s" if tp.get("model") == "offered" else
                "fluid model "
-               + (f"{tp['model_aggregate_mbps']:.1f} Mbit/s ideal ECMP, {tp['hash_ecmp_model_aggregate_mbps']['median']:.1f} "
-                  f"hash ECMP" if tp.get("hash_ecmp_model_aggregate_mbps") else
-                  f"{tp['model_aggregate_mbps']:.1f} Mbit/s on the single paths"))
+               + (f"{tp['model_aggregate_mbps']:.1f} Mbit/s ideal {tp.get('model_routing') or 'ecmp'}, "
+                  f"{tp['hash_ecmp_model_aggregate_mbps']['median']:.1f} hashed"
+                  if tp.get("hash_ecmp_model_aggregate_mbps") else
+                  f"{tp['model_aggregate_mbps']:.1f} Mbit/s on the {tp.get('model_routing') or 'ecmp'} paths"))
             + f" (payload measured/model {tp['measured_over_model'] or 0:.2f})")
 
 

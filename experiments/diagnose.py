@@ -94,7 +94,7 @@ class LiveProbes:
             self.traces += 1
             try:
                 p = traced_path(self.fmap, src, dst, sport, PROBE_PORT, proto="udp",
-                                trace=self.lf.datapath.trace_output_port)
+                                trace=self.lf.datapath.trace_hop)
             except ValueError:
                 p = None
             seen[sport] = tuple(p) if p else None

@@ -101,8 +101,9 @@ class LiveFabric:
         switch_queue: ``rate_mbps -> PortQueue`` for every switch egress port, or None.
         host_queue: ``rate_mbps -> PortQueue`` for every host NIC, or None.
         connect_timeout_s: how long switches get to connect and be configured.
-        routing: ``ecmp`` (hash each 5-tuple over all equal-cost next hops) or
-            ``single`` (one deterministic path per destination); see controller.routing.
+        routing: a registered routing strategy (controller.routing.STRATEGIES): ``ecmp`` (hash
+            each 5-tuple over all equal-cost next hops), ``single`` (one deterministic path per
+            destination), ``valiant`` (through a random intermediate group of a Dragonfly).
         ecn_plan: the ECN plan (:class:`controller.messages.EcnPlan`; experiments.features.ecn.plan.ecn_plan)
             the controller applies once the ports have queues, sent in ``POST /fabriclab/ecn/start``
             (controller.ecnports), or None.

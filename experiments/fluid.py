@@ -2,9 +2,13 @@
 
 Max-min fair rates (Bertsekas and Gallager, Data Networks, 2nd ed., section
 6.5.2: progressive filling) of a set of long-lived flows on a fabric, each
-flow split at every switch equally over its equal-cost next hops, i.e. ideal
-ECMP: the best any per-flow hash can do. Hash collisions, TCP dynamics and
-the emulator's CPU budget are what the measurement adds on top.
+flow spread ideally over the paths its routing strategy may give it (under
+``ecmp``, split at every switch equally over its equal-cost next hops, i.e.
+ideal ECMP: the best any per-flow hash can do; under ``valiant``, also
+equally over its intermediate groups). The routing strategy says where a
+flow's bytes go (:meth:`controller.routing.RoutingStrategy.link_fractions`
+and ``sampled_path``); this module names none. Hash collisions, TCP dynamics
+and the emulator's CPU budget are what the measurement adds on top.
 """
 from __future__ import annotations
 
@@ -13,13 +17,16 @@ import statistics
 from collections import defaultdict
 
 from common.units import FRAME_BYTES
-from controller.routing import compute_routes, port_peers
+from controller.routing import port_peers, strategy_for
+from controller.routing.graph import spread, walk_one
 from traffic.flowsizes import TCP_PAYLOAD_BYTES
 
 
 def link_fractions(fabric_map: dict, routes: dict, src: str, dst: str, peer: dict | None = None
                    ) -> dict[tuple[str, str], float]:
-    """Fraction of one ``src`` -> ``dst`` flow on each directed link ``(from node, to node)`` under ideal ECMP.
+    """Fraction of one ``src`` -> ``dst`` flow on each directed link ``(from node, to node)`` under
+    ideal ECMP over per-destination ``routes`` (``{switch: {host_ip: [port, ...]}}``, as
+    :func:`controller.routing.compute_routes` gives them).
 
     ``peer`` is :func:`controller.routing.port_peers` of the map (computed if not given).
 
@@ -30,30 +37,17 @@ def link_fractions(fabric_map: dict, routes: dict, src: str, dst: str, peer: dic
     hosts = {h["name"]: h for h in fabric_map["hosts"]}
     peer = peer or port_peers(fabric_map)
     s, d = hosts[src], hosts[dst]
-    frac: dict[tuple[str, str], float] = defaultdict(float)
-    frac[(src, s["switch"])] = 1.0
-    at = {s["switch"]: 1.0}
-    for _ in range(len(fabric_map["switches"]) + 1):
-        nxt: dict[str, float] = defaultdict(float)
-        for sw, f in at.items():
-            ports = routes[sw].get(d["ip"])
-            if not ports:
-                raise ValueError(f"no route at {sw} toward {dst}")
-            for p in ports:
-                node = peer[(sw, p)]
-                frac[(sw, node)] += f / len(ports)
-                if node != dst:
-                    nxt[node] += f / len(ports)
-        if not nxt:
-            return dict(frac)
-        at = nxt
-    raise ValueError(f"routes from {src} to {dst} do not terminate")
+    frac = {(src, s["switch"]): 1.0}
+    spread(peer, {s["switch"]: 1.0}, lambda sw: routes[sw].get(d["ip"]), lambda n: n == dst, frac,
+           len(fabric_map["switches"]) + 1)
+    return frac
 
 
 def hashed_path(fabric_map: dict, routes: dict, src: str, dst: str, rng, peer: dict | None = None
                 ) -> dict[tuple[str, str], float]:
-    """One path for a ``src`` -> ``dst`` flow, each switch picking one of its equal-cost next hops
-    uniformly at random (what a per-flow hash with a per-switch basis amounts to), as link fractions of 1.0.
+    """One path for a ``src`` -> ``dst`` flow over per-destination ``routes``, each switch picking
+    one of its equal-cost next hops uniformly at random (what a per-flow hash with a per-switch
+    basis amounts to), as link fractions of 1.0.
 
     Raises:
         KeyError: unknown host. ValueError: the routes do not reach ``dst``.
@@ -62,80 +56,87 @@ def hashed_path(fabric_map: dict, routes: dict, src: str, dst: str, rng, peer: d
     peer = peer or port_peers(fabric_map)
     s, d = hosts[src], hosts[dst]
     out = {(src, s["switch"]): 1.0}
-    sw = s["switch"]
-    for _ in range(len(fabric_map["switches"]) + 1):
-        node = peer[(sw, rng.choice(routes[sw][d["ip"]]))]
-        out[(sw, node)] = 1.0
-        if node == dst:
-            return out
-        sw = node
-    raise ValueError(f"routes from {src} to {dst} do not terminate")
+    walk_one(peer, s["switch"], lambda sw: routes[sw][d["ip"]], lambda n: n == dst, rng.choice, out,
+             len(fabric_map["switches"]) + 1)
+    return out
 
 
-def _hash_ecmp_trials(fabric_map: dict, pairs: list[tuple[str, str]], trials: int, seed: int, reduce) -> dict:
-    """``reduce(max-min rates)`` of ``pairs`` with every flow on one random equal-cost path
-    (:func:`hashed_path`), over ``trials`` placements: ``{"median", "p10", "p90", "trials"}``."""
+def _hash_ecmp_trials(fabric_map: dict, pairs: list[tuple[str, str]], trials: int, seed: int, reduce,
+                      routing: str = "ecmp") -> dict:
+    """``reduce(max-min rates)`` of ``pairs`` with every flow on one path as routing strategy
+    ``routing`` hashes it (its ``sampled_path``; under ``ecmp`` one random equal-cost path, as
+    :func:`hashed_path`), over ``trials`` placements: ``{"median", "p10", "p90", "trials"}``."""
     rng = random.Random(seed)
-    routes = compute_routes(fabric_map, "ecmp")
-    peer = port_peers(fabric_map)
-    vals = sorted(reduce(_progressive_filling(fabric_map, [hashed_path(fabric_map, routes, s, d, rng, peer)
-                                                           for s, d in pairs]))
+    strategy = strategy_for(fabric_map, routing)
+    vals = sorted(reduce(_progressive_filling(fabric_map, [strategy.sampled_path(s, d, rng) for s, d in pairs]))
                   for _ in range(trials))
     return {"median": statistics.median(vals), "p10": vals[int(0.1 * (len(vals) - 1))],
             "p90": vals[int(0.9 * (len(vals) - 1))], "trials": trials}
 
 
 def hash_ecmp_aggregate(fabric_map: dict, pairs: list[tuple[str, str]], trials: int | None = None,
-                        seed: int = 1) -> dict:
-    """Aggregate max-min fair throughput (Mbit/s) when every flow is pinned to one random
-    equal-cost path (hash ECMP), over ``trials`` random placements (default: 50, fewer
-    for very many flows so that it stays within seconds: 100,000 / flows, at least 3).
+                        seed: int = 1, routing: str = "ecmp") -> dict:
+    """Aggregate max-min fair throughput (Mbit/s) when every flow is pinned to one path as a
+    per-flow hash picks it under routing strategy ``routing`` (hash ECMP: one random equal-cost
+    path; ``valiant``: a random intermediate group too), over ``trials`` random placements
+    (default: 50, fewer for very many flows so that it stays within seconds: 100,000 / flows, at
+    least 3).
 
     The gap to :func:`max_min_rates` (ideal splitting) is what hash collisions
     cost: the effect Hedera (Al-Fares et al., NSDI 2010) measured for one
     flow per host pair. Returns ``{"median", "p10", "p90", "trials"}`` of the aggregate.
+
+    Raises:
+        ValueError: an unknown routing mode, or one that cannot route this fabric.
     """
     if trials is None:
         trials = max(3, min(50, 100_000 // max(1, len(pairs))))
-    return _hash_ecmp_trials(fabric_map, pairs, trials, seed, sum)
+    return _hash_ecmp_trials(fabric_map, pairs, trials, seed, sum, routing)
 
 
-def hash_ecmp_min_rate(fabric_map: dict, pairs: list[tuple[str, str]], trials: int = 200, seed: int = 1) -> dict:
+def hash_ecmp_min_rate(fabric_map: dict, pairs: list[tuple[str, str]], trials: int = 200, seed: int = 1,
+                       routing: str = "ecmp") -> dict:
     """The slowest flow's max-min fair rate (Mbit/s) when every flow of ``pairs`` is pinned to one
-    random equal-cost path (hash ECMP, :func:`hashed_path`), over ``trials`` random placements.
+    path as routing strategy ``routing`` hashes it (hash ECMP: one random equal-cost path,
+    :func:`hashed_path`), over ``trials`` random placements.
 
     What bounds a step of a ring collective over long-lived TCP connections: each connection keeps
     its hash (its path) for the whole run and the step ends with its slowest transfer. Returns
     ``{"median", "p10", "p90", "trials"}`` of that minimum.
 
     Raises:
-        ValueError: ``pairs`` empty or ``trials`` < 1; KeyError/ValueError as :func:`hashed_path`.
+        ValueError: ``pairs`` empty or ``trials`` < 1, or a routing mode that cannot route this
+            fabric; KeyError/ValueError as :func:`hashed_path`.
     """
     if not pairs or trials < 1:
         raise ValueError(f"need at least one pair and one trial (pairs {len(pairs)}, trials {trials})")
-    return _hash_ecmp_trials(fabric_map, pairs, trials, seed, min)
+    return _hash_ecmp_trials(fabric_map, pairs, trials, seed, min, routing)
 
 
 def max_min_rates(fabric_map: dict, pairs: list[tuple[str, str]], routing: str = "ecmp") -> list[float]:
     """Max-min fair rate (Mbit/s) of one long-lived flow per entry of ``pairs`` (repeat a pair for parallel flows),
-    each flow split ideally over its equal-cost paths (``routing="ecmp"``), or on the one path
-    ``routing="single"`` gives it.
+    each flow spread ideally over the paths routing strategy ``routing`` may give it (its
+    ``link_fractions``: ``ecmp`` splits it over its equal-cost paths, ``single`` keeps it on the
+    one path per destination, ``valiant`` spreads it over its intermediate groups too).
 
     Every link direction has the link's ``rate_mbps`` of capacity. Returns the
     rates in the order of ``pairs``.
 
     Raises:
-        KeyError, ValueError: as :func:`link_fractions`.
+        KeyError, ValueError: as :func:`link_fractions`; ValueError for a routing mode that cannot
+            route this fabric.
     """
-    routes = compute_routes(fabric_map, routing)
-    peer = port_peers(fabric_map)
+    return _progressive_filling(fabric_map, _fractions(fabric_map, pairs, routing))
+
+
+def _fractions(fabric_map: dict, pairs: list[tuple[str, str]], routing: str) -> list[dict]:
+    """Each pair's link fractions under routing strategy ``routing`` (one computation per distinct pair)."""
+    strategy = strategy_for(fabric_map, routing)
     cache: dict[tuple[str, str], dict] = {}
-    fracs = []
     for pair in pairs:
         if pair not in cache:
-            cache[pair] = link_fractions(fabric_map, routes, *pair, peer=peer)
-        fracs.append(cache[pair])
-    return _progressive_filling(fabric_map, fracs)
+            cache[pair] = strategy.link_fractions(*pair)
+    return [cache[pair] for pair in pairs]
 
 
 def max_min_on_paths(fabric_map: dict, paths: list[dict]) -> list[float]:
@@ -185,9 +186,7 @@ def switch_hop_forwarding_mbps(fabric_map: dict, pairs: list[tuple[str, str]], r
     """
     if not pairs:
         return 0.0
-    routes = compute_routes(fabric_map, routing)
-    peer = port_peers(fabric_map)
-    fracs = [link_fractions(fabric_map, routes, s, d, peer=peer) for s, d in pairs]
+    fracs = _fractions(fabric_map, pairs, routing)
     rates = _progressive_filling(fabric_map, fracs)
     return sum(r * max(0.0, sum(f.values()) - 1.0) for r, f in zip(rates, fracs))
 
@@ -206,13 +205,12 @@ def offered_switch_hop_mbps(fabric_map: dict, plan: list[dict], routing: str = "
     span = max((f.get("start_s") or 0.0 for f in plan), default=0.0)
     if not span > 0:
         return 0.0
-    routes = compute_routes(fabric_map, routing)
-    peer = port_peers(fabric_map)
+    strategy = strategy_for(fabric_map, routing)
     switches: dict[tuple[str, str], float] = {}
     total = 0.0
     for f in plan:
         pair = (f["src"], f["dst"])
         if pair not in switches:
-            switches[pair] = max(0.0, sum(link_fractions(fabric_map, routes, *pair, peer=peer).values()) - 1.0)
+            switches[pair] = max(0.0, sum(strategy.link_fractions(*pair).values()) - 1.0)
         total += (f["bytes"] or 0) * FRAME_BYTES / TCP_PAYLOAD_BYTES * 8 * switches[pair]
     return total / span / 1e6

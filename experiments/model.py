@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator, WithJsonSchema, create_model, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator, WithJsonSchema, create_model, model_validator
 
 from common.ecn import EcnSettings, settings_spec
 from common.params import _REQUIRED, F
@@ -29,6 +29,7 @@ from common.units import FRAME_BYTES, shaper_burst_bytes
 from common.training import Bucket, Layer as TrainLayer, buckets as train_buckets, preset as train_preset
 from common.parallelism import Plan as ParallelPlan
 from controller.faults import FAULTS, FaultSpec
+from controller.routing import STRATEGIES as ROUTING_STRATEGIES
 from controller.faults.base import LINK_PATTERN, NODE
 from topologies import TOPOLOGIES
 from traffic.patterns import PATTERNS
@@ -128,9 +129,18 @@ Topology = Annotated[Union[tuple(Annotated[m, Tag(k)] for k, m in TOPOLOGY_MODEL
 
 # --- the plain sections ----------------------------------------------------------------------
 
+def _routing_mode(value: str) -> str:
+    """A registered routing strategy's name (controller.routing.STRATEGIES, read at validation
+    time, so a strategy registered later is accepted too)."""
+    if value not in ROUTING_STRATEGIES:
+        raise ValueError(f"must be one of {', '.join(ROUTING_STRATEGIES)}; got {value!r}")
+    return value
+
+
 class Routing(Section):
-    """How switches pick among equal-cost next hops."""
-    mode: Literal["ecmp", "single"] = "ecmp"
+    """How switches route: a registered routing strategy (controller.routing.STRATEGIES)."""
+    mode: Annotated[str, AfterValidator(_routing_mode),
+                    Field(json_schema_extra=lambda schema: schema.update(enum=list(ROUTING_STRATEGIES)))] = "ecmp"
 
 
 #: A switch egress port's buffer when the scenario gives neither buffer key.

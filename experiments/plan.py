@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from common.ecn import port_profiles
 from common.errors import ScenarioError
+from controller.routing import strategy_class
 from experiments.model import Scenario
 from experiments.scenario import all_controller_params, topology_of
 from traffic.patterns import flow_plan
@@ -16,15 +17,19 @@ def build_fabric(sc: Scenario):
 
 
 def check_against_fabric(sc: Scenario):
-    """The checks of a resolved scenario that need its fabric but no root: the traffic plan and
-    every round's per-port ECN profiles. Returns ``(fabric, fabric_map, plan, rounds, profiles)``.
+    """The checks of a resolved scenario that need its fabric but no root: the routing strategy
+    against the fabric, the traffic plan and every round's per-port ECN profiles. Returns
+    ``(fabric, fabric_map, plan, rounds, profiles)``.
 
     Raises:
-        ScenarioError: naming the key (``traffic.pattern``, ``ecn.ports.<name>``, ``rounds[i].ecn.ports...``,
-            ``roce.<mode>.<key>`` of any registered rate controller).
+        ScenarioError: naming the key (``routing.mode``, ``traffic.pattern``, ``ecn.ports.<name>``,
+            ``rounds[i].ecn.ports...``, ``roce.<mode>.<key>`` of any registered rate controller).
     """
     fabric = build_fabric(sc)
     fabric_map = fabric.to_map()
+    why = strategy_class(sc.routing.mode).refuse(fabric_map)
+    if why:
+        raise ScenarioError("routing.mode", f"{sc.routing.mode} {why}")
     try:
         plan = flow_plan(sc.traffic, fabric, sc.seed)
     except ValueError as e:

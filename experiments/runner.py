@@ -27,7 +27,7 @@ import yaml
 
 from controller.dataplane.tcqdisc import PortQueue
 from controller.datapaths.registry import from_environment
-from controller.routing import ECMP_METHOD
+from controller.routing import strategy_class
 from experiments import draw, folders, probe as envprobe
 from experiments.context import HOST_QUEUE_PACKETS, RoundRecord, RunContext, maybe_fault
 from experiments.fabric import REPO, LiveFabric
@@ -201,7 +201,7 @@ def _plan_run(ctx: RunContext, feature_registry: dict, workload_registry: dict) 
                       (workload_for(sc, r, workload_registry) for r in ctx.rounds)]
     env["git_revision"] = _git_rev()
     env["scale"] = _scale(sc)
-    env["routing"] = {"mode": sc.routing.mode, **(ECMP_METHOD if sc.routing.mode == "ecmp" else {})}
+    env["routing"] = {"mode": sc.routing.mode, **strategy_class(sc.routing.mode).METHOD}
     env["accept_unfaithful"] = ctx.accept_unfaithful
     return features, queues_per_port, round_workload
 

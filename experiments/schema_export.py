@@ -33,7 +33,7 @@ SECTIONS = {
     "variant": "every round's label in the results' tables, the variant column (default: each round's name; "
                "a study sets it to the cell's variant; a round may give its own)",
     "topology": "the fabric: its kind and that kind's sizes and link rates",
-    "routing": "how switches pick among equal-cost next hops",
+    "routing": "how switches route flows: a registered routing strategy",
     "queues": "every switch egress port's FIFO and shaper",
     "hosts": "the hosts' kernel TCP settings",
     "traffic": "the flows (pattern, sizes, transport)",

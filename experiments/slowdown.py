@@ -218,7 +218,8 @@ def add_ideal_fct(flows: list[dict], plan: list[dict], fabric_map: dict, env: di
         plan: the round's flow plan (``flow_id``, ``bytes``).
         env: the round's environment record (``scale``: the measured RTTs and their probe's
             hosts; ``shaper.slack_s``).
-        routing: the run's routing mode (``ecmp`` or ``single``).
+        routing: the run's routing mode (a registered strategy; the ideal of a flow without a
+            traced path is on the strategy's per-destination routes, its shortest paths).
         burst_bytes: the scenario's ``queues.burst_bytes`` (None: each port's own).
 
     Returns:

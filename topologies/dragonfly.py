@@ -21,7 +21,9 @@ one); ECMP spreads flows wherever two minimal paths tie. The global link between
 every router carries at most h global links.
 
 Names: router ``g<G>r<R>``, hosts numbered h1..hN group by group, router by
-router, with IP 10.<G>.<R>.<2+i> and MAC 02:00:01:GG:RR:II.
+router, with IP 10.<G>.<R>.<2+i> and MAC 02:00:01:GG:RR:II. Routers and hosts
+carry their group ``g<G>`` (the fabric map's ``switches[].group``), which
+routing over groups reads (``routing.mode: valiant``, controller.routing.valiant).
 """
 from __future__ import annotations
 
@@ -160,7 +162,8 @@ class Dragonfly:
         fab = Fabric(kind=self.KIND, params=params, layers=self.LAYERS)
         for G in range(g):
             for r in range(a):
-                fab.nodes.append(Node(self.router_name(G, r), "router", dpid=dpid_for("router", G * a + r + 1)))
+                fab.nodes.append(Node(self.router_name(G, r), "router", dpid=dpid_for("router", G * a + r + 1),
+                                      group=f"g{G + 1}"))
         for G in range(g):
             for r in range(a):
                 for i in range(p):

@@ -40,7 +40,9 @@ class Node:
         leaf: for hosts, the name of the switch they attach to.
         group: for hosts, the block whose traffic leaves it only through the
             fabric's upper layers or global links: the leaf (Spine-Leaf), the pod
-            (Fat-Tree) or the group (Dragonfly).
+            (Fat-Tree) or the group (Dragonfly); for switches, the group a topology
+            puts them in (a Dragonfly's routers; routing strategies that route over
+            groups read it from the map), None otherwise.
         server: for hosts that are one GPU's NIC of a multi-GPU server (a rail-optimised
             fabric), the server's name; None when the host is a whole server.
     """
@@ -246,13 +248,14 @@ class Fabric:
         Shape::
 
             {"version": 1, "kind": str, "params": {...}, "layers": [top, ..., "host"],
-             "switches": [{"name", "dpid", "layer",
+             "switches": [{"name", "dpid", "layer"[, "group"],
                            "ports": [{"port", "intf", "peer", "peer_port", "rate_mbps"}]}],
              "hosts": [{"name", "mac", "ip", "switch", "switch_port", "intf", "rate_mbps"[, "server"]}],
              "links": [{"a", "a_port", "a_intf", "b", "b_port", "b_intf", "rate_mbps"[, "cost"]}]}
 
         A link's ``cost`` is written only where it is not 1 (older maps have none); a host's
-        ``server`` only where the host is one GPU of a multi-GPU server.
+        ``server`` only where the host is one GPU of a multi-GPU server; a switch's ``group`` only
+        where the topology gives it one (a Dragonfly's routers).
         """
         switches = []
         for sw in self.switches:
@@ -266,7 +269,8 @@ class Fabric:
                         ports.append({"port": my_port, "intf": intf, "peer": peer,
                                       "peer_port": peer_port, "rate_mbps": link.rate_mbps})
             ports.sort(key=lambda p: p["port"])
-            switches.append({"name": sw.name, "dpid": sw.dpid, "layer": sw.layer, "ports": ports})
+            switches.append({"name": sw.name, "dpid": sw.dpid, "layer": sw.layer,
+                             **({"group": sw.group} if sw.group else {}), "ports": ports})
         hosts = []
         for h in self.hosts:
             att = self.host_attachment(h.name)

@@ -5,7 +5,7 @@ The live fabric (:class:`experiments.fabric.LiveFabric`) builds Mininet with
 with :meth:`Datapath.shutdown`; the run state (:mod:`experiments.state`) asks every registered
 datapath for leftovers by name (:meth:`Datapath.present` and :meth:`Datapath.remove`, class
 methods: a clean-up after a crash has no fabric); the CPU
-accounting reads :meth:`Datapath.forwarders`; traced paths use :meth:`Datapath.trace_output_port`.
+accounting reads :meth:`Datapath.forwarders`; traced paths use :meth:`Datapath.trace_hop`.
 """
 from __future__ import annotations
 
@@ -73,10 +73,11 @@ class Datapath(Protocol):
         process's main thread) that forward frames in user space, by label, for the CPU account;
         ``{}`` when the kernel forwards. Raises SetupError when a forwarding process is missing."""
 
-    def trace_output_port(self, switch: str, flow: str) -> int | None:
+    def trace_hop(self, switch: str, flow: str) -> tuple[int | None, dict[str, str]]:
         """The port ``switch`` sends a packet of ``flow`` out of, with the ECMP hash evaluated as for a
-        real packet (``flow``: ``in_port=..,udp,nw_src=..,nw_dst=..,udp_src=..,udp_dst=..``); None
-        when it would be dropped.
+        real packet (``flow``: ``in_port=..,udp,nw_src=..,nw_dst=..,udp_src=..,udp_dst=..``; None
+        when it would be dropped), and the header fields it rewrote as ovs-fields (``{"dl_src":
+        mac}``: a routing strategy's tag; ``{}`` when none), which the next switch's flow carries.
 
         Raises:
             SetupError: no such switch, or the tool refused the flow.

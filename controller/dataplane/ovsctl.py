@@ -34,6 +34,24 @@ def ovs_trace_output_port(bridge: str, flow: str) -> int | None:
     return int(ports[-1]) if ports else None
 
 
+def ovs_trace_hop(bridge: str, flow: str) -> tuple[int | None, dict[str, str]]:
+    """:func:`ovs_trace_output_port`, and the Ethernet source the tables leave the packet with
+    when they rewrote it (a routing strategy's tag, controller.routing.valiant):
+    ``(port or None, {"dl_src": mac} or {})``, from the trace's ``Final flow`` line, so that a
+    walk over several switches can hand each the packet as the previous one sent it.
+
+    Raises:
+        SetupError: ovs-appctl failed (no such bridge, bad flow).
+    """
+    text = run(["ovs-appctl", "ofproto/trace", bridge, flow])
+    ports = re.findall(r"^\s*output:(\d+)", text, re.MULTILINE)
+    final = re.search(r"^Final flow: (.*)$", text, re.MULTILINE)
+    src = re.search(r"(?:^|,)dl_src=([0-9a-f:]{17})", final.group(1)) if final else None
+    given = re.search(r"(?:^|,)dl_src=([0-9a-f:]{17})", flow)
+    unchanged = given.group(1) if given else "00:00:00:00:00:00"
+    return (int(ports[-1]) if ports else None), ({"dl_src": src.group(1)} if src and src.group(1) != unchanged else {})
+
+
 def ovs_bridges() -> list[str]:
     """Names of all OVS bridges (empty if ovsdb is not reachable)."""
     try:

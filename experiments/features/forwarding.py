@@ -73,10 +73,10 @@ SATURATED_SHARE = 0.5
 
 
 def _model_mbps(tp: dict) -> float | None:
-    """The model aggregate the round is held to (the hashed-ECMP median under ECMP, else the fluid
-    model's), Mbit/s, or None."""
+    """The model aggregate the round is held to (the hash model's median where the routing hashes
+    flows and the round has one, else the fluid model's), Mbit/s, or None."""
     hashed = (tp.get("hash_ecmp_model_aggregate_mbps") or {}).get("median")
-    return hashed if tp.get("model_routing") == "ecmp" and hashed else tp.get("model_aggregate_mbps")
+    return hashed or tp.get("model_aggregate_mbps")
 
 
 def _not_checked(reason: str) -> dict:

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 from common.errors import SetupError
 from common.lazy import lazy_module
 from controller import porttree
-from controller.routing import compute_routes, hash_basis
-from controller.tables import ofctl_line, switch_flows
+from controller.routing import strategy_for
+from controller.tables import ofctl_line
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
 
@@ -65,10 +65,9 @@ def merge_intents(base: dict[str, porttree.PortIntent], layers: list[dict]) -> t
 
 def intended_flows(fabric_map: dict, routing: str) -> dict[str, list[str]]:
     """``{switch: [ovs-ofctl line, ...]}``: every switch's flow tables as controller.app installs
-    them (controller.tables.switch_flows over controller.routing.compute_routes)."""
-    routes = compute_routes(fabric_map, routing)
-    return {s["name"]: [ofctl_line(e) for e in switch_flows(routes[s["name"]], hash_basis(i))]
-            for i, s in enumerate(fabric_map["switches"])}
+    them (the ``switch_flows`` of routing strategy ``routing``, controller.routing)."""
+    strategy = strategy_for(fabric_map, routing)
+    return {s["name"]: [ofctl_line(e) for e in strategy.switch_flows(s["name"])] for s in fabric_map["switches"]}
 
 
 def _fingerprint(bridge: str) -> bytes | None:

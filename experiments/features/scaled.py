@@ -43,7 +43,7 @@ class ScaledFabric(Feature):
         sc, env = self.ctx.sc, self.ctx.env
         if sc.scale is None:
             return 0
-        routing = sc.routing.mode if sc.routing.mode in ("ecmp", "single") else "ecmp"
+        routing = sc.routing.mode
         if any((f.get("start_s") or 0.0) > 0 for f in self.ctx.plan):    # flows arriving over time
             need = offered_switch_hop_mbps(self.ctx.fabric_map, self.ctx.plan, routing)
             how = "the traffic plan's bytes as frames over its arrivals' span x switches on their paths"

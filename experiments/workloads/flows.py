@@ -99,7 +99,7 @@ class KernelFlows(Workload):
             agents.kill()
             stop_sampler(sampler)
         return {"codes": codes, "paths": trace_paths(lf.fabric_map, plan, t.port, "udp" if udp else "tcp",
-                                                                trace=lf.datapath.trace_output_port)}
+                                                                trace=lf.datapath.trace_hop)}
 
     def collect(self, rec: RoundRecord) -> list[dict]:
         """The round's per-flow rows (experiments.analysis.collect_flows)."""
@@ -184,7 +184,7 @@ def trace_paths(fabric_map: dict, plan: list[dict], dst_port: int, proto: str, t
     ``{"0": "h2>l2>s1>l1>h1", ...}`` by flow id; the seed's source ports make it the same in every
     variant of a study. A flow that cannot be traced maps to ``"error: ..."``; more than
     :data:`MAX_TRACED_FLOWS` flows give ``{}``. ``trace(switch, flow) -> port``: the live fabric's
-    (:meth:`controller.datapaths.base.Datapath.trace_output_port`) or a test's."""
+    (:meth:`controller.datapaths.base.Datapath.trace_hop`) or a test's."""
     if len(plan) > MAX_TRACED_FLOWS:
         return {}
     out = {}

@@ -14,7 +14,7 @@ import pytest
 from common.dcqcn import DcqcnParams
 from experiments.scenario import FRAME_BYTES
 from experiments.state import RunState
-from controller.dataplane.ovsctl import ovs_trace_output_port
+from controller.dataplane.ovsctl import ovs_trace_hop
 from controller.dataplane.tcqdisc import PortQueue
 from experiments.workloads.collective import agents as coll_agents, plan as coll_plan, summary as coll_summary
 from experiments.workloads.roce import jobs as rocejobs
@@ -100,7 +100,7 @@ def test_seeded_allreduce_exact_over_roce(fabric, n, placement):
           f"{t['busbw_bps'] / 1e6:.2f} Mbit/s, balance {t['balance']:.3f}; {tot}")
     if placement == "spread":     # Open vSwitch's tables say where each queue pair's UDP 5-tuple goes
         assert coll_plan.traced_rate_bps(lf.fabric.to_map(), recs, hosts, "allreduce",
-                                         trace=ovs_trace_output_port) > 0
+                                         trace=ovs_trace_hop) > 0
     if buf != 100:       # open loop into 5-packet buffers: frames were lost and resent, still exact
         assert tot["retransmitted_packets"] > 0, tot
 

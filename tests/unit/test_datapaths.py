@@ -52,8 +52,8 @@ class ThrowawayDatapath:
     def forwarders(self):
         return {}
 
-    def trace_output_port(self, switch, flow):
-        return 1
+    def trace_hop(self, switch, flow):
+        return 1, {}
 
     @contextlib.contextmanager
     def hold_for_run(self, buffer_bytes, state):

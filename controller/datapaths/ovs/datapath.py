@@ -98,9 +98,9 @@ class OvsDatapath:
             out[FORWARDING_THREAD] = (pid, pid)
         return out
 
-    def trace_output_port(self, switch: str, flow: str) -> int | None:
-        """``ovs-appctl ofproto/trace`` (:func:`controller.dataplane.ovsctl.ovs_trace_output_port`)."""
-        return ovsctl.ovs_trace_output_port(switch, flow)
+    def trace_hop(self, switch: str, flow: str) -> tuple[int | None, dict[str, str]]:
+        """``ovs-appctl ofproto/trace`` (:func:`controller.dataplane.ovsctl.ovs_trace_hop`)."""
+        return ovsctl.ovs_trace_hop(switch, flow)
 
     @contextlib.contextmanager
     def hold_for_run(self, buffer_bytes: int, state):

@@ -190,7 +190,7 @@ def run_round(lf, state, coll: Collective, out: Path, sample_hz: float, quiet: b
             drop_arrays(recs)
             traced, traced_error = None, None
             try:     # this run's connections on the paths the switches really gave them
-                traced = (traced_rate_bps(fmap, recs, hosts, kind, trace=lf.datapath.trace_output_port, algorithm=algorithm,
+                traced = (traced_rate_bps(fmap, recs, hosts, kind, trace=lf.datapath.trace_hop, algorithm=algorithm,
                                            servers=servers)
                           if chk["exact"] else None)
             except (ValueError, SetupError) as e:

@@ -8,6 +8,7 @@ from common import collectives as C
 from common import hierarchical as H
 from common.roce import OVERHEAD_BYTES, SPORT_BASE
 from experiments.paths import traced_path
+from controller.routing import STRATEGIES
 from experiments.fluid import hash_ecmp_min_rate, max_min_on_paths, max_min_rates
 from experiments.model import Collective
 from traffic.collective import server_layout
@@ -147,9 +148,10 @@ TCP_PAYLOAD_FRACTION = 1448 / 1514
 def bottleneck_rate_bps(fabric_map: dict, hosts: list[str], kind: str, routing: str = "ecmp",
                         algorithm: str = "ring", servers: list[str] | None = None) -> float:
     """B of the alpha-beta model (bit/s): the slowest transfer's max-min fair rate in the step that
-    gives the lowest, every transfer of a step running at once. ``routing``: ``"ecmp"`` splits
-    each transfer ideally over its equal-cost paths (:func:`experiments.fluid.max_min_rates`; the
-    best any hash can do); ``"single"``: one fixed path per destination; ``"hash"``: each
+    gives the lowest, every transfer of a step running at once. ``routing``: a registered routing
+    strategy spreads each transfer ideally over its paths (:func:`experiments.fluid.max_min_rates`:
+    ``"ecmp"`` over its equal-cost paths, the best any hash can do; ``"single"``: one fixed path
+    per destination; controller.routing.STRATEGIES); ``"hash"``: each
     transfer pinned to one random equal-cost path, the median over random placements
     (:func:`experiments.fluid.hash_ecmp_min_rate`), what long-lived TCP connections meet. A
     ring's steps all use the same host pairs, so its B is its ring's bottleneck; an all-to-all's
@@ -159,8 +161,8 @@ def bottleneck_rate_bps(fabric_map: dict, hosts: list[str], kind: str, routing: 
     Raises:
         ValueError: no transfer crosses the fabric (every rank on one server), or an unknown ``routing``.
     """
-    if routing not in ("ecmp", "single", "hash"):
-        raise ValueError(f"routing must be ecmp, single or hash, not {routing!r}")
+    if routing != "hash" and routing not in STRATEGIES:
+        raise ValueError(f"routing must be one of {', '.join(STRATEGIES)} or hash, not {routing!r}")
     rates = []
     seen: dict[tuple, float] = {}
     for pairs in step_pairs(hosts, kind, algorithm, servers):

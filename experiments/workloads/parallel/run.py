@@ -118,9 +118,9 @@ def run_round(lf, state, tr: Training, out: Path, sample_hz: float, quiet: bool 
         for c in (rec or {}).get("connections") or []:
             if servers[r] != servers[c["dst_rank"]]:
                 path = paths.traced_path(fmap, hosts[r], hosts[c["dst_rank"]], c["src_port"], c["dst_port"],
-                                              trace=lf.datapath.trace_output_port)
+                                              trace=lf.datapath.trace_hop)
                 back = paths.traced_path(fmap, hosts[c["dst_rank"]], hosts[r], c["dst_port"], c["src_port"],
-                                              trace=lf.datapath.trace_output_port)
+                                              trace=lf.datapath.trace_hop)
                 res["paths"].append([r, c["dst_rank"], [list(k) for k in path], [list(k) for k in back]])
     if not quiet:
         say(format_line(summarize_iterations(res, recs)))
