@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 
 from experiments.pagekit import Caption  # noqa: E402
 from topologies import TOPOLOGIES  # noqa: E402
-from topologies.spineleaf import map_layers, oversubscription_per_switch  # noqa: E402
+from topologies.base import map_layers, oversubscription_per_switch  # noqa: E402
 
 #: The drawing's caption (stored in the PNG; a run's report.html shows it beside the drawing).
 TOPOLOGY = Caption(
@@ -56,7 +56,7 @@ def _ratio(r: Fraction) -> str:
 
 def draw(fabric_map: dict, path: Path, title: str | None = None, overlay: dict | None = None,
          caption: Caption = TOPOLOGY) -> Path:
-    """Draw ``fabric_map`` (see topologies.spineleaf.Fabric.to_map) into ``path``; return it.
+    """Draw ``fabric_map`` (see topologies.base.Fabric.to_map) into ``path``; return it.
 
     Nodes sit on one row per layer (spines/core on top, hosts at the bottom; links between two
     switches of one row, a Dragonfly's local and global links, are arcs above it),

@@ -29,7 +29,7 @@ from controller.messages import EcnPlan, PfcPlan
 from controller.rest import ControlClient, free_port, new_token
 from experiments.state import RunState
 from topologies.mininet_topo import FabricTopo
-from topologies.spineleaf import Fabric
+from topologies.base import Fabric
 
 OF_PORT = 6653
 #: Longest wait for Mininet's own teardown before the recorded cleanup takes over.
@@ -92,7 +92,7 @@ class LiveFabric:
     """Start controller and Mininet for ``fabric``; stop both on exit.
 
     Args:
-        fabric: the pure description (topologies.spineleaf.Fabric).
+        fabric: the pure description (topologies.base.Fabric).
         workdir: folder for the fabric map, controller log and agent files.
         state: the RunState that records what is created.
         datapath: the switches' datapath (:class:`controller.datapaths.base.Datapath`; the run's choice

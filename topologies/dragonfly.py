@@ -30,8 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.errors import ScenarioError
-from common.params import F, check_params
-from topologies.spineleaf import NUM, Fabric, LinkSpec, Node, dpid_for
+from common.params import F
+from topologies.base import NUM, Fabric, LinkSpec, Node, Topology, dpid_for
 
 
 #: Routing cost of a global link (local links cost 1): a path with one global link costs at most
@@ -40,7 +40,7 @@ GLOBAL_LINK_COST = 3
 
 
 @dataclass(frozen=True)
-class Dragonfly:
+class Dragonfly(Topology):
     """A Dragonfly of ``groups`` groups of ``routers_per_group`` routers.
 
     Args:
@@ -79,8 +79,9 @@ class Dragonfly:
     local_rate_mbps: float = 10.0
     global_rate_mbps: float = 10.0
 
-    def __post_init__(self):
-        check_params(self, self.PARAMS, "topology")
+    def check(self) -> None:
+        """Every pair of groups needs a global link: at most a x h + 1 groups (ScenarioError naming
+        ``topology.groups``)."""
         most = self.routers_per_group * self.global_links_per_router + 1
         if self.groups > most:
             raise ScenarioError("topology.groups", f"{self.groups} groups need {self.groups - 1} global ports per "

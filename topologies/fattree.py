@@ -20,12 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.errors import ScenarioError
-from common.params import F, check_params
-from topologies.spineleaf import NUM, Fabric, LinkSpec, Node, dpid_for
+from common.params import F
+from topologies.base import NUM, Fabric, LinkSpec, Node, Topology, dpid_for
 
 
 @dataclass(frozen=True)
-class FatTree:
+class FatTree(Topology):
     """A k-ary Fat-Tree.
 
     Args:
@@ -56,8 +56,8 @@ class FatTree:
     edge_agg_rate_mbps: float = 10.0
     agg_core_rate_mbps: float = 10.0
 
-    def __post_init__(self):
-        check_params(self, self.PARAMS, "topology")
+    def check(self) -> None:
+        """k must be even (ScenarioError naming ``topology.k``)."""
         if self.k % 2:
             raise ScenarioError("topology.k", f"must be an even integer in [4, 16], got {self.k!r}")
 

@@ -1,4 +1,4 @@
-"""Turn a :class:`topologies.spineleaf.Fabric` into a Mininet ``Topo``.
+"""Turn a :class:`topologies.base.Fabric` into a Mininet ``Topo``.
 
 Only this module imports Mininet, so the builders stay importable without it.
 """
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from mininet.topo import Topo
 
-from topologies.spineleaf import Fabric
+from topologies.base import Fabric
 
 
 class FabricTopo(Topo):

@@ -16,7 +16,7 @@ channel: :mod:`traffic.nvlink`).
 - Oversubscription of a rail leaf: S x NIC rate / (P x uplink rate); the defaults (4 servers,
   2 spines, every link 10 Mbit/s) make it 2:1, ``uplink_rate_mbps: 20`` makes it 1:1.
 
-Hosts carry :attr:`topologies.spineleaf.Node.server` (the server's name), which the
+Hosts carry :attr:`topologies.base.Node.server` (the server's name), which the
 collectives read to tell NVLink transfers from fabric ones.
 """
 from __future__ import annotations
@@ -24,12 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from common.params import F, check_params
-from topologies.spineleaf import NUM, Fabric, LinkSpec, Node, dpid_for
+from common.params import F
+from topologies.base import NUM, Fabric, LinkSpec, Node, Topology, dpid_for
 
 
 @dataclass(frozen=True)
-class RailOptimized:
+class RailOptimized(Topology):
     """A rail-optimised pod of GPU servers.
 
     Args:
@@ -62,14 +62,6 @@ class RailOptimized:
     spines: int = 2
     host_rate_mbps: float = 10.0
     uplink_rate_mbps: float = 10.0
-
-    def __post_init__(self):
-        check_params(self, self.PARAMS, "topology")
-
-    @classmethod
-    def from_mn_args(cls, nums: list) -> "RailOptimized":
-        """The fabric of ``mn --topo rail,...`` (:data:`MN_ARGS` in order)."""
-        return cls(**dict(zip(cls.MN_ARGS, nums)))
 
     @property
     def n_hosts(self) -> int:

@@ -6,7 +6,7 @@ controller's ``topo`` option (:mod:`controller.options`), so both build the same
 from __future__ import annotations
 
 from topologies import TOPOLOGIES
-from topologies.spineleaf import Fabric
+from topologies.base import Fabric
 
 
 def build(spec: str) -> Fabric:

@@ -31,7 +31,7 @@ def compute_routes(fabric_map: dict, mode: str = "ecmp") -> dict[str, dict[str, 
     traffic take; its first phase is in its flow tables).
 
     Args:
-        fabric_map: as produced by :meth:`topologies.spineleaf.Fabric.to_map`.
+        fabric_map: as produced by :meth:`topologies.base.Fabric.to_map`.
         mode: a registered routing mode (:data:`STRATEGIES`).
 
     Returns:

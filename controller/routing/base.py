@@ -36,7 +36,7 @@ class RoutingStrategy:
             reports the hashed model, :func:`experiments.fluid.hash_ecmp_aggregate`).
 
     Args:
-        fabric_map: as :meth:`topologies.spineleaf.Fabric.to_map` writes it.
+        fabric_map: as :meth:`topologies.base.Fabric.to_map` writes it.
 
     Raises:
         ValueError: the strategy cannot route this fabric (:meth:`refuse` says why), or a host is

@@ -2,7 +2,7 @@
 from fractions import Fraction
 
 from experiments.draw import draw
-from topologies.spineleaf import oversubscription_per_switch
+from topologies.base import oversubscription_per_switch
 from topologies.fattree import FatTree
 from topologies.spineleaf import SpineLeaf
 

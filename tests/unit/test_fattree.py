@@ -5,7 +5,7 @@ import pytest
 from common.errors import ScenarioError
 from controller.routing import compute_routes, follow, switch_graph
 from topologies.fattree import FatTree
-from topologies.spineleaf import MAX_IFNAME_LEN
+from topologies.base import MAX_IFNAME_LEN
 
 KS = [4, 6, 8, 10, 12, 14, 16]
 

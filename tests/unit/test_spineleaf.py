@@ -4,7 +4,8 @@ from fractions import Fraction
 import pytest
 
 from common.errors import ScenarioError
-from topologies.spineleaf import MAX_IFNAME_LEN, Fabric, LinkSpec, Node, SpineLeaf
+from topologies.base import MAX_IFNAME_LEN, Fabric, LinkSpec, Node
+from topologies.spineleaf import SpineLeaf
 
 
 @pytest.mark.parametrize("spines,leaves,hpl,up", [(2, 4, 6, 1), (2, 2, 1, 1), (4, 8, 16, 2), (1, 3, 5, 1)])

@@ -74,7 +74,7 @@ def rank_hosts(fabric, coll: Collective) -> list[str]:
 
 def rank_servers(fabric, hosts: list[str]) -> list[str]:
     """The server of every rank on ``hosts``: the host's server on a fabric whose hosts are GPUs
-    of servers (:attr:`topologies.spineleaf.Node.server`, a rail-optimised fabric), else the
+    of servers (:attr:`topologies.base.Node.server`, a rail-optimised fabric), else the
     host itself (a server with one NIC and its ranks as GPUs)."""
     return [fabric.node(h).server or h for h in hosts]
 
