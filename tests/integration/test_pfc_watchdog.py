@@ -57,7 +57,7 @@ def stuck_receiver_run(lf, st, plan, out):
     """h3 sends DATAGRAMS lossless datagrams to h1 while leaf1's priority-3 gate toward h1 is shut for
     HOLD_S; returns (datagrams sent, received, the PFC report while held, the final one)."""
     q = pausegate.PriorityQueues(rate_bps=RATE_MBPS * 1e6,
-                                 fifo_bytes={int(p): v for p, v in plan["switch_fifo_bytes"].items()},
+                                 fifo_bytes=dict(plan.switch_fifo_bytes),
                                  default_prio=0, weights=None, burst_bytes=3028)
     gates = pausegate.PauseGates("leaf1-eth1", q, kick_frame=pfc_frame("02:fa:b1:ab:00:01", {3: 0}))
     flows = [{"src": "h3", "dst": "h1", "dscp": 26, "bytes": DATAGRAMS * 1460}]

@@ -19,7 +19,7 @@ MAP = FatTree(k=4).build().to_map()
 
 
 def test_every_injector_is_registered_with_a_place_and_a_layer():
-    assert set(FAULTS) == {"corrupt", "degrade", "drop", "flap", "slow_host"}
+    assert {"corrupt", "degrade", "drop", "flap", "slow_host"} <= set(FAULTS)      # a new kind only adds
     for cls in FAULTS.values():
         assert cls.TARGET in ("link", "switch", "host") and cls.LAYER in ("physical", "switch", "host")
         assert cls.__doc__ and cls.PARAMS

@@ -20,7 +20,7 @@ JOB = {"line_rate_mbps": 10, "mtu_bytes": 256}
 def test_the_scenario_accepts_exactly_the_registered_modes():
     for mode in RATE_CONTROLLERS:
         assert validate({"name": "t", "roce": {"mode": mode}}).roce.mode == mode
-    assert set(RATE_CONTROLLERS) == {"dcqcn", "timely", "patched_timely", "swift", "none"}
+    assert {"dcqcn", "timely", "patched_timely", "swift", "none"} <= set(RATE_CONTROLLERS)   # a new one only adds
     with pytest.raises(ScenarioError, match="roce.mode"):
         validate({"name": "t", "roce": {"mode": "fast"}})
     with pytest.raises(ValueError, match="no RoCE rate controller 'fast'"):

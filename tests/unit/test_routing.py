@@ -133,7 +133,9 @@ def test_routing_mode_errors_name_the_key():
     from common.errors import ScenarioError
     from experiments.plan import check_against_fabric
     from experiments.scenario import validate
-    with pytest.raises(ScenarioError, match="routing.mode.*must be one of ecmp, single, valiant; got 'flood'"):
+    from controller.routing.registry import STRATEGIES
+    assert list(STRATEGIES)[:3] == ["ecmp", "single", "valiant"]
+    with pytest.raises(ScenarioError, match=f"routing.mode.*must be one of {', '.join(STRATEGIES)}; got 'flood'"):
         validate({"name": "t", "routing": {"mode": "flood"}})
     with pytest.raises(ScenarioError, match="routing.mode.*valiant needs switches in at least 3 groups"):
         check_against_fabric(validate({"name": "t", "routing": {"mode": "valiant"}}))     # a Spine-Leaf

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from common.errors import ScenarioError
+from controller.faults import FAULTS
 from experiments.scenario import validate
 from experiments.schema_export import markdown, scenario_schema
 
@@ -67,7 +68,7 @@ BAD = [
 
 
 @pytest.mark.parametrize("fault, message", [
-    ({"kind": "melt", "link": "leaf1->h1"}, "must be one of corrupt, degrade, drop, flap, slow_host; got 'melt'"),
+    ({"kind": "melt", "link": "leaf1->h1"}, f"must be one of {', '.join(FAULTS)}; got 'melt'"),
     ({"link": "leaf1->h1"}, "is required"),
 ])
 def test_a_faults_kind_is_named_with_what_was_given(fault, message):
