@@ -92,9 +92,11 @@ def test_a_delay_line_in_a_host_namespace(netns):
         tcqdisc.install_delay_line("flnl0", "flnlifb0", 2000, 100, 1000, pid)
         (q,) = json.loads(_ns(pid, "tc", "-j", "qdisc", "show", "dev", "flnlifb0"))
         assert (q["kind"], q["handle"], q["options"]["limit"]) == ("netem", "1:", 1000)
-        tick = 64e-9            # netem keeps its times in psched ticks of 64 ns
-        assert q["options"]["delay"]["delay"] == pytest.approx(0.002, abs=tick)
-        assert q["options"]["delay"]["jitter"] == pytest.approx(0.0001, abs=tick)
+        # netem keeps its times in psched ticks of 64 ns (100 us is 1562.5 ticks: 1562 are kept, as
+        # tc itself sends them), and tc prints them back in whole microseconds (99.968 us as 99 us)
+        shown = 1e-6 + 64e-9
+        assert q["options"]["delay"]["delay"] == pytest.approx(0.002, abs=shown)
+        assert q["options"]["delay"]["jitter"] == pytest.approx(0.0001, abs=shown)
     else:
         with pytest.raises(SetupError, match=r"^delay line on flnl0: netem on flnlifb0: kernel refused "
                                              r"\(2: Specified qdisc kind is unknown\)$"):
