@@ -64,7 +64,10 @@ class EcnPorts:
         self.current: dict[str, EcnProfile] = {}
 
     def start(self) -> dict:
-        """Apply every port's initial profile; returns what ``ecn_marker.json`` records."""
+        """Apply every port's initial profile; returns what ``ecn_marker.json`` records. Every profile
+        is checked against its port's buffer first (:meth:`check`): a wrong one raises before the
+        marker is loaded or any port touched."""
+        self.check({intf: p.profile for intf, p in self.plan.ports.items()})
         if self.marker_kind == "bpf":
             self.marker = self.load_marker()
             for intf in self.plan.ports:

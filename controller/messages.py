@@ -2,7 +2,8 @@
 parsed once from its JSON body, with the key named when it is wrong. Pure: no I/O.
 
 - :class:`EcnChange` ``{"ports": {intf: profile spec}}``: new ECN profiles (common.ecn specs).
-- :class:`PfcStart` ``{"host_pids": {host: pid}}``: install PFC and start the pauser.
+- :class:`PfcStart` ``{"host_pids": {host: pid}, "plan": {...}}``: install the :class:`PfcPlan` and
+  start the pauser.
 - :class:`PfcChange` ``{"enabled": bool}`` or ``{"xoff_bytes", "xon_bytes", "cap_bytes"}``:
   PFC on or off, or new thresholds and buffer.
 - :class:`HostsRegister` ``{"host_pids": {host: pid}}``: the hosts' namespaces (faults on hosts'

@@ -4,8 +4,9 @@ can read and change them with ``curl`` during a run (docs/controller-api.md list
 
 Endpoints (bodies and answers are JSON objects; errors are ``{"error": "..."}`` with 400 for a
 malformed message or a profile a port cannot hold, 404 for an unknown path or port or a part this
-run does not have, 405 for a method a path does not take, 409 before the switches are configured,
-500 when the kernel or tc refused the change):
+run does not have (ECN or PFC before its start request), 405 for a method a path does not take, 409
+before the switches are configured or for a start of a part started already, 500 when the kernel or
+tc refused the change):
 
 - ``GET /fabriclab/status``: switches configured, whether ECN and PFC run, this API's URL.
 - ``GET /fabriclab/ecn``: the marker and every switch port's profile now.

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from common.errors import SetupError
+from common.errors import ScenarioError, SetupError
 from controller.ecnports import EcnPorts
 from controller.rest import ControlApi, ControlClient, serve
 from experiments.features.ecn.plan import ecn_plan
@@ -58,6 +58,20 @@ def ports(tmp_path, marker="bpf"):
     p = plan(marker)
     ep = EcnPorts(p, tmp_path, load_marker=lambda: m, tc=tc, ifindex=lambda intf: hash(intf) % 1000)
     return ep, p, m, tc
+
+
+def test_a_start_with_a_profile_its_port_cannot_hold_touches_nothing(tmp_path):
+    """A start request's profiles are checked before the marker is loaded or a port touched."""
+    m, tc = FakeMarker(), FakeTc()
+    p = plan("bpf")
+    first = sorted(p.ports)[0]
+    bad = p.model_copy(update={"ports": {**p.ports, first: p.ports[first].model_copy(
+        update={"profile": {"step": {"k_bytes": 10 ** 9}}})}})
+    loads = []
+    ep = EcnPorts(bad, tmp_path, load_marker=lambda: loads.append(1) or m, tc=tc, ifindex=lambda intf: 1)
+    with pytest.raises(ScenarioError, match=f"ecn.ports.{first}"):
+        ep.start()
+    assert loads == [] and m.attached == [] and m.configured == [] and tc.calls == [] and ep.current == {}
 
 
 def test_start_attaches_the_marker_to_every_port_and_records_its_maps(tmp_path):
