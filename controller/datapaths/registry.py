@@ -60,7 +60,8 @@ def remove_everywhere(names: list[str]) -> list[str]:
     """
     removed: list[str] = []
     for cls in DATAPATHS.values():
-        mine = [n for n in names if n in cls.present()]
+        present = cls.present()          # one listing per datapath, not one per name
+        mine = [n for n in names if n in present]
         if mine:
             cls.remove(mine)
             removed += mine
