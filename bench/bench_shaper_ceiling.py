@@ -18,7 +18,7 @@ idle gaps included: microseconds and frame times), the share of backlogged gaps 
 frame time, and the rate achieved while backlogged. ``--load`` runs a busy loop on every core
 beside each run (the CPU-load calibration). Needs root; each run takes the fabric lock
 (/tmp/fabriclab-fabric.lock) for itself only. Also prints, over every port of the runs, the
-most a port's lead exceeded its bucket's time (the dequeue jitter the ceiling check tolerates).
+most a port's lead exceeded its bucket's time (the rounding the ceiling check tolerates).
 """
 from __future__ import annotations
 

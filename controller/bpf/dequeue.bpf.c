@@ -25,16 +25,23 @@
  *
  * The ceiling (idle gaps included): a line cannot start frame j before frames i..j-1 have been
  * serialised, so over every window of frames i..j (i < j) the dequeue times must satisfy
- * t_j - t_i >= W(i, j), the wire time of frames i..j-1. With S_j the wire time of every frame
- * before j, W(i, j) - (t_j - t_i) = (S_j - t_j) - (S_i - t_i); so the most the port ran ahead of
- * its line over ANY window (its lead) is max_j [(S_j - t_j) - min_{i<j} (S_i - t_i)], kept in
- * O(1) per frame with the running minimum. A shaper whose bucket holds B bytes leads by B / rate
- * at most; a port that never runs ahead has lead_ns 0.
+ * t_j - t_i >= W(i, j), the wire time of frames i..j-1. This hook fires after the shaper has
+ * released a frame, and the CPU can stall in between (an interrupt, the hypervisor taking the
+ * vCPU): a frame traced late by that stall is followed by the next one on the shaper's schedule,
+ * up to one frame time closer than the line allows, whatever the shaper does. So the window is
+ * measured from the END of its first dequeue (a dequeue hands over one frame, or a chain of them
+ * at one instant): with S_j the wire time of every frame before j and S+_i that after dequeue i's
+ * frames, the lead is max over dequeues j > i of (S_j - t_j) - (S+_i - t_i), kept in O(1) per
+ * dequeue with the running minimum of S+_i - t_i. Every frame after dequeue i was released after
+ * t_i (dequeues of one qdisc are serial), so an HTB shaper whose bucket holds B bytes leads by
+ * B / rate at most however late the hook fires; more means the port sent faster than its shaper
+ * allows. A port that never runs ahead has lead_ns 0.
  *   wire_ns               S: wire time of every frame dequeued so far;
  *   first_ns              time of the first dequeue;
- *   min_sv, min_idx, min_t   the minimum of S_i - t_i so far, its frame index i and t_i;
+ *   min_sv, min_idx, min_t   the minimum of S+_i - t_i so far, the index of the first frame after
+ *                         dequeue i and t_i;
  *   lead_ns               the largest lead over any window (0: never ahead of the line);
- *   lead_frames           that window's frames (j - i), lead_span_ns its t_j - t_i,
+ *   lead_frames           that window's frames (after dequeue i, before j), lead_span_ns its t_j - t_i,
  *   lead_t_ns             its t_j.
  * And the spread of the backlogged gaps, for a confidence interval on the achieved rate:
  *   ratio_sum, ratio_sq   sums of gap / frame time in permille and of its square, the ratio capped
@@ -67,8 +74,8 @@ struct fl_deq_port {
 	__u64 max_len;            /* the longest packet dequeued (one frame: at most MTU + 14) */
 	__u64 wire_ns;            /* S: wire time of every frame dequeued so far */
 	__u64 first_ns;           /* time of the first dequeue */
-	__s64 min_sv;             /* min over dequeued frames i of S_i - t_i */
-	__u64 min_idx;            /* its frame index i */
+	__s64 min_sv;             /* min over dequeues i of S+_i - t_i */
+	__u64 min_idx;            /* the index of the first frame after dequeue i */
 	__u64 min_t;              /* its t_i */
 	__s64 lead_ns;            /* max over windows of wire time minus elapsed time */
 	__u64 lead_frames;        /* that window's frames */
@@ -149,28 +156,24 @@ int fl_deq(struct bpf_raw_tracepoint_args *ctx)
 		p->backlogged = qlen > 0;
 		return 0;
 	}
+	/* the lead of every window that ends with this dequeue (see the header) */
+	__s64 sv = (__s64)p->wire_ns - (__s64)now;
+	if (p->packets) {
+		__s64 lead = sv - p->min_sv;
+		if (lead > p->lead_ns) {
+			p->lead_ns = lead;
+			p->lead_frames = p->packets - p->min_idx;
+			p->lead_span_ns = now - p->min_t;
+			p->lead_t_ns = now;
+		}
+	} else {
+		p->first_ns = now;
+	}
 	/* a bulk dequeue hands over a chain of skbs at one instant (args[2] counts them) */
 	for (int i = 0; i < MAX_BULK; i++) {
 		if (!skb)
 			break;
 		__u64 len = BPF_CORE_READ(skb, len);
-		__s64 sv = (__s64)p->wire_ns - (__s64)now;
-		if (p->packets) {
-			__s64 lead = sv - p->min_sv;
-			if (lead > p->lead_ns) {
-				p->lead_ns = lead;
-				p->lead_frames = p->packets - p->min_idx;
-				p->lead_span_ns = now - p->min_t;
-				p->lead_t_ns = now;
-			}
-		} else {
-			p->first_ns = now;
-		}
-		if (!p->packets || sv < p->min_sv) {
-			p->min_sv = sv;
-			p->min_idx = p->packets;
-			p->min_t = now;
-		}
 		p->wire_ns += len * 8000000ULL / p->rate_kbps;
 		if (p->backlogged && p->last_len) {
 			__u64 gap = now - p->last_ns;
@@ -198,6 +201,13 @@ int fl_deq(struct bpf_raw_tracepoint_args *ctx)
 		skb = BPF_CORE_READ(skb, next);
 		/* frames after this one in the chain, or in the queue, keep the port backlogged */
 		p->backlogged = (skb != 0) || qlen > 0;
+	}
+	/* windows that start after this dequeue's frames */
+	sv = (__s64)p->wire_ns - (__s64)now;
+	if (!p->min_t || sv < p->min_sv) {
+		p->min_sv = sv;
+		p->min_idx = p->packets;
+		p->min_t = now;
 	}
 	return 0;
 }
