@@ -25,7 +25,7 @@ with basis 0 and an aggregation switch would repeat its edge switch's choice
 
 When every switch of the map has answered its barrier, the app writes the
 ready file the runner waits for, and its REST API (:mod:`controller.rest`, on
-127.0.0.1) takes the ECN plan (:mod:`controller.ecnports`) and the PFC plan
+127.0.0.1) takes the ECN plan (:mod:`controller.ecn.ports`) and the PFC plan
 (:mod:`controller.pfcports`) in their start requests, as the typed messages of
 :mod:`controller.messages`: the runner sends them once the ports have their
 queues (adding a port to Open vSwitch resets its root qdisc, so that is after
@@ -43,7 +43,7 @@ import logging
 import os
 import time
 
-from controller.ecnports import EcnPorts
+from controller.ecn.ports import EcnPorts
 from common.errors import FAULT_ENV
 from controller.oferrors import describe_error
 from controller.ofp import (CONFIG_DISPATCHER, HANDSHAKE_DISPATCHER, MAIN_DISPATCHER, BaseApp, arp, ether_types, ethernet, nicira_ext,

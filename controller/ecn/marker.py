@@ -26,10 +26,10 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from common.errors import SetupError
 from controller.dataplane import bpfhook
-from controller.ecn import EcnProfile
+from controller.ecn.policy import EcnProfile
 from controller.libbpf import BPF_ANY, BPF_F_LOCK, Libbpf
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OBJECT = REPO / "build" / "ecn_marker.bpf.o"
 PROG_NAME = b"fl_ecn_mark"
 #: The filter's name as ``tc filter show`` lists it.
