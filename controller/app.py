@@ -26,7 +26,7 @@ with basis 0 and an aggregation switch would repeat its edge switch's choice
 When every switch of the map has answered its barrier, the app writes the
 ready file the runner waits for, and its REST API (:mod:`controller.rest`, on
 127.0.0.1) takes the ECN plan (:mod:`controller.ecn.ports`) and the PFC plan
-(:mod:`controller.pfcports`) in their start requests, as the typed messages of
+(:mod:`controller.pfc.ports`) in their start requests, as the typed messages of
 :mod:`controller.messages`: the runner sends them once the ports have their
 queues (adding a port to Open vSwitch resets its root qdisc, so that is after
 the switches connect), and changes profiles during the run the same way; a
@@ -50,7 +50,7 @@ from controller.ofp import (CONFIG_DISPATCHER, HANDSHAKE_DISPATCHER, MAIN_DISPAT
                             ofp_event, ofproto_v1_3, packet, set_ev_cls)
 from controller.faultports import FaultPorts
 from controller import options
-from controller.pfcports import PfcPorts, share_gil_realtime
+from controller.pfc.ports import PfcPorts, share_gil_realtime
 from controller.portstats import read_ports
 from controller.messages import EcnPlan, PfcStart
 from controller.rest import ControlApi, HttpError, read_token, serve

@@ -109,7 +109,7 @@ class LiveFabric:
             (controller.ecn.ports), or None.
         pfc_plan: the PFC plan (:class:`controller.messages.PfcPlan`; experiments.features.pfc.plan.pfc_plan),
             sent in ``POST /fabriclab/pfc/start``: the controller installs per-priority queues on every
-            port instead of ``switch_queue``/``host_queue`` and runs the pauser (controller.pfcports);
+            port instead of ``switch_queue``/``host_queue`` and runs the pauser (controller.pfc.ports);
             or None. Both are also written beside the results as ``ecn_plan.json``/``pfc_plan.json``.
 
     Attributes after enter: ``net`` (Mininet), ``fabric_map`` (dict),

@@ -90,7 +90,7 @@ def test_k_and_xoff_are_parsed_once_from_file_to_plans(monkeypatch, tmp_path):
     built = tmp_path / "built.o"
     built.write_bytes(b"")
     monkeypatch.setattr("controller.ecn.marker.OBJECT", built)
-    monkeypatch.setattr("controller.pfcbpf.OBJECT", built)
+    monkeypatch.setattr("controller.pfc.accounting.OBJECT", built)
 
     sc = load_scenario(SCENARIOS / "incast.yaml")
     ctx = rounds.run_context(sc, check_against_fabric(sc), {"qdiscs": {"red": True, "clsact": True},
