@@ -7,7 +7,7 @@ On each switch's FEATURES_REPLY it clears the switch, installs
   ECMP over all equal-cost ports from :mod:`controller.routing` (below),
 then a barrier. Those are the ``ecmp`` strategy's tables; the app installs whatever flow entries
 the scenario's routing strategy returns (:mod:`controller.routing`, ``routing`` below: a
-registry of strategies, each giving every switch's entries as :mod:`controller.tables` types) and
+registry of strategies, each giving every switch's entries as :mod:`controller.flowtables` types) and
 names none of them.
 
 ECMP. Each flow's 5-tuple (IP source and destination, protocol, TCP/UDP
@@ -55,7 +55,7 @@ from controller.portstats import read_ports
 from controller.messages import EcnPlan, PfcStart
 from controller.rest import ControlApi, HttpError, read_token, serve
 from controller.routing import strategy_for
-from controller.tables import Multipath, Output, SetField, SetReg, ToController
+from controller.flowtables import Multipath, Output, SetField, SetReg, ToController
 
 LOG = logging.getLogger("fabriclab.controller")
 
@@ -155,7 +155,7 @@ class FabricController(BaseApp):
 
     @staticmethod
     def _action(dp, a):
-        """One typed action of controller.tables as an os-ken action."""
+        """One typed action of controller.flowtables as an os-ken action."""
         ofp, parser = dp.ofproto, dp.ofproto_parser
         if isinstance(a, Output):
             return parser.OFPActionOutput(a.port)
