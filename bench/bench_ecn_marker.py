@@ -69,7 +69,7 @@ def main() -> int:
                        host_queue=lambda r: tcqdisc.PortQueue(r, buffer_packets=1000)) as lf:
         marker = None
         if kind == "bpf":
-            from controller.bpfmarker import BpfEcnMarker
+            from controller.ecn.marker import BpfEcnMarker
             marker = BpfEcnMarker.load()
 
         def on():

@@ -10,8 +10,8 @@ validation (pure; no kernel access).
   Jacobson, IEEE/ACM ToN 1993). On the instantaneous queue unless an EWMA
   weight is given (avg <- (1 - w) avg + w q, RED section 4).
 
-The marking itself is in :mod:`controller.ecn` (policy),
-:mod:`controller.bpfmarker` and :mod:`controller.dataplane` (kernel).
+The marking itself is in :mod:`controller.ecn.policy` (policy),
+:mod:`controller.ecn.marker` and :mod:`controller.dataplane` (kernel).
 """
 from __future__ import annotations
 

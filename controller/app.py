@@ -7,7 +7,7 @@ On each switch's FEATURES_REPLY it clears the switch, installs
   ECMP over all equal-cost ports from :mod:`controller.routing` (below),
 then a barrier. Those are the ``ecmp`` strategy's tables; the app installs whatever flow entries
 the scenario's routing strategy returns (:mod:`controller.routing`, ``routing`` below: a
-registry of strategies, each giving every switch's entries as :mod:`controller.tables` types) and
+registry of strategies, each giving every switch's entries as :mod:`controller.flowtables` types) and
 names none of them.
 
 ECMP. Each flow's 5-tuple (IP source and destination, protocol, TCP/UDP
@@ -25,8 +25,8 @@ with basis 0 and an aggregation switch would repeat its edge switch's choice
 
 When every switch of the map has answered its barrier, the app writes the
 ready file the runner waits for, and its REST API (:mod:`controller.rest`, on
-127.0.0.1) takes the ECN plan (:mod:`controller.ecnports`) and the PFC plan
-(:mod:`controller.pfcports`) in their start requests, as the typed messages of
+127.0.0.1) takes the ECN plan (:mod:`controller.ecn.ports`) and the PFC plan
+(:mod:`controller.pfc.ports`) in their start requests, as the typed messages of
 :mod:`controller.messages`: the runner sends them once the ports have their
 queues (adding a port to Open vSwitch resets its root qdisc, so that is after
 the switches connect), and changes profiles during the run the same way; a
@@ -43,19 +43,19 @@ import logging
 import os
 import time
 
-from controller.ecnports import EcnPorts
+from controller.ecn.ports import EcnPorts
 from common.errors import FAULT_ENV
 from controller.oferrors import describe_error
 from controller.ofp import (CONFIG_DISPATCHER, HANDSHAKE_DISPATCHER, MAIN_DISPATCHER, BaseApp, arp, ether_types, ethernet, nicira_ext,
                             ofp_event, ofproto_v1_3, packet, set_ev_cls)
 from controller.faultports import FaultPorts
 from controller import options
-from controller.pfcports import PfcPorts, share_gil_realtime
+from controller.pfc.ports import PfcPorts, share_gil_realtime
 from controller.portstats import read_ports
 from controller.messages import EcnPlan, PfcStart
 from controller.rest import ControlApi, HttpError, read_token, serve
 from controller.routing import strategy_for
-from controller.tables import Multipath, Output, SetField, SetReg, ToController
+from controller.flowtables import Multipath, Output, SetField, SetReg, ToController
 
 LOG = logging.getLogger("fabriclab.controller")
 
@@ -155,7 +155,7 @@ class FabricController(BaseApp):
 
     @staticmethod
     def _action(dp, a):
-        """One typed action of controller.tables as an os-ken action."""
+        """One typed action of controller.flowtables as an os-ken action."""
         ofp, parser = dp.ofproto, dp.ofproto_parser
         if isinstance(a, Output):
             return parser.OFPActionOutput(a.port)

@@ -191,7 +191,7 @@ class PfcHost(_Plan):
 
 
 class PfcPlan(_Plan):
-    """The PFC plan (:func:`experiments.features.pfc.plan.pfc_plan` builds it; controller.pfcports
+    """The PFC plan (:func:`experiments.features.pfc.plan.pfc_plan` builds it; controller.pfc.ports
     applies it). Thresholds and buffers in bytes; priorities 0-7; ``weights``: a weighted
     scheduler's weight per priority, None for strict priority; ``burst_bytes`` None: per port from
     its rate and ``shaper_slack_s`` (seconds); ``switch_fifo_bytes``/``host_fifo_bytes``: each

@@ -106,8 +106,8 @@ class ControlApi:
 
     Args:
         status: () -> the status record (switches configured, ...).
-        ecn: () -> the ECN port manager (controller.ecnports.EcnPorts), None until ECN is started.
-        pfc: () -> the PFC part (controller.pfcports.PfcPorts), likewise.
+        ecn: () -> the ECN port manager (controller.ecn.ports.EcnPorts), None until ECN is started.
+        pfc: () -> the PFC part (controller.pfc.ports.PfcPorts), likewise.
         start_ecn: (:class:`controller.messages.EcnPlan`) -> the record of the plan applied
             (``POST /ecn/start``); it raises HttpError 409 before the switches are configured or
             when ECN is started already. None: 404.

@@ -106,10 +106,10 @@ class LiveFabric:
             destination), ``valiant`` (through a random intermediate group of a Dragonfly).
         ecn_plan: the ECN plan (:class:`controller.messages.EcnPlan`; experiments.features.ecn.plan.ecn_plan)
             the controller applies once the ports have queues, sent in ``POST /fabriclab/ecn/start``
-            (controller.ecnports), or None.
+            (controller.ecn.ports), or None.
         pfc_plan: the PFC plan (:class:`controller.messages.PfcPlan`; experiments.features.pfc.plan.pfc_plan),
             sent in ``POST /fabriclab/pfc/start``: the controller installs per-priority queues on every
-            port instead of ``switch_queue``/``host_queue`` and runs the pauser (controller.pfcports);
+            port instead of ``switch_queue``/``host_queue`` and runs the pauser (controller.pfc.ports);
             or None. Both are also written beside the results as ``ecn_plan.json``/``pfc_plan.json``.
 
     Attributes after enter: ``net`` (Mininet), ``fabric_map`` (dict),
@@ -302,7 +302,7 @@ class LiveFabric:
 
     def ecn_counters(self) -> dict:
         """Per-port marker counters now ({} without an ECN plan): ``GET /fabriclab/ecn/counters``
-        (controller.ecnports.EcnPorts.counters)."""
+        (controller.ecn.ports.EcnPorts.counters)."""
         if self.ecn_plan is None:
             return {}
         return self.api.call("GET", "/ecn/counters", what="ECN")

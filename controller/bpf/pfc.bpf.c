@@ -298,7 +298,7 @@ static __noinline void account(struct sk_buff *skb, int sign)
  * packets leave the root qdisc without a dequeue event this program sees (no recursion miss is
  * counted; the same packets' enqueue is seen once), so their bytes stay counted. The pauser
  * therefore corrects (fl_pfc_ctl.corr_bytes) a switch's counters whenever all of its queues of that
- * priority are seen empty: see controller/pfcbpf.py, PfcBpf.reconcile. */
+ * priority are seen empty: see controller/pfc/accounting.py, PfcBpf.reconcile. */
 SEC("raw_tp/qdisc_enqueue")
 int fl_pfc_enq(struct bpf_raw_tracepoint_args *ctx)
 {

@@ -2,7 +2,7 @@
 
 A strategy (:class:`controller.routing.base.RoutingStrategy`, one module each: ``ecmp``,
 ``single``, ``valiant``; registered in :mod:`controller.routing.registry`) gives per-switch next
-hops toward every host, every switch's flow entries (:mod:`controller.tables` types, which the
+hops toward every host, every switch's flow entries (:mod:`controller.flowtables` types, which the
 os-ken app installs as they are), and where a flow's bytes go (for the fluid models). The graph
 helpers every strategy shares are in :mod:`controller.routing.graph`.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from controller.routing.base import RoutingStrategy
 from controller.routing.graph import follow, hash_basis, port_peers, switch_graph, switch_groups
 from controller.routing.registry import STRATEGIES, names, register, strategy_class, strategy_for
-from controller.tables import ecmp_tables
+from controller.flowtables import ecmp_tables
 
 #: How the controller spreads flows in ``ecmp`` mode (the ``ecmp`` strategy's METHOD).
 ECMP_METHOD = STRATEGIES["ecmp"].METHOD

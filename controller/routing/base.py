@@ -5,7 +5,7 @@ A strategy says, from the fabric map alone:
 
 - :attr:`RoutingStrategy.routes`: the next hops toward every destination host, per switch
   (``{switch: {host_ip: [port, ...]}}``): its minimal routes;
-- :meth:`RoutingStrategy.switch_flows`: every flow entry of one switch (``controller.tables``
+- :meth:`RoutingStrategy.switch_flows`: every flow entry of one switch (``controller.flowtables``
   entries, whatever tables, matches and actions it needs): the os-ken app installs them as they
   are and names no strategy;
 - :meth:`RoutingStrategy.link_fractions` and :meth:`RoutingStrategy.sampled_path`: where a
@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from controller.routing.graph import hash_basis, port_peers, shortest_next_hops, spread, switch_graph, walk_one
-from controller.tables import FlowEntry, switch_flows
+from controller.flowtables import FlowEntry, switch_flows
 
 
 class RoutingStrategy:
@@ -76,7 +76,7 @@ class RoutingStrategy:
         return hash_basis(self.index[switch])
 
     def switch_flows(self, switch: str) -> list[FlowEntry]:
-        """Every flow entry of ``switch`` in install order (:func:`controller.tables.switch_flows`:
+        """Every flow entry of ``switch`` in install order (:func:`controller.flowtables.switch_flows`:
         per destination, ECMP through table 1). KeyError for an unknown switch."""
         return switch_flows(self.routes[switch], self.basis(switch))
 

@@ -32,7 +32,7 @@ IPv4 by offset and the EtherType, see tagged frames as any other; no flow entry,
 reads the Ethernet source; and hosts receive the frame as it was sent (the Ethernet destination
 is never changed and the source is restored before the last group).
 
-Flow tables of a router in group G (entries as :mod:`controller.tables` types):
+Flow tables of a router in group G (entries as :mod:`controller.flowtables` types):
 
 - table 0 (classify): drop; ARP to the controller; priority 300: IPv4 from a host port -> table
   1; priority 250: a tag of another group J -> next hop toward J; a router with a link to another
@@ -50,8 +50,9 @@ import networkx as nx
 
 from controller.routing.base import RoutingStrategy
 from controller.routing.graph import hash_basis, next_hop_ports, spread, switch_groups, walk_one
-from controller.tables import (ETH_TYPE_ARP, ETH_TYPE_IP, PRIO_ARP, PRIO_DROP, PRIO_ROUTE, FlowEntry, Multipath,
-                               SetField, SetReg, ToController, ecmp_entries, ecmp_tables, next_hop, route_entries)
+from controller.flowtables import (ETH_TYPE_ARP, ETH_TYPE_IP, PRIO_ARP, PRIO_DROP, PRIO_ROUTE, FlowEntry,
+                                   Multipath, SetField, SetReg, ToController, ecmp_entries, ecmp_tables, next_hop,
+                                   route_entries)
 
 #: The first four octets of every tag MAC: locally administered (bit 1 of the first octet set),
 #: unicast (bit 0 clear), and unlike any host's MAC (``02:..``); ``vlb`` in ASCII after 0a.

@@ -23,7 +23,7 @@ from common.errors import SetupError
 from common.lazy import lazy_module
 from controller import porttree
 from controller.routing import strategy_for
-from controller.tables import ofctl_line
+from controller.flowtables import ofctl_line
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
 

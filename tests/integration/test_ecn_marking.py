@@ -66,7 +66,7 @@ def _env():
 
 
 def bpf_marker_usable(env) -> bool:
-    from controller.bpfmarker import OBJECT
+    from controller.ecn.marker import OBJECT
     return OBJECT.exists() and bool(env["qdiscs"].get("clsact"))
 
 

@@ -98,7 +98,7 @@ def _held_and_backlog(bpf) -> tuple[dict, int]:
 def test_counter_follows_the_held_queue_with_one_xoff_and_one_xon(router, figure):
     from pyroute2 import IPRoute
 
-    from controller.pfcbpf import PfcBpf
+    from controller.pfc.accounting import PfcBpf
     bpf = PfcBpf.load()
     try:
         with IPRoute(netns=f"/proc/{router}/ns/net", flags=0) as ipr:
@@ -175,7 +175,7 @@ def test_a_full_ingress_buffer_drops_and_counts(router, figure):
     (the egress queue could hold more): held bytes stay at the cap, every frame is accounted."""
     from pyroute2 import IPRoute
 
-    from controller.pfcbpf import PfcBpf
+    from controller.pfc.accounting import PfcBpf
     cap = 100_000
     bpf = PfcBpf.load()
     try:

@@ -2,7 +2,7 @@
 import pytest
 
 from common.errors import ScenarioError
-from controller.ecn import CE, ECT0, ECT1, NOT_ECT, EcnProfile, VirtualQueue, ewma, mark, parse_profile
+from controller.ecn.policy import CE, ECT0, ECT1, NOT_ECT, EcnProfile, VirtualQueue, ewma, mark, parse_profile
 
 BUF = 100 * 1514
 

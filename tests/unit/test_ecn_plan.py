@@ -8,7 +8,7 @@ from common.errors import ScenarioError
 from experiments.scenario import FRAME_BYTES, switch_layers, validate
 from common import redparams
 from controller.dataplane import tcqdisc
-from controller.bpfmarker import CFG, ST, decode_st, encode_cfg
+from controller.ecn.marker import CFG, ST, decode_st, encode_cfg
 from experiments import analysis
 from experiments.features.ecn import report as ecn_report, summary as ecn_summary
 from tests import marking

@@ -1,4 +1,4 @@
-"""The controller's ECN port manager (controller.ecnports.EcnPorts) with a fake marker and a fake
+"""The controller's ECN port manager (controller.ecn.ports.EcnPorts) with a fake marker and a fake
 tc, driven through the controller's REST API (controller.rest) as the runner drives it: the plan
 applied when the fabric starts, profiles changed between rounds, only changed ports counted, a bad
 port refused with the error, counters read, and kernel RED vs FIFO chosen per profile. No root,
@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from common.errors import ScenarioError, SetupError
-from controller.ecnports import EcnPorts
+from controller.ecn.ports import EcnPorts
 from controller.rest import ControlApi, ControlClient, serve
 from experiments.features.ecn.plan import ecn_plan
 from experiments.plan import check_against_fabric

@@ -1,4 +1,4 @@
-"""The controller's flow tables (controller.tables), checked by forwarding packets through them:
+"""The controller's flow tables (controller.flowtables), checked by forwarding packets through them:
 a small simulation of the OpenFlow pipeline (table 0, registers, OVS multipath's hash-threshold
 pick, table 1) over every switch of a fabric, hop by hop along the fabric map's links. No switch,
 no root: what each switch would do with a packet, from the entries the controller installs."""
@@ -9,8 +9,8 @@ import networkx as nx
 import pytest
 
 from controller.routing import compute_routes, hash_basis, strategy_for, switch_graph
-from controller.tables import (ECMP_TABLE, ETH_TYPE_ARP, ETH_TYPE_IP, PRIO_ROUTE, FlowEntry, Multipath, Output,
-                               SetField, SetReg, ToController, switch_flows)
+from controller.flowtables import (ECMP_TABLE, ETH_TYPE_ARP, ETH_TYPE_IP, PRIO_ROUTE, FlowEntry, Multipath,
+                                   Output, SetField, SetReg, ToController, switch_flows)
 from experiments.plan import build_fabric
 from topologies.dragonfly import Dragonfly
 from experiments.scenario import validate
@@ -188,7 +188,7 @@ def test_every_ecmp_link_index_has_an_output_and_no_more():
 
 @pytest.mark.parametrize("mode", ["ecmp", "single"])
 def test_per_destination_strategies_install_the_per_destination_tables(mode):
-    """``ecmp`` and ``single`` install exactly controller.tables.switch_flows over their routes."""
+    """``ecmp`` and ``single`` install exactly controller.flowtables.switch_flows over their routes."""
     fmap = fabric_map(FABRICS["fattree k=4"])
     routes = compute_routes(fmap, mode)
     assert tables_of(fmap, mode) == {s["name"]: switch_flows(routes[s["name"]], hash_basis(i))

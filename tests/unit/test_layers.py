@@ -65,7 +65,7 @@ def tree_copy(tmp_path):
     ("traffic/patterns.py", "import yaml", "agents-and-topologies"),               # parsing below the schema
     ("experiments/tables.py", "from experiments import analysis", "acyclic"),      # a cycle
     ("experiments/runner.py", "from experiments.features.pfc.feature import Pfc", "run-loop"),  # a feature by name
-    ("controller/tables.py", "from controller import ofp", "flow-tables"),         # os-ken in the pure tables
+    ("controller/flowtables.py", "from controller import ofp", "flow-tables"),     # os-ken in the pure tables
     ("experiments/studyreport.py", "from experiments import live", "study-report"),  # a report off live state
     ("experiments/report.py", "from experiments import plot", "run-report"),       # a plot's caption by name
     ("experiments/analysis.py", "from experiments import live", "analysis-leaf"),  # analysis on the live fabric

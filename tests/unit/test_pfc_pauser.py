@@ -1,4 +1,4 @@
-"""The PFC pauser (controller.pfcports.PfcPorts) driven without root: a fake clock, a fake BPF
+"""The PFC pauser (controller.pfc.ports.PfcPorts) driven without root: a fake clock, a fake BPF
 accounting (the kernel's per-(switch, ingress port, priority) counters and paused flags) and fake
 gates (the upstream transmitters). What a fabric test sees only through timing: which gate an
 XOFF closes, that XON reopens it, that a lost ring-buffer event is caught by the sweep, the
@@ -6,7 +6,7 @@ watchdog's storm with its drop action, PFC switched off mid-pause, and the repor
 import pytest
 
 from common.pfc import parse_pfc
-from controller.pfcports import PfcPorts
+from controller.pfc.ports import PfcPorts
 from experiments.features.pfc.plan import pfc_plan
 from topologies.spineleaf import SpineLeaf
 

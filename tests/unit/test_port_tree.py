@@ -13,7 +13,7 @@ from controller import porttree
 from controller.dataplane.tcqdisc import PortQueue
 from controller.porttree import PortIntent, class_node, expected_nodes, qdisc_node, restore_plan
 from controller.portsetup import PortPlan
-from controller.tables import ofctl_line, switch_flows
+from controller.flowtables import ofctl_line, switch_flows
 from experiments.context import RoundRecord
 from experiments.features import restore
 from experiments.features.registry import FEATURES
@@ -158,7 +158,7 @@ def test_ovs_ofctl_reads_every_line_and_tells_a_changed_entry(tmp_path):
 
 
 def test_an_action_without_a_line_form_is_refused():
-    from controller.tables import FlowEntry
+    from controller.flowtables import FlowEntry
     with pytest.raises(TypeError):
         ofctl_line(FlowEntry(0, 1, (), (object(),)))
 

@@ -89,8 +89,8 @@ def test_k_and_xoff_are_parsed_once_from_file_to_plans(monkeypatch, tmp_path):
     monkeypatch.setattr(experiments.scenario, "parse_pfc", count_pfc)
     built = tmp_path / "built.o"
     built.write_bytes(b"")
-    monkeypatch.setattr("controller.bpfmarker.OBJECT", built)
-    monkeypatch.setattr("controller.pfcbpf.OBJECT", built)
+    monkeypatch.setattr("controller.ecn.marker.OBJECT", built)
+    monkeypatch.setattr("controller.pfc.accounting.OBJECT", built)
 
     sc = load_scenario(SCENARIOS / "incast.yaml")
     ctx = rounds.run_context(sc, check_against_fabric(sc), {"qdiscs": {"red": True, "clsact": True},

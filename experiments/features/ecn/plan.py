@@ -12,9 +12,9 @@ from controller.messages import EcnPlan, EcnPort, Fifo
 from experiments.model import Round, Scenario
 
 if TYPE_CHECKING:
-    from controller import bpfmarker
+    from controller.ecn import marker as bpfmarker
 else:    # the live half, loaded when a live hook first runs (common.lazy): analyze and plot run without it
-    bpfmarker = lazy_module("controller.bpfmarker")
+    bpfmarker = lazy_module("controller.ecn.marker")
 
 
 def choose_marker(sc: Scenario, env: dict, needed: bool, priority_queues: bool = False) -> tuple[str, str]:
@@ -47,7 +47,7 @@ def choose_marker(sc: Scenario, env: dict, needed: bool, priority_queues: bool =
 
 
 def ecn_plan(sc: Scenario, fabric_map: dict, marker: str, profiles: dict, slack_s: float) -> EcnPlan:
-    """The plan the controller applies (controller.ecnports), as the message its start request
+    """The plan the controller applies (controller.ecn.ports), as the message its start request
     takes: every switch port's rate, buffer, shaper burst (from ``slack_s``, the machine's shaper
     slack in seconds), FIFO and first-round profile (``profiles``: port -> EcnProfile)."""
     q = sc.queues

@@ -17,9 +17,9 @@ from experiments.features.pfc.plan import MECHANISM, pfc_plan
 from experiments.features.pfc.summary import add_to_summary
 
 if TYPE_CHECKING:
-    from controller import pfcbpf
+    from controller.pfc import accounting as pfcbpf
 else:    # the live half, loaded when a live hook first runs (common.lazy): analyze and plot run without it
-    pfcbpf = lazy_module("controller.pfcbpf")
+    pfcbpf = lazy_module("controller.pfc.accounting")
 
 
 class Pfc(Feature):

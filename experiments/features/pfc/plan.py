@@ -1,7 +1,7 @@
-"""The PFC plan the controller applies (controller.pfcports), from the fabric's map and the
+"""The PFC plan the controller applies (controller.pfc.ports), from the fabric's map and the
 scenario's ``pfc``: pure, no side effects.
 
-Buffer-accounting model (the controller's; controller/pfcports.py and
+Buffer-accounting model (the controller's; controller/pfc/ports.py and
 controller/bpf/pfc.bpf.c): every byte a switch holds in its egress queues is counted against
 the (ingress port, priority) it came in on, found from the packet's 5-tuple as it arrived.
 Each (ingress port, lossless priority) owns ``buffer_bytes`` of the switch's buffer (the
@@ -24,7 +24,7 @@ MECHANISM = ("per-priority HTB classes with a TBF gate each on every switch port
 
 def pfc_plan(fabric_map: dict, cfg, buffer_bytes: int, burst_bytes: int | None, host_fifo_bytes: int,
              slack_s: float) -> PfcPlan:
-    """The plan controller.pfcports applies, as the message its start request takes: priority queues on every switch port and host NIC, the
+    """The plan controller.pfc.ports applies, as the message its start request takes: priority queues on every switch port and host NIC, the
     thresholds of the lossless priorities, and each switch port's link peer (whose gate it pauses).
 
     Args:

@@ -19,7 +19,7 @@ def round_results(out: Path, report: dict, before: dict | None, begin_unix_s: fl
     ``summary["pfc"]``.
 
     Args:
-        report: the controller's PFC report at the round's end (controller.pfcports.PfcPorts.report).
+        report: the controller's PFC report at the round's end (controller.pfc.ports.PfcPorts.report).
         before: the report at the round's beginning (None for the first round): counters are
             cumulative, so the round's drops and XOFF events are the differences.
         begin_unix_s: when the round began (its pauses, reactions and counter changes are those after it).

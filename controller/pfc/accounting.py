@@ -25,7 +25,7 @@ from common.errors import SetupError
 from controller.dataplane import bpfhook
 from controller.libbpf import BPF_ANY, RING_BUFFER_SAMPLE_FN, Libbpf
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OBJECT = REPO / "build" / "pfc.bpf.o"
 WHO = "BPF PFC accounting"
 #: tc filter names and preferences: the PFC classifier runs before the ECN marker (which ends the chain).

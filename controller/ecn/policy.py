@@ -1,6 +1,6 @@
 """ECN marking policy (pure): the per-packet marking decision and the virtual
 queue a per-packet marker uses where the kernel has no RED. The BPF marker
-(:mod:`controller.bpfmarker`, ``controller/bpf/ecn_marker.bpf.c``) implements
+(:mod:`controller.ecn.marker`, ``controller/bpf/ecn_marker.bpf.c``) implements
 exactly this in the kernel; these functions are its reference in the unit
 tests. Profiles (off / step / red, with their sources) and their validation
 are in :mod:`common.ecn`; a profile's marking probability for the backlog a

@@ -16,7 +16,7 @@ Plan shape::
                       "profile": <profile spec>}}}
 
 Markers:
-- ``bpf``: :mod:`controller.bpfmarker` on every port of the plan (profile
+- ``bpf``: :mod:`controller.ecn.marker` on every port of the plan (profile
   ``off`` only counts); the map ids go to ``ecn_marker.json`` in the
   control folder (for inspection with bpftool); ``GET /fabriclab/ecn/counters``
   reads the counters.
@@ -33,8 +33,8 @@ from pathlib import Path
 from common.ecn import EcnProfile, describe, parse_profile
 from common.errors import SetupError
 
-from controller.bpfmarker import BpfEcnMarker
 from controller.dataplane import tcqdisc
+from controller.ecn.marker import BpfEcnMarker
 from controller.messages import EcnPlan
 
 LOG = logging.getLogger("fabriclab.controller.ecn")

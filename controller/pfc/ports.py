@@ -36,7 +36,7 @@ from common.units import shaper_burst_bytes
 from common.pfc import PauseState, buffer_warning, headroom_bytes, pfc_frame
 from controller.dataplane import pausegate
 from controller.messages import PfcPlan
-from controller.pfcbpf import PfcBpf
+from controller.pfc.accounting import PfcBpf
 from controller.qstats import QdiscStatsReader, ifindexes_for
 
 LOG = logging.getLogger("fabriclab.controller.pfc")

@@ -26,15 +26,15 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from common.errors import SetupError
 from controller.dataplane import bpfhook
-from controller.ecn import EcnProfile
+from controller.ecn.policy import EcnProfile
 from controller.libbpf import BPF_ANY, BPF_F_LOCK, Libbpf
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OBJECT = REPO / "build" / "ecn_marker.bpf.o"
 PROG_NAME = b"fl_ecn_mark"
 #: The filter's name as ``tc filter show`` lists it.
 FILTER_NAME = "fabriclab_ecn"
-#: Its tc preference: after the PFC classifier (controller.pfcbpf.EGRESS_PREF), since the marker ends the chain.
+#: Its tc preference: after the PFC classifier (controller.pfc.accounting.EGRESS_PREF), since the marker ends the chain.
 FILTER_PREF = 100
 
 KINDS = {"off": 0, "step": 1, "red": 2}
