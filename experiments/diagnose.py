@@ -306,7 +306,7 @@ def diagnose(sc: Scenario, results_root: Path, inject: str | None = None, seed: 
                                                                  burst_bytes=sc.queues.burst_for(r, slack_s)),
                                   routing=sc.routing.mode) as lf:
             platform.warm_up_s(lf)
-            with platform.tx_buffer(sc, fabric, env, state, 1):
+            with platform.datapath_hold(sc, fabric, env, state, 1):
                 lf.api.call("POST", "/hosts", {"host_pids": {h.name: h.pid for h in lf.net.hosts}}, what="diagnose")
                 if specs:
                     lf.api.call("POST", "/faults", {"faults": [s.to_data() for s in specs], "hidden": True},

@@ -58,15 +58,16 @@ class Platform:
         warm_up_s: live fabric -> seconds the all-pairs warm-up took (SetupError when pairs are missing).
         rtt_s: (live fabric, src, dst, payload_bytes=56) -> the idle round-trip time in seconds of
             pings of that payload.
-        tx_buffer: (scenario, fabric, env, state, queues per port) -> a context that sizes the
-            datapath's transmit buffer for the rounds.
+        datapath_hold: (scenario, fabric, env, state, queues per port) -> a context in which the
+            run's datapath holds what it needs while every queue can fill, for the rounds
+            (:func:`datapath_buffer_bytes`; Open vSwitch's userspace datapath: its transmit buffer).
     """
     probe: Callable
     run_state: Callable
     live_fabric: Callable
     warm_up_s: Callable
     rtt_s: Callable
-    tx_buffer: Callable
+    datapath_hold: Callable
 
 
 def port_queue(sc: Scenario, rate_mbps: float, slack_s: float) -> PortQueue:
@@ -167,7 +168,7 @@ def _run(sc: Scenario, results_root: Path, quiet: bool, platform: Platform, feat
                 f.after_fabric(lf)
             timings["reachability_s"] = platform.warm_up_s(lf)
             _measure_rtts(ctx, lf, platform)
-            with platform.tx_buffer(sc, ctx.fabric, env, state, queues_per_port), \
+            with platform.datapath_hold(sc, ctx.fabric, env, state, queues_per_port), \
                     Progress("rounds", len(ctx.rounds), quiet, lines=False) as progress:
                 for i, r in enumerate(ctx.rounds):
                     done.append(_one_round(ctx, i, round_workload[i], features, lf, state, timings, round_env))
@@ -328,23 +329,26 @@ def _run_environment(env: dict, rounds: list[Round], round_env: list[dict], mult
 
 
 @contextlib.contextmanager
-def _tx_buffer(sc: Scenario, fabric, env: dict, state: RunState, queues_per_port: int):
+def _datapath_hold(sc: Scenario, fabric, env: dict, state: RunState, queues_per_port: int):
     """What the run's datapath holds while every queue of the block can fill
-    (:meth:`controller.datapaths.base.Datapath.hold_for_run`; Open vSwitch's userspace datapath
-    enlarges its shared transmit buffer, recorded as ``ovs_userspace_tx_buffer``)."""
-    with from_environment(env).hold_for_run(userspace_tx_budget_bytes(sc, fabric, queues_per_port), state) as rec:
+    (:meth:`controller.datapaths.base.Datapath.hold_for_run` of :func:`datapath_buffer_bytes`;
+    Open vSwitch's userspace datapath enlarges its shared transmit buffer, recorded as
+    ``ovs_userspace_tx_buffer``); what it records goes into environment.json."""
+    with from_environment(env).hold_for_run(datapath_buffer_bytes(sc, fabric, queues_per_port), state) as rec:
         env.update(rec)
         yield
 
 
-#: This machine: the real probe, run state, fabric, warm-up, RTT probe and transmit buffer.
+#: This machine: the real probe, run state, fabric, warm-up, RTT probe and what the datapath holds for the run.
 PLATFORM = Platform(probe=envprobe.probe, run_state=RunState, live_fabric=LiveFabric,
-                    warm_up_s=warm_up_reachability, rtt_s=measure_rtt_s, tx_buffer=_tx_buffer)
+                    warm_up_s=warm_up_reachability, rtt_s=measure_rtt_s, datapath_hold=_datapath_hold)
 
 
-def userspace_tx_budget_bytes(sc: Scenario, fabric, queues_per_port: int = 1) -> int:
-    """Packet memory (bytes, as the kernel charges a frame: :data:`common.units.FRAME_TRUESIZE_BYTES`) for every
-    switch FIFO to fill at once: ``queues_per_port`` buffers of the scenario's size per switch port."""
+def datapath_buffer_bytes(sc: Scenario, fabric, queues_per_port: int = 1) -> int:
+    """The buffer the run's datapath holds for the run (``buffer_bytes`` of
+    :meth:`controller.datapaths.base.Datapath.hold_for_run`): packet memory (bytes, as the kernel
+    charges a frame: :data:`common.units.FRAME_TRUESIZE_BYTES`) for every switch FIFO to fill at
+    once, ``queues_per_port`` buffers of the scenario's size per switch port."""
     q = sc.queues
     per_port_frames = q.buffer_packets if q.buffer_packets is not None else -(-q.buffer_bytes // FRAME_BYTES)
     return len(fabric.switch_interfaces()) * (per_port_frames + 2) * queues_per_port * FRAME_TRUESIZE_BYTES

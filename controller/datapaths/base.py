@@ -6,10 +6,18 @@ with :meth:`Datapath.shutdown`; the run state (:mod:`experiments.state`) asks ev
 datapath for leftovers by name (:meth:`Datapath.present` and :meth:`Datapath.remove`, class
 methods: a clean-up after a crash has no fabric); the CPU
 accounting reads :meth:`Datapath.forwarders`; traced paths use :meth:`Datapath.trace_hop`.
+
+Two capabilities are optional: a datapath that has no such thing answers None, and the feature
+that needs it records itself not applicable instead of failing. :meth:`Datapath.transmit_losses`
+counts the frames the datapath loses on their way into a port's qdisc (Open vSwitch's userspace
+datapath; experiments.features.ovstx corrects each round's drops with it);
+:meth:`Datapath.switch_state` reads back and puts back the switches' own state before each round
+(experiments.features.restore).
 """
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Protocol, runtime_checkable
 
 #: The label of a userspace datapath's one forwarding thread among :meth:`Datapath.forwarders`
@@ -18,6 +26,50 @@ from typing import Any, Callable, ClassVar, Protocol, runtime_checkable
 #: On a k=4 Fat-Tree or a Spine-Leaf carrying more than it can forward, that thread reads
 #: 0.96-1.01 of a core per second while the rest of the process (handlers, revalidators) stays near 0.
 FORWARDING_THREAD = "forwarding_thread"
+
+
+@dataclass(frozen=True)
+class TransmitLossCount:
+    """A datapath's count of the frames it loses between forwarding them and a port's qdisc taking
+    them, which no qdisc counts (:meth:`Datapath.transmit_losses`).
+
+    Attributes:
+        load: () -> a context that loads the count for a run and unloads it at exit; its value's
+            ``read()`` returns ``{interface index: {counter: n}}`` since loading, with at least
+            ``discarded`` (frames freed unsent), ``retried`` (refused frames sent again, which the
+            qdisc counted twice) and ``other_errors``; entering it raises SetupError when this
+            machine refuses the count. None when this mode loses nothing outside a qdisc.
+        reason: why there is nothing to count (``load`` None), recorded as the count's ``reason``.
+    """
+
+    load: Callable[[], contextlib.AbstractContextManager[Any]] | None = None
+    reason: str | None = None
+
+
+class SwitchState(Protocol):
+    """The switches' own state that the check before each round compares with the plan and puts
+    back (:meth:`Datapath.switch_state`; experiments.features.restore): settings of the datapath's
+    own on a switch port that replace or police its qdiscs (fabriclab sets none), and every
+    switch's flow tables (``flows``: the controller's entries as ovs-ofctl lines,
+    :func:`controller.flowtables.ofctl_line`, the form ``routes_via`` ``openflow13`` installs).
+    Every method but :meth:`flow_fingerprint` raises SetupError with the tool's reason."""
+
+    def port_overrides(self, ports: list[str]) -> dict[str, str]:
+        """The ``ports`` (switch ports) that carry such a setting, each with what it is, in words
+        (``an Open vSwitch QoS (uuid, 1 queue(s))``); ``{}`` when none does."""
+
+    def clear_port_overrides(self, ports: list[str]) -> None:
+        """Take those settings off ``ports`` (the qdiscs the datapath installed for them go too)."""
+
+    def flow_fingerprint(self, switch: str) -> bytes | None:
+        """A cheap fingerprint of ``switch``'s flow tables (equal: the same entries), or None when it
+        cannot be had (the tables are then compared line by line)."""
+
+    def flow_differences(self, switch: str, flows: list[str]) -> list[str]:
+        """How ``switch``'s flow tables differ from ``flows``, a line per difference; ``[]`` when the same."""
+
+    def replace_flows(self, switch: str, flows: list[str]) -> None:
+        """Make ``switch``'s flow tables exactly ``flows``."""
 
 
 @runtime_checkable
@@ -88,3 +140,11 @@ class Datapath(Protocol):
         the packet memory all switch queues together can hold), undone at exit; recorded machine-wide
         changes go through ``state`` (:class:`experiments.state.RunState`). Yields the entries for
         environment.json (``{key: record}``; ``{}`` when there is nothing to hold)."""
+
+    def transmit_losses(self) -> TransmitLossCount | None:
+        """Optional: the count of frames this datapath loses where no qdisc counts them
+        (:class:`TransmitLossCount`), or None when it offers no such count."""
+
+    def switch_state(self) -> SwitchState | None:
+        """Optional: its switches' own state, read back and put back before each round
+        (:class:`SwitchState`), or None when it offers none (the check then covers the qdiscs only)."""

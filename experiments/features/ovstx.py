@@ -4,7 +4,8 @@ On the userspace datapath Open vSwitch sends each output batch with one sendmmsg
 port's queue is full the qdisc drops a frame (and counts it), and Open vSwitch then frees the
 rest of that batch without sending it (no counter anywhere), or, when the refused frame was not
 the batch's first, sends it again (the qdisc counts a second drop for the same frame).
-controller.ovstxbpf counts both per port, and this feature corrects the round's drop count:
+controller.ovstxbpf counts both per port (the run's datapath offers the count:
+controller.datapaths.base.Datapath.transmit_losses), and this feature corrects the round's drop count:
 
     frames lost at a port = its qdisc's drops - retried + discarded
 
@@ -12,29 +13,22 @@ Measured on the 8:1 UDP incast with PFC off (one round): 1361 qdisc drops, 12 re
 discarded, so 1468 frames lost, exactly the 1453 datagrams and 15 end markers that did not
 arrive; without the correction 92 losses were in no counter.
 
-``summary["ovs_tx"]``: ``counted`` (false on the kernel datapath, which has no such batches, or
-when this kernel refused the program: ``reason``), ``discarded``, ``retried`` and ``per_port``
-(ports with either). ``total_drops`` includes the correction; ``qdisc_drops`` keeps what the
-qdiscs counted.
+``summary["ovs_tx"]``: ``counted`` (false on the kernel datapath, which has no such batches, on a
+datapath that offers no such count, where the feature is not applicable, or when this kernel
+refused the program: ``reason``), ``discarded``, ``retried`` and ``per_port`` (ports with
+either). ``total_drops`` includes the correction; ``qdisc_drops`` keeps what the qdiscs counted.
 """
 from __future__ import annotations
 
 import contextlib
 import socket
 import sys
-from typing import TYPE_CHECKING
+from typing import Any
 
 from common.errors import SetupError
-from common.lazy import lazy_module
+from controller.datapaths.registry import from_environment
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
-
-if TYPE_CHECKING:
-    from controller.dataplane import ovsctl
-    from controller import ovstxbpf
-else:    # the live half, loaded when a live hook first runs (common.lazy): analyze and plot run without it
-    ovsctl = lazy_module("controller.dataplane.ovsctl")
-    ovstxbpf = lazy_module("controller.ovstxbpf")
 
 
 #: What a port's record keeps (controller.ovstxbpf.FIELDS).
@@ -86,19 +80,24 @@ class OvsTransmit(Feature):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self.counts: ovstxbpf.OvsTxCounts | None = None
+        self.counts: Any = None          # the loaded count (its read(): {ifindex: {counter: n}})
         self.before: dict[int, dict] = {}
         self.reason: str | None = None
 
     def enter(self, stack: contextlib.ExitStack, state) -> None:
-        """On the userspace datapath, load the count for the run (unloaded at its end); a kernel
-        that refuses it leaves the drops as the qdiscs counted them, with a warning."""
-        if self.ctx.env.get("datapath") != "user":
-            self.reason = "the kernel datapath sends each frame into its qdisc: nothing is lost outside one"
+        """Where the run's datapath has losses to count (Open vSwitch's userspace datapath), load the
+        count for the run (unloaded at its end); a kernel that refuses it leaves the drops as the
+        qdiscs counted them, with a warning. A datapath with nothing to count says why; one that
+        offers no count leaves this feature not applicable."""
+        dp = from_environment(self.ctx.env)
+        losses = dp.transmit_losses()
+        if losses is None or losses.load is None:
+            self.reason = (losses.reason if losses is not None else
+                           f"not applicable: the {dp.name} datapath offers no count of frames lost outside the qdiscs")
             self.ctx.env["ovs_tx"] = {"counted": False, "reason": self.reason}
             return
         try:
-            self.counts = stack.enter_context(ovstxbpf.OvsTxCounts.load(ovsctl.ovs_vswitchd_pid()))
+            self.counts = stack.enter_context(losses.load())
         except SetupError as e:
             self.reason = str(e)
             print(f"fabriclab: WARNING: frames Open vSwitch discards after a full queue are not counted ({e}); "

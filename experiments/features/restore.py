@@ -1,11 +1,14 @@
 """Every round starts from the intended data plane: before each round's traffic, each switch
-port's and host NIC's qdisc tree, Open vSwitch's QoS and ingress policing on the switch ports,
-and every switch's flow tables are compared with what the scenario asked for (the queues the
-fabric installed, with what the features put over them this round, and the controller's flow
-tables computed again from the fabric map), never with what is found; whatever differs is put
-back through the data plane (controller.dataplane) and read back. The round's fidelity block
-``data_plane`` records what was wrong and what was done; a difference that cannot be put back
-(a BPF hook removed, a tree the kernel will not take) fails the round (exit 3).
+port's and host NIC's qdisc tree, and the switches' own state the run's datapath offers
+(controller.datapaths.base.Datapath.switch_state; Open vSwitch: QoS and ingress policing on the
+switch ports, and every switch's flow tables) are compared with what the scenario asked for (the
+queues the fabric installed, with what the features put over them this round, and the
+controller's flow tables computed again from the fabric map), never with what is found; whatever
+differs is put back (the qdiscs through controller.dataplane, the switches' state through the
+datapath) and read back. The round's fidelity block ``data_plane`` records what was wrong and what
+was done; a difference that cannot be put back (a BPF hook removed, a tree the kernel will not
+take) fails the round (exit 3). On a datapath that offers no switch state, the qdiscs are checked
+and the switches' state is listed as not checked (not applicable).
 
 Why: the control-plane watcher (experiments.features.watch) compares each port with its first
 reading of the round, so a tree replaced in one round and left in place would be the next
@@ -28,17 +31,20 @@ from experiments.context import RoundRecord
 from experiments.features.base import Feature
 
 if TYPE_CHECKING:
-    from controller.dataplane import ovsctl
     from controller.dataplane import tcqdisc
+    from controller.datapaths.base import SwitchState
     from controller import portsetup
 else:    # the live half, loaded when a live hook first runs (common.lazy): analyze and plot run without it
-    ovsctl = lazy_module("controller.dataplane.ovsctl")
     tcqdisc = lazy_module("controller.dataplane.tcqdisc")
     portsetup = lazy_module("controller.portsetup")
 
 
-#: Threads that read the switches' flow tables (one ovs-ofctl process each).
+#: Threads that read the switches' flow tables (Open vSwitch: one ovs-ofctl process each).
 FLOW_READERS = 4
+
+#: ``not_checked`` on a datapath that offers no switch state (Datapath.switch_state is None).
+NO_SWITCH_STATE = ("the switches' own port settings and flow tables: not applicable, the {} datapath offers "
+                   "no way to read them back")
 
 
 def merge_intents(base: dict[str, porttree.PortIntent], layers: list[dict]) -> tuple[dict, dict]:
@@ -70,15 +76,6 @@ def intended_flows(fabric_map: dict, routing: str) -> dict[str, list[str]]:
     return {s["name"]: [ofctl_line(e) for e in strategy.switch_flows(s["name"])] for s in fabric_map["switches"]}
 
 
-def _fingerprint(bridge: str) -> bytes | None:
-    """The bridge's flow-table fingerprint, or None when it cannot be had (the tables are then
-    compared line by line)."""
-    try:
-        return ovsctl.ovs_flow_fingerprint(bridge)
-    except SetupError:
-        return None
-
-
 class IntendedDataPlane(Feature):
     """Puts every round's data plane back to the plan before its traffic (module docstring)."""
     name = "data_plane"
@@ -107,42 +104,39 @@ class IntendedDataPlane(Feature):
         namespaces = {pid: [p.ifname for p in plans] for pid, plans in lf.port_plans.items()}
         queues = {p.ifname: (pid, p.queue) for pid, plans in lf.port_plans.items() for p in plans}
         switch_ports = [p.ifname for p in lf.port_plans.get(None, [])]
+        switches = lf.datapath.switch_state()
+        if switches is None:
+            unchecked.add(NO_SWITCH_STATE.format(lf.datapath.name))
         try:
             if self.trees is None:
                 self.trees = tcqdisc.PortTrees(namespaces)
-            before = self._ovs_rows(switch_ports, restored, failures)
+            before = self._port_settings(switches, switch_ports, restored, failures) if switches is not None else {}
             self._trees(namespaces, queues, rnd, restored, failures, unchecked, before)
-            self._flow_tables(lf, restored, failures)
+            if switches is not None:
+                self._flow_tables(switches, lf, restored, failures)
         except SetupError as e:
             failures.append(f"the data plane could not be checked before the round: {e}")
         self._record = {"restored": restored, "failures": failures, "unchecked": sorted(unchecked),
-                        "ports": len(queues), "switches": len(self.flows or {}),
+                        "ports": len(queues), "switches": len(self.flows or {}) if switches is not None else None,
                         "check_ms": round((time.perf_counter() - t0) * 1e3, 1)}
         return {}
 
-    def _ovs_rows(self, ports: list[str], restored: list, failures: list) -> dict:
-        """No QoS and no ingress policing on any switch port (fabriclab sets neither). Returns the
-        ports' trees as read before clearing (Open vSwitch takes its qdiscs away with the QoS, so
-        what the port held is described from this reading), or {} when nothing was cleared."""
-        rows = ovsctl.ovs_port_qos(ports)
-        bad = {p: r for p, r in rows.items() if r["qos"] or r["ingress_policing_rate"] or r["ingress_policing_burst"]}
+    def _port_settings(self, switches: SwitchState, ports: list[str], restored: list, failures: list) -> dict:
+        """No setting of the datapath's own over any switch port's qdiscs (Open vSwitch: no QoS and
+        no ingress policing; fabriclab sets neither). Returns the ports' trees as read before
+        clearing (Open vSwitch takes its qdiscs away with the QoS, so what the port held is
+        described from this reading), or {} when nothing was cleared."""
+        bad = switches.port_overrides(ports)
         if not bad:
             return {}
         before = {p: t for p, t in self.trees().items() if p in bad}
-        ovsctl.ovs_clear_qos(sorted(bad))
-        after = ovsctl.ovs_port_qos(sorted(bad))
-        for p, r in sorted(bad.items()):
-            what = []
-            if r["qos"]:
-                what.append(f"an Open vSwitch QoS ({r['qos']}, {len(r['queues'])} queue(s))")
-            if r["ingress_policing_rate"] or r["ingress_policing_burst"]:
-                what.append(f"ingress policing at {r['ingress_policing_rate']} kbit/s, burst "
-                            f"{r['ingress_policing_burst']} kbit")
-            a = after.get(p, {})
-            if a.get("qos") or a.get("ingress_policing_rate") or a.get("ingress_policing_burst"):
-                failures.append(f"{p}: {' and '.join(what)} set on the port could not be cleared")
+        switches.clear_port_overrides(sorted(bad))
+        after = switches.port_overrides(sorted(bad))
+        for p, what in sorted(bad.items()):
+            if p in after:
+                failures.append(f"{p}: {what} set on the port could not be cleared")
             else:
-                restored.append(f"{p}: {' and '.join(what)} set on the port: cleared")
+                restored.append(f"{p}: {what} set on the port: cleared")
         return before
 
     def _trees(self, namespaces: dict, queues: dict, rnd: RoundRecord, restored: list, failures: list,
@@ -187,17 +181,18 @@ class IntendedDataPlane(Feature):
             else:
                 restored.append(f"{line}: put back as planned")
 
-    def _flow_tables(self, lf, restored: list, failures: list) -> None:
+    def _flow_tables(self, switches: SwitchState, lf, restored: list, failures: list) -> None:
         """Every switch's flow tables against the controller's. A switch whose tables fingerprint
-        (controller.dataplane.ovsctl.ovs_flow_fingerprint, about a millisecond) as they did when last
-        verified against the plan is not read again; any other is compared line by line
-        (ovs-ofctl diff-flows) and, if it differs, replaced (replace-flows) and compared again."""
+        (``switches.flow_fingerprint``; Open vSwitch: controller.dataplane.ovsctl.ovs_flow_fingerprint,
+        about a millisecond) as they did when last verified against the plan is not read again; any
+        other is compared line by line (Open vSwitch: ovs-ofctl diff-flows) and, if it differs,
+        replaced (replace-flows) and compared again."""
         if self.flows is None:
             self.flows = intended_flows(lf.fabric_map, self.ctx.sc.routing.mode)
         with ThreadPoolExecutor(FLOW_READERS) as pool:
-            prints = dict(zip(self.flows, pool.map(_fingerprint, self.flows)))
+            prints = dict(zip(self.flows, pool.map(switches.flow_fingerprint, self.flows)))
             todo = [sw for sw in self.flows if prints[sw] is None or self.verified.get(sw) != prints[sw]]
-            diffs = dict(zip(todo, pool.map(lambda sw: ovsctl.ovs_flow_differences(sw, self.flows[sw]), todo)))
+            diffs = dict(zip(todo, pool.map(lambda sw: switches.flow_differences(sw, self.flows[sw]), todo)))
         for sw, diff in sorted(diffs.items()):
             if not diff:
                 self.verified[sw] = prints[sw]
@@ -205,8 +200,8 @@ class IntendedDataPlane(Feature):
             self.verified.pop(sw, None)
             shown = "; ".join(diff[:4]) + (f"; ... ({len(diff)} lines)" if len(diff) > 4 else "")
             try:
-                ovsctl.ovs_replace_flows(sw, self.flows[sw])
-                left = ovsctl.ovs_flow_differences(sw, self.flows[sw])
+                switches.replace_flows(sw, self.flows[sw])
+                left = switches.flow_differences(sw, self.flows[sw])
             except SetupError as e:
                 failures.append(f"{sw}: flow tables differed ({shown}); putting them back failed: {e}")
                 continue
@@ -214,7 +209,7 @@ class IntendedDataPlane(Feature):
                 failures.append(f"{sw}: flow tables differed ({shown}) and still do after replacing them: "
                                 f"{'; '.join(left[:4])}")
             else:
-                self.verified[sw] = _fingerprint(sw)
+                self.verified[sw] = switches.flow_fingerprint(sw)
                 restored.append(f"{sw}: flow tables differed from the controller's ({shown}): replaced")
 
     def after_round(self, lf, rnd: RoundRecord) -> dict | None:
@@ -227,10 +222,11 @@ class IntendedDataPlane(Feature):
         rec = rnd.features.get(self.name)
         if rec is None:
             return
+        switches = ("" if rec["switches"] is None else      # None: the datapath offers no switch state
+                    f", Open vSwitch QoS and ingress policing on the switch ports, {rec['switches']} switches' flow tables")
         summary.setdefault("fidelity", {})["data_plane"] = {
-            "checked": (f"before the round, against the plan: {rec['ports']} ports' qdiscs and classes, Open "
-                        f"vSwitch QoS and ingress policing on the switch ports, {rec['switches']} switches' flow "
-                        f"tables ({rec['check_ms']} ms)"),
+            "checked": (f"before the round, against the plan: {rec['ports']} ports' qdiscs and classes{switches} "
+                        f"({rec['check_ms']} ms)"),
             "not_checked": rec["unchecked"], "restored": rec["restored"], "failures": rec["failures"]}
 
     def failures(self, summary: dict) -> list[str]:

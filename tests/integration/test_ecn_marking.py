@@ -36,7 +36,7 @@ from experiments.fabric import REPO, LiveFabric
 from traffic.udp_probe import WARMUP_FLAG
 from experiments.features.ecn.plan import choose_marker, ecn_plan
 from experiments.live import warm_up_reachability
-from experiments.runner import port_queue, userspace_tx_budget_bytes
+from experiments.runner import datapath_buffer_bytes, port_queue
 from topologies.spineleaf import SpineLeaf
 
 from .conftest import assert_clean
@@ -90,7 +90,7 @@ def marking_fabric(tmp_path, profile, marker="auto", rate_mbps=10):
             warm_up_reachability(lf)     # ovs-vswitchd opens its transmit socket at its first packet
             buf = contextlib.nullcontext()
             if env["datapath"] == "user":
-                buf = ovsctl.OvsTxBuffer(userspace_tx_budget_bytes(sc, fabric), st)
+                buf = ovsctl.OvsTxBuffer(datapath_buffer_bytes(sc, fabric), st)
             with buf:
                 assert env["datapath"] != "user" or buf.applied or buf.reason == "already large enough", buf.record()
                 yield lf, kind

@@ -1,17 +1,27 @@
 """The Datapath seam: Open vSwitch satisfies the protocol, a second datapath is one class plus one
-registration, the run's choice comes back from its environment, and a crash's leftovers are removed
-only where a datapath has them."""
+registration, the run's choice comes back from its environment, a crash's leftovers are removed
+only where a datapath has them, and the features that need an optional capability (the transmit
+losses, the switches' own state) ask the run's datapath and say not applicable where it has none."""
 from __future__ import annotations
 
 import contextlib
+from types import SimpleNamespace
 
 import pytest
 
 from common.errors import SetupError
+from controller import ovstxbpf
 from controller.dataplane import ovsctl
+from controller.dataplane.tcqdisc import PortQueue
 from controller.datapaths import registry
-from controller.datapaths.base import FORWARDING_THREAD, Datapath
-from controller.datapaths.ovs.datapath import OvsDatapath
+from controller.datapaths.base import FORWARDING_THREAD, Datapath, TransmitLossCount
+from controller.datapaths.ovs.datapath import KERNEL_LOSES_NOTHING, OvsDatapath
+from controller.porttree import PortIntent, expected_nodes
+from controller.portsetup import PortPlan
+from experiments.context import RoundRecord
+from experiments.features import restore
+from experiments.features.ovstx import OvsTransmit
+from experiments.features.restore import IntendedDataPlane
 
 
 class ThrowawayDatapath:
@@ -58,6 +68,12 @@ class ThrowawayDatapath:
     @contextlib.contextmanager
     def hold_for_run(self, buffer_bytes, state):
         yield {}
+
+    def transmit_losses(self):          # optional capabilities it does not offer
+        return None
+
+    def switch_state(self):
+        return None
 
 
 def test_open_vswitch_is_a_datapath_and_says_what_it_is():
@@ -113,3 +129,125 @@ def test_leftovers_are_removed_only_where_a_datapath_has_them(monkeypatch):
     assert registry.present_everywhere() == {"s1", "l1", "other", "x1"}
     assert sorted(registry.remove_everywhere(["s1", "x1", "gone"])) == ["s1", "x1"]
     assert deleted == ["s1"] and ThrowawayDatapath.removed == ["x1"]
+
+
+# -- the optional capabilities and the features that use them -----------------------------------
+
+def ovs_tx_enter(env: dict) -> OvsTransmit:
+    f = OvsTransmit(SimpleNamespace(env=env))
+    with contextlib.ExitStack() as stack:
+        f.enter(stack, state=None)
+    return f
+
+
+def ovs_tx_round(f: OvsTransmit) -> dict:
+    rnd = RoundRecord(index=0, round=None, dir=None)
+    assert f.before_round(None, rnd) == {}
+    rnd.features[f.name] = f.after_round(None, rnd)
+    summary = {"total_drops": 7}
+    f.summarize(rnd, summary)
+    return summary
+
+
+@pytest.fixture()
+def no_open_vswitch(monkeypatch):
+    """Every Open vSwitch command the two features could reach fails the test if called."""
+    def called(*a, **kw):
+        raise AssertionError("Open vSwitch was asked")
+    for name in ("ovs_vswitchd_pid", "ovs_port_qos", "ovs_clear_qos", "ovs_flow_fingerprint",
+                 "ovs_flow_differences", "ovs_replace_flows"):
+        monkeypatch.setattr(ovsctl, name, called)
+    monkeypatch.setattr(ovstxbpf.OvsTxCounts, "load", classmethod(called))
+
+
+def test_open_vswitch_counts_transmit_losses_only_on_its_userspace_datapath(monkeypatch):
+    assert OvsDatapath("kernel").transmit_losses() == TransmitLossCount(reason=KERNEL_LOSES_NOTHING)
+    loaded = []
+    monkeypatch.setattr(ovsctl, "ovs_vswitchd_pid", lambda: 4242)
+    monkeypatch.setattr(ovstxbpf.OvsTxCounts, "load", classmethod(lambda cls, tgid: loaded.append(tgid) or
+                                                                   contextlib.nullcontext("counts")))
+    losses = OvsDatapath("user").transmit_losses()
+    assert losses.reason is None and not loaded
+    with losses.load() as counts:
+        assert counts == "counts" and loaded == [4242]
+
+
+def test_the_transmit_count_feature_on_open_vswitch_records_what_it_did(monkeypatch, no_open_vswitch):
+    # the kernel datapath: nothing lost outside a qdisc, recorded as before the seam
+    env = {"datapath": "kernel"}
+    f = ovs_tx_enter(env)
+    assert env["ovs_tx"] == {"counted": False, "reason": KERNEL_LOSES_NOTHING}
+    assert ovs_tx_round(f)["ovs_tx"] == {"counted": False, "reason": KERNEL_LOSES_NOTHING}
+    # the userspace datapath: loaded through the datapath; a refused program is a warning
+    monkeypatch.setattr(ovsctl, "ovs_vswitchd_pid", lambda: 4242)
+
+    class Counts:
+        def __init__(self):
+            self.n = 0
+
+        def read(self):
+            self.n += 1
+            return {1: {"discarded": 5 * (self.n - 1), "retried": self.n - 1}}
+    monkeypatch.setattr(ovstxbpf.OvsTxCounts, "load", classmethod(lambda cls, tgid: contextlib.nullcontext(Counts())))
+    env = {"datapath_impl": "ovs", "datapath": "user"}
+    f = ovs_tx_enter(env)
+    assert env["ovs_tx"] == {"counted": True, "reason": None}
+    summary = ovs_tx_round(f)
+    assert summary["ovs_tx"]["discarded"] == 5 and summary["ovs_tx"]["retried"] == 1
+    assert summary["qdisc_drops"] == 7 and summary["total_drops"] == 11
+
+    def refused(cls, tgid):
+        raise SetupError("this kernel has no BTF")
+    monkeypatch.setattr(ovstxbpf.OvsTxCounts, "load", classmethod(refused))
+    env = {"datapath": "user"}
+    ovs_tx_enter(env)
+    assert env["ovs_tx"] == {"counted": False, "reason": "this kernel has no BTF"}
+
+
+def test_a_datapath_without_a_transmit_count_leaves_the_feature_not_applicable(monkeypatch, no_open_vswitch):
+    monkeypatch.setitem(registry.DATAPATHS, ThrowawayDatapath.name, ThrowawayDatapath)
+    env = {"datapath_impl": "throwaway", "datapath": "fast"}
+    f = ovs_tx_enter(env)
+    assert env["ovs_tx"]["counted"] is False
+    assert env["ovs_tx"]["reason"].startswith("not applicable: the throwaway datapath offers no count")
+    summary = ovs_tx_round(f)
+    assert summary["ovs_tx"] == env["ovs_tx"] and summary["total_drops"] == 7 and "qdisc_drops" not in summary
+    assert f.report(summary) is None
+
+
+def test_open_vswitch_says_what_overrides_a_switch_ports_qdiscs(monkeypatch):
+    rows = {"s1-eth1": {"qos": "c0ffee", "queues": {"0": "beef"}, "ingress_policing_rate": 0, "ingress_policing_burst": 0},
+            "s1-eth2": {"qos": None, "queues": {}, "ingress_policing_rate": 0, "ingress_policing_burst": 0},
+            "s1-eth3": {"qos": "f00d", "queues": {}, "ingress_policing_rate": 1000, "ingress_policing_burst": 100}}
+    monkeypatch.setattr(ovsctl, "ovs_port_qos", lambda names: {n: rows[n] for n in names if n in rows})
+    assert OvsDatapath("user").switch_state().port_overrides(sorted(rows)) == {
+        "s1-eth1": "an Open vSwitch QoS (c0ffee, 1 queue(s))",
+        "s1-eth3": "an Open vSwitch QoS (f00d, 0 queue(s)) and ingress policing at 1000 kbit/s, burst 100 kbit"}
+
+    def gone(bridge):
+        raise SetupError("no management socket")
+    monkeypatch.setattr(ovsctl, "ovs_flow_fingerprint", gone)
+    assert OvsDatapath("kernel").switch_state().flow_fingerprint("s1") is None
+
+
+def test_a_datapath_without_switch_state_gets_its_qdiscs_checked_and_the_rest_not_applicable(monkeypatch,
+                                                                                            no_open_vswitch):
+    ports = ("leaf1-eth1", "leaf1-eth2")
+    installed = expected_nodes(PortIntent(10_000_000, "pfifo", 50))
+    monkeypatch.setattr(restore.tcqdisc, "PortTrees", lambda namespaces: lambda: {p: installed for p in ports})
+    ctx = SimpleNamespace(sc=SimpleNamespace(routing=SimpleNamespace(mode="ecmp"), queues=SimpleNamespace(limit_bytes=75_000)))
+    q = PortQueue(rate_mbps=10, buffer_packets=50)
+    lf = SimpleNamespace(port_plans={None: [PortPlan(p, q, switch_port=True) for p in ports]}, fabric_map=None,
+                         datapath=ThrowawayDatapath("fast"))
+    f = IntendedDataPlane(ctx)
+    rnd = RoundRecord(index=0, round=None, dir=None)
+    assert f.before_round(lf, rnd) == {}
+    rnd.features[f.name] = f.after_round(lf, rnd)
+    summary = {}
+    f.summarize(rnd, summary)
+    block = summary["fidelity"]["data_plane"]
+    assert block["failures"] == [] and block["restored"] == [] and f.failures(summary) == []
+    assert block["checked"].startswith("before the round, against the plan: 2 ports' qdiscs and classes (")
+    assert "Open vSwitch" not in block["checked"] and "flow tables" not in block["checked"]
+    (line,) = block["not_checked"]
+    assert "not applicable, the throwaway datapath offers no way to read them back" in line

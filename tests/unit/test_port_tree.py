@@ -10,7 +10,9 @@ import pytest
 
 from common.ecn import EcnProfile
 from controller import porttree
+from controller.dataplane import ovsctl
 from controller.dataplane.tcqdisc import PortQueue
+from controller.datapaths.ovs.datapath import OvsDatapath
 from controller.porttree import PortIntent, class_node, expected_nodes, qdisc_node, restore_plan
 from controller.portsetup import PortPlan
 from controller.flowtables import ofctl_line, switch_flows
@@ -217,8 +219,8 @@ def fake(monkeypatch):
         for name in ("PortTrees", "delete_port_qdiscs"):
             monkeypatch.setattr(restore.tcqdisc, name, getattr(dp, name))
         for name in ("ovs_port_qos", "ovs_clear_qos", "ovs_flow_differences", "ovs_replace_flows",
-                     "ovs_flow_fingerprint"):
-            monkeypatch.setattr(restore.ovsctl, name, getattr(dp, name))
+                     "ovs_flow_fingerprint"):      # Open vSwitch's commands, behind its datapath's switch_state
+            monkeypatch.setattr(ovsctl, name, getattr(dp, name))
 
         class Ports:
             def __init__(self, pid):
@@ -237,11 +239,12 @@ def fake(monkeypatch):
     return make
 
 
-def run_check(intent=(), ports=("leaf1-eth1", "leaf1-eth2"), f=None):
+def run_check(intent=(), ports=("leaf1-eth1", "leaf1-eth2"), f=None, datapath=OvsDatapath("kernel")):
     fmap = small_map()
     ctx = SimpleNamespace(sc=SimpleNamespace(routing=SimpleNamespace(mode="ecmp"), queues=SimpleNamespace(limit_bytes=75_000)))
     q = PortQueue(rate_mbps=10, buffer_packets=50)
-    lf = SimpleNamespace(port_plans={None: [PortPlan(p, q, switch_port=True) for p in ports]}, fabric_map=fmap)
+    lf = SimpleNamespace(port_plans={None: [PortPlan(p, q, switch_port=True) for p in ports]}, fabric_map=fmap,
+                         datapath=datapath)
     f = f or IntendedDataPlane(ctx)
     rnd = RoundRecord(index=2, round=None, dir=None, port_intent=list(intent))
     assert f.before_round(lf, rnd) == {}
@@ -303,7 +306,7 @@ def test_a_data_plane_that_cannot_be_read_fails_the_round_with_the_reason(fake, 
 
     def refused(names):
         raise restore.SetupError("ovs-vsctl exited 1: database connection failed")
-    monkeypatch.setattr(restore.ovsctl, "ovs_port_qos", refused)
+    monkeypatch.setattr(ovsctl, "ovs_port_qos", refused)
     f, summary = run_check()
     (line,) = f.failures(summary)
     assert line == "the data plane could not be checked before the round: ovs-vsctl exited 1: database connection failed"
@@ -316,7 +319,6 @@ def test_a_flow_fingerprint_ignores_age_and_counters_and_reads_every_reply_part(
     import socket
     import struct
     import threading
-    from controller.dataplane import ovsctl
 
     def entry(priority: int, age_s: int, packets: int) -> bytes:
         body = struct.pack("!HBxIIHHHH4xQQQ", 56, 0, age_s, 7, priority, 0, 0, 0, 0, packets, packets * 1500)

@@ -62,7 +62,7 @@ def fake_platform(log: list, fabric_args: list) -> runner.Platform:
         live_fabric=live_fabric,
         warm_up_s=lambda lf: 0.25,
         rtt_s=lambda lf, src, dst, payload_bytes=56: 0.001,
-        tx_buffer=lambda *a: contextlib.nullcontext())
+        datapath_hold=lambda *a: contextlib.nullcontext())
 
 
 def recording_feature(log: list, queues: int = 0):

@@ -5,7 +5,10 @@ until the controller's routes are in), all bridges and ports made in one ``ovs-v
 transaction (``batch=True``); the os-ken app installs routes and ECMP groups (the ``multipath``
 action: :mod:`controller.app`). On the userspace datapath one ovs-vswitchd thread forwards every
 frame (its CPU is accounted as the forwarding thread) and ovs-vswitchd's shared transmit socket
-is enlarged for a run so that every queue can fill (:class:`controller.dataplane.ovsctl.OvsTxBuffer`).
+is enlarged for a run so that every queue can fill (:class:`controller.dataplane.ovsctl.OvsTxBuffer`),
+and a BPF program counts the frames it frees unsent after a full queue (:mod:`controller.ovstxbpf`;
+:meth:`OvsDatapath.transmit_losses`). Before each round, the switch ports' QoS and ingress policing
+and the bridges' flow tables are read back and put back (:class:`OvsSwitchState`).
 """
 from __future__ import annotations
 
@@ -19,18 +22,65 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 from common.datapath import chosen_datapath
 from common.errors import SetupError
 from common.lazy import lazy_module
-from controller.datapaths.base import FORWARDING_THREAD
+from controller.datapaths.base import FORWARDING_THREAD, TransmitLossCount
 
 if TYPE_CHECKING:
     from mininet import node as mininet_node
 
+    from controller import ovstxbpf
     from controller.dataplane import ovsctl
 else:    # loaded when a switch is made or asked: the registry imports without Mininet or netlink
     mininet_node = lazy_module("mininet.node")
     ovsctl = lazy_module("controller.dataplane.ovsctl")
+    ovstxbpf = lazy_module("controller.ovstxbpf")
 
 #: Modes: Open vSwitch's datapath (Mininet's ``datapath=`` and OVS's ``datapath_type``).
 MODES = {"kernel": "system", "user": "netdev"}
+
+#: Why the kernel datapath has no transmit losses to count (:meth:`OvsDatapath.transmit_losses`).
+KERNEL_LOSES_NOTHING = "the kernel datapath sends each frame into its qdisc: nothing is lost outside one"
+
+
+class OvsSwitchState:
+    """The switch ports' QoS and ingress policing and the bridges' flow tables
+    (:class:`controller.datapaths.base.SwitchState`), through :mod:`controller.dataplane.ovsctl`."""
+
+    def port_overrides(self, ports: list[str]) -> dict[str, str]:
+        """Ports with an Open vSwitch QoS or ingress policing (``ovs_port_qos``, one ovs-vsctl call),
+        each as ``an Open vSwitch QoS (uuid, n queue(s))`` and/or ``ingress policing at r kbit/s,
+        burst b kbit``."""
+        out = {}
+        for p, r in ovsctl.ovs_port_qos(ports).items():
+            what = []
+            if r["qos"]:
+                what.append(f"an Open vSwitch QoS ({r['qos']}, {len(r['queues'])} queue(s))")
+            if r["ingress_policing_rate"] or r["ingress_policing_burst"]:
+                what.append(f"ingress policing at {r['ingress_policing_rate']} kbit/s, burst "
+                            f"{r['ingress_policing_burst']} kbit")
+            if what:
+                out[p] = " and ".join(what)
+        return out
+
+    def clear_port_overrides(self, ports: list[str]) -> None:
+        """QoS and ingress policing off the ports in one transaction (``ovs_clear_qos``; Open vSwitch
+        takes the qdiscs it installed away with the QoS)."""
+        ovsctl.ovs_clear_qos(ports)
+
+    def flow_fingerprint(self, switch: str) -> bytes | None:
+        """``ovs_flow_fingerprint`` (about a millisecond, on the bridge's management socket), None when
+        it cannot be had."""
+        try:
+            return ovsctl.ovs_flow_fingerprint(switch)
+        except SetupError:
+            return None
+
+    def flow_differences(self, switch: str, flows: list[str]) -> list[str]:
+        """``ovs-ofctl diff-flows`` lines (``ovs_flow_differences``)."""
+        return ovsctl.ovs_flow_differences(switch, flows)
+
+    def replace_flows(self, switch: str, flows: list[str]) -> None:
+        """``ovs-ofctl replace-flows`` (``ovs_replace_flows``)."""
+        ovsctl.ovs_replace_flows(switch, flows)
 
 
 @dataclass(frozen=True)
@@ -119,3 +169,16 @@ class OvsDatapath:
                       f"{txbuf.before_bytes} bytes of packet memory, and excess packets are dropped "
                       "inside OVS, not in the qdiscs", file=sys.stderr)
             yield {"ovs_userspace_tx_buffer": txbuf.record()}
+
+    def transmit_losses(self) -> TransmitLossCount:
+        """On the userspace datapath, the BPF count of the frames ovs-vswitchd frees unsent or sends
+        again after a full queue refused one of a batch (:class:`controller.ovstxbpf.OvsTxCounts`
+        on ovs-vswitchd's sendmmsg calls); the kernel datapath sends each frame into its qdisc, so
+        nothing is counted (:data:`KERNEL_LOSES_NOTHING`)."""
+        if self.mode != "user":
+            return TransmitLossCount(reason=KERNEL_LOSES_NOTHING)
+        return TransmitLossCount(load=lambda: ovstxbpf.OvsTxCounts.load(ovsctl.ovs_vswitchd_pid()))
+
+    def switch_state(self) -> OvsSwitchState:
+        """The ports' QoS and ingress policing and the bridges' flow tables (:class:`OvsSwitchState`)."""
+        return OvsSwitchState()
