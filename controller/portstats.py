@@ -98,8 +98,9 @@ def read_ports(fabric_map: dict, rx_errors: Callable[[], dict] = dict, speeds: C
     ports = switch_ports(fabric_map)
     names = {p["intf"] for p in ports}
     links = counters.link_counters(names)
-    qdiscs = tcqdisc.root_qdisc_stats(names)
-    rates = tcqdisc.htb_ceilings_mbps(names)
+    index_name = {v["index"]: k for k, v in links.items()}      # one links dump serves all three
+    qdiscs = tcqdisc.root_qdisc_stats(names, index_name=index_name)
+    rates = tcqdisc.htb_ceilings_mbps(names, index_name=index_name)
     return port_table(ports, links, qdiscs, rates, rx_errors(), speeds())
 
 

@@ -248,10 +248,9 @@ class LiveFabric:
         self.net.addController(_listening_controller(RemoteController)("c0", ip="127.0.0.1", port=OF_PORT))
         t0 = time.monotonic()
         self.net.build()
-        for h in self.net.hosts:
-            self.state.add_process(h.pid, f"host {h.name}")
-        for c in self.net.controllers:   # Mininet gives even a remote controller a shell of its own
-            self.state.add_process(c.pid, f"mininet controller shell {c.name}")
+        # Mininet gives even a remote controller a shell of its own
+        self.state.add_processes([(h.pid, f"host {h.name}") for h in self.net.hosts]
+                                 + [(c.pid, f"mininet controller shell {c.name}") for c in self.net.controllers])
         t1 = time.monotonic()
         self.timings_s["mininet_build_s"] = t1 - t0
         self.net.start()   # every bridge and port in one ovs-vsctl transaction (batch=True)

@@ -330,27 +330,42 @@ class Agents:
                     codes[h] = p.wait()
 
     def kill(self):
-        """Kill every agent still running (by its recorded process) and reap it."""
+        """Kill every agent still running (by its recorded process), reap it, and drop every reaped
+        agent from the run's record."""
         for _, p in self.procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        self.state.forget_processes([p.pid for _, p in self.procs])
 
 
 def start_sampler(lf: LiveFabric, state: RunState, out: Path, hz: float, method: str = "auto") -> subprocess.Popen:
     """Start the queue sampler process on every switch port (``method``: ``auto``, ``bpf`` or
     ``netlink``, controller.qstats); waits for READY. SetupError if it did not start."""
+    p = spawn_sampler(lf, state, out, hz, method)
+    sampler_ready(p)
+    return p
+
+
+def spawn_sampler(lf: LiveFabric, state: RunState, out: Path, hz: float, method: str = "auto") -> subprocess.Popen:
+    """Start the queue sampler as :func:`start_sampler` does, without waiting: the caller starts its
+    agents meanwhile (the sampler's start, about 0.3 s of imports and a BPF load, then overlaps
+    theirs) and calls :func:`sampler_ready` before it releases any traffic."""
     intfs = lf.fabric.switch_interfaces()
     p = spawn([sys.executable, "-m", "controller.qstats", "--intfs", ",".join(intfs),
                "--hz", str(hz), "--out", str(out / "queues_raw.csv"), "--meta", str(out / "sampler.json"),
                "--method", method],
               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     state.add_process(p.pid, "sampler")
+    return p
+
+
+def sampler_ready(p: subprocess.Popen) -> None:
+    """Wait for a spawned sampler's READY (it samples from then on). SetupError if it did not start."""
     line = p.stdout.readline()
     if line.strip() != "READY":
         p.wait(5)
         raise SetupError(f"queue sampler failed: {p.stderr.read().strip()}")
-    return p
 
 
 def stop_sampler(p: subprocess.Popen) -> None:

@@ -247,10 +247,24 @@ class RunState:
 
     def add_process(self, pid: int, what: str) -> None:
         """Record a started process by pid and kernel start time."""
-        st = proc_start_time(pid)
-        if st is not None:
-            self.rec["processes"].append({"pid": pid, "start_time": st, "what": what})
-            self._write()
+        self.add_processes([(pid, what)])
+
+    def add_processes(self, started: list[tuple[int, str]]) -> None:
+        """Record started processes ``[(pid, what), ...]`` by pid and kernel start time, in one
+        write of the record (a fabric's host shells: one write, not one per host)."""
+        for pid, what in started:
+            st = proc_start_time(pid)
+            if st is not None:
+                self.rec["processes"].append({"pid": pid, "start_time": st, "what": what})
+        self._write()
+
+    def forget_processes(self, pids: list[int]) -> None:
+        """Drop processes that were reaped (``pids``) from the record, in one write: the record (and
+        every later write of it) stays the size of what is running, not of every agent a study's
+        rounds ever started. Only call it for reaped children: a reaped pid is gone."""
+        gone = set(pids)
+        self.rec["processes"] = [p for p in self.rec["processes"] if p["pid"] not in gone]
+        self._write()
 
     def remember(self, key: str, value) -> None:
         """Record how to undo a machine-wide change (a key of :data:`RESTORERS`) before making it."""

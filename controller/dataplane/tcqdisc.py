@@ -605,9 +605,12 @@ def set_htb_class(ifname: str, cls: HtbClass, netns_pid: int | None = None, clas
     return htb_class(ifname, netns_pid, classid)
 
 
-def root_qdisc_stats(names: set[str] | None = None, netns_pid: int | None = None) -> dict[str, dict]:
+def root_qdisc_stats(names: set[str] | None = None, netns_pid: int | None = None,
+                     index_name: dict[int, str] | None = None) -> dict[str, dict]:
     """Each interface's root qdisc (or those of ``names``): ``{ifname: {"kind", "drops", "backlog_bytes",
     "backlog_packets", "packets", "bytes"}}`` in one dump (the root HTB's drops count its leaves').
+    ``index_name``: ``{ifindex: ifname}`` of the interfaces wanted, when the caller has it (a links
+    dump decoded by pyroute2 costs about as much as the qdisc dump itself); else dumped here.
 
     Raises:
         SetupError: the namespace cannot be read.
@@ -615,7 +618,7 @@ def root_qdisc_stats(names: set[str] | None = None, netns_pid: int | None = None
     out: dict[str, dict] = {}
     try:
         with ipr_in(netns_pid) as ipr:
-            index_name = index_names(ipr)
+            index_name = index_names(ipr) if index_name is None else index_name
             for m in ipr.get_qdiscs():
                 name = index_name.get(m["index"])
                 if m["parent"] != 0xFFFFFFFF or name is None or (names is not None and name not in names):
@@ -633,9 +636,11 @@ def root_qdisc_stats(names: set[str] | None = None, netns_pid: int | None = None
     return out
 
 
-def htb_ceilings_mbps(names: set[str], netns_pid: int | None = None, classid: int = HTB_CLASS) -> dict[str, float]:
+def htb_ceilings_mbps(names: set[str], netns_pid: int | None = None, classid: int = HTB_CLASS,
+                      index_name: dict[int, str] | None = None) -> dict[str, float]:
     """``{ifname: ceiling of its HTB class classid in Mbit/s}`` for the interfaces in ``names``
-    that have one (one class dump per interface, one socket for all).
+    that have one (one class dump per interface, one socket for all). ``index_name``: ``{ifindex:
+    ifname}`` when the caller has it (as :func:`root_qdisc_stats`).
 
     Raises:
         SetupError: the namespace cannot be read.
@@ -643,7 +648,7 @@ def htb_ceilings_mbps(names: set[str], netns_pid: int | None = None, classid: in
     out: dict[str, float] = {}
     try:
         with ipr_in(netns_pid) as ipr:
-            for idx, name in index_names(ipr).items():
+            for idx, name in (index_names(ipr) if index_name is None else index_name).items():
                 if name not in names:
                     continue
                 for m in ipr.get_classes(index=idx):

@@ -74,9 +74,7 @@ def configure_hosts(lf, hosts) -> dict:
     intfs = {h["name"]: h["intf"] for h in lf.fabric_map["hosts"]}
     seen = {}
     for h in lf.net.hosts:
-        for key, value in asked.items():
-            hostknobs.set_sysctl(key, value, h.pid)
-        got = {key: hostknobs.get_sysctl(key, h.pid) for key in asked}
+        got = hostknobs.set_sysctls(asked, h.pid)
         if got != asked:
             raise SetupError(f"{h.name}: sysctls read back as {got}, asked {asked}")
         routes = hostknobs.set_route_tcp(intfs[h.name], h.pid, hosts.rto_min_ms, not hosts.delayed_ack)

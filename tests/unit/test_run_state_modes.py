@@ -60,3 +60,26 @@ def test_a_second_run_is_busy(state_dir):
             RunState("second").__enter__()
         with pytest.raises(BusyError):
             clean_stale()
+
+
+def test_reaped_agents_leave_the_record_and_running_ones_stay(state_dir):
+    """A study's rounds start hundreds of agents: the record keeps only what still runs, so its
+    size (and every write of it) does not grow with the rounds."""
+    import subprocess
+    import sys
+    kids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) for _ in range(3)]
+    try:
+        with RunState("agents") as rs:
+            rs.add_processes([(k.pid, f"agent {i}") for i, k in enumerate(kids)])
+            listed = lambda: [p["pid"] for p in json.loads((state_dir / "state.json").read_text())["processes"]]
+            assert listed() == [k.pid for k in kids]
+            for k in kids[:2]:
+                k.kill()
+                k.wait()
+            rs.forget_processes([k.pid for k in kids[:2]])
+            assert listed() == [kids[2].pid]
+        assert kids[2].poll() is not None        # still recorded, so the run's cleanup killed it
+    finally:
+        for k in kids:
+            k.kill()
+            k.wait()
