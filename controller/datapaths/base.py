@@ -60,7 +60,14 @@ class SwitchState(Protocol):
     form ``routes_via`` ``openflow13`` installs). The check asks for one SwitchState per run and
     passes the same entries every round, so an implementation may keep what it renders from them.
     Every method but :meth:`flow_fingerprint` raises SetupError with the tool's reason.
+
+    Attributes:
+        port_settings: what :meth:`port_overrides` looks for, in words, as the round's
+            ``fidelity.data_plane.checked`` names it (Open vSwitch: ``Open vSwitch QoS and ingress
+            policing on the switch ports``).
     """
+
+    port_settings: str
 
     def port_overrides(self, ports: list[str]) -> dict[str, str]:
         """The ``ports`` (switch ports) that carry such a setting, each with what it is, in words

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from common.errors import SetupError
 from common.lazy import lazy_module
 from controller import porttree
+from controller.datapaths.registry import from_environment
 from controller.routing import strategy_for
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
@@ -41,6 +42,10 @@ else:    # the live half, loaded when a live hook first runs (common.lazy): anal
 
 #: Threads that read the switches' flow tables (Open vSwitch: one ovs-ofctl process each).
 FLOW_READERS = 4
+
+#: ``checked``'s words for the switch ports' own settings when the run's datapath is not one this
+#: build has (a results folder analysed elsewhere); a datapath's own are SwitchState.port_settings.
+UNKNOWN_PORT_SETTINGS = "the {} datapath's own settings on the switch ports"
 
 #: ``not_checked`` on a datapath that offers no switch state (Datapath.switch_state is None).
 NO_SWITCH_STATE = ("the switches' own port settings and flow tables: not applicable, the {} datapath offers "
@@ -231,11 +236,24 @@ class IntendedDataPlane(Feature):
         if rec is None:
             return
         switches = ("" if rec["switches"] is None else      # None: the datapath offers no switch state
-                    f", Open vSwitch QoS and ingress policing on the switch ports, {rec['switches']} switches' flow tables")
+                    f", {self._port_settings_checked()}, {rec['switches']} switches' flow tables")
         summary.setdefault("fidelity", {})["data_plane"] = {
             "checked": (f"before the round, against the plan: {rec['ports']} ports' qdiscs and classes{switches} "
                         f"({rec['check_ms']} ms)"),
             "not_checked": rec["unchecked"], "restored": rec["restored"], "failures": rec["failures"]}
+
+    def _port_settings_checked(self) -> str:
+        """The switch port settings the run's datapath checks, in its words (SwitchState.port_settings;
+        Open vSwitch: ``Open vSwitch QoS and ingress policing on the switch ports``), from the
+        datapath that environment.json records, so that ``analyze`` words a round as the run did;
+        :data:`UNKNOWN_PORT_SETTINGS` for a datapath this build does not have."""
+        try:
+            state = from_environment(self.ctx.env).switch_state()
+        except (SetupError, KeyError):
+            state = None
+        if state is None:
+            return UNKNOWN_PORT_SETTINGS.format(self.ctx.env.get("datapath_impl", "run's"))
+        return state.port_settings
 
     def failures(self, summary: dict) -> list[str]:
         """What differed and could not be put back before the round."""

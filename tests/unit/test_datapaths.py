@@ -266,6 +266,7 @@ def test_open_vswitch_compares_and_installs_the_entries_as_ovs_ofctl_lines_rende
     monkeypatch.setattr(ovsctl, "ovs_flow_differences", lambda sw, lines: got.append(("diff", sw, lines)) or [])
     monkeypatch.setattr(ovsctl, "ovs_replace_flows", lambda sw, lines: got.append(("replace", sw, lines)))
     state = OvsDatapath("kernel").switch_state()
+    assert state.port_settings == "Open vSwitch QoS and ingress policing on the switch ports"
     lines = [ofctl_line(e) for e in flows]
     assert state.flow_differences("leaf1", flows) == [] and state.flow_differences("leaf1", list(flows)) == []
     state.replace_flows("leaf1", flows)
@@ -279,6 +280,8 @@ def test_open_vswitch_compares_and_installs_the_entries_as_ovs_ofctl_lines_rende
 
 class FakeSwitchState:
     """A second datapath's switch state: it records what the check hands it."""
+    port_settings = "throwaway port maps on the switch ports"
+
     def __init__(self):
         self.given: dict[str, list] = {}
 
@@ -310,7 +313,7 @@ class StatefulDatapath(ThrowawayDatapath):
         return self.state
 
 
-def test_a_second_datapaths_switch_state_gets_the_strategys_entries(monkeypatch, no_open_vswitch):
+def test_a_second_datapaths_switch_state_gets_the_strategys_entries_and_words_the_check(monkeypatch, no_open_vswitch):
     monkeypatch.setitem(registry.DATAPATHS, StatefulDatapath.name, StatefulDatapath)
     monkeypatch.setattr(StatefulDatapath, "state", FakeSwitchState())
     monkeypatch.setattr(StatefulDatapath, "asked", 0)
@@ -331,7 +334,7 @@ def test_a_second_datapaths_switch_state_gets_the_strategys_entries(monkeypatch,
         rnd.features[f.name] = f.after_round(lf, rnd)
     assert StatefulDatapath.asked == 1                 # one switch state for the run
     summary = {}
-    f.summarize(rnd, summary)
+    f.summarize(rnd, summary)                          # worded by the datapath environment.json records
     block = summary["fidelity"]["data_plane"]
     assert block["failures"] == [] and block["restored"] == [] and block["not_checked"] == []
     # the routing strategy's entries, not any datapath's text, and the same every round
@@ -339,3 +342,13 @@ def test_a_second_datapaths_switch_state_gets_the_strategys_entries(monkeypatch,
     expected = intended_flows(fmap, "ecmp")
     assert sorted(given) == sorted(expected) and all(v == [expected[sw]] * 2 for sw, v in given.items())
     assert all(isinstance(e, FlowEntry) for v in given.values() for flows in v for e in flows)
+    # the check is worded by the datapath
+    assert block["checked"].startswith("before the round, against the plan: 1 ports' qdiscs and classes, throwaway "
+                                       "port maps on the switch ports, 4 switches' flow tables (")
+    assert "Open vSwitch" not in block["checked"]
+    # a results folder from a datapath this build does not have is still analysed, in neutral words
+    ctx.env = {"datapath_impl": "gone", "datapath": "fast"}
+    summary = {}
+    f.summarize(rnd, summary)
+    assert ", the gone datapath's own settings on the switch ports, 4 switches' flow tables (" in \
+        summary["fidelity"]["data_plane"]["checked"]

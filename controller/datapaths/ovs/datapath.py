@@ -49,6 +49,8 @@ class OvsSwitchState:
     (:func:`controller.flowtables.ofctl_line`), rendered once per switch and kept while its
     entries stay the same."""
 
+    port_settings = "Open vSwitch QoS and ingress policing on the switch ports"
+
     def __init__(self) -> None:
         #: switch -> (the entries last rendered, their ovs-ofctl lines)
         self._lines: dict[str, tuple[tuple[FlowEntry, ...], list[str]]] = {}
