@@ -42,6 +42,7 @@ def main() -> int:
     a = ap.parse_args()
     from concurrent.futures import ThreadPoolExecutor
     from controller.dataplane import ovsctl, tcqdisc
+    from controller.flowtables import ofctl_line
     from experiments import probe
     from experiments.context import HOST_QUEUE_PACKETS, RoundRecord
     from experiments.fabric import LiveFabric
@@ -60,7 +61,8 @@ def main() -> int:
                         host_queue=lambda r: tcqdisc.PortQueue(r, buffer_packets=HOST_QUEUE_PACKETS)) as lf:
             namespaces = {pid: [p.ifname for p in plans] for pid, plans in lf.port_plans.items()}
             switch_ports = namespaces[None]
-            flows = intended_flows(lf.fabric_map, sc.routing.mode)
+            flows = {sw: [ofctl_line(e) for e in entries]           # as Open vSwitch's switch state renders them
+                     for sw, entries in intended_flows(lf.fabric_map, sc.routing.mode).items()}
             feature = IntendedDataPlane(SimpleNamespace(sc=sc))
 
             def all_flows():

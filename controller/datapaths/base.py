@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from controller.flowtables import FlowEntry
 
 #: The label of a userspace datapath's one forwarding thread among :meth:`Datapath.forwarders`
 #: (the CPU account reports it apart). Open vSwitch forwards every port that no PMD thread polls
@@ -50,26 +53,39 @@ class SwitchState(Protocol):
     """The switches' own state that the check before each round compares with the plan and puts
     back (:meth:`Datapath.switch_state`; experiments.features.restore): settings of the datapath's
     own on a switch port that replace or police its qdiscs (fabriclab sets none), and every
-    switch's flow tables (``flows``: the controller's entries as ovs-ofctl lines,
-    :func:`controller.flowtables.ofctl_line`, the form ``routes_via`` ``openflow13`` installs).
-    Every method but :meth:`flow_fingerprint` raises SetupError with the tool's reason."""
+    switch's flow tables. The intended tables come as the routing strategy gives them
+    (``flows``: ``[FlowEntry, ...]``, :meth:`controller.routing.RoutingStrategy.switch_flows`,
+    :mod:`controller.flowtables` types, in installation order), and the datapath renders them in
+    its own form (Open vSwitch: ovs-ofctl lines, :func:`controller.flowtables.ofctl_line`, the
+    form ``routes_via`` ``openflow13`` installs). The check asks for one SwitchState per run and
+    passes the same entries every round, so an implementation may keep what it renders from them.
+    Every method but :meth:`flow_fingerprint` raises SetupError with the tool's reason.
+
+    Attributes:
+        port_settings: what :meth:`port_overrides` looks for, in words, as the round's
+            ``fidelity.data_plane.checked`` names it (Open vSwitch: ``Open vSwitch QoS and ingress
+            policing on the switch ports``).
+    """
+
+    port_settings: str
 
     def port_overrides(self, ports: list[str]) -> dict[str, str]:
         """The ``ports`` (switch ports) that carry such a setting, each with what it is, in words
-        (``an Open vSwitch QoS (uuid, 1 queue(s))``); ``{}`` when none does."""
+        (``{port: "an Open vSwitch QoS (uuid, 1 queue(s))"}``); ``{}`` when none does."""
 
     def clear_port_overrides(self, ports: list[str]) -> None:
         """Take those settings off ``ports`` (the qdiscs the datapath installed for them go too)."""
 
     def flow_fingerprint(self, switch: str) -> bytes | None:
         """A cheap fingerprint of ``switch``'s flow tables (equal: the same entries), or None when it
-        cannot be had (the tables are then compared line by line)."""
+        cannot be had (the tables are then compared entry by entry)."""
 
-    def flow_differences(self, switch: str, flows: list[str]) -> list[str]:
-        """How ``switch``'s flow tables differ from ``flows``, a line per difference; ``[]`` when the same."""
+    def flow_differences(self, switch: str, flows: list[FlowEntry]) -> list[str]:
+        """How ``switch``'s flow tables differ from ``flows`` (its intended entries), a line per
+        difference in the datapath's own words; ``[]`` when the same."""
 
-    def replace_flows(self, switch: str, flows: list[str]) -> None:
-        """Make ``switch``'s flow tables exactly ``flows``."""
+    def replace_flows(self, switch: str, flows: list[FlowEntry]) -> None:
+        """Make ``switch``'s flow tables exactly ``flows`` (its intended entries)."""
 
 
 @runtime_checkable

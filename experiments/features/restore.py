@@ -25,14 +25,15 @@ from typing import TYPE_CHECKING
 from common.errors import SetupError
 from common.lazy import lazy_module
 from controller import porttree
+from controller.datapaths.registry import from_environment
 from controller.routing import strategy_for
-from controller.flowtables import ofctl_line
 from experiments.context import RoundRecord
 from experiments.features.base import Feature
 
 if TYPE_CHECKING:
     from controller.dataplane import tcqdisc
     from controller.datapaths.base import SwitchState
+    from controller.flowtables import FlowEntry
     from controller import portsetup
 else:    # the live half, loaded when a live hook first runs (common.lazy): analyze and plot run without it
     tcqdisc = lazy_module("controller.dataplane.tcqdisc")
@@ -41,6 +42,10 @@ else:    # the live half, loaded when a live hook first runs (common.lazy): anal
 
 #: Threads that read the switches' flow tables (Open vSwitch: one ovs-ofctl process each).
 FLOW_READERS = 4
+
+#: ``checked``'s words for the switch ports' own settings when the run's datapath is not one this
+#: build has (a results folder analysed elsewhere); a datapath's own are SwitchState.port_settings.
+UNKNOWN_PORT_SETTINGS = "the {} datapath's own settings on the switch ports"
 
 #: ``not_checked`` on a datapath that offers no switch state (Datapath.switch_state is None).
 NO_SWITCH_STATE = ("the switches' own port settings and flow tables: not applicable, the {} datapath offers "
@@ -69,11 +74,12 @@ def merge_intents(base: dict[str, porttree.PortIntent], layers: list[dict]) -> t
     return out, red
 
 
-def intended_flows(fabric_map: dict, routing: str) -> dict[str, list[str]]:
-    """``{switch: [ovs-ofctl line, ...]}``: every switch's flow tables as controller.app installs
-    them (the ``switch_flows`` of routing strategy ``routing``, controller.routing)."""
+def intended_flows(fabric_map: dict, routing: str) -> dict[str, list[FlowEntry]]:
+    """``{switch: [FlowEntry, ...]}``: every switch's flow entries as controller.app installs them,
+    in install order (the ``switch_flows`` of routing strategy ``routing``, controller.routing),
+    in no datapath's form: the run's SwitchState renders them in its own."""
     strategy = strategy_for(fabric_map, routing)
-    return {s["name"]: [ofctl_line(e) for e in strategy.switch_flows(s["name"])] for s in fabric_map["switches"]}
+    return {s["name"]: strategy.switch_flows(s["name"]) for s in fabric_map["switches"]}
 
 
 class IntendedDataPlane(Feature):
@@ -82,7 +88,10 @@ class IntendedDataPlane(Feature):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self.flows: dict[str, list[str]] | None = None
+        self.flows: dict[str, list[FlowEntry]] | None = None
+        #: the run's datapath's switch state, asked for once (None: the datapath offers none)
+        self.switches: SwitchState | None = None
+        self._asked = False
         self.trees: tcqdisc.PortTrees | None = None
         #: switch -> fingerprint of its flow tables when last found equal to the plan
         self.verified: dict[str, bytes | None] = {}
@@ -104,7 +113,9 @@ class IntendedDataPlane(Feature):
         namespaces = {pid: [p.ifname for p in plans] for pid, plans in lf.port_plans.items()}
         queues = {p.ifname: (pid, p.queue) for pid, plans in lf.port_plans.items() for p in plans}
         switch_ports = [p.ifname for p in lf.port_plans.get(None, [])]
-        switches = lf.datapath.switch_state()
+        if not self._asked:      # one per run: it may keep what it renders from the intended flows
+            self.switches, self._asked = lf.datapath.switch_state(), True
+        switches = self.switches
         if switches is None:
             unchecked.add(NO_SWITCH_STATE.format(lf.datapath.name))
         try:
@@ -142,7 +153,8 @@ class IntendedDataPlane(Feature):
     def _trees(self, namespaces: dict, queues: dict, rnd: RoundRecord, restored: list, failures: list,
                unchecked: set, before: dict) -> None:
         """Every port's qdiscs and classes against the intent; reinstalled where they differ
-        (``before``: trees read before Open vSwitch's QoS was cleared, which describe those ports)."""
+        (``before``: trees read before the datapath's port settings were cleared, Open vSwitch's QoS,
+        which describe those ports)."""
         base = {intf: porttree.PortIntent(int(round(q.rate_mbps * 1e6)), q.fifo_kind, q.fifo_limit)
                 if q is not None else porttree.PortIntent(1, "pfifo", 1, unchecked="no queue of the fabric's own")
                 for intf, (_, q) in queues.items()}
@@ -182,10 +194,11 @@ class IntendedDataPlane(Feature):
                 restored.append(f"{line}: put back as planned")
 
     def _flow_tables(self, switches: SwitchState, lf, restored: list, failures: list) -> None:
-        """Every switch's flow tables against the controller's. A switch whose tables fingerprint
+        """Every switch's flow tables against the controller's entries (:func:`intended_flows`,
+        computed once; the datapath renders them in its own form). A switch whose tables fingerprint
         (``switches.flow_fingerprint``; Open vSwitch: controller.dataplane.ovsctl.ovs_flow_fingerprint,
         about a millisecond) as they did when last verified against the plan is not read again; any
-        other is compared line by line (Open vSwitch: ovs-ofctl diff-flows) and, if it differs,
+        other is compared entry by entry (Open vSwitch: ovs-ofctl diff-flows) and, if it differs,
         replaced (replace-flows) and compared again."""
         if self.flows is None:
             self.flows = intended_flows(lf.fabric_map, self.ctx.sc.routing.mode)
@@ -223,11 +236,24 @@ class IntendedDataPlane(Feature):
         if rec is None:
             return
         switches = ("" if rec["switches"] is None else      # None: the datapath offers no switch state
-                    f", Open vSwitch QoS and ingress policing on the switch ports, {rec['switches']} switches' flow tables")
+                    f", {self._port_settings_checked()}, {rec['switches']} switches' flow tables")
         summary.setdefault("fidelity", {})["data_plane"] = {
             "checked": (f"before the round, against the plan: {rec['ports']} ports' qdiscs and classes{switches} "
                         f"({rec['check_ms']} ms)"),
             "not_checked": rec["unchecked"], "restored": rec["restored"], "failures": rec["failures"]}
+
+    def _port_settings_checked(self) -> str:
+        """The switch port settings the run's datapath checks, in its words (SwitchState.port_settings;
+        Open vSwitch: ``Open vSwitch QoS and ingress policing on the switch ports``), from the
+        datapath that environment.json records, so that ``analyze`` words a round as the run did;
+        :data:`UNKNOWN_PORT_SETTINGS` for a datapath this build does not have."""
+        try:
+            state = from_environment(self.ctx.env).switch_state()
+        except (SetupError, KeyError):
+            state = None
+        if state is None:
+            return UNKNOWN_PORT_SETTINGS.format(self.ctx.env.get("datapath_impl", "run's"))
+        return state.port_settings
 
     def failures(self, summary: dict) -> list[str]:
         """What differed and could not be put back before the round."""

@@ -15,13 +15,17 @@ from controller.dataplane import ovsctl
 from controller.dataplane.tcqdisc import PortQueue
 from controller.datapaths import registry
 from controller.datapaths.base import FORWARDING_THREAD, Datapath, TransmitLossCount
+from controller.datapaths.ovs import datapath as ovs_datapath
 from controller.datapaths.ovs.datapath import KERNEL_LOSES_NOTHING, OvsDatapath
+from controller.flowtables import FlowEntry, ofctl_line
 from controller.porttree import PortIntent, expected_nodes
 from controller.portsetup import PortPlan
 from experiments.context import RoundRecord
 from experiments.features import restore
 from experiments.features.ovstx import OvsTransmit
-from experiments.features.restore import IntendedDataPlane
+from experiments.features.restore import IntendedDataPlane, intended_flows
+from experiments.plan import build_fabric
+from experiments.scenario import validate
 
 
 class ThrowawayDatapath:
@@ -251,3 +255,100 @@ def test_a_datapath_without_switch_state_gets_its_qdiscs_checked_and_the_rest_no
     assert "Open vSwitch" not in block["checked"] and "flow tables" not in block["checked"]
     (line,) = block["not_checked"]
     assert "not applicable, the throwaway datapath offers no way to read them back" in line
+
+
+def test_open_vswitch_compares_and_installs_the_entries_as_ovs_ofctl_lines_rendered_once(monkeypatch):
+    fmap = build_fabric(validate({"name": "t", "topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2},
+                                  "traffic": {"senders": 2}})).to_map()
+    flows = intended_flows(fmap, "ecmp")["leaf1"]
+    rendered, got = [], []
+    monkeypatch.setattr(ovs_datapath, "ofctl_line", lambda e: rendered.append(e) or ofctl_line(e))
+    monkeypatch.setattr(ovsctl, "ovs_flow_differences", lambda sw, lines: got.append(("diff", sw, lines)) or [])
+    monkeypatch.setattr(ovsctl, "ovs_replace_flows", lambda sw, lines: got.append(("replace", sw, lines)))
+    state = OvsDatapath("kernel").switch_state()
+    assert state.port_settings == "Open vSwitch QoS and ingress policing on the switch ports"
+    lines = [ofctl_line(e) for e in flows]
+    assert state.flow_differences("leaf1", flows) == [] and state.flow_differences("leaf1", list(flows)) == []
+    state.replace_flows("leaf1", flows)
+    assert got == [("diff", "leaf1", lines), ("diff", "leaf1", lines), ("replace", "leaf1", lines)]
+    assert rendered == flows                         # once for the switch, however often it is compared
+    changed = flows[:-1] + [FlowEntry(1, 0, ())]     # other entries: rendered again
+    state.flow_differences("leaf1", changed)
+    assert got[-1] == ("diff", "leaf1", lines[:-1] + ["table=1,priority=0 actions=drop"])
+    assert len(rendered) == 2 * len(flows)
+
+
+class FakeSwitchState:
+    """A second datapath's switch state: it records what the check hands it."""
+    port_settings = "throwaway port maps on the switch ports"
+
+    def __init__(self):
+        self.given: dict[str, list] = {}
+
+    def port_overrides(self, ports):
+        return {}
+
+    def clear_port_overrides(self, ports):
+        raise AssertionError("nothing to clear")
+
+    def flow_fingerprint(self, switch):
+        return None                         # compared every round
+
+    def flow_differences(self, switch, flows):
+        self.given.setdefault(switch, []).append(flows)
+        return []
+
+    def replace_flows(self, switch, flows):
+        raise AssertionError("nothing differs")
+
+
+class StatefulDatapath(ThrowawayDatapath):
+    """The throwaway datapath with a switch state of its own (one object, to see what it was given)."""
+    name = "stateful"
+    state = FakeSwitchState()
+    asked = 0
+
+    def switch_state(self):
+        type(self).asked += 1
+        return self.state
+
+
+def test_a_second_datapaths_switch_state_gets_the_strategys_entries_and_words_the_check(monkeypatch, no_open_vswitch):
+    monkeypatch.setitem(registry.DATAPATHS, StatefulDatapath.name, StatefulDatapath)
+    monkeypatch.setattr(StatefulDatapath, "state", FakeSwitchState())
+    monkeypatch.setattr(StatefulDatapath, "asked", 0)
+    fmap = build_fabric(validate({"name": "t", "topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2},
+                                  "traffic": {"senders": 2}})).to_map()
+    ports = ("leaf1-eth1",)
+    installed = expected_nodes(PortIntent(10_000_000, "pfifo", 50))
+    monkeypatch.setattr(restore.tcqdisc, "PortTrees", lambda namespaces: lambda: {p: installed for p in ports})
+    sc = SimpleNamespace(routing=SimpleNamespace(mode="ecmp"), queues=SimpleNamespace(limit_bytes=75_000))
+    ctx = SimpleNamespace(sc=sc, env={"datapath_impl": "stateful", "datapath": "fast"})
+    q = PortQueue(rate_mbps=10, buffer_packets=50)
+    lf = SimpleNamespace(port_plans={None: [PortPlan(p, q, switch_port=True) for p in ports]}, fabric_map=fmap,
+                         datapath=StatefulDatapath("fast"))
+    f = IntendedDataPlane(ctx)
+    for i in range(2):
+        rnd = RoundRecord(index=i, round=None, dir=None)
+        assert f.before_round(lf, rnd) == {}
+        rnd.features[f.name] = f.after_round(lf, rnd)
+    assert StatefulDatapath.asked == 1                 # one switch state for the run
+    summary = {}
+    f.summarize(rnd, summary)                          # worded by the datapath environment.json records
+    block = summary["fidelity"]["data_plane"]
+    assert block["failures"] == [] and block["restored"] == [] and block["not_checked"] == []
+    # the routing strategy's entries, not any datapath's text, and the same every round
+    given = StatefulDatapath.state.given
+    expected = intended_flows(fmap, "ecmp")
+    assert sorted(given) == sorted(expected) and all(v == [expected[sw]] * 2 for sw, v in given.items())
+    assert all(isinstance(e, FlowEntry) for v in given.values() for flows in v for e in flows)
+    # the check is worded by the datapath
+    assert block["checked"].startswith("before the round, against the plan: 1 ports' qdiscs and classes, throwaway "
+                                       "port maps on the switch ports, 4 switches' flow tables (")
+    assert "Open vSwitch" not in block["checked"]
+    # a results folder from a datapath this build does not have is still analysed, in neutral words
+    ctx.env = {"datapath_impl": "gone", "datapath": "fast"}
+    summary = {}
+    f.summarize(rnd, summary)
+    assert ", the gone datapath's own settings on the switch ports, 4 switches' flow tables (" in \
+        summary["fidelity"]["data_plane"]["checked"]

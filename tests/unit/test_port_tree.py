@@ -1,7 +1,8 @@
 """Each round starts from the intended data plane (controller.porttree, experiments.features.restore):
 the comparison of a port's intended queues with fake dumps of what a tamper leaves (an Open
 vSwitch QoS, a root replaced by tc, a FIFO's limit changed, a hook added or removed), the flow
-lines the switches are compared with, and the feature's record over a fake data plane. No root."""
+entries the switches are compared with (and their ovs-ofctl lines), and the feature's record over
+a fake data plane. No root."""
 import shutil
 import subprocess
 from types import SimpleNamespace
@@ -126,8 +127,24 @@ def small_map() -> dict:
     return build_fabric(validate({"name": "t", "topology": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2}, "traffic": {"senders": 2}})).to_map()
 
 
+def ofctl_flows(fmap: dict, routing: str = "ecmp") -> dict[str, list[str]]:
+    """The intended entries as Open vSwitch's switch state compares them: ovs-ofctl lines."""
+    state = OvsDatapath("kernel").switch_state()
+    return {sw: state.ofctl_lines(sw, entries) for sw, entries in intended_flows(fmap, routing).items()}
+
+
+def test_the_intended_flows_are_the_strategys_entries_in_no_datapaths_form():
+    fmap = small_map()
+    flows = intended_flows(fmap, "ecmp")
+    from controller.flowtables import FlowEntry
+    from controller.routing import strategy_for
+    strategy = strategy_for(fmap, "ecmp")
+    assert flows == {s["name"]: strategy.switch_flows(s["name"]) for s in fmap["switches"]}
+    assert all(isinstance(e, FlowEntry) for entries in flows.values() for e in entries)
+
+
 def test_flow_lines_say_what_the_controller_installs():
-    flows = intended_flows(small_map(), "ecmp")
+    flows = ofctl_flows(small_map())
     leaf = flows["leaf1"]
     assert leaf[:3] == ["table=0,priority=0 actions=drop", "table=0,priority=100,dl_type=0x0806 actions=CONTROLLER:65535",
                         "table=1,priority=0 actions=drop"]
@@ -147,7 +164,7 @@ def test_flow_lines_say_what_the_controller_installs():
 @pytest.mark.skipif(shutil.which("ovs-ofctl") is None, reason="needs ovs-ofctl (Open vSwitch's tools) to parse lines")
 def test_ovs_ofctl_reads_every_line_and_tells_a_changed_entry(tmp_path):
     """ovs-ofctl parses the lines (no switch: two files); a changed output port is a difference."""
-    lines = intended_flows(small_map(), "ecmp")["leaf1"]
+    lines = ofctl_flows(small_map())["leaf1"]
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     a.write_text("\n".join(lines) + "\n")
     i = next(i for i, x in enumerate(lines) if "actions=output:" in x)
@@ -241,7 +258,8 @@ def fake(monkeypatch):
 
 def run_check(intent=(), ports=("leaf1-eth1", "leaf1-eth2"), f=None, datapath=OvsDatapath("kernel")):
     fmap = small_map()
-    ctx = SimpleNamespace(sc=SimpleNamespace(routing=SimpleNamespace(mode="ecmp"), queues=SimpleNamespace(limit_bytes=75_000)))
+    sc = SimpleNamespace(routing=SimpleNamespace(mode="ecmp"), queues=SimpleNamespace(limit_bytes=75_000))
+    ctx = SimpleNamespace(sc=sc, env={"datapath_impl": datapath.name, "datapath": datapath.mode})
     q = PortQueue(rate_mbps=10, buffer_packets=50)
     lf = SimpleNamespace(port_plans={None: [PortPlan(p, q, switch_port=True) for p in ports]}, fabric_map=fmap,
                          datapath=datapath)
@@ -260,7 +278,8 @@ def test_a_clean_data_plane_is_checked_and_left_alone(fake):
     block = summary["fidelity"]["data_plane"]
     assert block["restored"] == [] and block["failures"] == []
     assert sorted(dp.calls) == [("diff flows", s) for s in ("leaf1", "leaf2", "spine1", "spine2")]
-    assert "2 ports' qdiscs and classes" in block["checked"] and "4 switches' flow tables" in block["checked"]
+    assert block["checked"].startswith("before the round, against the plan: 2 ports' qdiscs and classes, Open vSwitch "
+                                       "QoS and ingress policing on the switch ports, 4 switches' flow tables (")
     assert f.failures(summary) == [] and f.report(summary) is None
     # the next round: the tables fingerprint as verified, so none is read line by line
     dp.calls.clear()

@@ -23,6 +23,7 @@ from common.datapath import chosen_datapath
 from common.errors import SetupError
 from common.lazy import lazy_module
 from controller.datapaths.base import FORWARDING_THREAD, TransmitLossCount
+from controller.flowtables import FlowEntry, ofctl_line
 
 if TYPE_CHECKING:
     from mininet import node as mininet_node
@@ -43,7 +44,29 @@ KERNEL_LOSES_NOTHING = "the kernel datapath sends each frame into its qdisc: not
 
 class OvsSwitchState:
     """The switch ports' QoS and ingress policing and the bridges' flow tables
-    (:class:`controller.datapaths.base.SwitchState`), through :mod:`controller.dataplane.ovsctl`."""
+    (:class:`controller.datapaths.base.SwitchState`), through :mod:`controller.dataplane.ovsctl`;
+    the intended entries are compared and installed as ovs-ofctl lines
+    (:func:`controller.flowtables.ofctl_line`), rendered once per switch and kept while its
+    entries stay the same."""
+
+    port_settings = "Open vSwitch QoS and ingress policing on the switch ports"
+
+    def __init__(self) -> None:
+        #: switch -> (the entries last rendered, their ovs-ofctl lines)
+        self._lines: dict[str, tuple[tuple[FlowEntry, ...], list[str]]] = {}
+
+    def ofctl_lines(self, switch: str, flows: list[FlowEntry]) -> list[str]:
+        """``[ovs-ofctl line, ...]``: ``switch``'s intended ``flows`` as ovs-ofctl lines, one per
+        entry in their order (kept from the last call for this switch when its entries are equal).
+
+        Raises:
+            KeyError, TypeError: an entry :func:`controller.flowtables.ofctl_line` has no line for.
+        """
+        key = tuple(flows)
+        kept = self._lines.get(switch)
+        if kept is None or kept[0] != key:
+            kept = self._lines[switch] = (key, [ofctl_line(e) for e in key])
+        return kept[1]
 
     def port_overrides(self, ports: list[str]) -> dict[str, str]:
         """Ports with an Open vSwitch QoS or ingress policing (``ovs_port_qos``, one ovs-vsctl call),
@@ -74,13 +97,14 @@ class OvsSwitchState:
         except SetupError:
             return None
 
-    def flow_differences(self, switch: str, flows: list[str]) -> list[str]:
-        """``ovs-ofctl diff-flows`` lines (``ovs_flow_differences``)."""
-        return ovsctl.ovs_flow_differences(switch, flows)
+    def flow_differences(self, switch: str, flows: list[FlowEntry]) -> list[str]:
+        """``ovs-ofctl diff-flows`` lines (``ovs_flow_differences``) against ``flows``' lines
+        (:meth:`ofctl_lines`)."""
+        return ovsctl.ovs_flow_differences(switch, self.ofctl_lines(switch, flows))
 
-    def replace_flows(self, switch: str, flows: list[str]) -> None:
-        """``ovs-ofctl replace-flows`` (``ovs_replace_flows``)."""
-        ovsctl.ovs_replace_flows(switch, flows)
+    def replace_flows(self, switch: str, flows: list[FlowEntry]) -> None:
+        """``ovs-ofctl replace-flows`` (``ovs_replace_flows``) with ``flows``' lines (:meth:`ofctl_lines`)."""
+        ovsctl.ovs_replace_flows(switch, self.ofctl_lines(switch, flows))
 
 
 @dataclass(frozen=True)
