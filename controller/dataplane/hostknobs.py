@@ -16,7 +16,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from common.errors import SetupError
-from controller.dataplane.netlink import in_netns, ipr_in, link_index, run
+from controller.dataplane.netlink import in_netns, ipr_entered, ipr_in, link_index, run
 
 
 #: Route metrics (include/uapi/linux/rtnetlink.h): RTAX_RTO_MIN is honoured only when locked.
@@ -48,7 +48,7 @@ def set_route_tcp(ifname: str, netns_pid: int | None, rto_min_ms: int | None, qu
     if quickack:
         metrics["quickack"] = 1
     try:
-        with ipr_in(netns_pid) as ipr:
+        with ipr_entered(netns_pid) as ipr:             # this thread only: no helper process
             idx = link_index(ipr, ifname, "route")
             routes = ipr.get_routes(family=socket.AF_INET, table=MAIN_TABLE, oif=idx)
             if not routes:

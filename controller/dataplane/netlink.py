@@ -41,6 +41,10 @@ RED_HANDLE = 0x200000  # 20:
 
 
 def ipr_in(netns_pid: int | None) -> IPRoute:
+    """An ``IPRoute`` on the network namespace of ``netns_pid`` (None: this process's) that any
+    thread may use: pyroute2 opens a socket per thread, each in that namespace through a helper
+    process (about 9 ms each here). A socket used only by the thread that opens it is cheaper with
+    :func:`ipr_entered`."""
     if netns_pid is None:
         return IPRoute()
     return IPRoute(netns=f"/proc/{netns_pid}/ns/net", flags=0)
@@ -51,7 +55,8 @@ def ipr_entered(netns_pid: int | None) -> IPRoute:
     ``netns_pid`` (:func:`in_netns`; None: this process's), asking for the kernel's own error text
     with each refusal (e.g. ``Specified qdisc kind is unknown``, as ``tc`` prints it; read it with
     :func:`kernel_says`). Opening one in a host's namespace took 1.7-5.9 ms here, where
-    :func:`ipr_in`'s helper process took 31-34 ms (median of 30).
+    :func:`ipr_in`'s helper process took 31-34 ms (median of 30). Only for the thread that opens
+    it: pyroute2 gives every other thread a socket of its own, opened in that thread's namespace.
 
     Raises:
         SetupError: setns refused; OSError: the process is gone.

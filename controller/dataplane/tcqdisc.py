@@ -73,73 +73,6 @@ class PortQueue:
         return self.buffer_bytes if self.buffer_bytes is not None else self.buffer_packets
 
 
-class QdiscTrees:
-    """Reads every qdisc on each of ``ifnames`` (root namespace) and of ``namespaces`` (interfaces
-    inside other network namespaces: the hosts' NICs) with one netlink dump per namespace: calling
-    it returns ``{ifname: ("<kind> <handle> parent <parent>", ...)}`` sorted, e.g. ``("bfifo 10:
-    parent 1:1", "htb 1: parent root")``; an interface that is gone maps to ``()``. The
-    interfaces' indexes are looked up once, at construction, where one netlink socket per other
-    namespace is opened and kept until :meth:`close` (opening one costs about 7 ms here, a dump on
-    it about 0.15 ms). Measured on the default fabric's 40 switch ports (80 qdiscs): see
-    ``bench/bench_watch.py``.
-
-    Args:
-        ifnames: interfaces in the root namespace (the switch ports).
-        namespaces: ``{ifname: pid}``, an interface inside the network namespace of process
-            ``pid`` (a Mininet host's shell).
-
-    Raises:
-        SetupError: the kernel refused a dump (construction or call), or a namespace could not
-            be entered (construction).
-    """
-
-    def __init__(self, ifnames: list[str], namespaces: dict[str, int] | None = None):
-        namespaces = dict(namespaces or {})
-        self.ifnames = list(ifnames) + [n for n in namespaces if n not in ifnames]
-        wanted = set(ifnames)
-        self._ns: dict[int, tuple[IPRoute, dict[int, str]]] = {}
-        try:
-            with IPRoute() as ipr:
-                self.names = {m["index"]: m.get_attr("IFLA_IFNAME") for m in ipr.get_links()
-                              if m.get_attr("IFLA_IFNAME") in wanted}
-            for ifname, pid in namespaces.items():
-                if pid not in self._ns:
-                    self._ns[pid] = (ipr_in(pid), {})
-                ipr, names = self._ns[pid]
-                names.update({i: ifname for i in ipr.link_lookup(ifname=ifname)})
-        except NetlinkError as e:
-            self.close()
-            raise SetupError(f"ip link: dump refused ({e.code})") from None
-        except OSError as e:
-            self.close()
-            raise SetupError(f"ip link: cannot enter a host's namespace ({e})") from None
-
-    def __call__(self) -> dict[str, tuple[str, ...]]:
-        out: dict[str, list[str]] = {n: [] for n in self.ifnames}
-        try:
-            with IPRoute() as ipr:
-                self._dump(ipr, self.names, out)
-            for ipr, names in self._ns.values():
-                self._dump(ipr, names, out)
-        except NetlinkError as e:
-            raise SetupError(f"tc: qdisc dump refused ({e.code})") from None
-        return {n: tuple(sorted(v)) for n, v in out.items()}
-
-    @staticmethod
-    def _dump(ipr: IPRoute, names: dict[int, str], out: dict[str, list[str]]) -> None:
-        for m in ipr.get_qdiscs():
-            name = names.get(m["index"])
-            if name is not None:
-                out[name].append(f"{m.get_attr('TCA_KIND')} {tc_handle_text(m['handle'])} "
-                                 f"parent {tc_handle_text(m['parent'])}")
-
-    def close(self) -> None:
-        """Close the sockets kept in other namespaces (idempotent)."""
-        for ipr, _ in self._ns.values():
-            ipr.close()
-        self._ns = {}
-
-
 #: fabriclab's own throwaway ifb device, made and deleted by :func:`ifb_available`.
 PROBE_IFB = "flprobeifb"
 
@@ -758,6 +691,48 @@ class PortTrees:
         for sock, _ in self._ns:
             sock.close()
         self._ns = []
+
+
+class QdiscTrees(PortTrees):
+    """Reads every qdisc on each of ``ifnames`` (root namespace) and of ``namespaces`` (interfaces
+    inside other network namespaces: the hosts' NICs) with one netlink dump per namespace: calling
+    it returns ``{ifname: ("<kind> <handle> parent <parent>", ...)}`` sorted, e.g. ``("bfifo 10:
+    parent 1:1", "htb 1: parent root")``; an interface that is gone maps to ``()``. One raw
+    netlink socket per namespace (:class:`PortTrees`'), opened at construction from inside the
+    namespace and kept until :meth:`close`: any thread may call it (the control-plane watcher's
+    does), where pyroute2 opened a socket per calling thread and namespace through a helper
+    process, about 9 ms each, twice a round per host. Measured on the default fabric's 40 switch
+    ports (80 qdiscs): see ``bench/bench_watch.py``.
+
+    Args:
+        ifnames: interfaces in the root namespace (the switch ports).
+        namespaces: ``{ifname: pid}``, an interface inside the network namespace of process
+            ``pid`` (a Mininet host's shell).
+
+    Raises:
+        SetupError: the kernel refused a dump (call), or a namespace could not be entered
+            (construction).
+    """
+
+    def __init__(self, ifnames: list[str], namespaces: dict[str, int] | None = None):
+        by_ns: dict[int | None, list[str]] = {None: list(ifnames)}
+        for ifname, pid in (namespaces or {}).items():
+            if ifname not in ifnames:
+                by_ns.setdefault(pid, []).append(ifname)
+        super().__init__(by_ns)
+
+    def __call__(self) -> dict[str, tuple[str, ...]]:
+        out: dict[str, list[str]] = {n: [] for n in self.ifnames}
+        try:
+            for sock, names in self._ns:
+                for (_fam, idx, handle, parent, _info), at in self._dump(sock, RTM_GETQDISC):
+                    name = names.get(idx)
+                    if name is not None:
+                        kind = at.get(TCA_KIND, b"").rstrip(b"\0").decode()
+                        out[name].append(f"{kind} {tc_handle_text(handle)} parent {tc_handle_text(parent)}")
+        except OSError as e:
+            raise SetupError(f"tc: qdisc dump failed ({e})") from None
+        return {n: tuple(sorted(v)) for n, v in out.items()}
 
 
 def port_trees(namespaces: dict[int | None, list[str]]) -> dict[str, tuple[str, ...]]:
