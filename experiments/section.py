@@ -1,9 +1,11 @@
 """The result-section protocol: a mechanism's pure half in the results. A mechanism (PFC, RoCE,
 ...) that adds a section to a round's ``summary.json`` also says how that section reads: its
-line in the round's terminal block, its columns in rounds.csv, its columns in the terminal's
-rounds table, what rounds.json compares across rounds, and its plots. experiments.analysis and
-experiments.plot call only these methods, in the order of :data:`experiments.sections.SECTIONS`;
-they name no mechanism. A section reads files and dicts only (no fabric, no netlink)."""
+fields of a flow's row in flows.csv and of the hosts' TCP settings, its line in the round's
+terminal block, its columns in rounds.csv, its columns in the terminal's rounds table, what
+rounds.json compares across rounds, and its plots.
+experiments.analysis and experiments.plot call only these methods, in the order of
+:data:`experiments.sections.SECTIONS`; they name no mechanism. A section reads files and dicts
+only (no fabric, no netlink)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,6 +35,21 @@ class ResultSection:
         """Its columns' values for one round's ``summary`` (every column of :meth:`all_columns`;
         None where the round has no such section). Default: all None."""
         return dict.fromkeys(self.all_columns())
+
+    def flow_fields(self, sender: dict, receiver: dict | None) -> dict:
+        """Its fields of one TCP or UDP flow's row in flows.csv (columns of
+        experiments.tables.FLOW_COLUMNS, which keeps their order), from the flow's sender record
+        ``sender`` (one entry of ``<host>.tx.json``'s ``flows``, traffic.agent) and its receiver
+        record ``receiver`` (one of ``<host>.rx.json``'s, joined on source address and port; None
+        when the receiver has no record of the flow), as the agents counted them (packets,
+        flags). A field it leaves out stays None. Default: none."""
+        return {}
+
+    def host_tcp_settings(self, host: dict) -> tuple:
+        """Its values in each entry of ``summary["hosts_tcp"]``, after the host's congestion
+        control: what it reads of one host's record in environment.json's ``host_config`` (the
+        sysctls read back from the host, experiments.features.hosts), JSON scalars. Default: none."""
+        return ()
 
     def seed(self, summary: dict) -> int | None:
         """The round's seed as this section recorded it (a round without a variant's seed), or None."""

@@ -2,21 +2,23 @@
 plots come from its own package; the analysis names no mechanism."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 from experiments import analysis
 from experiments.section import ResultSection
 from experiments.sections import SECTIONS
+from experiments.tables import FLOW_COLUMNS
 
 REPO = Path(__file__).resolve().parents[2]
 #: the mechanisms whose results live wholly in their own package (what the analysis must not name)
-MOVED = ("pfc", "roce", "dcqcn", "cnp")
+MOVED = ("pfc", "roce", "dcqcn", "cnp", "ecn", "collective", "allreduce")
 
 
 def test_the_analysis_names_no_mechanism_whose_section_is_its_own():
     src = (REPO / "experiments" / "analysis.py").read_text()
-    words = "(?<![a-z])(" + "|".join(MOVED) + ")(?![a-z])"      # pfc_enabled counts, EcnProfile does not
+    words = "(?<![a-z])(" + "|".join(MOVED) + ")(?![a-z])"      # pfc_enabled and tcp_ecn count, EcnProfile does not
     named = sorted({m.group(0).lower() for m in re.finditer(words, src, re.IGNORECASE)})
     assert not named, f"experiments/analysis.py names {named}: that belongs in the mechanism's package"
 
@@ -71,3 +73,59 @@ def test_a_new_section_adds_its_line_columns_and_cross_round_keys(tmp_path):
     assert (tmp_path / "rounds.csv").read_text().splitlines()[0].split(",")[-3:] == ["extra_count", "stopped", "folder"]
     assert '"extra_total": 7' in (tmp_path / "rounds.json").read_text()
     assert analysis.format_rounds(tmp_path, sections=secs).splitlines()[-1].endswith("    7")
+
+
+def _write(d: Path, name: str, rec: dict) -> None:
+    (d / f"{name}.json").write_text(json.dumps(rec))
+
+
+def _one_flow(d: Path, receiver_extra: dict, sender_extra: dict) -> list[dict]:
+    t0 = 1000.0
+    _write(d, "h1.rx", {"flows": [{"src_ip": "10.2.0.1", "src_port": 40001, "bytes": 500,
+                                   "first_byte_unix_s": t0 + 0.01, "last_byte_unix_s": t0 + 0.5, "eof": True,
+                                   "samples": [], **receiver_extra}]})
+    _write(d, "h7.tx", {"flows": [{"flow_id": 0, "src_port": 40001, "bytes_planned": 500, "bytes_sent": 500,
+                                   "start_at_unix_s": t0, "closed_unix_s": t0 + 0.6, **sender_extra}]})
+    return [{"flow_id": 0, "src": "h7", "dst": "h1", "src_ip": "10.2.0.1"}]
+
+
+def test_a_section_adds_its_fields_to_a_flows_row_from_the_agents_records(tmp_path):
+    class Hops(ResultSection):
+        key = "hops"
+
+        def flow_fields(self, sender, receiver):
+            return {"path": f"{sender['hops']} hops, {receiver['ttl'] if receiver else '-'} ttl"}
+
+    plan = _one_flow(tmp_path, {"ttl": 61}, {"hops": 3})
+    row, = analysis.collect_flows(tmp_path, plan, {}, sections=SECTIONS + (Hops(),))
+    assert row["path"] == "3 hops, 61 ttl" and row["complete"] is True
+    assert list(row)[:len(FLOW_COLUMNS)] == list(FLOW_COLUMNS)        # flows.csv keeps its columns' order
+    (tmp_path / "h1.rx.json").unlink()                                  # no receiver record: the section sees None
+    row, = analysis.collect_flows(tmp_path, plan, {}, sections=(Hops(),))
+    assert row["path"] == "3 hops, - ttl"
+
+
+def test_the_ecn_section_fills_a_flows_negotiation_and_the_receivers_ecn_counts(tmp_path):
+    plan = _one_flow(tmp_path, {"ecn_received": {"ce": 4, "ect": 90, "not_ect": 2}}, {"ecn_negotiated": True})
+    row, = analysis.collect_flows(tmp_path, plan, {}, sections=SECTIONS)
+    assert (row["ecn_negotiated"], row["ce_received"], row["ect_received"], row["not_ect_received"]) == (True, 4, 90, 2)
+    plan = _one_flow(tmp_path, {}, {})                  # a receiver that did not count: the counts stay empty
+    row, = analysis.collect_flows(tmp_path, plan, {}, sections=SECTIONS)
+    assert (row["ecn_negotiated"], row["ce_received"], row["ect_received"]) == (None, None, None)
+    row, = analysis.collect_flows(tmp_path, plan, {}, sections=())
+    assert row["bytes_received"] == 500 and row["ecn_negotiated"] is None
+
+
+def test_the_hosts_tcp_settings_keep_their_pairs_and_the_rounds_column():
+    env = {"host_config": {"h1": {"tcp_congestion_control": "dctcp", "tcp_ecn": 1, "routes": []},
+                           "h2": {"tcp_congestion_control": "cubic", "tcp_ecn": 0, "routes": []},
+                           "h3": {"tcp_congestion_control": "dctcp", "tcp_ecn": 1, "routes": []}}}
+    pairs = analysis.hosts_tcp(env, sections=SECTIONS)
+    assert pairs == [("cubic", 0), ("dctcp", 1)]
+    assert analysis.hosts_tcp(env, sections=()) == [("cubic",), ("dctcp",)]
+    s = {"flows": {"congestion_control_on_live_flows": ["cubic", "dctcp"], "all_complete": True,
+                   "fct_median_s": None, "fct_p99_s": None}, "hosts_tcp": json.loads(json.dumps(pairs)),
+         "total_drops": 0}
+    row = analysis.round_row(0, "r", s, sections=SECTIONS)
+    assert row["tcp_ecn"] == "0,1" and list(row)[list(row).index("congestion_control") + 1] == "tcp_ecn"
+

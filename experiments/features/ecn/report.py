@@ -1,6 +1,8 @@
-"""ECN's section of the results: its line in a round's terminal block, its columns in rounds.csv
-(the bottleneck's profile after the round's index, its marks and queue after the drops) and in the
-terminal's rounds table (registered in experiments.sections)."""
+"""ECN's section of the results: its fields of a flow's row (ECN negotiated, the receiver's CE,
+ECT and not-ECT counts) and of the hosts' TCP settings (``net.ipv4.tcp_ecn``), its line in a
+round's terminal block, its columns in rounds.csv (the bottleneck's profile after the round's
+index, the hosts' tcp_ecn after the congestion control, its marks and queue after the drops) and
+in the terminal's rounds table (registered in experiments.sections)."""
 from __future__ import annotations
 
 from experiments.section import ResultSection, cell
@@ -19,17 +21,36 @@ def format_line(e: dict | None) -> str:
 
 class EcnSection(ResultSection):
     """``summary["ecn"]``: the bottleneck's profile, its CE marks, the CE the receivers counted, and
-    the bottleneck queue after the first burst."""
+    the bottleneck queue after the first burst; and the hosts' ``tcp_ecn``, second in each entry
+    of ``summary["hosts_tcp"]``."""
     key = "ecn"
     placed = {"round_index": ("bottleneck_profile",),
+              "congestion_control": ("tcp_ecn",),
               "total_drops": ("ce_marked_bottleneck", "ce_received_packets", "queue_median_packets",
                               "queue_p99_packets")}
 
+    def flow_fields(self, sender: dict, receiver: dict | None) -> dict:
+        """``ecn_negotiated`` (the sender's TCP_INFO: the connection negotiated ECN, a boolean) and,
+        when the receiver counted the flow's packets by their IP ECN field, ``ce_received``,
+        ``ect_received`` and ``not_ect_received`` (packets)."""
+        e = (receiver or {}).get("ecn_received")
+        return {"ecn_negotiated": sender.get("ecn_negotiated"),
+                **({"ce_received": e["ce"], "ect_received": e["ect"], "not_ect_received": e["not_ect"]} if e else {})}
+
+    def host_tcp_settings(self, host: dict) -> tuple:
+        """The host's ``net.ipv4.tcp_ecn`` (0 never asks for ECN, 1 asks and accepts, 2 only accepts)."""
+        return (host["tcp_ecn"],)
+
     def row(self, summary: dict) -> dict:
-        """The profile's description, the marks, CE received and the queue's median / p99 in packets."""
+        """The profile's description, the hosts' tcp_ecn values (comma-separated: the second value
+        of each entry of ``hosts_tcp``, :meth:`host_tcp_settings`; ECN is the one section that
+        adds a host setting), the marks, CE received and the queue's median / p99 in packets."""
         e = summary.get("ecn") or {}
         c, q = e.get("bottleneck_counters") or {}, e.get("queue_after_first_rtt") or {}
-        return {"bottleneck_profile": e.get("bottleneck_profile"), "ce_marked_bottleneck": c.get("marked"),
+        hosts = summary.get("hosts_tcp")
+        return {"bottleneck_profile": e.get("bottleneck_profile"),
+                "tcp_ecn": ",".join(str(h[1]) for h in hosts) if hosts is not None else None,
+                "ce_marked_bottleneck": c.get("marked"),
                 "ce_received_packets": (e.get("ce_received") or {}).get("packets"),
                 "queue_median_packets": q.get("median_packets"), "queue_p99_packets": q.get("p99_packets")}
 
