@@ -2,7 +2,7 @@
 ...) that adds a section to a round's ``summary.json`` also says how that section reads: its
 fields of a flow's row in flows.csv and of the hosts' TCP settings, its line in the round's
 terminal block, its columns in rounds.csv, its columns in the terminal's rounds table, what
-rounds.json compares across rounds, and its plots.
+rounds.json compares across rounds, its marks on the common queue plots and its plots.
 experiments.analysis and experiments.plot call only these methods, in the order of
 :data:`experiments.sections.SECTIONS`; they name no mechanism. A section reads files and dicts
 only (no fabric, no netlink)."""
@@ -74,4 +74,31 @@ class ResultSection:
     def plots(self, out: Path, summary: dict) -> list[Path]:
         """Draw its plots of one results folder ``out`` (a run or a round) and return their paths;
         none when the folder has no such section."""
+        return []
+
+    def queue_marks(self, ax, summary: dict, in_packets: bool, color: str = "C2", suffix: str = "",
+                    vertical: bool = False) -> None:
+        """Mark its thresholds from one round's ``summary`` on a queue axis of the matplotlib axes
+        ``ax`` (the common queue plots: the queue over time, its CDF, the queue under the
+        congestion windows, every round's queue): the y axis, or the x axis with ``vertical``,
+        in packets of a full frame (common.units.FRAME_BYTES) with ``in_packets``, else in
+        bytes; drawn in ``color``, each legend label ending in ``suffix`` (e.g. `` (round 2)``).
+        Default: none."""
+
+    def round_label(self, row: dict) -> str | None:
+        """A few words on one round (a row of rounds.json) in the legend of the rounds' queue
+        plot, after the round's name, or None. Default: none."""
+        return None
+
+    def round_bars(self, rows: list[dict]) -> list[tuple[str | None, str, str]]:
+        """Its panels in the rounds' bar chart from rounds.json's ``rows``: ``[(after, column,
+        title)]``, one bar per round of that rounds.csv ``column`` (a number; None drawn as 0),
+        after the common panel ``after`` (``drops``, ``FCT``, ``Mbit/s``; None: at the end).
+        Default: none."""
+        return []
+
+    def round_plots(self, out: Path, rows: list[dict], summaries: list[dict]) -> list[Path]:
+        """Draw its plots across a run's rounds (``out``: the run's folder; ``rows``: rounds.json's
+        rows; ``summaries``: each round's summary.json, in the same order) and return their
+        paths. Default: none."""
         return []

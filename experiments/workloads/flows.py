@@ -136,7 +136,7 @@ class KernelFlows(Workload):
         analysis.write_rounds(out, [s for _, s in done], [rec.dir for rec, _ in done], [rec.round for rec, _ in done],
                               sections=self.ctx.sections)
         if self.ctx.sc.measurement.plots:
-            plot.plot_rounds(out)
+            plot.plot_rounds(out, sections=self.ctx.sections)
         if not self.ctx.quiet:
             print(analysis.format_rounds(out, sections=self.ctx.sections))
 

@@ -6,7 +6,11 @@ import json
 import re
 from pathlib import Path
 
-from experiments import analysis
+import pytest
+
+from experiments import analysis, plot
+from experiments.features.ecn.report import SECTION as ECN
+from experiments.plot import plt
 from experiments.section import ResultSection
 from experiments.sections import SECTIONS
 from experiments.tables import FLOW_COLUMNS
@@ -129,3 +133,68 @@ def test_the_hosts_tcp_settings_keep_their_pairs_and_the_rounds_column():
     row = analysis.round_row(0, "r", s, sections=SECTIONS)
     assert row["tcp_ecn"] == "0,1" and list(row)[list(row).index("congestion_control") + 1] == "tcp_ecn"
 
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures the plots drew, kept open to inspect (the plots close them)."""
+    kept, close = [], plt.close
+    monkeypatch.setattr(plt, "close", kept.append)
+    yield kept
+    for f in kept:
+        close(f)
+
+
+def test_the_ecn_marks_are_k_as_a_line_and_kmin_kmax_as_a_band():
+    fig, ax = plt.subplots()
+    try:
+        ECN.queue_marks(ax, {"ecn": {"bottleneck_k_bytes": 20 * 1514}}, True)
+        k, = ax.get_lines()
+        assert k.get_label() == "ECN K = 20 packets" and list(k.get_ydata()) == [20, 20] and k.get_linestyle() == "-."
+        ECN.queue_marks(ax, {"ecn": {"bottleneck_kmin_kmax_bytes": [15140, 60560]}}, False, color="C4",
+                        suffix=" (r2)", vertical=True)
+        band, = ax.patches
+        assert band.get_label() == "ECN Kmin-Kmax 15140-60560 bytes (r2)"
+        ECN.queue_marks(ax, {"ecn": {"bottleneck_profile": "drop-tail"}}, True)      # no threshold: no mark
+        ECN.queue_marks(ax, {}, True)
+        assert len(ax.get_lines()) == 1 and len(ax.patches) == 1
+        assert ResultSection().queue_marks(ax, {"ecn": {"bottleneck_k_bytes": 1514}}, True) is None
+        assert len(ax.get_lines()) == 1
+    finally:
+        plt.close(fig)
+
+
+def _round_folder(out: Path, n: int, name: str, k_packets: int | None, pfc: bool | None) -> dict:
+    d = out / "rounds" / f"{n:02d}-{name}"
+    d.mkdir(parents=True)
+    with open(d / "queues.csv", "w") as f:
+        f.write("t_s,intf,backlog_bytes,backlog_packets,drops_total,tx_bytes_total,tx_packets_total\n")
+        for i in range(20):
+            f.write(f"{0.1 * i},s1-eth1,{(i % 5) * 1514},{i % 5},0,{i * 1000},{i}\n")
+    summary = {"bottleneck": {"intf": "s1-eth1", "buffer_packets": 50, "buffer_bytes": None},
+               "ecn": {"bottleneck_k_bytes": k_packets * 1514 if k_packets else None}}
+    (d / "summary.json").write_text(json.dumps(summary))
+    return {"round": name, "folder": f"rounds/{d.name}", "bottleneck_profile": f"step K={k_packets}" if k_packets
+            else None, "pfc_enabled": pfc, "bottleneck_drops": 1, "ce_marked_bottleneck": 7, "fct_median_s": 1.0,
+            "fct_p99_s": 2.0, "bottleneck_mean_tx_mbps": 9.5, "paused_time_s": 0.25 if pfc else None,
+            "queue_median_packets": 3, "queue_p99_packets": 4}
+
+
+def test_the_rounds_plots_take_each_sections_words_panels_marks_and_plots(tmp_path, figures):
+    rows = [_round_folder(tmp_path, 1, "k10", 10, True), _round_folder(tmp_path, 2, "k20", 20, None),
+            _round_folder(tmp_path, 3, "tail", None, None)]
+    (tmp_path / "rounds.json").write_text(json.dumps({"rounds": rows}))
+    paths = plot.plot_rounds(tmp_path, sections=SECTIONS)
+    assert [p.name for p in paths] == ["rounds_queue.png", "rounds_bars.png", "k_sweep.png"]
+    queue, bars, sweep = (f.axes for f in figures)
+    labels = [x.get_label() for x in queue[0].get_lines()]
+    assert labels[:5] == ["k10: step K=10, PFC on", "ECN K = 10 packets (k10)", "k20: step K=20",
+                          "ECN K = 20 packets (k20)", "tail"]
+    assert [ax.get_title() for ax in bars] == ["drops at the bottleneck", "CE marks at the bottleneck",
+                                               "completion time (s): median, p99", "bottleneck throughput (Mbit/s)",
+                                               "PFC: paused time, all links (s)"]
+    assert sweep[0].get_xlabel() == "K (packets)"
+    figures.clear()
+    assert [p.name for p in plot.plot_rounds(tmp_path, sections=())] == ["rounds_queue.png", "rounds_bars.png"]
+    queue, bars = (f.axes for f in figures)
+    assert [x.get_label() for x in queue[0].get_lines()][:3] == ["k10", "k20", "tail"]
+    assert len(bars) == 3

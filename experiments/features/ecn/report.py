@@ -2,9 +2,13 @@
 ECT and not-ECT counts) and of the hosts' TCP settings (``net.ipv4.tcp_ecn``), its line in a
 round's terminal block, its columns in rounds.csv (the bottleneck's profile after the round's
 index, the hosts' tcp_ecn after the congestion control, its marks and queue after the drops) and
-in the terminal's rounds table (registered in experiments.sections)."""
+in the terminal's rounds table, its marks on the queue plots and the K sweep across rounds
+(registered in experiments.sections)."""
 from __future__ import annotations
 
+from pathlib import Path
+
+from experiments.features.ecn import plots
 from experiments.section import ResultSection, cell
 
 
@@ -64,6 +68,24 @@ class EcnSection(ResultSection):
                 ("drops", f" {'CE marks':>8} {'queue med/p99 pkt':>18}",
                  lambda r: f" {cell(r['ce_marked_bottleneck'], 'd'):>8} "
                            f"{cell(r['queue_median_packets'], '.0f') + '/' + cell(r['queue_p99_packets'], '.0f'):>18}")]
+
+    def queue_marks(self, ax, summary: dict, in_packets: bool, color: str = "C2", suffix: str = "",
+                    vertical: bool = False) -> None:
+        """The bottleneck's K (a dash-dotted line) or Kmin-Kmax (a band) (:func:`.plots.threshold_lines`)."""
+        plots.threshold_lines(ax, summary.get("ecn") or {}, in_packets, color, suffix, vertical)
+
+    def round_label(self, row: dict) -> str | None:
+        """The round's profile at the bottleneck (e.g. ``step K=30280 B (20 pkt)``), or None without one."""
+        return row.get("bottleneck_profile")
+
+    def round_bars(self, rows: list[dict]) -> list[tuple[str | None, str, str]]:
+        """The CE marks at the bottleneck, after the drops."""
+        return [("drops", "ce_marked_bottleneck", "CE marks at the bottleneck")]
+
+    def round_plots(self, out: Path, rows: list[dict], summaries: list[dict]) -> list[Path]:
+        """``k_sweep.png`` when the rounds differ in a step K (:func:`.plots.plot_k_sweep`)."""
+        p = plots.plot_k_sweep(Path(out), rows, summaries)
+        return [p] if p is not None else []
 
 
 SECTION = EcnSection()
