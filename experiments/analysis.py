@@ -26,13 +26,16 @@ from traffic.flowsizes import offered_load
 from traffic.patterns import PATTERNS
 
 
-def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> list[dict]:
+def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int], *,
+                  sections: tuple[ResultSection, ...]) -> list[dict]:
     """One row per planned flow (see :data:`FLOW_COLUMNS`), times relative to the common start.
 
     Args:
         agent_dir: where the agents wrote ``<host>.rx.json`` / ``<host>.tx.json``.
         plan: the flows (traffic.patterns.flow_plan): ``flow_id``, ``src``, ``dst``, ``src_ip``.
         codes: agent exit codes by ``<host>.rx`` / ``<host>.tx`` (named in error rows).
+        sections: the result sections (experiments.sections.SECTIONS) whose fields each row
+            adds from its sender's and receiver's records (``ResultSection.flow_fields``).
 
     ``fct_s`` is the receiver's last byte minus the flow's scheduled start (the
     flow completion time): the common start plus the flow's ``start_s`` (the plan's; 0 unless
@@ -57,11 +60,13 @@ def collect_flows(agent_dir: Path, plan: list[dict], codes: dict[str, int]) -> l
     # keyed per receiving host: the kernel reuses a source port toward different destinations
     by_addr = {(dst, f["src_ip"], f["src_port"]): f for dst, rec in rx.items() for f in rec.get("flows", [])}
     tx_by_id = {f["flow_id"]: (s, f) for s, rec in tx.items() for f in rec.get("flows", [])}
-    return [_flow_row(p, tx, rx, tx_by_id, by_addr) for p in plan]
+    return [_flow_row(p, tx, rx, tx_by_id, by_addr, sections) for p in plan]
 
 
-def _flow_row(p: dict, tx: dict, rx: dict, tx_by_id: dict, by_addr: dict) -> dict:
-    """One planned flow's row (:func:`collect_flows`): its sender's record joined with its receiver's."""
+def _flow_row(p: dict, tx: dict, rx: dict, tx_by_id: dict, by_addr: dict,
+              sections: tuple[ResultSection, ...]) -> dict:
+    """One planned flow's row (:func:`collect_flows`): its sender's record joined with its
+    receiver's, then each of ``sections``' fields of the two."""
     row = {k: None for k in FLOW_COLUMNS}
     row.update(flow_id=p["flow_id"], src=p["src"], dst=p["dst"], src_ip=p["src_ip"], start_s=p.get("start_s") or 0.0)
     _, t = tx_by_id.get(p["flow_id"], (None, None))
@@ -72,6 +77,8 @@ def _flow_row(p: dict, tx: dict, rx: dict, tx_by_id: dict, by_addr: dict) -> dic
         f = by_addr.get((p["dst"], p["src_ip"], t.get("src_port")))
         if f is not None:
             _receiver_fields(row, t, f)
+        for sec in sections:
+            row.update(sec.flow_fields(t, f))
     if row["complete"] is None:
         row["complete"] = False
     return row
@@ -83,7 +90,6 @@ def _sender_fields(row: dict, t: dict, receiver_error: str | None) -> None:
     start = t0 + row["start_s"]
     row.update(src_port=t.get("src_port"), bytes_planned=t["bytes_planned"], bytes_sent=t["bytes_sent"],
                start_at_unix_s=t0, congestion_control=t.get("congestion_control"),
-               ecn_negotiated=t.get("ecn_negotiated"),
                total_retrans=t.get("total_retrans"), rtt_us=t.get("rtt_us"),
                sender_done_s=(t["closed_unix_s"] - start) if t.get("closed_unix_s") else None,
                error=t.get("error") or receiver_error,
@@ -108,9 +114,6 @@ def _receiver_fields(row: dict, t: dict, f: dict) -> None:
                first_byte_s=(f["first_byte_unix_s"] - start) if f["first_byte_unix_s"] else None,
                fct_s=(f["last_byte_unix_s"] - start) if f["last_byte_unix_s"] else None,
                _samples=[(ts - t0, b) for ts, b in f["samples"]])
-    if f.get("ecn_received"):
-        e = f["ecn_received"]
-        row.update(ce_received=e["ce"], ect_received=e["ect"], not_ect_received=e["not_ect"])
     row["complete"] = bool(f["eof"] and not row["error"] and f["bytes"] == t["bytes_sent"]
                            and (t["bytes_planned"] is None or t["bytes_sent"] == t["bytes_planned"]))
 
@@ -440,10 +443,12 @@ def write_tcp_samples(path: Path, flows: list[dict]) -> int:
 
 
 def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], timings: dict,
-                  plan: list[dict], receiver_bottleneck_reason: str | None = None, stopped: bool = False) -> dict:
+                  plan: list[dict], receiver_bottleneck_reason: str | None = None, stopped: bool = False, *,
+                  sections: tuple[ResultSection, ...]) -> dict:
     """Write flows.csv, flow_samples.csv, queues.csv and ports.csv into ``out``; return the round's
     summary (the run loop writes summary.json once, after the features added their sections).
-    The hosts' TCP settings come from the round's environment.json (``host_config``).
+    The hosts' TCP settings come from the round's environment.json (``host_config``), with each
+    of ``sections``' (experiments.sections.SECTIONS) part of them (:func:`hosts_tcp`).
 
     ``receiver_bottleneck_reason`` (a feature's round option, e.g. a lossless class paused
     upstream): the bottleneck is the port toward the receiver, not the one that held the most
@@ -486,7 +491,7 @@ def write_results(out: Path, sc: Scenario, fabric_map: dict, flows: list[dict], 
         "total_drops": sum(p["drops"] for p in ports),
         "sampler": sampler,
         "timings_s": timings,
-        "hosts_tcp": hosts_tcp(env),
+        "hosts_tcp": hosts_tcp(env, sections=sections),
     }
     sd = slowdown_summary(flows, plan, ideal)
     if sd is not None:
@@ -583,10 +588,12 @@ def choose_bottleneck(ports: list[dict], receiver: str | None,
     return bottleneck(ports), None
 
 
-def hosts_tcp(env: dict) -> list:
-    """The distinct ``(congestion control, tcp_ecn)`` pairs the hosts had (the round's
-    environment.json ``host_config``), sorted."""
-    return sorted({(v["tcp_congestion_control"], v["tcp_ecn"]) for v in (env.get("host_config") or {}).values()})
+def hosts_tcp(env: dict, *, sections: tuple[ResultSection, ...]) -> list:
+    """The distinct TCP settings the hosts had (the round's environment.json ``host_config``),
+    sorted: each a tuple of the congestion control's name, then each of ``sections``' values
+    (``ResultSection.host_tcp_settings``), in the sections' order."""
+    return sorted({(v["tcp_congestion_control"], *(x for sec in sections for x in sec.host_tcp_settings(v)))
+                   for v in (env.get("host_config") or {}).values()})
 
 
 def _write_queues(path: Path, samples: dict) -> None:
@@ -765,7 +772,7 @@ def queue_in_window(queues_csv: Path, intf: str, from_s: float, to_s: float, rat
 
 
 #: rounds.csv's common columns (the result sections place theirs among and after them).
-ROUND_COLUMNS = ("round", "variant", "seed", "round_index", "congestion_control", "tcp_ecn", "flows_complete",
+ROUND_COLUMNS = ("round", "variant", "seed", "round_index", "congestion_control", "flows_complete",
                  "fct_median_s", "fct_p99_s", "bottleneck_drops", "total_drops", "peak_backlog_packets",
                  "bottleneck_mean_tx_mbps", "bottleneck_intf", "jain_index", "fairness_how")
 
@@ -793,7 +800,7 @@ def round_row(i: int, name: str, s: dict, variant: str | None = None, seed: int 
         seed = next((x for x in (sec.seed(s) for sec in sections) if x is not None), None)
     common = {"round": name, "variant": variant or name, "seed": seed, "round_index": i + 1,
               "congestion_control": ",".join(f["congestion_control_on_live_flows"]),
-              "tcp_ecn": ",".join(str(h[1]) for h in s["hosts_tcp"]), "flows_complete": f["all_complete"],
+              "flows_complete": f["all_complete"],
               "fct_median_s": f["fct_median_s"], "fct_p99_s": f["fct_p99_s"], "bottleneck_drops": bn.get("drops"),
               "total_drops": s["total_drops"], "peak_backlog_packets": bn.get("peak_backlog_packets"),
               "bottleneck_mean_tx_mbps": bn.get("mean_tx_mbps"), "bottleneck_intf": bn.get("intf"),

@@ -382,7 +382,7 @@ def plot(results_dir: str) -> int:
         elif (d / "rounds.json").exists():
             for r in json.loads((d / "rounds.json").read_text())["rounds"]:
                 paths += plots.plot_all(d / r["folder"], sections=sections.SECTIONS)
-            paths += plots.plot_rounds(d)
+            paths += plots.plot_rounds(d, sections=sections.SECTIONS)
         elif (d / "summary.json").exists():
             paths = plots.plot_all(d, sections=sections.SECTIONS)
         elif (d / "comparison.json").exists() and "runs" in json.loads((d / "comparison.json").read_text()):

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 
-from common.units import FRAME_BYTES
 from experiments.pagekit import Caption
 from experiments.plotkit import plt, read_csv, save_with_legend, write_png
 from experiments.section import ResultSection
@@ -75,12 +74,6 @@ ROUNDS_BARS = Caption(
     "One panel per figure, one bar per round: drops at the bottleneck, CE marks, flow completion time median "
     "and p99, bottleneck throughput and, with PFC, the paused time. The numbers come from rounds.json (the "
     "table above). Fewer drops at equal throughput is better; a lower p99 is a shorter tail.")
-K_SWEEP = Caption(
-    "K sweep",
-    "Against the ECN marking threshold K (packets): the bottleneck queue's median and p99 after the first "
-    "round trip (left axis, the grey dotted line is queue = K) and the bottleneck's throughput (right axis). "
-    "The textbook trade-off: a small K keeps the queue short until throughput starts to fall; the smallest K "
-    "that keeps the link busy is the one to choose.")
 COMPARE_THROUGHPUT = Caption(
     "Per-host throughput, fabric against fabric",
     "For each traffic mix, one bar per fabric: TCP payload per sending host (Mbit/s) while every flow runs, "
@@ -127,8 +120,16 @@ LINK_HEATMAP = Caption(
     "that matches the wire; the brightest cells are the links the job saturates.")
 
 
-def plot_queue_depth(out: Path, summary: dict, samples: dict) -> Path:
-    """queue_depth.png: backlog of the bottleneck port (and the next busiest) with the buffer size."""
+def _queue_marks(ax, summary: dict, in_packets: bool, sections: tuple[ResultSection, ...], **kw) -> None:
+    """Each of ``sections``' marks on a queue axis (``ResultSection.queue_marks``; ``kw``: its
+    ``color``, ``suffix``, ``vertical``)."""
+    for sec in sections:
+        sec.queue_marks(ax, summary, in_packets, **kw)
+
+
+def plot_queue_depth(out: Path, summary: dict, samples: dict, *, sections: tuple[ResultSection, ...]) -> Path:
+    """queue_depth.png: backlog of the bottleneck port (and the next busiest) with the buffer size
+    and each of ``sections``' marks (experiments.sections.SECTIONS)."""
     bn = summary["bottleneck"]
     in_packets = bn["buffer_packets"] is not None
     col, unit = ("backlog_packets", "packets") if in_packets else ("backlog_bytes", "bytes")
@@ -146,26 +147,12 @@ def plot_queue_depth(out: Path, summary: dict, samples: dict) -> Path:
         ax.plot(s["t_s"][dropped], np.full(len(dropped), limit * 1.04), "x", color="C3", ms=4,
                 label=f"drops at {bn['intf']} ({int(s['drops_total'][-1] - s['drops_total'][0])} packets)")
     ax.axvline(0, color="grey", ls=":", lw=1, label=f"{summary.get('pattern', 'incast')} start")
-    _threshold_lines(ax, summary.get("ecn") or {}, in_packets)
+    _queue_marks(ax, summary, in_packets, sections)
     ax.set_xlabel("time since the start (s)")
     ax.set_ylabel(f"queue backlog ({unit})")
     ax.set_title(f"{summary['scenario']}: switch egress queue depth ({summary['datapath']} datapath)")
     ax.set_ylim(0, max(limit, float(s[col].max())) * 1.1)   # a lossless queue may hold more than one port's buffer
     return save_with_legend(fig, ax, out / "queue_depth.png", legend_cols=3, caption=QUEUE_DEPTH)
-
-
-def _threshold_lines(ax, ecn: dict, in_packets: bool, color="C2", suffix="", vertical: bool = False) -> None:
-    """Mark the bottleneck's ECN thresholds (K, or Kmin and Kmax) on a queue axis: the y axis, or
-    the x axis with ``vertical`` (a queue CDF). Nothing when the summary's ``ecn`` has none."""
-    scale = FRAME_BYTES if in_packets else 1
-    unit = "packets" if in_packets else "bytes"
-    line, span = (ax.axvline, ax.axvspan) if vertical else (ax.axhline, ax.axhspan)
-    if ecn.get("bottleneck_k_bytes"):
-        k = ecn["bottleneck_k_bytes"] / scale
-        line(k, color=color, ls="-.", lw=1.2, label=f"ECN K = {k:g} {unit}{suffix}")
-    elif ecn.get("bottleneck_kmin_kmax_bytes"):
-        lo, hi = (v / scale for v in ecn["bottleneck_kmin_kmax_bytes"])
-        span(lo, hi, color=color, alpha=0.12, label=f"ECN Kmin-Kmax {lo:g}-{hi:g} {unit}{suffix}")
 
 
 #: The queue CDF shows the bottleneck and this many of the next busiest ports (by mean backlog).
@@ -178,15 +165,15 @@ def _ecdf(values) -> tuple[np.ndarray, np.ndarray]:
     return x, np.arange(1, len(x) + 1) / max(len(x), 1)
 
 
-def plot_queue_cdf(out: Path, summary: dict, samples: dict) -> Path:
+def plot_queue_cdf(out: Path, summary: dict, samples: dict, *, sections: tuple[ResultSection, ...]) -> Path:
     """``queue_cdf.png``: the distribution of sampled queue backlog (packets when the buffer is set
     in packets, else bytes) at the bottleneck and the :data:`CDF_OTHER_PORTS` next busiest ports
     (highest mean backlog in the window), each sample weighing the same.
 
     The samples are those inside ``summary["bottleneck"]["queue_window_s"]`` (the window of the
     queue percentiles; a summary without it: from the start to the last flow's completion).
-    The ECN threshold (K, or Kmin-Kmax) and the buffer are drawn as vertical lines where the
-    summary has them. ``samples``: as :func:`experiments.tables.load_queue_samples`.
+    The buffer and each of ``sections``' marks (experiments.sections.SECTIONS) are drawn as
+    vertical lines. ``samples``: as :func:`experiments.tables.load_queue_samples`.
     Raises KeyError when the bottleneck port has no samples.
     """
     bn = summary["bottleneck"]
@@ -211,7 +198,7 @@ def plot_queue_cdf(out: Path, summary: dict, samples: dict) -> Path:
         ax.step(x, y, where="post", color="C3", lw=1.8,
                 label=f"{bn['intf']} -> {bn['peer']} (bottleneck, mean {x.mean():.3g})")
         top = max(top, float(x[-1]))
-    _threshold_lines(ax, summary.get("ecn") or {}, in_packets, vertical=True)
+    _queue_marks(ax, summary, in_packets, sections, vertical=True)
     if limit is not None:
         ax.axvline(limit, color="k", ls="--", lw=1, label=f"buffer = {limit} {unit}")
         top = max(top, float(limit))
@@ -307,14 +294,14 @@ def plot_throughput(out: Path, summary: dict, samples: dict) -> Path:
 
 def plot_all(out: Path, *, sections: tuple[ResultSection, ...]) -> list[Path]:
     """Draw every plot of a results folder, each of ``sections``' (experiments.sections.SECTIONS)
-    after the common ones; returns the PNG paths."""
+    after the common ones (their marks on the common queue plots); returns the PNG paths."""
     out = Path(out)
     summary = json.loads((out / "summary.json").read_text())
     samples = load_queue_samples(out / "queues.csv", 0.0)
-    paths = [plot_queue_depth(out, summary, samples), plot_throughput(out, summary, samples),
-             plot_queue_cdf(out, summary, samples), plot_fct_cdf(out, summary)]
+    paths = [plot_queue_depth(out, summary, samples, sections=sections), plot_throughput(out, summary, samples),
+             plot_queue_cdf(out, summary, samples, sections=sections), plot_fct_cdf(out, summary)]
     if (out / "tcp_samples.csv").exists():
-        p = plot_cwnd_queue(out, summary, samples)
+        p = plot_cwnd_queue(out, summary, samples, sections=sections)
         if p is not None:
             paths.append(p)
     for section in sections:
@@ -322,10 +309,12 @@ def plot_all(out: Path, *, sections: tuple[ResultSection, ...]) -> list[Path]:
     return paths
 
 
-def plot_cwnd_queue(out: Path, summary: dict, samples: dict, max_flows: int = 8) -> Path | None:
+def plot_cwnd_queue(out: Path, summary: dict, samples: dict, max_flows: int = 8, *,
+                    sections: tuple[ResultSection, ...]) -> Path | None:
     """``cwnd_queue.png``: each TCP flow's congestion window over time (up to ``max_flows`` flows,
     from ``tcp_samples.csv``) above the bottleneck's queue, as the CS244 reproductions of DCTCP
-    and buffer sizing plot them; ECN thresholds on the queue axis. None when no flow was sampled."""
+    and buffer sizing plot them; each of ``sections``' marks (experiments.sections.SECTIONS) on
+    the queue axis. None when no flow was sampled."""
     rows = read_csv(out / "tcp_samples.csv")
     if not rows:
         return None
@@ -347,7 +336,7 @@ def plot_cwnd_queue(out: Path, summary: dict, samples: dict, max_flows: int = 8)
     s = samples.get(bn["intf"])
     if s is not None:
         bx.plot(s["t_s"], s[col], color="C3", lw=1.2, label=f"{bn['intf']} -> {bn['peer']} (bottleneck)")
-    _threshold_lines(bx, summary.get("ecn") or {}, in_packets)
+    _queue_marks(bx, summary, in_packets, sections)
     bx.set_xlabel("time since the start (s)")
     bx.set_ylabel(f"queue ({unit})")
     bx.legend(fontsize=7, loc="upper right")
@@ -356,12 +345,14 @@ def plot_cwnd_queue(out: Path, summary: dict, samples: dict, max_flows: int = 8)
     return write_png(fig, out / "cwnd_queue.png", CWND_QUEUE)
 
 
-def plot_rounds(out: Path) -> list[Path]:
-    """Plots of a run with rounds (e.g. drop-tail vs ECN, a K sweep), from ``rounds.json`` and each
-    round's folder: ``rounds_queue.png`` (every round's bottleneck queue on one axis, K marked),
-    ``rounds_bars.png`` (drops, CE marks, FCT median/p99, bottleneck throughput side by side, and
-    the PFC paused time when a round has PFC) and,
-    when the rounds differ in a step K, ``k_sweep.png`` (throughput and queue median/p99 vs K)."""
+def plot_rounds(out: Path, *, sections: tuple[ResultSection, ...]) -> list[Path]:
+    """Plots of a run with rounds, from ``rounds.json`` and each round's folder:
+    ``rounds_queue.png`` (every round's bottleneck queue on one axis, each labelled with its name
+    and ``sections``' words on it, ``ResultSection.round_label``, with their marks in its colour),
+    ``rounds_bars.png`` (drops, FCT median/p99, bottleneck throughput side by side, with each
+    section's panels where it places them, ``ResultSection.round_bars``), then each section's
+    plots across the rounds (``ResultSection.round_plots``). ``sections``:
+    experiments.sections.SECTIONS."""
     out = Path(out)
     rows = json.loads((out / "rounds.json").read_text())["rounds"]
     summaries = [json.loads((out / r["folder"] / "summary.json").read_text()) for r in rows]
@@ -376,9 +367,9 @@ def plot_rounds(out: Path) -> list[Path]:
         limit = bn["buffer_packets"] if in_packets else bn["buffer_bytes"]
         s = load_queue_samples(d / "queues.csv", 0.0)[bn["intf"]]
         top = max(top, float(s[col].max()) if len(s[col]) else 0.0)
-        pfc = f", PFC {'on' if r['pfc_enabled'] else 'off'}" if r.get("pfc_enabled") is not None else ""
-        ax.plot(s["t_s"], s[col], color=f"C{i}", lw=1.2, label=f"{r['round']}: {r['bottleneck_profile']}{pfc}")
-        _threshold_lines(ax, summary.get("ecn") or {}, in_packets, color=f"C{i}", suffix=f" ({r['round']})")
+        words = [w for w in (sec.round_label(r) for sec in sections) if w]
+        ax.plot(s["t_s"], s[col], color=f"C{i}", lw=1.2, label=r["round"] + (": " + ", ".join(words) if words else ""))
+        _queue_marks(ax, summary, in_packets, sections, color=f"C{i}", suffix=f" ({r['round']})")
     if limit is not None:
         ax.axhline(limit, color="k", ls="--", lw=1, label=f"buffer = {limit} {unit}")
         ax.set_ylim(0, max(limit, top) * 1.1)
@@ -389,11 +380,13 @@ def plot_rounds(out: Path) -> list[Path]:
 
     names = [r["round"] for r in rows]
     x = np.arange(len(rows))
-    panels = [("bottleneck_drops", "drops at the bottleneck"), ("ce_marked_bottleneck", "CE marks at the bottleneck"),
-              (("fct_median_s", "fct_p99_s"), "completion time (s): median, p99"),
-              ("bottleneck_mean_tx_mbps", "bottleneck throughput (Mbit/s)")]
-    if any(r.get("pfc_enabled") is not None for r in rows):
-        panels.append(("paused_time_s", "PFC: paused time, all links (s)"))
+    common = (("drops", "bottleneck_drops", "drops at the bottleneck"),
+              ("FCT", ("fct_median_s", "fct_p99_s"), "completion time (s): median, p99"),
+              ("Mbit/s", "bottleneck_mean_tx_mbps", "bottleneck throughput (Mbit/s)"))
+    extra = [b for sec in sections for b in sec.round_bars(rows)]
+    panels = [p for anchor, key, title in common
+              for p in [(key, title)] + [(k, t) for after, k, t in extra if after == anchor]]
+    panels += [(k, t) for after, k, t in extra if after is None]
     fig, axes = plt.subplots(1, len(panels), figsize=(3.25 * len(panels), 3.8))
     for ax, (key, title) in zip(axes, panels):
         if isinstance(key, tuple):
@@ -409,26 +402,8 @@ def plot_rounds(out: Path) -> list[Path]:
     fig.tight_layout()
     paths.append(write_png(fig, out / "rounds_bars.png", ROUNDS_BARS))
 
-    ks = []
-    for r, summary in zip(rows, summaries):
-        e = summary.get("ecn") or {}
-        if e.get("bottleneck_k_bytes"):
-            ks.append((e["bottleneck_k_bytes"] / FRAME_BYTES, r))
-    if len({v for v, _ in ks}) >= 2:
-        ks.sort(key=lambda kr: kr[0])
-        k = [v for v, _ in ks]
-        fig, ax = plt.subplots(figsize=(8, 4.8))
-        ax.plot(k, [r["queue_median_packets"] for _, r in ks], "o-", label="queue median (packets)")
-        ax.plot(k, [r["queue_p99_packets"] for _, r in ks], "s--", label="queue p99 (packets)")
-        ax.plot(k, k, color="grey", ls=":", lw=1, label="queue = K")
-        ax.set_xlabel("K (packets)")
-        ax.set_ylabel("bottleneck queue after the first RTT (packets)")
-        ax2 = ax.twinx()
-        ax2.plot(k, [r["bottleneck_mean_tx_mbps"] for _, r in ks], "^-", color="C3", label="throughput")
-        ax2.set_ylabel("bottleneck throughput (Mbit/s)", color="C3")
-        ax2.set_ylim(0, max(r["bottleneck_mean_tx_mbps"] or 0 for _, r in ks) * 1.25 + 0.1)
-        ax.set_title("K sweep: queue and throughput vs the marking threshold")
-        paths.append(save_with_legend(fig, ax, out / "k_sweep.png", legend_cols=4, caption=K_SWEEP))
+    for sec in sections:
+        paths += sec.round_plots(out, rows, summaries)
     return paths
 
 

@@ -110,7 +110,8 @@ class KernelFlows(Workload):
 
     def collect(self, rec: RoundRecord) -> list[dict]:
         """The round's per-flow rows (experiments.analysis.collect_flows)."""
-        return analysis.collect_flows(rec.dir / "agents", self.round_plan(rec.round), rec.raw["codes"])
+        return analysis.collect_flows(rec.dir / "agents", self.round_plan(rec.round), rec.raw["codes"],
+                                      sections=self.ctx.sections)
 
     def summarize(self, rec: RoundRecord) -> dict:
         """flows.csv, flow_samples.csv, queues.csv, ports.csv and the round's summary
@@ -122,7 +123,7 @@ class KernelFlows(Workload):
         return analysis.write_results(rec.dir, self.ctx.sc, self.ctx.fabric_map, rec.rows, rec.timings_s,
                                       self.round_plan(rec.round),
                                       receiver_bottleneck_reason=rec.options.get("receiver_bottleneck_reason"),
-                                      stopped=rec.stopped is not None)
+                                      stopped=rec.stopped is not None, sections=self.ctx.sections)
 
     def after_summary(self, rec: RoundRecord, summary: dict) -> None:
         """The round's plots (experiments.plot.plot_all): queue_depth.png, throughput.png,
@@ -142,7 +143,7 @@ class KernelFlows(Workload):
         analysis.write_rounds(out, [s for _, s in done], [rec.dir for rec, _ in done], [rec.round for rec, _ in done],
                               sections=self.ctx.sections)
         if self.ctx.sc.measurement.plots:
-            plot.plot_rounds(out)
+            plot.plot_rounds(out, sections=self.ctx.sections)
         if not self.ctx.quiet:
             print(analysis.format_rounds(out, sections=self.ctx.sections))
 

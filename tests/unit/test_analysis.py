@@ -2,6 +2,7 @@
 import json
 
 from experiments.analysis import bottleneck, collect_flows
+from experiments.sections import SECTIONS
 
 
 def write(d, host, rec):
@@ -27,7 +28,7 @@ def test_collect_flows_joins_sender_and_receiver(tmp_path):
         {"flow_id": 2, "bytes_planned": 500, "bytes_sent": 0, "start_at_unix_s": t0,
          "error": "ConnectionRefusedError: x"}]})
     plan = plan_of([("h7", "h1", "10.2.0.1"), ("h13", "h1", "10.3.0.1"), ("h19", "h1", "10.4.0.1")])
-    rows = collect_flows(tmp_path, plan, {})
+    rows = collect_flows(tmp_path, plan, {}, sections=SECTIONS)
     assert [r["complete"] for r in rows] == [True, False, False]
     # same source port from two hosts: joined on (source IP, port), not port alone
     assert rows[0]["fct_s"] == 0.5 and rows[0]["bytes_received"] == 500 and rows[0]["src_ip"] == "10.2.0.1"
@@ -47,14 +48,14 @@ def test_same_source_port_toward_two_receivers(tmp_path):
          "closed_unix_s": t0 + 1.1} for fid, nbytes in ((57, 196928), (59, 65536))]})
     plan = [{"flow_id": 57, "src": "h3", "dst": "h13", "src_ip": "10.1.0.3"},
             {"flow_id": 59, "src": "h3", "dst": "h15", "src_ip": "10.1.0.3"}]
-    rows = collect_flows(tmp_path, plan, {})
+    rows = collect_flows(tmp_path, plan, {}, sections=SECTIONS)
     assert [(r["bytes_sent"], r["bytes_received"], r["complete"]) for r in rows] == \
         [(196928, 196928, True), (65536, 65536, True)]
 
 
 def test_missing_result_is_an_error_row(tmp_path):
     write(tmp_path, "h1.rx", {"role": "receiver", "flows": []})
-    rows = collect_flows(tmp_path, plan_of([("h7", "h1", "10.2.0.1")]), {"h7.tx": -9})
+    rows = collect_flows(tmp_path, plan_of([("h7", "h1", "10.2.0.1")]), {"h7.tx": -9}, sections=SECTIONS)
     assert rows[0]["complete"] is False and "exit -9" in rows[0]["error"]
 
 

@@ -168,7 +168,7 @@ def test_queue_cdf_png_with_the_thresholds_and_the_buffer_as_vertical_lines(tmp_
     samples = {"s1-eth1": port_samples(t, np.minimum(t * 20, 100)), "s1-eth2": port_samples(t, t % 3),
                "s1-eth3": port_samples(t, np.zeros(len(t)))}
     summary = synthetic_summary([1.0, 2.0], ecn={"bottleneck_kmin_kmax_bytes": [20 * 1514, 60 * 1514]})
-    path = plot.plot_queue_cdf(tmp_path, summary, samples)
+    path = plot.plot_queue_cdf(tmp_path, summary, samples, sections=SECTIONS)
     assert path == tmp_path / "queue_cdf.png" and path.read_bytes()[:8] == PNG_MAGIC
     ax = kept_figures[-1].axes[0]
     labels = [ln.get_label() for ln in ax.get_lines()]
@@ -186,7 +186,7 @@ def test_queue_cdf_png_with_the_thresholds_and_the_buffer_as_vertical_lines(tmp_
 def test_queue_cdf_marks_a_step_k(tmp_path, kept_figures):
     t = np.arange(0, 6, 0.02)
     summary = synthetic_summary([1.0], ecn={"bottleneck_k_bytes": 30 * 1514})
-    plot.plot_queue_cdf(tmp_path, summary, {"s1-eth1": port_samples(t, t * 10)})
+    plot.plot_queue_cdf(tmp_path, summary, {"s1-eth1": port_samples(t, t * 10)}, sections=SECTIONS)
     k = next(ln for ln in kept_figures[-1].axes[0].get_lines() if ln.get_label().startswith("ECN K"))
     assert list(k.get_xdata()) == [30, 30]
 

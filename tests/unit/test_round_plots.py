@@ -21,7 +21,7 @@ def _scenario(plots):
 def test_the_rounds_plots_follow_measurement_plots(tmp_path, monkeypatch, plots, drawn):
     calls = []
     monkeypatch.setattr(flows.plot, "plot_all", lambda d, sections: calls.append(("round", d)))
-    monkeypatch.setattr(flows.plot, "plot_rounds", lambda d: calls.append(("rounds", d)))
+    monkeypatch.setattr(flows.plot, "plot_rounds", lambda d, sections: calls.append(("rounds", d)))
     monkeypatch.setattr(flows.analysis, "write_rounds", lambda *a, **k: None)
     sc = _scenario(plots)
     assert sc.measurement.plots is drawn

@@ -18,6 +18,7 @@ from experiments.rounds import analyze
 from experiments.analysis import collect_flows
 from experiments.live import ROUND_STOP, SIGNAL_STOP
 from experiments.scenario import load_scenario
+from experiments.sections import SECTIONS
 from experiments.tables import FLOW_COLUMNS, write_csv
 from tests.unit.test_agent_stop import _tcp_port
 from tests.unit.test_run_loop import SCENARIOS, fake_platform, recording_feature, recording_workload
@@ -148,7 +149,7 @@ def _stop(*procs):
 
 
 def _flows_csv(tmp_path, plan):
-    rows = collect_flows(tmp_path, plan, {})
+    rows = collect_flows(tmp_path, plan, {}, sections=SECTIONS)
     write_csv(tmp_path / "flows.csv", FLOW_COLUMNS, rows)
     with open(tmp_path / "flows.csv") as f:
         return list(csv.DictReader(f))

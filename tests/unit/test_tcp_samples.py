@@ -8,6 +8,7 @@ import socket
 
 from experiments.analysis import TCP_SAMPLE_COLUMNS, write_tcp_samples
 from experiments.plot import plot_cwnd_queue
+from experiments.sections import SECTIONS
 from traffic.agent import tcp_sample
 
 
@@ -42,8 +43,8 @@ def test_samples_are_written_in_units_and_drawn_beside_the_queue(tmp_path):
                                               "buffer_bytes": None}, "ecn": {}}
     samples = {"leaf1-eth1": {"t_s": np.array([0.0, 0.01, 0.02]), "backlog_packets": np.array([0, 5, 9]),
                               "backlog_bytes": np.array([0, 7570, 13626])}}
-    path = plot_cwnd_queue(tmp_path, summary, samples)
+    path = plot_cwnd_queue(tmp_path, summary, samples, sections=SECTIONS)
     assert path.name == "cwnd_queue.png" and path.stat().st_size > 1000
     (tmp_path / "tcp_samples.csv").write_text(",".join(TCP_SAMPLE_COLUMNS) + "\n")
-    assert plot_cwnd_queue(tmp_path, summary, samples) is None
+    assert plot_cwnd_queue(tmp_path, summary, samples, sections=SECTIONS) is None
     json.dumps(flows)          # the records stay JSON-able

@@ -1,8 +1,14 @@
-"""ECN's section of the results: its line in a round's terminal block, its columns in rounds.csv
-(the bottleneck's profile after the round's index, its marks and queue after the drops) and in the
-terminal's rounds table (registered in experiments.sections)."""
+"""ECN's section of the results: its fields of a flow's row (ECN negotiated, the receiver's CE,
+ECT and not-ECT counts) and of the hosts' TCP settings (``net.ipv4.tcp_ecn``), its line in a
+round's terminal block, its columns in rounds.csv (the bottleneck's profile after the round's
+index, the hosts' tcp_ecn after the congestion control, its marks and queue after the drops) and
+in the terminal's rounds table, its marks on the queue plots and the K sweep across rounds
+(registered in experiments.sections)."""
 from __future__ import annotations
 
+from pathlib import Path
+
+from experiments.features.ecn import plots
 from experiments.section import ResultSection, cell
 
 
@@ -19,17 +25,36 @@ def format_line(e: dict | None) -> str:
 
 class EcnSection(ResultSection):
     """``summary["ecn"]``: the bottleneck's profile, its CE marks, the CE the receivers counted, and
-    the bottleneck queue after the first burst."""
+    the bottleneck queue after the first burst; and the hosts' ``tcp_ecn``, second in each entry
+    of ``summary["hosts_tcp"]``."""
     key = "ecn"
     placed = {"round_index": ("bottleneck_profile",),
+              "congestion_control": ("tcp_ecn",),
               "total_drops": ("ce_marked_bottleneck", "ce_received_packets", "queue_median_packets",
                               "queue_p99_packets")}
 
+    def flow_fields(self, sender: dict, receiver: dict | None) -> dict:
+        """``ecn_negotiated`` (the sender's TCP_INFO: the connection negotiated ECN, a boolean) and,
+        when the receiver counted the flow's packets by their IP ECN field, ``ce_received``,
+        ``ect_received`` and ``not_ect_received`` (packets)."""
+        e = (receiver or {}).get("ecn_received")
+        return {"ecn_negotiated": sender.get("ecn_negotiated"),
+                **({"ce_received": e["ce"], "ect_received": e["ect"], "not_ect_received": e["not_ect"]} if e else {})}
+
+    def host_tcp_settings(self, host: dict) -> tuple:
+        """The host's ``net.ipv4.tcp_ecn`` (0 never asks for ECN, 1 asks and accepts, 2 only accepts)."""
+        return (host["tcp_ecn"],)
+
     def row(self, summary: dict) -> dict:
-        """The profile's description, the marks, CE received and the queue's median / p99 in packets."""
+        """The profile's description, the hosts' tcp_ecn values (comma-separated: the second value
+        of each entry of ``hosts_tcp``, :meth:`host_tcp_settings`; ECN is the one section that
+        adds a host setting), the marks, CE received and the queue's median / p99 in packets."""
         e = summary.get("ecn") or {}
         c, q = e.get("bottleneck_counters") or {}, e.get("queue_after_first_rtt") or {}
-        return {"bottleneck_profile": e.get("bottleneck_profile"), "ce_marked_bottleneck": c.get("marked"),
+        hosts = summary.get("hosts_tcp")
+        return {"bottleneck_profile": e.get("bottleneck_profile"),
+                "tcp_ecn": ",".join(str(h[1]) for h in hosts) if hosts is not None else None,
+                "ce_marked_bottleneck": c.get("marked"),
                 "ce_received_packets": (e.get("ce_received") or {}).get("packets"),
                 "queue_median_packets": q.get("median_packets"), "queue_p99_packets": q.get("p99_packets")}
 
@@ -43,6 +68,24 @@ class EcnSection(ResultSection):
                 ("drops", f" {'CE marks':>8} {'queue med/p99 pkt':>18}",
                  lambda r: f" {cell(r['ce_marked_bottleneck'], 'd'):>8} "
                            f"{cell(r['queue_median_packets'], '.0f') + '/' + cell(r['queue_p99_packets'], '.0f'):>18}")]
+
+    def queue_marks(self, ax, summary: dict, in_packets: bool, color: str = "C2", suffix: str = "",
+                    vertical: bool = False) -> None:
+        """The bottleneck's K (a dash-dotted line) or Kmin-Kmax (a band) (:func:`.plots.threshold_lines`)."""
+        plots.threshold_lines(ax, summary.get("ecn") or {}, in_packets, color, suffix, vertical)
+
+    def round_label(self, row: dict) -> str | None:
+        """The round's profile at the bottleneck (e.g. ``step K=30280 B (20 pkt)``), or None without one."""
+        return row.get("bottleneck_profile")
+
+    def round_bars(self, rows: list[dict]) -> list[tuple[str | None, str, str]]:
+        """The CE marks at the bottleneck, after the drops."""
+        return [("drops", "ce_marked_bottleneck", "CE marks at the bottleneck")]
+
+    def round_plots(self, out: Path, rows: list[dict], summaries: list[dict]) -> list[Path]:
+        """``k_sweep.png`` when the rounds differ in a step K (:func:`.plots.plot_k_sweep`)."""
+        p = plots.plot_k_sweep(Path(out), rows, summaries)
+        return [p] if p is not None else []
 
 
 SECTION = EcnSection()

@@ -1,5 +1,6 @@
 """PFC's section of the results: its line in a round's terminal block, its columns in rounds.csv
-and in the terminal's rounds table, and its plots (registered in experiments.sections)."""
+and in the terminal's rounds table, its plots, and its words and panel in the rounds' plots
+(registered in experiments.sections)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,6 +52,16 @@ class PfcSection(ResultSection):
         return [(None, f" {'PFC':>4} {'pauses':>6} {'paused s':>8}",
                  lambda r: f" {_on_off(r['pfc_enabled']):>4} {cell(r['pauses'], 'd'):>6} "
                            f"{cell(r['paused_time_s'], '.2f'):>8}")]
+
+    def round_label(self, row: dict) -> str | None:
+        """``PFC on`` or ``PFC off`` for a round with priority queues, else None."""
+        return f"PFC {_on_off(row['pfc_enabled'])}" if row.get("pfc_enabled") is not None else None
+
+    def round_bars(self, rows: list[dict]) -> list[tuple[str | None, str, str]]:
+        """The paused time of all links (s) at the end, when any round has priority queues."""
+        if not any(r.get("pfc_enabled") is not None for r in rows):
+            return []
+        return [(None, "paused_time_s", "PFC: paused time, all links (s)")]
 
     def plots(self, out: Path, summary: dict) -> list[Path]:
         """The pause timeline and the buffer per ingress port (:func:`.plots.plot_pfc`)."""

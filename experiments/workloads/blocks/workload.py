@@ -114,7 +114,7 @@ class IncastBlocks(Workload):
             "total_drops": sum(p["drops"] for p in ports),
             "sampler": json.loads((out / "sampler.json").read_text()),
             "timings_s": rec.timings_s,
-            "hosts_tcp": analysis.hosts_tcp(env),
+            "hosts_tcp": analysis.hosts_tcp(env, sections=self.ctx.sections),
         }
 
     def _stall_rule(self, env: dict, client: dict, servers: dict, rate_mbps: float | None):
