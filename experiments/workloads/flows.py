@@ -185,7 +185,7 @@ def describe_arrivals(plan: list[dict], hosts: int) -> str:
 #: 10 ms each): a larger plan records none, and says so.
 MAX_TRACED_FLOWS = 256
 #: Flows traced at once: each trace is a short process that mostly waits on the switch daemon's
-#: answer, so a few overlap (4 cut a round's 8 traced flows from about 0.4 s to a quarter here).
+#: answer, so a few overlap (measured with the rest of a round's overhead: bench/bench_round_overhead.py).
 TRACERS = 4
 
 
