@@ -63,7 +63,6 @@ import math
 import os
 import select
 import socket
-import struct
 import threading
 import time
 

@@ -31,7 +31,6 @@ import socket
 from pathlib import Path
 
 from common.ecn import EcnProfile, describe, parse_profile
-from common.errors import SetupError
 
 from controller.dataplane import tcqdisc
 from controller.ecn.marker import BpfEcnMarker

@@ -1,5 +1,4 @@
 """ECN scenario section, rounds, the plan and its encodings (no root)."""
-import struct
 
 import pytest
 

@@ -9,7 +9,6 @@ import base64
 import csv
 import html
 import json
-from pathlib import Path
 
 import pytest
 from markupsafe import Markup

@@ -1,5 +1,4 @@
 """RoCEv2 framing (issue 7, case R1): ICRC, templates patched per PSN, CNP and ACK layouts."""
-import struct
 
 import pytest
 from scapy.contrib.roce import BTH
