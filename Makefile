@@ -13,7 +13,7 @@ K ?=
 LOAD ?= 1
 VM ?= 0
 
-.PHONY: lab-check allreduce hierarchical training mixed-parallel study diagnose bench-diagnose help test-times test-repeat test-repeat-args setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-watch bench-restore bench-shaper bench-sampler bench-forwarding bench-ovstx bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
+.PHONY: lab-check allreduce hierarchical training mixed-parallel study diagnose bench-diagnose help test-times test-repeat test-repeat-args setup bpf experiment pfc roce k-sweep compare draw test unit clean bench bench-fabric bench-watch bench-rounds bench-restore bench-shaper bench-sampler bench-forwarding bench-ovstx bench-ecn bench-pfc bench-roce bench-collective check-root distclean vm-image vm-test vm-experiment
 
 help:
 	@echo "sudo make experiment [SCENARIO=file.yaml]  run an experiment (default: incast, drop-tail / ECN / PFC / ECN+PFC), results in $(RESULTS)/"
@@ -44,6 +44,7 @@ help:
 	@echo "sudo make bench-forwarding                k=4 Fat-Tree permutation: goodput vs the hash-ECMP model, switch-hop forwarding ceiling, per OVS setting"
 	@echo "sudo make bench-sampler                   queue sampler rate and CPU on 40 and 640 shaped ports: BPF array vs netlink dump"
 	@echo "sudo make bench-watch                     CPU per read of the round's watchers (qdisc trees, CPU headroom) vs the queue sampler's read"
+	@echo "sudo make bench-rounds [BASELINE=ref]     seconds per short round beyond set-up and teardown, vs an earlier commit, same run"
 	@echo "sudo make bench-restore                   wall time of the check that puts each round's data plane back to the plan (Fat-Tree k=4)"
 	@echo "sudo make bench-ovstx                     cost per system call of the userspace datapath's transmit count, vs a bare call"
 	@echo "sudo make bench-shaper                    how far ports run ahead of their line (any window, idle gaps included) and their spacing, idle and under CPU load"
@@ -148,6 +149,9 @@ bench-sampler: check-root setup
 
 bench-watch: check-root setup
 	$(PY) bench/bench_watch.py
+
+bench-rounds: check-root setup
+	$(PY) bench/bench_round_overhead.py --baseline $(or $(BASELINE),HEAD~1)
 
 bench-restore: check-root setup
 	$(PY) bench/bench_restore.py

@@ -1,6 +1,7 @@
 """Benchmark: what a short round costs beyond its traffic, against an earlier commit in the same run.
 
-    sudo .venv/bin/python bench/bench_round_overhead.py [--runs 5] [--rounds 6] [--baseline REF]
+    sudo make bench-rounds [BASELINE=ref]
+    (or: sudo .venv/bin/python bench/bench_round_overhead.py [--runs 5] [--rounds 6] [--baseline REF])
 
 A study's cells and most live tests are short rounds (a second of traffic or less), so what the
 run loop does around the traffic (host settings, the sampler's and the agents' starts, port
