@@ -35,25 +35,48 @@ def percentile(values, q: float) -> float | None:
 
 
 def load_queue_samples(path: Path, t0_unix_s: float) -> dict[str, dict[str, np.ndarray]]:
-    """Read a sampler CSV into ``{intf: {column: array}}`` with ``t_s`` relative to ``t0_unix_s``."""
-    per: dict[str, list] = {}
-    with open(path) as f:
-        r = csv.reader(f)
-        header = next(r)
-        ti = header.index("t_unix_s") if "t_unix_s" in header else header.index("t_s")
-        ii = header.index("intf")
-        cols = [c for c in header if c not in ("t_unix_s", "t_s", "intf") + LABEL_COLUMNS]
-        idx = [header.index(c) for c in cols]
-        for row in r:
-            per.setdefault(row[ii], []).append([float(row[ti])] + [float(row[i]) for i in idx])
-    out = {}
-    for intf, rows in per.items():
-        a = np.asarray(rows)
-        d = {"t_s": a[:, 0] - t0_unix_s if "t_unix_s" in header else a[:, 0]}
-        for k, c in enumerate(cols):
-            d[c] = a[:, k + 1]
-        out[intf] = d
-    return out
+    """Read a sampler CSV into ``{intf: {column: array}}`` with ``t_s`` relative to ``t0_unix_s``
+    (seconds; ``t_unix_s`` in a raw file, already relative ``t_s`` in queues.csv), each port's rows
+    in file order. The arrays are read-only: a round reads the same file four or five times (its
+    tables, its figures, its plots), and the last few reads are kept, keyed by the file's path,
+    size and modification time, and by ``t0_unix_s``.
+
+    Raises:
+        OSError: the file cannot be read; ValueError: a cell that should be a number is not.
+    """
+    st = os.stat(path)
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns, t0_unix_s)
+    if key in _SAMPLES_CACHE:
+        return dict(_SAMPLES_CACHE[key])
+    with open(path, newline="") as f:
+        header = next(csv.reader([f.readline()]))
+        empty = not f.readline().strip()
+    relative = "t_unix_s" not in header
+    ti = header.index("t_s") if relative else header.index("t_unix_s")
+    cols = [c for c in header if c not in ("t_unix_s", "t_s", "intf") + LABEL_COLUMNS]
+    out: dict[str, dict[str, np.ndarray]] = {}
+    if not empty:           # numpy's own parser: about half the time of csv.reader and float()
+        numbers = np.loadtxt(path, delimiter=",", skiprows=1, usecols=[ti] + [header.index(c) for c in cols],
+                             dtype=float, ndmin=2)
+        intf = np.loadtxt(path, delimiter=",", skiprows=1, usecols=[header.index("intf")], dtype=str, ndmin=1)
+        t = numbers[:, 0] if relative else numbers[:, 0] - t0_unix_s
+        names, first, inverse = np.unique(intf, return_index=True, return_inverse=True)
+        for k in np.argsort(first, kind="stable"):       # ports in the order the file first names them
+            rows = np.flatnonzero(inverse == k)
+            d = {"t_s": t[rows]}
+            d.update((c, numbers[rows, j + 1]) for j, c in enumerate(cols))
+            for a in d.values():
+                a.flags.writeable = False
+            out[str(names[k])] = d
+    _SAMPLES_CACHE[key] = out
+    while len(_SAMPLES_CACHE) > _SAMPLES_KEPT:
+        _SAMPLES_CACHE.pop(next(iter(_SAMPLES_CACHE)))
+    return dict(out)
+
+
+#: How many sampler files :func:`load_queue_samples` keeps read (a round's raw file and its queues.csv).
+_SAMPLES_KEPT = 4
+_SAMPLES_CACHE: dict[tuple, dict[str, dict[str, np.ndarray]]] = {}
 
 
 def write_csv(path: Path, columns, rows) -> None:

@@ -8,6 +8,7 @@ values.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import struct
@@ -48,6 +49,18 @@ def ipr_in(netns_pid: int | None) -> IPRoute:
     if netns_pid is None:
         return IPRoute()
     return IPRoute(netns=f"/proc/{netns_pid}/ns/net", flags=0)
+
+
+@contextlib.contextmanager
+def ipr_given_or_in(ipr: IPRoute | None, netns_pid: int | None):
+    """``ipr`` itself when a caller passes one it keeps open (a set-up that touches many ports of
+    one namespace: opening an ``IPRoute`` costs more than most requests on it), else a new
+    :func:`ipr_in` closed on leaving."""
+    if ipr is not None:
+        yield ipr
+        return
+    with ipr_in(netns_pid) as own:
+        yield own
 
 
 def ipr_entered(netns_pid: int | None) -> IPRoute:

@@ -17,7 +17,7 @@ from pyroute2.netlink.rtnl import RTM_NEWQDISC, tcmsg
 
 from common.errors import SetupError
 from common.units import shaper_burst_bytes
-from controller.dataplane.netlink import HTB_CLASS, HTB_ROOT, NLMSG_ERROR, in_netns, ipr_in, link_index
+from controller.dataplane.netlink import HTB_CLASS, HTB_ROOT, NLMSG_ERROR, in_netns, ipr_given_or_in, link_index
 from controller.timers import shaper_slack_s
 
 
@@ -87,8 +87,9 @@ class PriorityQueues:
 OPEN_GATE_BURST_FRAMES = 32
 
 
-def install_priority_queues(ifname: str, q: PriorityQueues, netns_pid: int | None = None) -> None:
-    """Replace the root qdisc of ``ifname`` with the tree of :class:`PriorityQueues`.
+def install_priority_queues(ifname: str, q: PriorityQueues, netns_pid: int | None = None, ipr=None) -> None:
+    """Replace the root qdisc of ``ifname`` with the tree of :class:`PriorityQueues` (``ipr``: an
+    open ``IPRoute`` on the port's namespace to use, else one is opened in ``netns_pid``'s).
 
     Raises:
         SetupError: the interface is missing, the kernel refused a qdisc or class, or the
@@ -96,7 +97,7 @@ def install_priority_queues(ifname: str, q: PriorityQueues, netns_pid: int | Non
     """
     rate = int(round(q.rate_bps))
     try:
-        with ipr_in(netns_pid) as ipr:
+        with ipr_given_or_in(ipr, netns_pid) as ipr:
             idx = link_index(ipr, ifname)
             ipr.tc("replace", "htb", idx, HTB_ROOT, default=0x10 + q.default_prio)
             ipr.tc("replace-class", "htb", idx, HTB_CLASS, parent=HTB_ROOT, rate=f"{rate}bit", ceil=f"{rate}bit",
@@ -132,11 +133,14 @@ class PauseGates:
     Raises (all methods): SetupError with the kernel's message.
     """
 
-    def __init__(self, ifname: str, q: PriorityQueues, netns_pid: int | None = None, kick_frame: bytes = b""):
+    def __init__(self, ifname: str, q: PriorityQueues, netns_pid: int | None = None, kick_frame: bytes = b"",
+                 ipr=None):
+        """``ipr``: an open ``IPRoute`` on the port's namespace to look the port up with, else one
+        is opened in ``netns_pid``'s."""
         self.ifname, self.q, self.kick_frame = ifname, q, kick_frame
         self.limits = dict(q.fifo_bytes)
         self.closed: set[int] = set()
-        with ipr_in(netns_pid) as ipr:
+        with ipr_given_or_in(ipr, netns_pid) as ipr:
             self.idx = link_index(ipr, ifname, "pause gate")
         self.sock = None
         self.nl = in_netns(netns_pid, lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW,

@@ -222,14 +222,15 @@ class PfcBpf:
         return total
 
     # -- attachment ------------------------------------------------------------
-    def attach(self, ifname: str, netns_pid: int | None = None, switch_port: bool = True) -> None:
+    def attach(self, ifname: str, netns_pid: int | None = None, switch_port: bool = True, ipr=None) -> None:
         """Attach the classifiers to ``ifname``: a switch port gets the ingress recorder and the
-        accounting egress classifier, a host NIC (``switch_port`` False) the class-only one."""
+        accounting egress classifier, a host NIC (``switch_port`` False) the class-only one
+        (``ipr``: an open ``IPRoute`` on the port's namespace, else one is opened per classifier)."""
         bpfhook.attach_bpf_classifier(ifname, self.prog_fd("fl_pfc_out" if switch_port else "fl_pfc_host"),
-                                        FILTER_NAME, EGRESS_PREF, netns_pid=netns_pid)
+                                        FILTER_NAME, EGRESS_PREF, netns_pid=netns_pid, ipr=ipr)
         if switch_port:
             bpfhook.attach_bpf_classifier(ifname, self.prog_fd("fl_pfc_in"), FILTER_NAME, INGRESS_PREF,
-                                            ingress=True, netns_pid=netns_pid)
+                                            ingress=True, netns_pid=netns_pid, ipr=ipr)
 
     # -- events ----------------------------------------------------------------
     def on_events(self, callback: Callable[[dict], None]) -> None:

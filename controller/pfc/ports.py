@@ -35,6 +35,7 @@ from common.errors import SetupError
 from common.units import shaper_burst_bytes
 from common.pfc import PauseState, buffer_warning, headroom_bytes, pfc_frame
 from controller.dataplane import pausegate
+from controller.dataplane.netlink import ipr_entered
 from controller.messages import PfcPlan
 from controller.pfc.accounting import PfcBpf
 from controller.qstats import QdiscStatsReader, ifindexes_for
@@ -196,24 +197,20 @@ class PfcPorts:
         self.plan_pauses()
         self.bpf = PfcBpf.load()
         self.bpf.set_dscp_map(dict(p.dscp_map), p.default_priority)
+        # one netlink socket per namespace for the whole set-up (opened in this thread, used only by
+        # it): one per request cost about 3 s of a 24-host fabric's start here
         for h in p.hosts:
             pid = host_pids[h.name]
             q = self._queues(h.rate_bps, p.host_fifo_bytes)
-            pausegate.install_priority_queues(h.intf, q, pid)
-            self.bpf.attach(h.intf, pid, switch_port=False)
-            self.workers[h.intf] = GateWorker(pausegate.PauseGates(h.intf, q, pid, kick_frame=kick), self.errors)
-        for s in p.switches:
-            for port in s.ports:
-                q = self._queues(port.rate_bps, p.switch_fifo_bytes)
-                pausegate.install_priority_queues(port.intf, q)
-                self.bpf.set_port(socket.if_nametoindex(port.intf), s.sw, port.index, True)
-                self.bpf.attach(port.intf)
-                self.workers[port.intf] = GateWorker(pausegate.PauseGates(port.intf, q, kick_frame=kick),
-                                                        self.errors)
-                for prio in self.priorities:
-                    on = prio in lossless and p.enabled
-                    self.bpf.set_thresholds(s.sw, port.index, prio, p.xoff_bytes if on else 0,
-                                            p.xon_bytes if on else 0, p.cap_bytes if on else 0)
+            with ipr_entered(pid) as ipr:
+                pausegate.install_priority_queues(h.intf, q, pid, ipr=ipr)
+                self.bpf.attach(h.intf, pid, switch_port=False, ipr=ipr)
+                gates = pausegate.PauseGates(h.intf, q, pid, kick_frame=kick, ipr=ipr)
+            self.workers[h.intf] = GateWorker(gates, self.errors)
+        with ipr_entered(None) as ipr:
+            for s in p.switches:
+                for port in s.ports:
+                    self._start_switch_port(s.sw, port, kick, ipr)
         self.bpf.on_events(self._on_event)
         self._thread = threading.Thread(target=self._run, name="pfc-pauser", daemon=True)
         self._thread.start()
@@ -224,6 +221,22 @@ class PfcPorts:
         LOG.info("PFC: queues on %d switch ports and %d host NICs; lossless priorities %s",
                  record["ports"], record["hosts"], record["lossless"])
         return record
+
+    def _start_switch_port(self, sw: int, port, kick: bytes, ipr) -> None:
+        """One switch port's queues, classifiers, pause gates and thresholds (``ipr``: the root
+        namespace's open netlink socket)."""
+        p = self.plan
+        lossless = set(p.lossless)
+        q = self._queues(port.rate_bps, p.switch_fifo_bytes)
+        pausegate.install_priority_queues(port.intf, q, ipr=ipr)
+        self.bpf.set_port(socket.if_nametoindex(port.intf), sw, port.index, True)
+        self.bpf.attach(port.intf, ipr=ipr)
+        self.workers[port.intf] = GateWorker(pausegate.PauseGates(port.intf, q, kick_frame=kick, ipr=ipr),
+                                                self.errors)
+        for prio in self.priorities:
+            on = prio in lossless and p.enabled
+            self.bpf.set_thresholds(sw, port.index, prio, p.xoff_bytes if on else 0,
+                                    p.xon_bytes if on else 0, p.cap_bytes if on else 0)
 
     # -- the pauser -----------------------------------------------------------------------
     def _t_rel(self, t_ns: int) -> float:
