@@ -5,6 +5,28 @@ the fabric map and asks the tracer; a header a switch rewrote (a routing strateg
 the next switch as rewritten."""
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterable, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Traces run at once by :func:`trace_each`: each is a short process (on Open vSwitch,
+#: ``ovs-appctl ofproto/trace``, about 10 ms per switch hop) that mostly waits on the switch
+#: daemon's answer, so a few overlap (measured with the rest of a round's overhead:
+#: bench/bench_round_overhead.py).
+TRACERS = 4
+
+
+def trace_each(one: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    """``[one(x) for x in items]``, run from up to :data:`TRACERS` threads at once (``one`` walks a
+    path with the live fabric's tracer); the first exception ``one`` raises is raised here."""
+    items = list(items)
+    if len(items) < 2:
+        return [one(x) for x in items]
+    with ThreadPoolExecutor(TRACERS) as pool:
+        return list(pool.map(one, items))
+
 
 def traced_path(fabric_map: dict, src: str, dst: str, src_port: int, dst_port: int, proto: str = "tcp", *,
                 trace) -> dict[tuple[str, str], float]:

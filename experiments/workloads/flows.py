@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from experiments import analysis, plot
 from common.errors import SetupError
-from experiments.paths import traced_path
+from experiments.paths import trace_each, traced_path
 from experiments.context import RoundRecord, maybe_fault
 from experiments.live import Agents, sampler_ready, spawn_sampler, stop_sampler
 from experiments.workloads.base import Workload
@@ -184,10 +183,6 @@ def describe_arrivals(plan: list[dict], hosts: int) -> str:
 #: Most flows whose paths a round traces (one ``ovs-appctl ofproto/trace`` per switch hop, about
 #: 10 ms each): a larger plan records none, and says so.
 MAX_TRACED_FLOWS = 256
-#: Flows traced at once: each trace is a short process that mostly waits on the switch daemon's
-#: answer, so a few overlap (measured with the rest of a round's overhead: bench/bench_round_overhead.py).
-TRACERS = 4
-
 
 def trace_paths(fabric_map: dict, plan: list[dict], dst_port: int, proto: str, trace) -> dict:
     """Every planned flow's path through the live fabric, as the switches' tables send its
@@ -196,7 +191,7 @@ def trace_paths(fabric_map: dict, plan: list[dict], dst_port: int, proto: str, t
     variant of a study. A flow that cannot be traced maps to ``"error: ..."``; more than
     :data:`MAX_TRACED_FLOWS` flows give ``{}``. ``trace(switch, flow) -> port``: the live fabric's
     (:meth:`controller.datapaths.base.Datapath.trace_hop`) or a test's; called from up to
-    :data:`TRACERS` threads at once, after the round's traffic."""
+    experiments.paths.TRACERS threads at once, after the round's traffic."""
     if len(plan) > MAX_TRACED_FLOWS:
         return {}
 
@@ -207,8 +202,7 @@ def trace_paths(fabric_map: dict, plan: list[dict], dst_port: int, proto: str, t
             return ">".join([f["src"]] + [b for _a, b in links])
         except (ValueError, SetupError) as e:
             return f"error: {e}"
-    with ThreadPoolExecutor(TRACERS) as pool:
-        return {str(f["flow_id"]): path for f, path in zip(plan, pool.map(one, plan))}
+    return {str(f["flow_id"]): path for f, path in zip(plan, trace_each(one, plan))}
 
 
 def snapshot_ss(lf, host: str, port: int, at_unix_s: float, path: Path) -> None:

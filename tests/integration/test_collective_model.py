@@ -1,5 +1,5 @@
 """Issue 8 against the alpha-beta model, on real fabrics over kernel TCP:
-- Fat-Tree k=4, 16 ranks: exact on every rank with 2N(N-1) transfers; busbw near the host link
+- Fat-Tree k=4, 16 ranks, 1 MiB per rank: exact on every rank with 2N(N-1) transfers; busbw near the host link
   rate and T near the model T = 2(N-1)(alpha + D/(N B)) (alpha measured by a small run, B from the
   hash-ECMP fluid model), within bounds calibrated beside a CPU-heavy process (below);
 - Spine-Leaf 3:1: a ring whose every hop crosses the spines takes the time the model predicts on
@@ -73,9 +73,9 @@ def test_fattree_16_ranks_exact_near_line_rate_and_the_model(tmp_path, figure):
         with LiveFabric(fab, tmp_path / "run", st, datapath=chosen_datapath(),
                         switch_queue=switch_queue, host_queue=host_queue) as lf:
             warm_up_reachability(lf)
-            m = measure(lf, st, tmp_path, hosts, 2 << 20)
+            m = measure(lf, st, tmp_path, hosts, 1 << 20)
     assert_clean(str(tmp_path / "run"))
-    print(f"Fat-Tree k=4, 16 ranks, 2 MiB per rank at {rate_mbps} Mbit/s: T {m['time_s']:.2f} s, model "
+    print(f"Fat-Tree k=4, 16 ranks, 1 MiB per rank at {rate_mbps} Mbit/s: T {m['time_s']:.2f} s, model "
           f"{m['model_time_s']:.2f} s (alpha {m['alpha_s'] * 1e3:.1f} ms, B {m['rate_bps'] / 1e6:.2f} Mbit/s), "
           f"busbw {m['busbw_bps'] / 1e6:.3f} Mbit/s = {m['busbw_bps'] / (rate_mbps * 1e6):.1%} of the link, "
           f"balance {m['balance']:.3f}, iterations {[round(x, 2) for x in m['times_s']]}")
@@ -94,6 +94,10 @@ def test_fattree_16_ranks_exact_near_line_rate_and_the_model(tmp_path, figure):
     # 1.29, from 10 loaded runs alone) failed one full host lane (0.697, 1.368). Issue 8's 85% and
     # 15% hold on a quiet machine (87.4-89.4%, 1.06-1.09x; make bench-collective); the forwarding
     # thread shares the two cores with everything else. 55-70% came with 100-packet buffers.
+    # 1 MiB per rank since 2026-12-07 (2 MiB before; 17 s less: the host lane's budget): make
+    # test-repeat N=10 K='fattree_16_ranks' beside a CPU-heavy process, busbw / link 0.871 / 0.892 /
+    # 0.906, T / model 1.035 / 1.048 / 1.069 (prediction bounds 0.845; 1.003 .. 1.094), the test 31-34
+    # s: inside the pooled bounds above, which are kept for a full host lane's lows.
     assert m["busbw_bps"] >= 0.63 * rate_mbps * 1e6
     assert 0.82 <= m["time_s"] / m["model_time_s"] <= 1.52
 

@@ -195,6 +195,28 @@ def test_traced_paths_give_this_runs_bottleneck():
         paths.traced_path(fmap, "h1", "h3", 40000, 17000, trace=lambda b, f: None)
 
 
+def test_trace_each_keeps_the_order_and_raises_what_a_trace_raised():
+    # the traces of a round overlap (threads), their results come back in the order asked
+    import threading
+    import time
+    from experiments import paths
+    seen = set()
+
+    def slow_first(x):
+        seen.add(threading.get_ident())
+        time.sleep(0.01 * (6 - x))
+        return x * 10
+    assert paths.trace_each(slow_first, range(6)) == [0, 10, 20, 30, 40, 50]
+    assert 1 < len(seen) <= paths.TRACERS
+
+    def drops(x):
+        if x == 3:
+            raise ValueError("leaf2 does not forward it")
+        return x
+    with pytest.raises(ValueError, match="does not forward"):
+        paths.trace_each(drops, range(6))
+
+
 def test_plots_of_a_collective(tmp_path):
     from experiments import plot
     rows = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 from common import collectives as C
 from common import hierarchical as H
 from common.roce import OVERHEAD_BYTES, SPORT_BASE
-from experiments.paths import traced_path
+from experiments.paths import trace_each, traced_path
 from controller.routing import STRATEGIES
 from experiments.fluid import hash_ecmp_min_rate, max_min_on_paths, max_min_rates
 from experiments.model import Collective
@@ -191,14 +191,12 @@ def traced_rate_bps(fabric_map: dict, recs: list[dict], hosts: list[str], kind: 
         ValueError, SetupError: as :func:`traced_path`.
     """
     where = servers or hosts
-    paths = {}
-    for r, rec in enumerate(recs):
-        if not rec or rec.get("connections") is None:
-            return None
-        for c in rec["connections"]:
-            if where[r] != where[c["dst_rank"]]:
-                paths[(r, c["dst_rank"])] = traced_path(fabric_map, hosts[r], hosts[c["dst_rank"]], c["src_port"],
-                                                        c["dst_port"], proto=c.get("proto", "tcp"), trace=trace)
+    if any(not rec or rec.get("connections") is None for rec in recs):
+        return None
+    conns = [(r, c) for r, rec in enumerate(recs) for c in rec["connections"] if where[r] != where[c["dst_rank"]]]
+    paths = dict(zip([(r, c["dst_rank"]) for r, c in conns], trace_each(
+        lambda rc: traced_path(fabric_map, hosts[rc[0]], hosts[rc[1]["dst_rank"]], rc[1]["src_port"],
+                               rc[1]["dst_port"], proto=rc[1].get("proto", "tcp"), trace=trace), conns)))
     rates = []
     for step in schedule(hosts, kind, len(hosts), algorithm, servers):
         fracs = [paths.get((t.src, t.dst)) for t in step if where[t.src] != where[t.dst]]
