@@ -44,7 +44,7 @@ help:
 	@echo "sudo make bench-forwarding                k=4 Fat-Tree permutation: goodput vs the hash-ECMP model, switch-hop forwarding ceiling, per OVS setting"
 	@echo "sudo make bench-sampler                   queue sampler rate and CPU on 40 and 640 shaped ports: BPF array vs netlink dump"
 	@echo "sudo make bench-watch                     CPU per read of the round's watchers (qdisc trees, CPU headroom) vs the queue sampler's read"
-	@echo "sudo make bench-rounds [BASELINE=ref]     seconds per short round beyond set-up and teardown, vs an earlier commit, same run"
+	@echo "sudo make bench-rounds [BASELINE=ref] [SCENARIO=f]  seconds per short round, set-up and whole run, vs an earlier commit, same run"
 	@echo "sudo make bench-restore                   wall time of the check that puts each round's data plane back to the plan (Fat-Tree k=4)"
 	@echo "sudo make bench-ovstx                     cost per system call of the userspace datapath's transmit count, vs a bare call"
 	@echo "sudo make bench-shaper                    how far ports run ahead of their line (any window, idle gaps included) and their spacing, idle and under CPU load"
@@ -151,7 +151,7 @@ bench-watch: check-root setup
 	$(PY) bench/bench_watch.py
 
 bench-rounds: check-root setup
-	$(PY) bench/bench_round_overhead.py --baseline $(or $(BASELINE),HEAD~1)
+	$(PY) bench/bench_round_overhead.py --baseline $(or $(BASELINE),HEAD~1) $(if $(SCENARIO),--scenario $(SCENARIO))
 
 bench-restore: check-root setup
 	$(PY) bench/bench_restore.py
