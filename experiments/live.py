@@ -197,6 +197,9 @@ ROUND_STOP = RoundStop()
 
 #: How often a waiting run loop looks at :data:`ROUND_STOP`, in seconds.
 STOP_POLL_S = 0.25
+#: Seconds from the moment every agent has said READY to the common start it is released to: each
+#: agent is then blocked reading its start time on stdin, so this covers writing a line to each.
+RELEASE_IN_S = 0.3
 #: How long a stopped round's agents get, after SIGTERM, to write what they measured (seconds).
 STOP_GRACE_S = 2.0
 

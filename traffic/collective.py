@@ -47,7 +47,7 @@ common ``begin`` time (start + :data:`CONNECT_GRACE_S`) and run ``repeat`` itera
 the collective (each from the initial array). Times are Unix seconds on the shared clock.
 
 Result: per rank, the TCP connections it opened (``connections``: destination rank, source and
-destination port: what ECMP hashes), and per iteration: ``steps`` ([step, phase, chunk sent, bytes sent, start,
+destination port: what ECMP hashes), when it had made them all (``connected_unix_s``), and per iteration: ``steps`` ([step, phase, chunk sent, bytes sent, start,
 send done, receive done, end]), ``begin_unix_s``, ``end_unix_s``, transfers sent and
 received; the final array of the last iteration is saved as ``<out_dir>/rank<r>.npy`` and
 its float64 sum is in the record.
@@ -67,8 +67,10 @@ from common.hierarchical import Move, moves
 from traffic.nvlink import Channel
 from traffic.roce import Engine, ReceiverQp, SenderQp, plugin_failure
 
-#: Seconds from the start time to the collective's first step: the ranks connect meanwhile.
-CONNECT_GRACE_S = 1.0
+#: Seconds from the start time to the collective's first step: the ranks connect meanwhile (each
+#: rank records when it had connected, ``connected_unix_s``; a rank still connecting at ``begin``
+#: starts its first iteration late, which that iteration's time then shows).
+CONNECT_GRACE_S = 0.5
 HELLO = struct.Struct("!I")          # the connecting rank's number, first on every connection
 
 
@@ -119,6 +121,7 @@ class Rank:
         self.out_peers: dict[int, socket.socket] = {}
         self.in_peers: dict[int, socket.socket] = {}
         self.connections: list[dict] = []     # {"dst_rank", "src_port", "dst_port"} of every connection it opened
+        self.connected_unix_s: float | None = None     # when every connection was made
         self.iterations: list[dict] = []
         self.error: str | None = None
         self.final: np.ndarray | None = None
@@ -352,7 +355,7 @@ class Rank:
             path = str(Path(self.job["out_dir"]) / f"rank{self.rank}.npy")
             np.save(path, self.final)
         return {"rank": self.rank, "iterations": self.iterations, "error": self.error, "array": path,
-                "connections": self.connections,
+                "connections": self.connections, "connected_unix_s": self.connected_unix_s,
                 "array_sum": float(self.final.astype(np.float64).sum()) if self.final is not None else None,
                 "elements": self.job["elements"]}
 
@@ -513,6 +516,7 @@ def run_ranks(job: dict, ready, body, record, prepare=None) -> tuple[list[dict],
             while time.time() < start:
                 time.sleep(min(0.01, max(0.0, start - time.time())))
             rk.connect(min(deadline, begin + 30))
+            rk.connected_unix_s = time.time()
             for s in list(rk.out_peers.values()) + list(rk.in_peers.values()):
                 s.settimeout(max(0.1, deadline - time.time()))
             body(rk, begin)

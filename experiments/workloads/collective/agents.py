@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from common.errors import SetupError
-from experiments.live import ROUND_STOP, Agents, start_sampler, stop_sampler
+from experiments.live import RELEASE_IN_S, ROUND_STOP, Agents, start_sampler, stop_sampler
 from experiments.model import Collective
 from experiments.workloads.collective.plan import (ALPHA_PROBE_ELEMENTS_PER_RANK, BASE_PORT, TRANSPORTS, alpha_from_run,
                                                    bottleneck_rate_bps, layout, payload_fraction, rank_hosts,
@@ -67,7 +67,7 @@ def host_jobs(lf, hosts: list[str], kind: str, elements: int, out: Path, deadlin
 
 
 def start(lf, state, hosts: list[str], kind: str, elements: int, out: Path, deadline_unix_s: float,
-          start_in_s: float = 1.0, **job_args):
+          start_in_s: float = RELEASE_IN_S, **job_args):
     """Start one agent per host of ``hosts`` and release them together; returns the released
     ``experiments.live.Agents`` (``wait(deadline)``, then ``kill()``). SetupError when an agent
     is not ready."""
@@ -86,7 +86,7 @@ def run_jobs(lf, state, jobs: dict[str, dict], role: str, out: Path, deadline_un
     agents = Agents(lf, state)
     for h, j in jobs.items():
         agents.start(h, role, j)
-    agents.ready_then_release(1.0)
+    agents.ready_then_release(RELEASE_IN_S)
     try:
         return wait_done(agents, deadline_unix_s + 5)
     finally:         # the pipes of ranks that did not end cleanly
