@@ -62,6 +62,11 @@ def chosen_datapath() -> str:
     return "kernel" if ovs_kernel_datapath_available() else "user"
 
 
+#: A test scenario's ``measurement`` when the test checks no plot: a round's plots take about 1 s
+#: here, and many times that under the VM lane's emulated CPU.
+NO_PLOTS = {"plots": False}
+
+
 def small_scenario(tmp_path: Path, name="small", **over) -> Path:
     """A 2x2 Spine-Leaf incast scenario (2 hosts per leaf, 2 senders) written to ``tmp_path``.
 

@@ -11,7 +11,7 @@ import pytest
 
 from experiments.state import state_dir
 
-from .conftest import assert_clean, run_cli, small_scenario, start_run
+from .conftest import NO_PLOTS, assert_clean, run_cli, small_scenario, start_run
 
 _HOST = pytest.mark.lane("host", reason="the control plane and the sampler's checks do not depend on the kernel; "
                                         "the VM lane runs the serialisation check in every experiment it runs")
@@ -27,7 +27,7 @@ def _recorded_pid(what: str) -> int:
 def test_a_controller_killed_mid_run_fails_the_round_naming_it(tmp_path):
     """Killed mid-round (by its recorded pid), the controller stops answering ARP; the round is
     written, but its fidelity says the controller died and when, and the run exits 3."""
-    scenario = small_scenario(tmp_path, traffic={"response_bytes": 1_500_000, "timeout_s": 30})
+    scenario = small_scenario(tmp_path, measurement=NO_PLOTS, traffic={"response_bytes": 1_500_000, "timeout_s": 30})
     proc, results, lines = start_run(tmp_path, scenario)
     time.sleep(0.5)
     os.kill(_recorded_pid("controller"), signal.SIGKILL)
@@ -49,7 +49,7 @@ def test_a_port_qos_set_through_ovs_mid_run_stops_the_round_and_the_next_round_s
     host NIC's root replaced by tc and a stranger's flow entry come at the same time, and all
     three are left in place: the next round puts each back to the plan before its traffic, says
     so in its fidelity block, and runs in full on the intended queues."""
-    scenario = small_scenario(tmp_path, traffic={"response_bytes": 2_000_000, "timeout_s": 30},
+    scenario = small_scenario(tmp_path, measurement=NO_PLOTS, traffic={"response_bytes": 2_000_000, "timeout_s": 30},
                               rounds=[{"name": "tampered"}, {"name": "after"}])
     proc, results, lines = start_run(tmp_path, scenario)
     time.sleep(0.8)
@@ -100,7 +100,7 @@ def test_a_port_qos_set_through_ovs_mid_run_stops_the_round_and_the_next_round_s
 def test_a_host_nic_qdisc_replaced_mid_run_stops_the_round_naming_the_nic(tmp_path, figure):
     """The host NICs are watched as the switch ports are: a sender's root qdisc replaced inside its
     namespace (by hand, with tc) stops the round within about a second, naming the NIC."""
-    scenario = small_scenario(tmp_path, traffic={"response_bytes": 5_000_000, "timeout_s": 30})
+    scenario = small_scenario(tmp_path, measurement=NO_PLOTS, traffic={"response_bytes": 5_000_000, "timeout_s": 30})
     proc, results, lines = start_run(tmp_path, scenario)
     time.sleep(0.8)
     q = subprocess.run(["nsenter", "-t", str(_recorded_pid("host h3")), "-n", "--",
@@ -131,7 +131,7 @@ def test_a_host_nic_qdisc_replaced_mid_run_stops_the_round_naming_the_nic(tmp_pa
 def test_a_refused_flow_rule_fails_the_set_up_with_the_decoded_error(tmp_path):
     """Every switch refuses one injected rule (a goto_table backwards): set-up fails, exit 1, and
     the message names the switch, the error by name and the request it answers."""
-    p = run_cli("run", str(small_scenario(tmp_path)), "--results", str(tmp_path / "r"),
+    p = run_cli("run", str(small_scenario(tmp_path, measurement=NO_PLOTS)), "--results", str(tmp_path / "r"),
                 env={"FABRICLAB_INJECT_FAULT": "refused_flow_rule"}, timeout=180)
     assert p.returncode == 1, p.stderr[-2000:]
     assert "OpenFlow error(s) while configuring the switches" in p.stderr, p.stderr[-2000:]
@@ -148,7 +148,8 @@ def test_links_faster_than_the_data_plane_forwards_are_named_forwarding_limited(
     saturated for most of the flows' seconds, and exits 3. (At
     12 us per frame the shaper's timer also misses frame times, so ports backlogged for a moment
     may fail the serialisation check too: seen 0.91-0.95 of their rate.)"""
-    scenario = small_scenario(tmp_path, topology={"host_rate_mbps": 1000, "uplink_rate_mbps": 1000},
+    scenario = small_scenario(tmp_path, measurement=NO_PLOTS,
+                              topology={"host_rate_mbps": 1000, "uplink_rate_mbps": 1000},
                               traffic={"pattern": "permutation", "duration_s": 3, "flows_per_pair": 2})
     p = run_cli("run", str(scenario), "--results", str(tmp_path / "r"), timeout=300)
     assert p.returncode == 3, (p.returncode, p.stderr[-3000:])

@@ -32,6 +32,7 @@ def test_goodput_falls_as_rto_min_rises_and_no_handshake_after_the_start(tmp_pat
           "hosts": {"tcp_congestion_control": "cubic"},
           "traffic": {"pattern": "incast", "incast_mode": "blocks", "receiver": "h1", "senders": 8,
                       "block_bytes": 8192, "blocks": 20, "timeout_s": 120},
+          "measurement": {"plots": False},         # no plot is checked here
           "rounds": [{"name": n, **over} for n, over in ROUNDS]}
     path = tmp_path / "blocks.yaml"
     path.write_text(yaml.safe_dump(sc))

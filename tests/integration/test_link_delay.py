@@ -7,7 +7,7 @@ import pytest
 
 from tests.conftest import kernel_features
 
-from .conftest import assert_clean, run_cli, small_scenario
+from .conftest import NO_PLOTS, assert_clean, run_cli, small_scenario
 
 #: 20 ms per link: the VM lane's emulated CPU adds about 3 ms of processing to a 4-link round trip
 #: (measured: a small ping took 1.08 x the configured 40 ms at 5 ms per link), 2% of 160 ms.
@@ -26,7 +26,7 @@ def _can_delay() -> bool:
 def test_delay_where_the_kernel_cannot_is_refused_naming_the_key_and_starts_nothing(tmp_path):
     if _can_delay():
         pytest.skip("this kernel can delay: test_configured_delay_is_the_measured_round_trip runs instead")
-    scenario = small_scenario(tmp_path, links={"delay_us": DELAY_US})
+    scenario = small_scenario(tmp_path, measurement=NO_PLOTS, links={"delay_us": DELAY_US})
     p = run_cli("run", str(scenario), "--results", str(tmp_path / "r"), timeout=120)
     assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
     assert "fabriclab: links.delay_us: this kernel has no netem" in p.stderr, p.stderr
@@ -40,7 +40,7 @@ def test_configured_delay_is_the_measured_round_trip(tmp_path, figure):
     """20 ms on every link of a 2x2 Spine-Leaf: h3 -> h1 crosses 4 links, so the propagation round
     trip is 160 ms. A small ping sees that (plus microseconds); a full-frame ping adds at most one
     serialisation per hop each way (host NICs at 10 Mbit/s, uplinks at 40: 6.06 ms in all)."""
-    scenario = small_scenario(tmp_path, links={"delay_us": DELAY_US},
+    scenario = small_scenario(tmp_path, measurement=NO_PLOTS, links={"delay_us": DELAY_US},
                               traffic={"response_bytes": 100_000, "timeout_s": 60})
     results = tmp_path / "r"
     p = run_cli("run", str(scenario), "--results", str(results), timeout=300)

@@ -20,7 +20,7 @@ from common.stats import jain_index
 from experiments.analysis import queue_in_window
 from experiments.workloads.roce.summary import rate_series_bps
 
-from .conftest import assert_clean, run_accepting_cpu_shortfall, run_cli, small_scenario
+from .conftest import NO_PLOTS, assert_clean, run_accepting_cpu_shortfall, run_cli, small_scenario
 
 pytestmark = pytest.mark.lane("host", reason="four Python RoCE senders at 10 Mbit/s need the host's CPU; the VM "
                                              "lane runs DCQCN in test_roce.py at 5 Mbit/s")
@@ -65,7 +65,7 @@ def test_delay_based_controllers_share_a_four_to_one_incast_with_a_bounded_queue
           "traffic": {"pattern": "incast", "transport": "roce", "receiver": "h1",
                       "sender_hosts": ["h5", "h9", "h6", "h10"], "response_bytes": 2_000_000, "timeout_s": 60},
           "roce": {"mtu_bytes": 1024},
-          "measurement": {"sample_hz": 200},
+          "measurement": {"sample_hz": 200, "plots": False},      # no plot is checked here
           "rounds": [{"name": m, "roce": {"mode": m}} for m in MODES]}
     path = tmp_path / "delay-cc.yaml"
     path.write_text(yaml.safe_dump(sc))
@@ -180,7 +180,8 @@ class Steady(RateController):
 def test_a_plugin_written_to_a_file_runs_end_to_end_against_dcqcn(tmp_path):
     cc = tmp_path / "steady_cc.py"
     cc.write_text(PLUGIN)
-    path = small_scenario(tmp_path, "plugin-ab", traffic={"transport": "roce", "response_bytes": 500_000},
+    path = small_scenario(tmp_path, "plugin-ab", measurement=NO_PLOTS,
+                          traffic={"transport": "roce", "response_bytes": 500_000},
                           roce={"cc": {"plugin": str(cc), "params": {"rate_mbps": 3}}},
                           rounds=[{"name": "steady"}, {"name": "dcqcn", "roce": {"mode": "dcqcn"}}])
     assert run_cli("check", str(path)).returncode == 0
@@ -227,8 +228,8 @@ def test_a_plugin_that_raises_at_run_time_ends_the_run_and_leaves_nothing(tmp_pa
                             '        return cls(job["cc_params"]["rate_mbps"] * 1e6)')
     cc.write_text(text)
     assert text.splitlines()[line - 1].strip().startswith("raise RuntimeError"), text.splitlines()[line - 1]
-    path = small_scenario(tmp_path, f"raise-{where}", traffic={"transport": "roce", "response_bytes": 2_000_000,
-                                                               "timeout_s": 120},
+    path = small_scenario(tmp_path, f"raise-{where}", measurement=NO_PLOTS,
+                          traffic={"transport": "roce", "response_bytes": 2_000_000, "timeout_s": 120},
                           roce={"cc": {"plugin": str(cc), "params": {"rate_mbps": 5}}})
     assert run_cli("check", str(path)).returncode == 0      # the sample job does not trip it
     results = tmp_path / "r"
