@@ -74,7 +74,16 @@ def test_overlap_and_compression_on_a_rail_pod(training_run, figure):
     # over: a fifth to a quarter of the uncompressed time here.
     assert 0.85 <= off["time_over_sum"] <= 1.15
     assert 0.98 <= on["time_over_max"] <= 1.15
-    assert 0.78 <= pred["fp16"] <= 1.33
-    assert 0.60 <= pred["int8"] <= 1.55
+    # Calibrated again on 2026-12-07, as this test now reads the shipped run (trimmed, through the
+    # command): two CI rehearsals failed the bounds above (fp16 at 1.45 against 1.33; int8 at 1.58
+    # against 1.55). make test-repeat N=10 K=test_overlap_and_compression_on_a_rail_pod beside a
+    # CPU-heavy process: fp16 over prediction 1.042 / 1.125 / 1.203, int8 1.003 / 1.259 / 1.582 (1 of
+    # the 10 failed at 1.582), overlap off 1.016 / 1.028 / 1.056, on 1.071 / 1.087 / 1.105. The int8
+    # round's model is 0.23 s of network time, and one of its two iterations can take 0.1 s more than
+    # the other: its ratio is wide. Bounds: the 1-in-1000 prediction bounds of those runs pooled with
+    # the rehearsals' (fp16 0.72 .. 1.59, n 12; int8 0.54 .. 2.07, n 11); the ordering below is the
+    # check that compression shortened the exchange.
+    assert 0.72 <= pred["fp16"] <= 1.59
+    assert 0.54 <= pred["int8"] <= 2.07
     assert int8["comm_s"] < fp16["comm_s"] < off["comm_s"]
     assert "training (hierarchical, 4 servers, overlap off" in p.stdout
