@@ -236,15 +236,20 @@ def signals_unwind():
 
 
 class Agents:
-    """Start agents inside hosts with popen, check readiness, release them together."""
+    """Start agents inside hosts with popen, check readiness, release them together, and end them
+    together: an agent that supports it says ``FINISHED`` once its own part is done, and once
+    every agent has said so or ended, each is told ``END`` (traffic.roce.EndBarrier: a RoCE
+    agent then stops waiting out its linger for ACKs no peer can still need)."""
 
     def __init__(self, lf: LiveFabric, state: RunState):
         self.lf, self.state = lf, state
         self.procs = []
 
     def start(self, host: str, role: str, job: dict):
-        """Launch one agent (``role`` rx/tx) in ``host``; :meth:`wait_ready` waits for it."""
+        """Launch one agent (``role`` rx/tx) in ``host``, its job marked as taking part in the end
+        barrier (``end_barrier``); :meth:`wait_ready` waits for it."""
         h = self.lf.host(host)
+        job = dict(job, end_barrier=True)
         p = host_spawn(h, [sys.executable, "-m", "traffic.agent", json.dumps(job)], cwd=str(REPO),
                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.state.add_process(p.pid, f"agent {host} {role}")
@@ -295,17 +300,19 @@ class Agents:
         for a lost signal."""
         codes = {}
         gave_up = False
+        barrier = EndBarrier(self.procs)
         for host, p in self.procs:
             check_signalled()
             while not ROUND_STOP.is_set() and not gave_up:
                 left = deadline_unix_s - time.time()
-                try:
-                    codes[host] = p.wait(max(0.01, min(STOP_POLL_S, left)))
+                if p.poll() is None:
+                    barrier.watch(max(0.01, min(STOP_POLL_S, left)))
+                if p.poll() is not None:
+                    codes[host] = p.returncode
                     break
-                except subprocess.TimeoutExpired:
-                    if left <= STOP_POLL_S:
-                        break
-                    gave_up = give_up is not None and bool(give_up())
+                if left <= STOP_POLL_S:
+                    break
+                gave_up = give_up is not None and bool(give_up())
             if host not in codes and not ROUND_STOP.is_set():
                 p.kill()
                 codes[host] = p.wait()
@@ -340,6 +347,47 @@ class Agents:
                 p.kill()
                 p.wait()
         self.state.forget_processes([p.pid for _, p in self.procs])
+
+
+class EndBarrier:
+    """The runner's side of the agents' end barrier (traffic.roce.EndBarrier is the agent's):
+    reads ``FINISHED`` lines from the agents' stdout and, once every agent has said it or ended
+    (and at least one said it), writes ``END`` on the stdin of each one still running, once.
+
+    Args:
+        procs: ``[(name, Popen)]`` with text-mode stdin and stdout pipes, READY already read.
+    """
+
+    def __init__(self, procs: list):
+        self.procs = [p for _, p in procs]
+        self.said: set[int] = set()
+        self.sent = False
+        self.poller = select.poll()
+        self.by_fd = {}
+        for p in self.procs:
+            if p.stdout is not None and p.poll() is None:
+                self.by_fd[p.stdout.fileno()] = p
+                self.poller.register(p.stdout, select.POLLIN)
+
+    def watch(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for an agent's line or end (a line, or an agent's end, returns
+        sooner), take what arrived, and tell every agent ``END`` once the barrier is complete."""
+        for fd, _ev in self.poller.poll(max(0, int(timeout_s * 1000))):
+            p = self.by_fd[fd]
+            line = p.stdout.readline()
+            if not line:                           # the agent closed its stdout: it has ended
+                self.poller.unregister(fd)
+            elif line.strip() == "FINISHED":
+                self.said.add(p.pid)
+        if not self.sent and self.said and all(p.pid in self.said or p.poll() is not None for p in self.procs):
+            self.sent = True
+            for p in self.procs:
+                if p.poll() is None:
+                    try:
+                        p.stdin.write("END\n")
+                        p.stdin.flush()
+                    except (BrokenPipeError, OSError):
+                        pass                       # it ended meanwhile
 
 
 def start_sampler(lf: LiveFabric, state: RunState, out: Path, hz: float, method: str = "auto") -> subprocess.Popen:

@@ -4,7 +4,10 @@ Started by the runner with popen (never ``host.cmd``: case T2). Protocol on
 stdin/stdout: the agent sets up (receiver: listens), prints ``READY``, then
 reads one line from stdin holding the absolute start time (Unix seconds; all
 namespaces share the clock), runs, writes its result JSON to ``job["out"]``
-and exits 0. Every agent has a deadline and exits by itself after it. The TCP and
+and exits 0. A RoCE engine (roles ``roce``, and ``collective`` and the training roles over
+RoCE) whose job has ``end_barrier`` also prints ``FINISHED`` once its part is done and ends
+when ``END`` arrives on stdin (traffic.roce.EndBarrier: the runner sends it once every agent
+is done). Every agent has a deadline and exits by itself after it. The TCP and
 UDP agents also end early on SIGTERM (the runner stopping a round whose emulation
 broke): their loops end as at the deadline, and the result, written as usual,
 says each unfinished flow was ``stopped`` (:func:`stop_on_sigterm`).
@@ -17,7 +20,10 @@ Roles (``job["role"]``; the registry is :data:`ROLES`):
   host's interfaces (an AF_PACKET socket) and counts, per flow, data packets
   that arrived Not-ECT, ECT and CE (a TCP socket cannot show the IP ECN field).
 - ``sender``: ``{"flows": [{"dst_ip", "port", "bytes" | "duration_s", "flow_id", "src_port", "start_s"}, ...],
-  "deadline_unix_s", "out", "dscp", "tcp_sample_interval_s"}``. Opens each flow at the start time plus
+  "deadline_unix_s", "out", "dscp", "tcp_sample_interval_s", "notsent_lowat_bytes"}``. A time-limited
+  flow's socket holds at most about ``notsent_lowat_bytes`` not yet sent (TCP_NOTSENT_LOWAT; absent:
+  the kernel's default, as much as the send buffer takes), so that it ends soon after its
+  ``duration_s`` instead of draining a send buffer of seconds at its share of the link. Opens each flow at the start time plus
   its ``start_s`` (default 0: every flow at once at the start; :class:`Launches`);
   each sends ``bytes`` of zeros (or as much as it can for ``duration_s``), half-closes, waits for the receiver to
   close; records times, congestion control in use, whether ECN was
@@ -83,6 +89,8 @@ def tcp_info(sock: socket.socket) -> dict:
 #: struct tcp_info (linux/tcp.h) fields of a congestion-window sample: (name, offset, struct format).
 TCP_SAMPLE_FIELDS = (("rtt_us", 68, "I"), ("snd_ssthresh", 76, "I"), ("snd_cwnd", 80, "I"),
                      ("total_retrans", 100, "I"), ("delivery_rate_Bps", 160, "Q"))
+#: linux/tcp.h: the most unsent bytes a socket holds before it stops taking more (Linux 3.12).
+TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
 #: Bytes of struct tcp_info asked for (through tcpi_delivery_rate, Linux 4.9).
 TCP_SAMPLE_BYTES = 168
 #: How often a TCP sender samples its live connections' TCP_INFO (seconds; a job may say otherwise).
@@ -318,6 +326,8 @@ def run_sender(job: dict) -> dict:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if job.get("dscp"):
             s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, job["dscp"] << 2)
+        if f.get("duration_s") and job.get("notsent_lowat_bytes"):
+            s.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, int(job["notsent_lowat_bytes"]))
         bind_source_port(s, f)
         s.setblocking(False)
         s.connect_ex((f["dst_ip"], f["port"]))

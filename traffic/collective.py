@@ -58,6 +58,7 @@ from __future__ import annotations
 import queue
 import socket
 import struct
+import sys
 import threading
 import time
 from pathlib import Path
@@ -66,7 +67,7 @@ import numpy as np
 
 from common.hierarchical import Move, moves
 from traffic.nvlink import Channel
-from traffic.roce import Engine, ReceiverQp, SenderQp, plugin_failure
+from traffic.roce import EndBarrier, Engine, ReceiverQp, SenderQp, plugin_failure
 
 #: Seconds from the start time to the collective's first step: the ranks connect meanwhile (each
 #: rank records when it had connected, ``connected_unix_s``; a rank still connecting at ``begin``
@@ -401,15 +402,16 @@ class RoceLinks:
         self.error: str | None = None
         self.thread: threading.Thread | None = None
 
-    def start(self, deadline_unix_s: float) -> None:
-        """Start the QPs' clocks and the engine's loop (it runs until :meth:`close`)."""
+    def start(self, deadline_unix_s: float, barrier: EndBarrier | None = None) -> None:
+        """Start the QPs' clocks and the engine's loop (it runs until :meth:`close`; with
+        ``barrier``, the agent's end barrier, it ends once every agent of the run is done)."""
         self.engine.start_clock()
         senders = list(self.engine.senders.values())
 
         def loop():
             try:
                 self.error = self.engine.loop(lambda now: self.stop.is_set() and all(q.finished for q in senders),
-                                              deadline_unix_s)
+                                              deadline_unix_s, barrier)
             except Exception as e:  # recorded; the ranks then time out
                 e = plugin_failure(e, self.engine.job) or e
                 self.error = f"{type(e).__name__}: {e}"
@@ -453,7 +455,8 @@ class RoceLinks:
 
     def close(self, timeout_s: float) -> dict:
         """Let the engine finish (every sent message acknowledged, then a linger for the peers'
-        last ACKs), close it; returns the transport's record (loop statistics, QP records)."""
+        last ACKs, or the end barrier: traffic.roce.EndBarrier), close it; returns the transport's
+        record (loop statistics, QP records)."""
         self.stop.set()
         if self.thread is not None:
             self.thread.join(max(0.1, timeout_s))
@@ -512,7 +515,7 @@ def run_ranks(job: dict, ready, body, record, prepare=None) -> tuple[list[dict],
     if links is not None:
         while time.time() < start:
             time.sleep(min(0.01, max(0.0, start - time.time())))
-        links.start(deadline)
+        links.start(deadline, EndBarrier(sys.stdout) if job.get("end_barrier") else None)
 
     def go(rk: Rank):
         try:

@@ -40,7 +40,8 @@ Job (JSON)::
    "pcap": path or null,
    "send": [{"flow_id", "qpn", "udp_sport", "peer": {"mac", "ip", "qpn"},
              "messages": [{"at_s", "bytes"}, ...] | "duration_s" + "message_bytes"}],
-   "receive": [{"flow_id", "qpn", "peer": {"mac", "ip", "qpn", "udp_sport"}, "expect_bytes" | null}]}
+   "receive": [{"flow_id", "qpn", "peer": {"mac", "ip", "qpn", "udp_sport"}, "expect_bytes" | null}],
+   "end_barrier": true when the runner takes part in the end barrier (:class:`EndBarrier`)}
 
 ``at_s`` is seconds after the common start time. The result (``out``) has one
 record per sender QP (bytes, message completion times, CNPs received,
@@ -63,6 +64,7 @@ import math
 import os
 import select
 import socket
+import sys
 import threading
 import time
 
@@ -622,6 +624,51 @@ def feedback_warning(q: "SenderQp", late_p99_s: float | None) -> str | None:
             f"underused port; raise roce.dcqcn.time_scale")
 
 
+class EndBarrier:
+    """The agent's side of a round's end barrier, on its stdio (after READY and the start time).
+
+    A host whose QPs are done (every sent message acknowledged, every expected byte delivered)
+    would otherwise linger 3 x ``rto_s`` in case a peer's last ACK was lost and the peer sends
+    again (at the default RTO of a 100-packet buffer at 10 Mbit/s, about 3 s a round). Instead it
+    prints ``FINISHED`` once; the runner (experiments.live.Agents.wait), once every agent of the
+    round has said so or ended, writes ``END`` on each one's stdin: every sender then holds an
+    ACK for all it sent, so no frame can still need an answer and the loop ends at once. Without
+    ``END`` (a runner that does not take part, a peer that never finishes) the linger still ends
+    the loop, as before.
+
+    Args:
+        out: where ``FINISHED`` goes (a text stream; the agent's stdout).
+        fd: the descriptor ``END`` arrives on (the agent's stdin, 0).
+    """
+    FINISHED = "FINISHED"
+    END = b"END"
+
+    def __init__(self, out, fd: int = 0):
+        self.out, self.fd = out, fd
+        self.said = self.ended = self.closed = False
+        self._buf = b""
+
+    def arrive(self) -> None:
+        """Say ``FINISHED`` (once)."""
+        if not self.said:
+            self.said = True
+            print(self.FINISHED, file=self.out, flush=True)
+
+    def watching(self) -> bool:
+        """Whether :attr:`fd` is to be watched: said, not yet ended, not at end of file."""
+        return self.said and not self.ended and not self.closed
+
+    def read(self) -> bool:
+        """Read what :attr:`fd` holds (call when it is readable); True once ``END`` arrived. End of
+        file (the runner gone) stops the watching and leaves the linger to end the loop."""
+        data = os.read(self.fd, 4096)
+        if not data:
+            self.closed = True
+        self._buf += data
+        self.ended = self.ended or self.END in self._buf.split(b"\n")
+        return self.ended
+
+
 class Engine:
     """One host's RoCE transport: its QPs, one transmit and one receive socket, and the loop that
     moves their frames (module docstring). Other threads hand it work with :meth:`call_soon`
@@ -640,7 +687,8 @@ class Engine:
         self.tx, self.rx = open_sockets(job["ifname"])
         self.nps = NotificationPoint(job.get("dcqcn", {}).get("cnp_interval_s") or
                                      DcqcnParams.scaled(job["line_rate_mbps"] * 1e6).cnp_interval_s)
-        self.stats = {"rx_frames": 0, "rx_unknown_qp": 0, "reply_blocked": 0, "loops": 0}
+        # ended_by: how a loop that ended by itself ended ("end barrier" or "linger"; None: not so)
+        self.stats = {"rx_frames": 0, "rx_unknown_qp": 0, "reply_blocked": 0, "loops": 0, "ended_by": None}
         self.late: list[float] = []          # how late select() returned past a pacer's wait, seconds
         self.inbox: collections.deque = collections.deque()
         self._wake_r, self._wake_w = os.pipe()
@@ -667,11 +715,12 @@ class Engine:
         except BlockingIOError:
             pass                            # the pipe is full: the loop is already due to wake
 
-    def loop(self, finished, deadline_unix_s: float) -> str | None:
-        """Move frames until ``finished(now)`` holds, nothing waits to be sent and nothing arrived
-        for a linger of 3 x rto_s (peers may still need ACKs), or until ``deadline_unix_s`` or
-        ``job["stopped"]`` (the agent's SIGTERM). Returns None, ``"deadline passed"`` or
-        ``"stopped by the runner"``."""
+    def loop(self, finished, deadline_unix_s: float, barrier: EndBarrier | None = None) -> str | None:
+        """Move frames until ``finished(now)`` holds, nothing waits to be sent and either nothing
+        arrived for a linger of 3 x rto_s (peers may still need ACKs) or, with ``barrier``, the
+        runner said every agent is done (:class:`EndBarrier`: said once ``finished`` holds); or
+        until ``deadline_unix_s`` or ``job["stopped"]`` (the agent's SIGTERM). Returns None,
+        ``"deadline passed"`` or ``"stopped by the runner"``."""
         job, senders, receivers, stats = self.job, self.senders, self.receivers, self.stats
         rx, tx, nps = self.rx, self.tx, self.nps
         now = time.monotonic()
@@ -721,13 +770,19 @@ class Engine:
                     q.sample(now)
                 next_sample = now + interval
             done = finished(now) and not self.inbox
-            if done and not replies and now - last_rx >= linger_s:
+            if done and barrier is not None:
+                barrier.arrive()
+            if done and not replies and (now - last_rx >= linger_s or (barrier is not None and barrier.ended)):
+                self.stats["ended_by"] = "end barrier" if barrier is not None and barrier.ended else "linger"
                 return None
             timeout = min(wait, next_sample - now, linger_s, deadline_mono - now)
             if done:
                 timeout = min(timeout, linger_s - (now - last_rx))
             t_sel = time.monotonic()
-            ready_rx, _w, _x = select.select([rx, self._wake_r], [tx] if blocked else [], [], max(0.0, timeout))
+            watch = [rx, self._wake_r] + ([barrier.fd] if barrier is not None and barrier.watching() else [])
+            ready_rx, _w, _x = select.select(watch, [tx] if blocked else [], [], max(0.0, timeout))
+            if barrier is not None and barrier.fd in ready_rx and barrier.read():
+                continue
             if self._wake_r in ready_rx:
                 try:
                     os.read(self._wake_r, 4096)
@@ -792,7 +847,8 @@ def run_roce(job: dict, ready=None, start_at_unix_s: float | None = None) -> dic
             all(q.complete or (q.expect_bytes is None and q.last_s is not None and now - q.last_s > 1.0)
                 for q in receivers.values())
     try:
-        error = eng.loop(finished, job["deadline_unix_s"])
+        error = eng.loop(finished, job["deadline_unix_s"],
+                         EndBarrier(sys.stdout) if job.get("end_barrier") and ready is not None else None)
     except Exception as e:
         raise plugin_failure(e, job) or e
     finally:

@@ -22,6 +22,21 @@ from traffic.patterns import flow_plan
 #: 3:1 Spine-Leaf permutation at 2 Mbit/s (6178 drops in 8 s) had a flow end at 37 s, after its
 #: receiver's deadline, under a CPU-heavy process (2 of 10 runs, 2026-12-02).
 TAIL_GRACE_S = 60.0
+#: Seconds of its host link's rate a time-limited TCP flow may hold unsent (TCP_NOTSENT_LOWAT), and
+#: the least bytes: enough that the Python sender refills it long before it runs dry, little
+#: enough that the flow ends soon after its duration. Without it each socket kept what its send
+#: buffer took: the shipped topology comparison's 8 flows per host at 2 Mbit/s drained for about
+#: 10 s past their 8 s.
+NOTSENT_LOWAT_S = 0.05
+NOTSENT_LOWAT_MIN_BYTES = 16384
+
+
+def notsent_lowat_bytes(host_rate_mbps: float) -> int:
+    """A time-limited flow's most unsent bytes for a host link of ``host_rate_mbps`` (Mbit/s):
+    :data:`NOTSENT_LOWAT_S` of its rate, at least :data:`NOTSENT_LOWAT_MIN_BYTES`."""
+    return max(NOTSENT_LOWAT_MIN_BYTES, int(host_rate_mbps * 1e6 / 8 * NOTSENT_LOWAT_S))
+
+
 #: Seconds the runner waits past the agents' own deadline before it kills them: at its deadline an
 #: agent stops waiting and writes what it has (a receiver killed there loses every flow's record).
 AGENT_EXIT_GRACE_S = 5.0
@@ -77,6 +92,8 @@ class KernelFlows(Workload):
             for src, flows in by_src.items():
                 agents.start(src, "tx", {"role": "udp-sender" if udp else "sender", "deadline_unix_s": deadline,
                                          "dscp": t.dscp, "out": str(agent_dir / f"{src}.tx.json"),
+                                         "notsent_lowat_bytes": notsent_lowat_bytes(
+                                             lf.fabric.host_attachment(src).rate_mbps),
                                          "flows": [{"dst_ip": f["dst_ip"], "port": t.port, "bytes": f["bytes"],
                                                     "duration_s": f["duration_s"], "flow_id": f["flow_id"],
                                                     "src_port": f["src_port"], "start_s": f.get("start_s") or 0.0}

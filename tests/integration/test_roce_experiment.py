@@ -111,6 +111,11 @@ def test_shipped_roce_incast_scenario_dcqcn_against_open_loop_over_three_seeds(t
         lo, hi = r["message_fct_s"]["median_ci95"]
         assert lo <= r["message_fct_s"]["median"] <= hi
     assert [s["roce"]["seed"] for s in summaries] == [1, 2, 3, 1, 2, 3]
+    # every agent ended by itself, the last ones of every round when the runner said all were
+    # done (an agent done early and idle for its linger of 3 x RTO ends then, as before)
+    ended = [sorted({json.loads(a.read_text())["loop"]["ended_by"] for a in (d / "agents").glob("*.roce.json")})
+             for d in dirs]
+    assert all(e in (["end barrier"], ["end barrier", "linger"]) for e in ended), ended
     assert all(s["roce"]["cnps_received"] > 0 and s["roce"]["dcqcn"]["time_scale"] > 0 for s in dcs)
     assert all(s["roce"]["dcqcn"] is None and s["roce"]["cnps_sent"] > 0 for s in nones)   # notified, ignored
     # the seeds draw different Poisson arrivals (the same three for both modes), spread over the run
