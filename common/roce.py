@@ -1,6 +1,7 @@
 """RoCEv2 frames: Ether / IPv4 / UDP 4791 / BTH [/ AETH] / payload / ICRC.
 
-Frames are built once with scapy's RoCE layers (``scapy.contrib.roce``) as
+Frames are packed once (:func:`build_frame`; byte for byte what scapy's RoCE layers,
+``scapy.contrib.roce``, build: :func:`scapy_frame` is the tests' reference) as
 templates; the fast path patches the Base Transport Header's PSN and ack-request
 bit in those bytes and recomputes only the ICRC (a CRC-32 over the frame's
 invariant fields, InfiniBand Architecture Specification Vol. 1 Annex A17
@@ -88,10 +89,47 @@ class Endpoint:
     qpn: int
 
 
-def _scapy_frame(src: Endpoint, dst: Endpoint, tos: int, opcode: int, psn: int, payload: bytes,
-                 ackreq: bool = False, becn: bool = False, aeth: bytes = b"") -> bytes:
-    """Build one frame with scapy's layers (ICRC computed by scapy): the reference every template starts from."""
-    # scapy loads in ~0.8 s: only the reference frames need it (the data path uses the templates)
+#: The IPv4 header's fixed part as every frame here carries it: version 4, IHL 5, ID 0, DF, TTL 64, UDP.
+_IP_HEADER = struct.Struct("!BBHHHBBH4s4s")
+_UDP_BTH = struct.Struct("!HHHHBBHBBHI")
+
+
+def _ip_checksum(header: bytes) -> int:
+    """The IPv4 header checksum (RFC 791: the ones' complement of the ones' complement sum of the
+    header's 16-bit words, the checksum field taken as 0)."""
+    total = sum(struct.unpack(f"!{len(header) // 2}H", header))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def build_frame(src: Endpoint, dst: Endpoint, tos: int, opcode: int, psn: int, payload: bytes,
+                ackreq: bool = False, becn: bool = False, aeth: bytes = b"") -> bytes:
+    """One RoCEv2 frame, packed here: Ethernet, IPv4 (ID 0, DF, TTL 64), UDP to 4791 (checksum 0),
+    BTH (P_Key 0xFFFF, transport version 0, the pad count for ``payload`` padded to 4 bytes),
+    ``aeth``, the payload, the pad and the ICRC (:func:`icrc`). Byte for byte what scapy's layers
+    build (:func:`scapy_frame`, tests/unit/test_roce_frames.py), without scapy's 0.3-0.8 s of
+    imports in every agent. ``tos`` is the full TOS byte; ``psn`` is taken mod 2^24."""
+    pad = (-len(payload)) % 4
+    body = aeth + payload + b"\x00" * pad
+    udp_len = UDP_BYTES + BTH_BYTES + len(body) + ICRC_BYTES
+    ip = bytearray(_IP_HEADER.pack(0x45, tos, IP_BYTES + udp_len, 0, 0x4000, 64, 17, 0,
+                                   bytes(map(int, src.ip.split("."))), bytes(map(int, dst.ip.split(".")))))
+    struct.pack_into("!H", ip, 10, _ip_checksum(bytes(ip)))
+    frame = bytearray(bytes.fromhex(dst.mac.replace(":", "")) + bytes.fromhex(src.mac.replace(":", "")) +
+                      b"\x08\x00" + bytes(ip))
+    frame += _UDP_BTH.pack(src.udp_sport, ROCE_UDP_PORT, udp_len, 0, opcode, pad << 4, 0xFFFF,
+                           0x40 if becn else 0, (dst.qpn >> 16) & 0xFF, dst.qpn & 0xFFFF,
+                           (psn & PSN_MASK) | (0x80000000 if ackreq else 0))
+    frame += body + bytes(ICRC_BYTES)
+    frame[-ICRC_BYTES:] = icrc(frame)
+    return bytes(frame)
+
+
+def scapy_frame(src: Endpoint, dst: Endpoint, tos: int, opcode: int, psn: int, payload: bytes,
+                ackreq: bool = False, becn: bool = False, aeth: bytes = b"") -> bytes:
+    """:func:`build_frame`'s frame built with scapy's layers (``scapy.contrib.roce``; ICRC computed
+    by scapy): the reference the tests hold the packed frames to."""
     from scapy.contrib.roce import BTH
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
@@ -110,7 +148,7 @@ class FrameTemplate:
     """Prebuilt frames of one queue pair's direction, patched per packet.
 
     ``frame(opcode, psn, ackreq, payload_bytes)`` returns a ``bytes`` frame whose BTH carries
-    ``psn`` (mod 2^24) and the ack-request bit, with a correct ICRC. Templates are built with scapy
+    ``psn`` (mod 2^24) and the ack-request bit, with a correct ICRC. Templates are packed (:func:`build_frame`)
     once per (opcode, payload length); the payload is zeros. ``tos`` is the full IP TOS byte
     (DSCP << 2 | ECN). Raises ValueError on a payload above 4096 B (the largest IB path MTU)."""
 
@@ -124,7 +162,7 @@ class FrameTemplate:
         if t is None:
             if not 0 <= payload_bytes <= 4096:
                 raise ValueError(f"payload_bytes {payload_bytes} outside 0..4096")
-            raw = bytearray(_scapy_frame(self.src, self.dst, self.tos, opcode, 0, bytes(payload_bytes)))
+            raw = bytearray(build_frame(self.src, self.dst, self.tos, opcode, 0, bytes(payload_bytes)))
             t = self._cache[key] = (raw, zlib.crc32(_masked_prefix(raw)))
         return t
 
@@ -166,15 +204,15 @@ def aeth(nak: bool = False, msn: int = 0) -> int:
 def ack_frame(src: Endpoint, dst: Endpoint, tos: int, psn: int, nak: bool = False, msn: int = 0) -> bytes:
     """An RC ACKNOWLEDGE frame to ``dst`` (the requester) for ``psn``: with ``nak`` a NAK, PSN sequence
     error, whose ``psn`` is the one the responder expects (go-back-N restarts there), else a
-    cumulative ACK of every PSN up to ``psn``. Built by scapy (the reference for
+    cumulative ACK of every PSN up to ``psn``. Packed by :func:`build_frame` (the reference for
     ``FrameTemplate.patch(ACKNOWLEDGE, psn, False, AETH_BYTES, aeth(nak, msn))``)."""
-    return _scapy_frame(src, dst, tos, ACKNOWLEDGE, psn, b"", aeth=struct.pack("!I", aeth(nak, msn)))
+    return build_frame(src, dst, tos, ACKNOWLEDGE, psn, b"", aeth=struct.pack("!I", aeth(nak, msn)))
 
 
 def cnp_frame(src: Endpoint, dst: Endpoint, tos: int) -> bytes:
     """A RoCEv2 CNP to ``dst``'s QP (opcode 0x81, BECN, 16 reserved bytes; IP length 60, UDP length 40:
     case R1; IBA Annex A17.9.3)."""
-    return _scapy_frame(src, dst, tos, CNP, 0, bytes(16), becn=True)
+    return build_frame(src, dst, tos, CNP, 0, bytes(16), becn=True)
 
 
 @dataclass(frozen=True)

@@ -124,3 +124,32 @@ def test_template_carries_real_payload_with_a_correct_icrc(size):
     assert t.frame(roce.SEND_ONLY, 77, True, size) == f                 # without payload: the last one stays
     with pytest.raises(ValueError, match="payload of 3 B"):
         t.patch(roce.SEND_ONLY, 1, False, size, payload=b"abc")
+
+
+@pytest.mark.parametrize("opcode,payload,aeth,becn,ackreq", [
+    (roce.SEND_ONLY, 0, b"", False, False), (roce.SEND_FIRST, 1024, b"", False, True),
+    (roce.SEND_LAST, 1, b"", False, False), (roce.SEND_MIDDLE, 4093, b"", False, True),
+    (roce.ACKNOWLEDGE, 0, bytes.fromhex("1f00002a"), False, False),
+    (roce.ACKNOWLEDGE, 0, bytes.fromhex("60abcdef"), False, False), (roce.CNP, 16, b"", True, False)])
+@pytest.mark.parametrize("tos", [0, (26 << 2) | roce.ECT0, (48 << 2), 0xFF])
+def test_packed_frames_are_scapys_byte_for_byte(opcode, payload, aeth, becn, ackreq, tos):
+    far = roce.Endpoint("0a:1b:2c:3d:4e:5f", "192.168.254.1", 65535, 0xFEDCBA)
+    for src, dst in ((SRC, DST), (DST, far), (far, SRC)):
+        for psn in (0, 7, roce.PSN_MASK, 1 << 24 | 9):
+            args = (src, dst, tos, opcode, psn, bytes(range(payload % 256)) * (payload // 256) + bytes(payload % 256))
+            assert roce.build_frame(*args, ackreq=ackreq, becn=becn, aeth=aeth) == \
+                roce.scapy_frame(*args, ackreq=ackreq, becn=becn, aeth=aeth)
+
+
+def test_an_agent_builds_its_frames_without_importing_scapy():
+    import subprocess
+    import sys
+    code = ("import sys; from common import roce; from traffic import roce as agent; "
+            "t = roce.FrameTemplate(roce.Endpoint('02:00:00:00:00:02', '10.0.0.2', 49152, 17), "
+            "roce.Endpoint('02:00:00:00:00:01', '10.0.0.1', 49153, 34), 106); t.frame(roce.SEND_ONLY, 1, True, 1024); "
+            "roce.cnp_frame(t.dst, t.src, 192); roce.ack_frame(t.dst, t.src, 192, 5); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'scapy'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
