@@ -353,6 +353,23 @@ def run_sender(job: dict) -> dict:
                     except OSError:
                         pass
             next_sample = now + sample_every
+        for rec in recs:
+            # a time-limited flow half-closes at its end even while its socket takes nothing (a flow
+            # in retransmission backoff is not writable for seconds): its FIN then waits behind
+            # what is unsent, not for the socket to take more
+            s = socks.get(rec["flow_id"])
+            if s is not None and rec["state"] == "sending" and rec["until_unix_s"] is not None \
+                    and now >= rec["until_unix_s"]:
+                try:
+                    rec.update(state="closing", sent_unix_s=now)
+                    s.shutdown(socket.SHUT_WR)
+                    sel.modify(s, selectors.EVENT_READ, rec)
+                except OSError as e:
+                    rec.update(state="failed", error=f"{type(e).__name__}: {e}")
+                    socks.pop(rec["flow_id"], None)
+                    sel.unregister(s)
+                    s.close()
+                    open_flows -= 1
         for key, _ in sel.select(timeout=launches.wait_s(time.time(), cap_s)):
             s, rec = key.fileobj, key.data
             try:

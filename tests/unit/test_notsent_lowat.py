@@ -1,6 +1,7 @@
 """A time-limited TCP flow holds little unsent data (TCP_NOTSENT_LOWAT), so it ends soon after its
 duration: a sender agent over loopback to a receiver that reads nothing for a while sends, in its
-duration, what the receiver's window and the bound take, not a whole send buffer more. No root."""
+duration, what the receiver's window and the bound take, not a whole send buffer more, and
+half-closes at its end though its socket takes nothing then. No root."""
 import json
 import socket
 import time
@@ -36,6 +37,8 @@ def _bytes_accepted_in(tmp_path, name: str, lowat: int | None) -> int:
     ls.close()
     (flow,) = json.loads((tmp_path / f"{name}.json").read_text())["flows"]
     assert flow["state"] == "closed", flow
+    # it half-closed at its end, though its socket took nothing then (the receiver read nothing)
+    assert 0 <= flow["sent_unix_s"] - flow["until_unix_s"] < 0.2, flow
     return flow["bytes_sent"]
 
 
