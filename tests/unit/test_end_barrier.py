@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from experiments.live import Agents
+from experiments.live import ROUND_STOP, Agents
 from traffic.roce import EndBarrier
 
 #: A stand-in agent: READY, the start line, then (after ``DELAY`` s) FINISHED, then it waits for
@@ -33,6 +33,7 @@ def _start(agents: Agents, name: str, argv: list[str]) -> subprocess.Popen:
 
 
 def _run(agents: Agents) -> tuple[dict, float]:
+    ROUND_STOP.clear()                      # as the runner does at every round's start
     try:
         agents.wait_ready(timeout_s=20)
         agents.release(time.time())
@@ -71,6 +72,7 @@ def test_no_end_while_one_agent_is_still_busy():
     _start(agents, "h1.roce", ["import sys, time; print('READY', flush=True); sys.stdin.readline(); time.sleep(30)"])
     agents.wait_ready(timeout_s=20)
     agents.release(time.time())
+    ROUND_STOP.clear()
     try:
         codes = agents.wait(time.time() + 3)
         assert codes["h0.roce"] != 0 and codes["h1.roce"] != 0, codes     # both killed at the deadline
