@@ -73,9 +73,9 @@ def _listening_controller(remote_controller: type) -> type:
     Mininet checks a remote controller by running ``telnet`` to it in a shell and reading the
     output through a strict UTF-8 decoder; fabriclab's controller answers with an OpenFlow HELLO
     whose transaction id is not always valid UTF-8, and Mininet's constructor then raised
-    UnicodeDecodeError (once in about 40 fabric bring-ups here, 2026-12-02). fabriclab has
-    already waited for 127.0.0.1:6653 to listen (:meth:`LiveFabric._start_controller`) and
-    waits for every switch to be configured after, so the check adds nothing. (A function, not
+    UnicodeDecodeError (once in about 40 fabric bring-ups here, 2026-12-02). fabriclab waits
+    for 127.0.0.1:6653 to listen before any switch starts (:meth:`LiveFabric._await_controller`)
+    and for every switch to be configured after, so the check adds nothing. (A function, not
     a module-level class: Mininet is imported only where a fabric is built.)
     """
     class ListeningController(remote_controller):
@@ -173,9 +173,13 @@ class LiveFabric:
         map_path = self.workdir / "fabric_map.json"
         map_path.write_text(json.dumps(self.fabric_map, indent=1))
         self.state.claim([s.name for s in self.fabric.switches], self.fabric.interface_names())
-        self._start_controller(map_path)
+        # the controller boots (about 0.6 s of imports) while Mininet builds the hosts and links,
+        # which do not need it; the switches start, and connect to it, once it listens
+        self._spawn_controller(map_path)
+        self._build_mininet()
+        self._await_controller()
         self.timings_s["controller_s"] = time.monotonic() - t0
-        self._start_mininet()
+        self._start_switches()
         t2 = time.monotonic()
         self._wait_configured()
         self.timings_s["switch_connect_s"] = time.monotonic() - t2
@@ -198,7 +202,8 @@ class LiveFabric:
         log_fabric_event("up", switches=len(self.fabric.switches), hosts=len(self.fabric.hosts),
                          up_s=round(self._up_at - t0, 3))
 
-    def _start_controller(self, map_path: Path):
+    def _spawn_controller(self, map_path: Path):
+        """Start the controller process (it listens once booted: :meth:`_await_controller`)."""
         if port_listening(OF_PORT):
             raise SetupError(f"TCP port {OF_PORT} is already in use by another program "
                              "(another OpenFlow controller?); stop it and retry")
@@ -224,7 +229,12 @@ class LiveFabric:
         log.close()
         self.state.add_process(self.controller.pid, "controller")
         self.api = ControlClient(self.rest_url, is_alive=lambda: self.controller.poll() is None, token=token)
-        deadline = time.monotonic() + 20
+        self._controller_deadline = time.monotonic() + 20
+
+    def _await_controller(self):
+        """Wait until the spawned controller listens for OpenFlow; SetupError when it exited or did
+        not within 20 s of its start."""
+        deadline = self._controller_deadline
         while not port_listening(OF_PORT):
             if self.controller.poll() is not None:
                 raise SetupError(f"controller exited with {self.controller.returncode}: "
@@ -240,8 +250,8 @@ class LiveFabric:
         except OSError:
             return "(no log)"
 
-    def _start_mininet(self):
-
+    def _build_mininet(self):
+        """Mininet's hosts, links and switch objects (no switch started yet), recorded by pid."""
         setLogLevel("error")
         self.net = Mininet(topo=FabricTopo(self.fabric), switch=self.datapath.switch_class(), link=Link, controller=None,
                            autoSetMacs=False, autoStaticArp=False, build=False, waitConnected=False)
@@ -251,9 +261,12 @@ class LiveFabric:
         # Mininet gives even a remote controller a shell of its own
         self.state.add_processes([(h.pid, f"host {h.name}") for h in self.net.hosts]
                                  + [(c.pid, f"mininet controller shell {c.name}") for c in self.net.controllers])
+        self.timings_s["mininet_build_s"] = time.monotonic() - t0
+
+    def _start_switches(self):
+        """Start the switches: every bridge and port in one ovs-vsctl transaction (batch=True)."""
         t1 = time.monotonic()
-        self.timings_s["mininet_build_s"] = t1 - t0
-        self.net.start()   # every bridge and port in one ovs-vsctl transaction (batch=True)
+        self.net.start()
         self.timings_s["ovs_s"] = time.monotonic() - t1
 
     def _wait_configured(self):
