@@ -46,7 +46,7 @@ def test_roce_incast_every_byte_once_with_and_without_ecn_and_pfc(tmp_path, figu
                      {"name": "ecn-pfc", "pfc": {"enabled": True}}],
           "traffic": {"pattern": "incast", "transport": "roce", "receiver": "h1",
                       "sender_hosts": ["h5", "h6", "h7", "h8", "h9", "h10", "h11", "h12"],
-                      "response_bytes": 200_000, "timeout_s": 120}}
+                      "response_bytes": 100_000, "timeout_s": 120}}
     path = tmp_path / "roce-ecn-pfc.yaml"
     path.write_text(yaml.safe_dump(sc))
     results = tmp_path / "results"
