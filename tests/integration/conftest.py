@@ -251,6 +251,7 @@ def _trim_training(data: dict) -> None:
     assert data["training"]["params_bytes"] == 2_000_000 and data["rounds"][-1]["name"] == "topk-8x"
     data["training"].update(params_bytes=1_500_000, bucket_bytes=400_000, iterations=2)
     data["rounds"] = data["rounds"][:-1]
+    data.setdefault("measurement", {}).update(NO_PLOTS)        # no test reads its plots
 
 
 def _trim_hierarchical(data: dict) -> None:
@@ -258,6 +259,7 @@ def _trim_hierarchical(data: dict) -> None:
     test_hierarchical.py): its largest size, 1 MiB, only."""
     assert data["collective"]["sizes_bytes"][-1] == 1 << 20
     data["collective"]["sizes_bytes"] = [1 << 20]
+    data.setdefault("measurement", {}).update(NO_PLOTS)        # no test reads its plots
 
 
 @pytest.fixture(scope="session")
@@ -296,6 +298,7 @@ def topology_comparison_run(tmp_path_factory):
         for key in [k for k in topo if k.endswith("_rate_mbps")]:
             topo[key] = COMPARE_RATE_MBPS
     data["traffic"] = {label: dict(data["traffic"][label], duration_s=s) for label, s in COMPARE_TRAFFIC_S.items()}
+    data["base"].setdefault("measurement", {}).update(NO_PLOTS)   # the rounds' plots: none is read here
     results = tmp_path_factory.mktemp("lab2") / "results"
     scenario = results.parent / "compare-topologies.yaml"
     scenario.write_text(yaml.safe_dump(data))
