@@ -334,6 +334,22 @@ def run_sender(job: dict) -> dict:
         sel.register(s, selectors.EVENT_WRITE, rec)
 
     open_flows = 0
+
+    def half_close(s: socket.socket, rec: dict, now: float) -> None:
+        """The flow has sent what it will: FIN after what is queued, then wait for the receiver's close."""
+        rec.update(state="closing", sent_unix_s=now)
+        s.shutdown(socket.SHUT_WR)
+        sel.modify(s, selectors.EVENT_READ, rec)
+
+    def finish(s: socket.socket, rec: dict, **fields) -> None:
+        """The flow is over (``fields``: its state and what it records): its socket closed."""
+        nonlocal open_flows
+        rec.update(**fields)
+        socks.pop(rec["flow_id"], None)
+        sel.unregister(s)
+        s.close()
+        open_flows -= 1
+
     for i in launches.due(time.time()):
         launch(i)
         open_flows += 1
@@ -361,15 +377,9 @@ def run_sender(job: dict) -> dict:
             if s is not None and rec["state"] == "sending" and rec["until_unix_s"] is not None \
                     and now >= rec["until_unix_s"]:
                 try:
-                    rec.update(state="closing", sent_unix_s=now)
-                    s.shutdown(socket.SHUT_WR)
-                    sel.modify(s, selectors.EVENT_READ, rec)
+                    half_close(s, rec, now)
                 except OSError as e:
-                    rec.update(state="failed", error=f"{type(e).__name__}: {e}")
-                    socks.pop(rec["flow_id"], None)
-                    sel.unregister(s)
-                    s.close()
-                    open_flows -= 1
+                    finish(s, rec, state="failed", error=f"{type(e).__name__}: {e}")
         for key, _ in sel.select(timeout=launches.wait_s(time.time(), cap_s)):
             s, rec = key.fileobj, key.data
             try:
@@ -391,24 +401,14 @@ def run_sender(job: dict) -> dict:
                             rec["bytes_sent"] += s.send(payload[:min(left, CHUNK_BYTES)])
                         over = rec["bytes_sent"] >= rec["bytes_planned"]
                     if over:
-                        rec.update(state="closing", sent_unix_s=time.time())
-                        s.shutdown(socket.SHUT_WR)
-                        sel.modify(s, selectors.EVENT_READ, rec)
+                        half_close(s, rec, time.time())
                     continue
                 if rec["state"] == "closing" and not s.recv(4096):
-                    rec.update(state="closed", closed_unix_s=time.time(), **tcp_info(s))
-                    socks.pop(rec["flow_id"], None)
-                    sel.unregister(s)
-                    s.close()
-                    open_flows -= 1
+                    finish(s, rec, state="closed", closed_unix_s=time.time(), **tcp_info(s))
             except (BlockingIOError, InterruptedError):
                 continue
             except OSError as e:
-                rec.update(state="failed", error=f"{type(e).__name__}: {e}")
-                socks.pop(rec["flow_id"], None)
-                sel.unregister(s)
-                s.close()
-                open_flows -= 1
+                finish(s, rec, state="failed", error=f"{type(e).__name__}: {e}")
     for rec in recs:
         if rec["state"] not in ("closed", "failed"):
             rec["error"] = _unfinished(job, rec["state"])
